@@ -1,0 +1,1 @@
+"""aggregator: the stream processor (decode, validate, accumulate into Redis, estimates API, metrics)."""

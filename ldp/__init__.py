@@ -1,0 +1,1 @@
+"""ldp: epsilon-LDP mechanisms, pure numpy (no I/O)."""

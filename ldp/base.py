@@ -1,0 +1,138 @@
+"""The contract every mechanism implements: columnar reports, a report schema, additive statistics, estimates.
+
+A *report batch* is a dict of numpy columns, all of length n on axis 0 (one row per device). A mechanism
+turns true values into a report batch (`perturb`), turns a report batch into a flat float64 statistics vector
+(`accumulate`) that is additive (the statistics of a union are the sum of the statistics of the parts), and
+turns statistics into an unbiased `Estimate` with a standard error from its closed-form variance.
+The statistics vector is what the aggregator stores (in Redis) and merges across workers and windows.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+Reports = dict[str, np.ndarray]
+
+
+class LDPError(ValueError):
+    """Invalid input to a mechanism (bad epsilon, NaN, value outside the domain, unknown category)."""
+
+
+def check_epsilon(epsilon: float) -> float:
+    """Return epsilon as a float, or raise LDPError unless it is finite and > 0."""
+    try:
+        eps = float(epsilon)
+    except (TypeError, ValueError) as exc:
+        raise LDPError(f"epsilon must be a number, got {epsilon!r}") from exc
+    if not math.isfinite(eps) or eps <= 0:
+        raise LDPError(f"epsilon must be finite and > 0, got {epsilon!r}")
+    return eps
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a report batch: dtype, values per row, and the inclusive range of every entry.
+
+    `allowed` (optional) is the finite set of values an entry may take (e.g. Duchi's +-B); `low`/`high` still bound it.
+    """
+
+    name: str
+    dtype: str
+    low: float
+    high: float
+    width: int = 1
+    allowed: tuple[float, ...] | None = None
+
+    def row_shape(self) -> tuple[int, ...]:
+        return () if self.width == 1 else (self.width,)
+
+
+@dataclass(frozen=True)
+class ReportSchema:
+    """The declared shape and range of a valid report batch, so an aggregator can reject impossible reports."""
+
+    columns: tuple[Column, ...]
+
+    def violations(self, reports: Reports) -> np.ndarray:
+        """Per row, '' if the report is valid, else the reason it is not (vectorised over rows).
+
+        Raises LDPError if the batch as a whole is malformed (missing or extra columns, ragged lengths, wrong width).
+        """
+        names = {c.name for c in self.columns}
+        if set(reports) != names:
+            raise LDPError(f"report columns {sorted(reports)} != expected {sorted(names)}")
+        lengths = {len(np.asarray(reports[c.name])) for c in self.columns}
+        if len(lengths) != 1:
+            raise LDPError(f"report columns have different lengths: {sorted(lengths)}")
+        n = lengths.pop()
+        reasons = np.full(n, "", dtype=object)
+        for col in self.columns:
+            arr = np.asarray(reports[col.name])
+            if arr.shape[1:] != col.row_shape():
+                raise LDPError(f"column {col.name!r}: row shape {arr.shape[1:]} != expected {col.row_shape()}")
+            if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+                raise LDPError(f"column {col.name!r}: dtype {arr.dtype} is not numeric")
+            flat = arr.reshape(n, -1).astype(np.float64, copy=False)
+            bad_range = ~np.isfinite(flat).all(axis=1) | (flat < col.low).any(axis=1) | (flat > col.high).any(axis=1)
+            reasons[bad_range & (reasons == "")] = f"{col.name} outside [{col.low}, {col.high}]"
+            if col.allowed is not None:
+                bad_value = ~np.isin(flat, np.asarray(col.allowed, dtype=np.float64)).all(axis=1)
+                reasons[bad_value & (reasons == "")] = f"{col.name} not in the allowed set of values"
+            if np.issubdtype(np.dtype(col.dtype), np.integer):
+                bad_int = (flat != np.floor(flat)).any(axis=1) & np.isfinite(flat).all(axis=1)
+                reasons[bad_int & (reasons == "")] = f"{col.name} is not an integer"
+        return reasons
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An unbiased estimate with its standard error (same shape), from `n` reports."""
+
+    n: int
+    value: np.ndarray
+    stderr: np.ndarray
+
+    def confidence_interval(self, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """Normal-approximation interval value +- z * stderr at the given two-sided level."""
+        from scipy.stats import norm
+
+        z = float(norm.ppf(0.5 + level / 2))
+        return self.value - z * self.stderr, self.value + z * self.stderr
+
+
+class Mechanism(ABC):
+    """An epsilon-LDP mechanism: vectorised perturbation, additive statistics, unbiased estimate."""
+
+    name: ClassVar[str]
+    epsilon: float
+
+    @property
+    @abstractmethod
+    def schema(self) -> ReportSchema:
+        """The shape and range of a valid report batch."""
+
+    @property
+    @abstractmethod
+    def stats_size(self) -> int:
+        """Length of the statistics vector."""
+
+    @abstractmethod
+    def perturb(self, values: np.ndarray, rng: np.random.Generator) -> Reports:
+        """Perturb the true values of n devices (one device = a batch of one)."""
+
+    @abstractmethod
+    def accumulate(self, reports: Reports) -> np.ndarray:
+        """Additive float64 statistics vector (length `stats_size`) of a report batch."""
+
+    @abstractmethod
+    def estimate(self, stats: np.ndarray) -> Estimate:
+        """Unbiased estimate and its standard error from a statistics vector."""
+
+    def empty_stats(self) -> np.ndarray:
+        """The statistics of no reports."""
+        return np.zeros(self.stats_size, dtype=np.float64)

@@ -1,0 +1,1 @@
+"""ldpstream: the command line and the local services (Kafka, Redis) it starts."""

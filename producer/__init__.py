@@ -1,0 +1,1 @@
+"""producer: the device side (spec, budget ledger, wire encoding, Kafka producer, fleet simulator)."""

@@ -1,0 +1,1 @@
+"""sgd_coordinator: LDP mini-batch gradient descent over Kafka."""
