@@ -1,0 +1,1 @@
+"""Workload-adaptive factorization mechanism (McKenna, Maity, Mazumdar, Miklau): workloads, strategies, optimiser."""
