@@ -1,0 +1,50 @@
+# Two commands: `make demo` and `make test`. Both set everything up on a fresh machine (Java 17 + Maven + Python 3.11).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+LDP    := $(VENV)/bin/ldp
+PYTEST_ARGS ?=
+
+.PHONY: demo test install install-test up down status bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[plots]'
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[test,plots]'
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+up: install
+	$(LDP) up
+
+down:
+	$(LDP) down
+
+status:
+	$(LDP) status
+
+demo: install
+	$(LDP) up
+	$(LDP) demo
+
+# Runs the whole suite against real services; stops the services afterwards only if this target started them.
+test: install-test
+	@if $(LDP) status >/dev/null 2>&1; then started=no; else started=yes; fi; \
+	$(LDP) up || exit 1; \
+	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ "$$started" = yes ]; then $(LDP) down; fi; \
+	exit $$rc
+
+bench: install
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) benchmarks/bench_mechanisms.py
+
+clean:
+	-$(LDP) down
+	rm -rf $(VENV) .local

@@ -1,0 +1,16 @@
+"""The `ldp` command line: one typer app, each area's commands in a module of its own."""
+
+from __future__ import annotations
+
+import typer
+
+from ldpstream.cli import demo, services
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="ldpstream: private telemetry over Kafka.")
+services.register(app)
+demo.register(app)
+
+
+def main() -> None:
+    """Entry point of the `ldp` console script."""
+    app()

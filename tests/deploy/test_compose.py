@@ -1,0 +1,34 @@
+"""deploy/docker-compose.yml is well-formed (no Docker engine here, so the file is parsed and cross-checked)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def test_compose_file_is_well_formed() -> None:
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"kafka", "redis", "prometheus", "grafana"} <= set(services)
+    for name, svc in services.items():
+        assert ("image" in svc) != ("build" in svc), f"{name}: exactly one of image/build"
+        depends = svc.get("depends_on", [])
+        assert set(depends) <= set(services), f"{name} depends on an unknown service"
+        for volume in svc.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (DEPLOY / source).exists(), f"{name}: mounts missing {source}"
+            else:
+                assert source in compose.get("volumes", {}), f"{name}: undeclared volume {source}"
+        if "build" in svc:
+            assert (DEPLOY / svc["build"]["context"] / svc["build"]["dockerfile"]).exists()
+    kafka_env = services["kafka"]["environment"]
+    assert kafka_env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+
+
+def test_prometheus_config_parses() -> None:
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    assert config["scrape_configs"]
