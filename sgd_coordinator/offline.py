@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sgd_coordinator.datasets import Dataset
 from sgd_coordinator.models import TrainingError
 from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
 
@@ -51,3 +52,29 @@ def train_offline(job: TrainingJob, x: np.ndarray, y: np.ndarray, seed: int = 0,
         trainer = trainer.apply(gradients)
         used += g
     return OfflineRun(trainer, order[:used], reason)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A private model and its non-private twin (same devices, order and schedule) on the same held-out rows."""
+
+    model: str
+    metric: str
+    private: float
+    non_private: float
+    iterations: int
+    batch_size: int
+
+
+def compare_offline(job: TrainingJob, train: Dataset, test: Dataset, seed: int = 0) -> Comparison:
+    """Train `job` privately and non-privately on `train` with one seed and evaluate both on `test`."""
+    private = train_offline(job, train.x, train.y, seed, private=True).trainer
+    baseline = train_offline(job, train.x, train.y, seed, private=False).trainer
+    return Comparison(
+        model=job.model,
+        metric=private.model.metric_name,
+        private=private.evaluate(test.x, test.y),
+        non_private=baseline.evaluate(test.x, test.y),
+        iterations=private.t,
+        batch_size=job.mini_batch_size,
+    )
