@@ -1,0 +1,333 @@
+"""The statistics store: additive per-window statistics, guarded by the last applied offset of each partition.
+
+One contract, two backends (`RedisStore`, `MemoryStore`), run through the same tests. `apply(update)` is the
+only write, and it is atomic (one Lua script in Redis):
+
+1. If the batch's last offset is <= the offset already applied for its partition, nothing is written: the batch
+   is a replay (after a crash or a rebalance) and is `skipped`.
+2. If any device of the batch has already reported in its dedupe window, nothing is written and those devices
+   are returned (`duplicates`); the caller moves them to the dead-letter topic and applies the rest.
+3. Otherwise, in one step: the devices join their dedupe sets, the statistics increments are added, the outcome
+   counters are added, the window index and freshness are updated, and the partition's offset is recorded.
+
+What happens if the worker dies: before the script runs, nothing of the batch is in the store and the partition
+resumes (seek) after the recorded offset, so the batch is read and applied again; after it ran, the batch is all
+in the store and its replay is skipped at step 1. Kafka's committed offset is never trusted for this.
+
+Keys share one hash tag per collection (`ldp:{NAME}:...`) so one script touches one Redis Cluster slot.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import redis
+
+ALL_TIME = "all"
+
+
+@dataclass(frozen=True)
+class WindowIncrement:
+    """What one batch adds to one window of one collection version."""
+
+    window: str
+    start_ms: int
+    devices: int
+    stats: dict[int, np.ndarray]
+    dedupe: np.ndarray | None = None  # uint64 devices that must not have reported in this window before
+    dedupe_ttl_s: int = 0
+
+
+@dataclass(frozen=True)
+class BatchUpdate:
+    """Everything one micro-batch of one partition adds to the store."""
+
+    collection: str
+    spec_version: int
+    source: str  # "topic:partition"
+    last_offset: int
+    windows: tuple[WindowIncrement, ...]
+    outcomes: dict[str, int]
+    newest_report_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    status: str  # "applied" | "skipped" | "duplicates"
+    duplicates: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """The statistics of one window: devices counted and, per attribute, its statistics vector."""
+
+    devices: float
+    stats: dict[int, np.ndarray]
+
+
+class StatsStore(ABC):
+    """The contract both backends implement."""
+
+    @abstractmethod
+    def apply(self, update: BatchUpdate) -> ApplyResult:
+        """Apply a batch atomically unless it is a replay or holds devices already seen in their window."""
+
+    @abstractmethod
+    def read_window(self, collection: str, version: int, window: str, start_ms: int,
+                    sizes: dict[int, int]) -> WindowStats:
+        """The statistics of a window (`sizes`: statistics length per attribute index)."""
+
+    @abstractmethod
+    def windows(self, collection: str) -> list[tuple[int, str, int]]:
+        """(version, window, start_ms) of every window with data, oldest first."""
+
+    @abstractmethod
+    def offsets(self, collection: str) -> dict[str, int]:
+        """Last applied offset per "topic:partition"."""
+
+    @abstractmethod
+    def outcomes(self, collection: str) -> dict[str, int]:
+        """Counters of reports by outcome ("accepted", "rejected:<reason>")."""
+
+    @abstractmethod
+    def freshness(self, collection: str) -> dict[str, int]:
+        """{"newest_report_ms": .., "applied_ms": ..} of the last applied batch (empty if none)."""
+
+
+def prefix(collection: str) -> str:
+    """The key prefix of a collection, with its Redis Cluster hash tag."""
+    return f"ldp:{{{collection}}}"
+
+
+def window_member(version: int, window: str, start_ms: int) -> str:
+    return f"v{version}:{window}:{start_ms}"
+
+
+def parse_window_member(member: str) -> tuple[int, str, int]:
+    v, window, start = member.split(":")
+    return int(v[1:]), window, int(start)
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Redis
+# KEYS: 1 offsets, 2 outcomes, 3 windows index, 4 meta, then nd dedupe sets, then ns stats hashes.
+# ARGV: 1 source, 2 last offset, 3 nd, 4 ns, 5 newest report ms (or ''), 6 now ms, then per dedupe set: ttl, m,
+#       m members; per stats hash: window member, f, f (field, increment) pairs; then c, c (outcome, n) pairs.
+APPLY_SCRIPT = """
+local applied = redis.call('HGET', KEYS[1], ARGV[1])
+if applied and tonumber(applied) >= tonumber(ARGV[2]) then return {'skipped'} end
+local nd, ns = tonumber(ARGV[3]), tonumber(ARGV[4])
+local CHUNK = 4000
+local pos = 7
+local sets = {}
+for i = 1, nd do
+  local ttl, m = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
+  sets[i] = {ttl, pos + 2, m}
+  pos = pos + 2 + m
+end
+local dups = {'duplicates'}
+for i = 1, nd do
+  local first, m = sets[i][2], sets[i][3]
+  local s = 0
+  while s < m do
+    local e = math.min(s + CHUNK, m)
+    local found = redis.call('SMISMEMBER', KEYS[4 + i], unpack(ARGV, first + s, first + e - 1))
+    for j = 1, #found do
+      if found[j] == 1 then table.insert(dups, i); table.insert(dups, ARGV[first + s + j - 1]) end
+    end
+    s = e
+  end
+end
+if #dups > 1 then return dups end
+for i = 1, nd do
+  local ttl, first, m = sets[i][1], sets[i][2], sets[i][3]
+  local s = 0
+  while s < m do
+    local e = math.min(s + CHUNK, m)
+    redis.call('SADD', KEYS[4 + i], unpack(ARGV, first + s, first + e - 1))
+    s = e
+  end
+  if ttl > 0 and m > 0 then redis.call('EXPIRE', KEYS[4 + i], ttl) end
+end
+for i = 1, ns do
+  local key = KEYS[4 + nd + i]
+  redis.call('ZADD', KEYS[3], 'NX', 0, ARGV[pos])
+  local f = tonumber(ARGV[pos + 1])
+  pos = pos + 2
+  for j = 0, f - 1 do
+    redis.call('HINCRBYFLOAT', key, ARGV[pos + 2 * j], ARGV[pos + 2 * j + 1])
+  end
+  pos = pos + 2 * f
+end
+local c = tonumber(ARGV[pos])
+pos = pos + 1
+for j = 0, c - 1 do
+  redis.call('HINCRBY', KEYS[2], ARGV[pos + 2 * j], ARGV[pos + 2 * j + 1])
+end
+if ARGV[5] ~= '' then
+  local newest = redis.call('HGET', KEYS[4], 'newest_report_ms')
+  if (not newest) or tonumber(newest) < tonumber(ARGV[5]) then
+    redis.call('HSET', KEYS[4], 'newest_report_ms', ARGV[5])
+  end
+end
+redis.call('HSET', KEYS[4], 'applied_ms', ARGV[6])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return {'applied'}
+"""
+
+
+def stats_fields(devices: int, stats: dict[int, np.ndarray]) -> list[str]:
+    """Flattened (field, increment) pairs of a window's statistics; zero increments are left out."""
+    out = ["n", str(devices)] if devices else []
+    for attr, vec in sorted(stats.items()):
+        v = np.asarray(vec, dtype=np.float64)
+        for i in np.flatnonzero(v):
+            out += [f"a{attr}:{i}", repr(float(v[i]))]
+    return out
+
+
+class RedisStore(StatsStore):
+    """The statistics in Redis; `apply` is one Lua script (atomic, single slot per collection)."""
+
+    def __init__(self, url: str) -> None:
+        self.redis = redis.Redis.from_url(url)
+        self._apply = self.redis.register_script(APPLY_SCRIPT)
+
+    def apply(self, update: BatchUpdate) -> ApplyResult:
+        p = prefix(update.collection)
+        keys = [f"{p}:offsets", f"{p}:outcomes", f"{p}:windows", f"{p}:meta"]
+        dedupe = [w for w in update.windows if w.dedupe is not None]
+        args: list[str | bytes | int] = [update.source, update.last_offset, len(dedupe), len(update.windows),
+                                         "" if update.newest_report_ms is None else update.newest_report_ms, _now_ms()]
+        for w in dedupe:
+            keys.append(f"{p}:seen:{window_member(update.spec_version, w.window, w.start_ms)}")
+            members = np.ascontiguousarray(w.dedupe, dtype="<u8")
+            # 8-byte LE strings; numpy's S8 drops trailing NULs, which is injective and undone on the way back
+            args += [w.dedupe_ttl_s, len(members), *(members.view("S8").tolist() if len(members) else [])]
+        for w in update.windows:
+            member = window_member(update.spec_version, w.window, w.start_ms)
+            keys.append(f"{p}:{member}")
+            pairs = stats_fields(w.devices, w.stats)
+            args += [member, len(pairs) // 2, *pairs]
+        args.append(len(update.outcomes))
+        for k, n in sorted(update.outcomes.items()):
+            args += [k, n]
+        reply = self._apply(keys=keys, args=args)
+        status = reply[0].decode()
+        if status != "duplicates":
+            return ApplyResult(status)
+        found: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for i in range(1, len(reply), 2):
+            w = dedupe[int(reply[i]) - 1]
+            found[(w.window, w.start_ms)].append(int(np.frombuffer(reply[i + 1].ljust(8, b"\0"), dtype="<u8")[0]))
+        return ApplyResult("duplicates", {k: np.asarray(v, dtype=np.uint64) for k, v in found.items()})
+
+    def read_window(self, collection: str, version: int, window: str, start_ms: int,
+                    sizes: dict[int, int]) -> WindowStats:
+        raw = self.redis.hgetall(f"{prefix(collection)}:{window_member(version, window, start_ms)}")
+        return _window_from_fields({k.decode(): float(v) for k, v in raw.items()}, sizes)
+
+    def windows(self, collection: str) -> list[tuple[int, str, int]]:
+        members = self.redis.zrange(f"{prefix(collection)}:windows", 0, -1)
+        return sorted((parse_window_member(m.decode()) for m in members), key=lambda w: (w[0], w[2], w[1]))
+
+    def offsets(self, collection: str) -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in self.redis.hgetall(f"{prefix(collection)}:offsets").items()}
+
+    def outcomes(self, collection: str) -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in self.redis.hgetall(f"{prefix(collection)}:outcomes").items()}
+
+    def freshness(self, collection: str) -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in self.redis.hgetall(f"{prefix(collection)}:meta").items()}
+
+    def delete_collection(self, collection: str) -> int:
+        """Delete every key of a collection (tests and `ldp` maintenance); returns how many."""
+        keys = list(self.redis.scan_iter(match=f"{prefix(collection).replace('{', '[{]').replace('}', '[}]')}:*",
+                                         count=1000))
+        return int(self.redis.delete(*keys)) if keys else 0
+
+
+def _window_from_fields(fields: dict[str, float], sizes: dict[int, int]) -> WindowStats:
+    stats = {attr: np.zeros(size, dtype=np.float64) for attr, size in sizes.items()}
+    for name, value in fields.items():
+        if name.startswith("a"):
+            attr, i = name[1:].split(":")
+            if int(attr) in stats:
+                stats[int(attr)][int(i)] = value
+    return WindowStats(fields.get("n", 0.0), stats)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+class MemoryStore(StatsStore):
+    """The same contract in process memory (unit tests, offline runs)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._offsets: dict[str, dict[str, int]] = defaultdict(dict)
+        self._outcomes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._seen: dict[tuple[str, str], set[int]] = defaultdict(set)
+        self._fields: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._windows: dict[str, set[str]] = defaultdict(set)
+        self._meta: dict[str, dict[str, int]] = defaultdict(dict)
+
+    def apply(self, update: BatchUpdate) -> ApplyResult:
+        c = update.collection
+        with self._lock:
+            applied = self._offsets[c].get(update.source)
+            if applied is not None and applied >= update.last_offset:
+                return ApplyResult("skipped")
+            dups: dict[tuple[str, int], np.ndarray] = {}
+            for w in update.windows:
+                if w.dedupe is None:
+                    continue
+                seen = self._seen[(c, window_member(update.spec_version, w.window, w.start_ms))]
+                hit = np.asarray([d for d in w.dedupe.tolist() if d in seen], dtype=np.uint64)
+                if len(hit):
+                    dups[(w.window, w.start_ms)] = hit
+            if dups:
+                return ApplyResult("duplicates", dups)
+            for w in update.windows:
+                member = window_member(update.spec_version, w.window, w.start_ms)
+                if w.dedupe is not None:
+                    self._seen[(c, member)].update(w.dedupe.tolist())
+                self._windows[c].add(member)
+                fields = stats_fields(w.devices, w.stats)
+                target = self._fields[(c, member)]
+                for name, value in zip(fields[::2], fields[1::2], strict=True):
+                    target[name] += float(value)
+            for k, n in update.outcomes.items():
+                self._outcomes[c][k] += n
+            if update.newest_report_ms is not None:
+                self._meta[c]["newest_report_ms"] = max(self._meta[c].get("newest_report_ms", 0),
+                                                        update.newest_report_ms)
+            self._meta[c]["applied_ms"] = _now_ms()
+            self._offsets[c][update.source] = update.last_offset
+            return ApplyResult("applied")
+
+    def read_window(self, collection: str, version: int, window: str, start_ms: int,
+                    sizes: dict[int, int]) -> WindowStats:
+        with self._lock:
+            fields = dict(self._fields.get((collection, window_member(version, window, start_ms)), {}))
+        return _window_from_fields(fields, sizes)
+
+    def windows(self, collection: str) -> list[tuple[int, str, int]]:
+        return sorted((parse_window_member(m) for m in self._windows[collection]), key=lambda w: (w[0], w[2], w[1]))
+
+    def offsets(self, collection: str) -> dict[str, int]:
+        return dict(self._offsets[collection])
+
+    def outcomes(self, collection: str) -> dict[str, int]:
+        return dict(self._outcomes[collection])
+
+    def freshness(self, collection: str) -> dict[str, int]:
+        return dict(self._meta[collection])

@@ -1,0 +1,184 @@
+"""Collection specs: what devices report and how, published once per (name, version) and named by every report.
+
+A spec is YAML or JSON, validated here. Example (see `examples/diagnostics.yaml`)::
+
+    name: diagnostics
+    version: 1
+    epsilon: 2.0                  # per report, per window
+    sampling: auto                # auto (000 Eq. 12) | one (Harmony) | split (eps/d each) | an integer k
+    windows: [1h]                 # tumbling windows by report time; the all-time window is always kept
+    one_report_per_window: true
+    attributes:
+      - {name: battery_level, type: numeric, range: [0, 100], mechanism: auto}
+      - {name: display_mode, type: categorical, values: [light, dark], mechanism: auto}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ldp import registry
+
+NAME = r"^[a-z][a-z0-9_\-]{0,62}$"
+WINDOW = re.compile(r"^(\d+)([smhd])$")
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+ALL_TIME = "all"
+
+
+class SpecError(ValueError):
+    """A collection spec is invalid; the message says where and why."""
+
+
+class NumericAttribute(BaseModel):
+    """A numeric attribute with a declared range, mapped to [-1, 1] for the mechanism."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: Annotated[str, Field(pattern=NAME)]
+    type: Literal["numeric"] = "numeric"
+    range: tuple[float, float]
+    mechanism: str = "auto"
+    distribution: Literal["gaussian", "uniform", "power_law"] = "gaussian"  # simulator population only
+
+    @field_validator("range")
+    @classmethod
+    def _ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not v[0] < v[1]:
+            raise ValueError(f"range must be [lo, hi] with lo < hi, got {list(v)}")
+        return v
+
+    @field_validator("mechanism")
+    @classmethod
+    def _known_numeric(cls, v: str) -> str:
+        if v != "auto" and v not in registry.NUMERIC:
+            raise ValueError(f"unknown numeric mechanism {v!r}; known: auto, {', '.join(sorted(registry.NUMERIC))}")
+        return v
+
+
+class CategoricalAttribute(BaseModel):
+    """A categorical attribute over a fixed list of values (codes 0..K-1 in the order given)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: Annotated[str, Field(pattern=NAME)]
+    type: Literal["categorical"] = "categorical"
+    values: list[str] = Field(min_length=2)
+    mechanism: str = "auto"
+    zipf_exponent: float = 1.1  # simulator population only
+
+    @field_validator("values")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("categorical values must be distinct")
+        return v
+
+    @field_validator("mechanism")
+    @classmethod
+    def _known_oracle(cls, v: str) -> str:
+        if v != "auto" and v not in registry.FREQUENCY:
+            raise ValueError(f"unknown frequency oracle {v!r}; known: auto, {', '.join(sorted(registry.FREQUENCY))}")
+        return v
+
+
+Attribute = Annotated[NumericAttribute | CategoricalAttribute, Field(discriminator="type")]
+
+
+class CollectionSpec(BaseModel):
+    """A versioned collection: its attributes, privacy budget, sampling, windows and topic layout."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: Annotated[str, Field(pattern=NAME)]
+    version: Annotated[int, Field(ge=1)]
+    epsilon: Annotated[float, Field(gt=0, le=50)]
+    attributes: list[Attribute] = Field(min_length=1)
+    sampling: Literal["auto", "one", "split"] | Annotated[int, Field(ge=1)] = "auto"
+    windows: list[str] = Field(default_factory=lambda: ["1h"])
+    one_report_per_window: bool = True
+    partitions: Annotated[int, Field(ge=1, le=1024)] = 8
+    description: str = ""
+
+    @field_validator("windows")
+    @classmethod
+    def _windows(cls, v: list[str]) -> list[str]:
+        for w in v:
+            if w != ALL_TIME and not WINDOW.match(w):
+                raise ValueError(f"window {w!r} is not like 30s, 15m, 1h, 1d or 'all'")
+            if w != ALL_TIME and window_seconds(w) <= 0:
+                raise ValueError(f"window {w!r} must be positive")
+        return sorted(set(v) - {ALL_TIME}, key=window_seconds)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CollectionSpec:
+        names = [a.name for a in self.attributes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"attribute names must be distinct: {names}")
+        if isinstance(self.sampling, int) and self.sampling > len(self.attributes):
+            raise ValueError(f"sampling k = {self.sampling} exceeds the {len(self.attributes)} attributes")
+        return self
+
+    @property
+    def topic(self) -> str:
+        """The Kafka topic of this collection's reports."""
+        return report_topic(self.name)
+
+    @property
+    def key(self) -> str:
+        """name@version: how reports and the specs topic name this spec."""
+        return f"{self.name}@{self.version}"
+
+    def content_hash(self) -> str:
+        """sha256 of the canonical JSON of the spec: a published version is immutable, so its hash is fixed."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def attribute_index(self, name: str) -> int:
+        for i, a in enumerate(self.attributes):
+            if a.name == name:
+                return i
+        raise SpecError(f"collection {self.key} has no attribute {name!r}")
+
+
+def report_topic(collection: str) -> str:
+    """ldp.reports.<collection>."""
+    return f"ldp.reports.{collection}"
+
+
+def window_seconds(window: str) -> int:
+    """Length of a tumbling window like '1h' in seconds."""
+    m = WINDOW.match(window)
+    if m is None:
+        raise SpecError(f"window {window!r} is not like 30s, 15m, 1h or 1d")
+    return int(m.group(1)) * UNIT_SECONDS[m.group(2)]
+
+
+def parse_spec(text: str, source: str = "<spec>") -> CollectionSpec:
+    """A spec from YAML or JSON text (JSON is YAML); SpecError with every problem listed."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{source}: not valid YAML/JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a spec is a mapping, got {type(data).__name__}")
+    try:
+        return CollectionSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+        raise SpecError(f"{source}: {problems}") from exc
+
+
+def load_spec(path: str | Path) -> CollectionSpec:
+    """Read and validate a spec file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read spec {p}: {exc.strerror}") from exc
+    return parse_spec(text, str(p))

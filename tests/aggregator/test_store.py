@@ -1,0 +1,93 @@
+"""The statistics store contract, run on both backends (Redis needs the running local Redis)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from aggregator.store import BatchUpdate, MemoryStore, RedisStore, StatsStore, WindowIncrement
+from ldpstream.services import ServicesConfig
+
+SIZES = {0: 3, 1: 4}
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request: pytest.FixtureRequest) -> Iterator[tuple[StatsStore, str]]:
+    collection = f"test-{uuid.uuid4().hex[:10]}"
+    if request.param == "memory":
+        yield MemoryStore(), collection
+        return
+    cfg: ServicesConfig = request.getfixturevalue("live_services")
+    s = RedisStore(cfg.redis)
+    yield s, collection
+    s.delete_collection(collection)
+
+
+def update(collection: str, offset: int, devices: list[int], source: str = "t:0", start: int = 0,
+           scale: float = 1.0) -> BatchUpdate:
+    d = np.asarray(devices, dtype=np.uint64)
+    stats = {0: np.array([len(d), 0.5, 0.25]) * scale, 1: np.array([0.0, 1.0, 2.0, 3.0]) * scale}
+    return BatchUpdate(collection, 1, source, offset,
+                       (WindowIncrement("1h", start, len(d), stats, dedupe=d, dedupe_ttl_s=7200),
+                        WindowIncrement("all", 0, len(d), stats)),
+                       {"accepted": len(d), "rejected:out_of_range": 2}, newest_report_ms=1000 + offset)
+
+
+def test_apply_adds_and_records_the_offset(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    assert s.apply(update(c, 10, [1, 2, 3])).status == "applied"
+    assert s.apply(update(c, 20, [4, 5])).status == "applied"
+    w = s.read_window(c, 1, "all", 0, SIZES)
+    assert w.devices == 5
+    np.testing.assert_allclose(w.stats[0], [5, 1.0, 0.5])
+    np.testing.assert_allclose(w.stats[1], [0, 2, 4, 6])
+    assert s.offsets(c) == {"t:0": 20}
+    assert s.outcomes(c) == {"accepted": 5, "rejected:out_of_range": 4}
+    assert s.freshness(c)["newest_report_ms"] == 1020
+    assert s.windows(c) == [(1, "1h", 0), (1, "all", 0)]
+
+
+def test_a_replayed_batch_is_skipped_and_changes_nothing(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    s.apply(update(c, 10, [1, 2, 3]))
+    before = s.read_window(c, 1, "all", 0, SIZES)
+    assert s.apply(update(c, 10, [7, 8])).status == "skipped"
+    assert s.apply(update(c, 5, [9])).status == "skipped"
+    after = s.read_window(c, 1, "all", 0, SIZES)
+    assert after.devices == before.devices and s.outcomes(c)["accepted"] == 3
+
+
+def test_offsets_are_per_partition(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    assert s.apply(update(c, 10, [1], source="t:0")).status == "applied"
+    assert s.apply(update(c, 3, [2], source="t:1")).status == "applied"
+    assert s.offsets(c) == {"t:0": 10, "t:1": 3}
+
+
+def test_duplicates_in_a_window_write_nothing_and_are_named(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    s.apply(update(c, 10, [1, 2, 2**64 - 1, 256]))
+    result = s.apply(update(c, 11, [3, 2**64 - 1, 256, 4]))
+    assert result.status == "duplicates"
+    assert sorted(result.duplicates[("1h", 0)].tolist()) == [256, 2**64 - 1]
+    assert s.offsets(c) == {"t:0": 10} and s.read_window(c, 1, "all", 0, SIZES).devices == 4
+    assert s.apply(update(c, 11, [3, 4])).status == "applied"
+    # another window start is another dedupe set
+    assert s.apply(update(c, 12, [1, 2], start=3_600_000)).status == "applied"
+
+
+def test_reading_an_unknown_window_gives_zeros(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    w = s.read_window(c, 1, "1h", 123, SIZES)
+    assert w.devices == 0 and all(not v.any() for v in w.stats.values())
+
+
+def test_large_batches_cross_the_script_chunk_size(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    devices = list(range(1, 10_001))
+    assert s.apply(update(c, 1, devices)).status == "applied"
+    again = s.apply(update(c, 2, devices[-5:] + [20_000]))
+    assert sorted(again.duplicates[("1h", 0)].tolist()) == devices[-5:]
