@@ -1,0 +1,169 @@
+"""Thin typed wrappers over confluent-kafka for the device side: a report producer, topic creation, topic reads.
+
+The producer is idempotent with acks=all (no duplicates from its retries, nothing acknowledged before every
+in-sync replica has it), batches (linger, batch size, lz4 compression), and counts deliveries in a callback.
+`flush` waits with a timeout and raises `DeliveryError` if anything was not delivered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+COMPRESSIONS = ("lz4", "zstd", "none")  # preference order: lz4 is the cheapest on CPU
+ADMIN_TIMEOUT_S = 30.0
+
+
+class DeliveryError(RuntimeError):
+    """Messages were not delivered (failed, or still queued when the flush timed out)."""
+
+
+class TopicError(RuntimeError):
+    """A topic could not be created or read."""
+
+
+@dataclass
+class DeliveryCounts:
+    """Deliveries acknowledged and failed so far, with the first few failure reasons."""
+
+    delivered: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is None:
+            self.delivered += 1
+            return
+        self.failed += 1
+        if len(self.errors) < 10:
+            self.errors.append(str(err))
+
+
+class ReportProducer:
+    """An idempotent, acks=all, batching Kafka producer that counts delivered and failed messages."""
+
+    def __init__(self, bootstrap: str, *, linger_ms: float = 10.0, batch_bytes: int = 1_000_000,
+                 compression: str = "lz4", extra: dict[str, Any] | None = None) -> None:
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+        self.counts = DeliveryCounts()
+        self.sent = 0
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": linger_ms,
+            "batch.size": batch_bytes,
+            "compression.type": compression,
+            "queue.buffering.max.messages": 1_000_000,
+            "on_delivery": self.counts.on_delivery,
+            **(extra or {}),
+        }
+        try:
+            self._producer = Producer(config)
+        except KafkaException as exc:
+            raise ValueError(f"invalid Kafka producer configuration: {exc.args[0]}") from exc
+
+    @property
+    def delivered(self) -> int:
+        return self.counts.delivered
+
+    @property
+    def failed(self) -> int:
+        return self.counts.failed
+
+    @property
+    def in_flight(self) -> int:
+        """Messages produced but not yet acknowledged or failed."""
+        return self.sent - self.counts.delivered - self.counts.failed
+
+    def produce(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+        """Queue one message; when the local queue is full, serve delivery reports until there is room."""
+        while True:
+            try:
+                self._producer.produce(topic, value, key)
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self.sent += 1
+        self._producer.poll(0)
+
+    def poll(self, timeout_s: float = 0.0) -> int:
+        """Serve delivery callbacks; return how many were served."""
+        return self._producer.poll(timeout_s)
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait until every queued message is acknowledged; DeliveryError if any failed or the timeout passed."""
+        remaining = self._producer.flush(timeout_s)
+        if remaining or self.counts.failed:
+            raise DeliveryError(f"{self.counts.failed} message(s) failed and {remaining} still queued after "
+                                f"{timeout_s:g} s (of {self.sent} sent); first errors: {self.counts.errors[:3]}")
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = False, exact: bool = True) -> bool:
+    """Create the topic if it does not exist (idempotent); True if this call created it.
+
+    An existing topic is left as it is; with `exact`, TopicError if it has a different number of partitions.
+    """
+    config = {"cleanup.policy": "compact"} if compacted else {}
+    futures = admin(bootstrap).create_topics([NewTopic(name, num_partitions=partitions, config=config)],
+                                             operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
+    try:
+        futures[name].result()
+        return True
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise TopicError(f"cannot create topic {name!r}: {exc.args[0].str()}") from exc
+    existing = topic_partitions(bootstrap, name)
+    if exact and existing != partitions:
+        raise TopicError(f"topic {name!r} exists with {existing} partitions, not {partitions}")
+    return False
+
+
+def topic_partitions(bootstrap: str, name: str) -> int:
+    """The number of partitions of an existing topic; TopicError if it does not exist."""
+    md = admin(bootstrap).list_topics(name, timeout=ADMIN_TIMEOUT_S).topics.get(name)
+    if md is None or md.error is not None:
+        raise TopicError(f"topic {name!r} does not exist: {md.error if md is not None else 'no metadata'}")
+    return len(md.partitions)
+
+
+def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """Every (key, value) of a topic from the beginning up to its end as of the call, in offset order per partition.
+
+    Reads without a consumer group (partitions assigned directly, no offsets committed).
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ldp-read-to-end", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    try:
+        partitions = range(topic_partitions(bootstrap, topic))
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in partitions}
+        pending = {p for p, end in ends.items() if end > 0}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending])
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise TopicError(f"reading {topic!r} to its end took more than {timeout_s:g} s")
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None and msg.error().code() == KafkaError._PARTITION_EOF:
+                pending.discard(msg.partition())  # compaction can leave the end offset without a message
+                continue
+            if msg.error() is not None:
+                raise TopicError(f"reading {topic!r}: {msg.error().str()}")
+            if msg.offset() >= ends[msg.partition()] - 1:
+                pending.discard(msg.partition())
+            if msg.offset() < ends[msg.partition()]:
+                yield msg.key(), msg.value()
+    finally:
+        consumer.close()

@@ -1,0 +1,108 @@
+"""A synthetic device population with known statistics (000 Sec. VI), generated in vectorised chunks.
+
+Numeric attributes are drawn on [-1, 1] and mapped linearly onto the attribute's [lo, hi]:
+- "gaussian": N(mu, 1/4^2) truncated to [-1, 1] (000 Sec. VI-A: standard deviation 1/4, values outside discarded),
+  drawn exactly by the inverse CDF restricted to [-1, 1]; mu per attribute from the seed, uniform in [-1/2, 1/2];
+- "uniform": uniform on [-1, 1];
+- "power_law": density proportional to (x + 2)^-10 on [-1, 1] (000 Sec. VI-A), by its inverse CDF
+  F(x) = (1 - (x + 2)^-9) / (1 - 3^-9).
+Categorical attributes are Zipf over the listed values: P(value i) proportional to (i + 1)^-s, s = `zipf_exponent`.
+
+`PopulationTruth` accumulates the exact statistics of the records drawn (means in the attribute's units,
+frequencies = counts / devices), which is what the estimates are checked against.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import ndtr, ndtri
+
+from producer.spec import CategoricalAttribute, CollectionSpec, NumericAttribute
+
+GAUSSIAN_SD = 0.25
+GAUSSIAN_MU_RANGE = 0.5
+POWER_LAW_EXPONENT = 10.0
+
+Records = dict[str, np.ndarray]
+
+
+def truncated_gaussian(mu: float, sd: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """N(mu, sd^2) conditioned on [-1, 1], by the inverse CDF on [Phi(a), Phi(b)]."""
+    lo, hi = ndtr((-1.0 - mu) / sd), ndtr((1.0 - mu) / sd)
+    return np.clip(mu + sd * ndtri(rng.uniform(lo, hi, n)), -1.0, 1.0)
+
+
+def power_law(n: int, rng: np.random.Generator, exponent: float = POWER_LAW_EXPONENT) -> np.ndarray:
+    """Density proportional to (x + 2)^-exponent on [-1, 1], by the inverse CDF."""
+    m = exponent - 1.0
+    u = rng.uniform(0.0, 1.0, n)
+    return np.clip((1.0 - u * (1.0 - 3.0**-m)) ** (-1.0 / m) - 2.0, -1.0, 1.0)
+
+
+def zipf_probabilities(size: int, exponent: float) -> np.ndarray:
+    """P(i) proportional to (i + 1)^-exponent for i = 0..size-1."""
+    weights = np.arange(1, size + 1, dtype=np.float64) ** -exponent
+    return weights / weights.sum()
+
+
+class Population:
+    """The generator of one seeded population for a spec: per-attribute parameters fixed at construction."""
+
+    def __init__(self, spec: CollectionSpec, seed: int) -> None:
+        self.spec = spec
+        params = np.random.default_rng([seed, 0x5EED])
+        self.gaussian_mu = {a.name: float(params.uniform(-GAUSSIAN_MU_RANGE, GAUSSIAN_MU_RANGE))
+                            for a in spec.attributes if isinstance(a, NumericAttribute)}
+        self.zipf = {a.name: zipf_probabilities(len(a.values), a.zipf_exponent)
+                     for a in spec.attributes if isinstance(a, CategoricalAttribute)}
+
+    def sample(self, n: int, rng: np.random.Generator) -> Records:
+        """True records of n devices: numeric values in the attribute's range, categorical value codes."""
+        records: Records = {}
+        for a in self.spec.attributes:
+            if isinstance(a, NumericAttribute):
+                lo, hi = a.range
+                records[a.name] = lo + (self._unit(a, n, rng) + 1.0) * ((hi - lo) / 2.0)
+            else:
+                records[a.name] = rng.choice(len(a.values), size=n, p=self.zipf[a.name]).astype(np.int64)
+        return records
+
+    def _unit(self, a: NumericAttribute, n: int, rng: np.random.Generator) -> np.ndarray:
+        if a.distribution == "gaussian":
+            return truncated_gaussian(self.gaussian_mu[a.name], GAUSSIAN_SD, n, rng)
+        if a.distribution == "uniform":
+            return rng.uniform(-1.0, 1.0, n)
+        return power_law(n, rng)
+
+
+class PopulationTruth:
+    """Exact statistics of the records seen so far: sums of numeric values, counts of categorical codes."""
+
+    def __init__(self, spec: CollectionSpec) -> None:
+        self.spec = spec
+        self.devices = 0
+        self._sums: dict[str, list[float]] = {a.name: [] for a in spec.attributes if isinstance(a, NumericAttribute)}
+        self._counts = {a.name: np.zeros(len(a.values), dtype=np.int64)
+                        for a in spec.attributes if isinstance(a, CategoricalAttribute)}
+
+    def add(self, records: Records) -> None:
+        n = len(next(iter(records.values())))
+        self.devices += n
+        for name, partial in self._sums.items():
+            partial.append(float(np.sum(records[name])))  # pairwise per chunk, fsum across chunks
+        for name, counts in self._counts.items():
+            counts += np.bincount(records[name], minlength=len(counts))
+
+    def to_dict(self) -> dict[str, object]:
+        """{"devices": N, "attributes": {NAME: {"mean": x} | {"frequencies": {VALUE: f}}}}."""
+        attributes: dict[str, object] = {}
+        for a in self.spec.attributes:
+            if isinstance(a, NumericAttribute):
+                attributes[a.name] = {"mean": math.fsum(self._sums[a.name]) / self.devices if self.devices else None}
+            else:
+                counts = self._counts[a.name]
+                attributes[a.name] = {"frequencies": {v: (int(c) / self.devices if self.devices else None)
+                                                      for v, c in zip(a.values, counts, strict=True)}}
+        return {"devices": self.devices, "attributes": attributes}

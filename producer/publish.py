@@ -1,0 +1,67 @@
+"""Publishing collection specs to the compacted topic `ldp.collections`, and reading them back.
+
+A message's key is "name@version" and its value the spec's canonical JSON. A published version is immutable:
+`publish_spec` reads the topic to its end first, does nothing if the same content is already there, and refuses
+(`SpecError`) a different content under a published key. Two publishers racing on the same new key are not
+serialised by Kafka; publishing is an operator's act, done once per version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from producer.kafka import ReportProducer, ensure_topic, read_to_end
+from producer.spec import CollectionSpec, SpecError, parse_spec
+
+SPECS_TOPIC = "ldp.collections"
+DLQ_TOPIC = "ldp.dlq"
+DLQ_PARTITIONS = 1  # when this call creates it; an existing one is used as it is
+
+
+@dataclass(frozen=True)
+class Published:
+    """What `publish_spec` did: the spec's key, whether it was new, and the topic of its reports."""
+
+    key: str
+    created: bool
+    topic: str
+
+
+def read_specs(bootstrap: str) -> dict[str, CollectionSpec]:
+    """Every published spec by "name@version" (the topic read to its end; an empty dict if it does not exist yet).
+
+    The first message of a key is authoritative (a later, different one can only come from a race); deletions
+    (empty values) are ignored, since a published version is never withdrawn.
+    """
+    ensure_topic(bootstrap, SPECS_TOPIC, 1, compacted=True)
+    specs: dict[str, CollectionSpec] = {}
+    for key, value in read_to_end(bootstrap, SPECS_TOPIC):
+        if key is None or value is None:
+            continue
+        name = key.decode(errors="replace")
+        if name in specs:
+            continue
+        spec = parse_spec(value.decode(errors="replace"), f"{SPECS_TOPIC}[{name}]")
+        if spec.key != name:
+            raise SpecError(f"{SPECS_TOPIC}: the message keyed {name!r} holds the spec {spec.key!r}")
+        specs[name] = spec
+    return specs
+
+
+def publish_spec(spec: CollectionSpec, bootstrap: str) -> Published:
+    """Publish `spec` once; create its report topic (spec.partitions partitions) and the dead-letter topic.
+
+    Publishing the same content again is a no-op; SpecError if that name@version holds a different spec.
+    """
+    existing = read_specs(bootstrap).get(spec.key)
+    if existing is not None and existing.canonical_json() != spec.canonical_json():
+        raise SpecError(f"{spec.key} is already published with different content (sha256 "
+                        f"{existing.content_hash()[:12]} vs {spec.content_hash()[:12]}); a published version is "
+                        f"immutable: publish a new version")
+    ensure_topic(bootstrap, spec.topic, spec.partitions)
+    ensure_topic(bootstrap, DLQ_TOPIC, DLQ_PARTITIONS, exact=False)
+    if existing is None:
+        producer = ReportProducer(bootstrap, linger_ms=0)
+        producer.produce(SPECS_TOPIC, spec.canonical_json().encode(), spec.key.encode())
+        producer.flush()
+    return Published(spec.key, existing is None, spec.topic)
