@@ -115,8 +115,9 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = F
     An existing topic is left as it is; with `exact`, TopicError if it has a different number of partitions.
     """
     config = {"cleanup.policy": "compact"} if compacted else {}
-    futures = admin(bootstrap).create_topics([NewTopic(name, num_partitions=partitions, config=config)],
-                                             operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
+    client = admin(bootstrap)  # must outlive the future
+    futures = client.create_topics([NewTopic(name, num_partitions=partitions, config=config)],
+                                   operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
     try:
         futures[name].result()
         return True

@@ -1,0 +1,54 @@
+"""Publishing specs to the compacted topic against the real Kafka: published versions are immutable."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from ldpstream.services import ServicesConfig
+from producer.kafka import ensure_topic, topic_partitions
+from producer.publish import DLQ_TOPIC, SPECS_TOPIC, publish_spec, read_specs
+from producer.spec import SpecError, parse_spec
+
+pytestmark = pytest.mark.integration
+
+
+def fresh_spec(epsilon: float = 1.0, partitions: int = 2) -> str:
+    return f"""
+name: test-publish-{uuid.uuid4().hex[:10]}
+version: 1
+epsilon: {epsilon}
+partitions: {partitions}
+attributes: [{{name: level, type: numeric, range: [0, 10]}}, {{name: mode, type: categorical, values: [a, b]}}]
+"""
+
+
+def test_publish_once_then_same_content_is_a_no_op_and_different_content_is_refused(
+        live_services: ServicesConfig) -> None:
+    text = fresh_spec()
+    spec = parse_spec(text)
+    first = publish_spec(spec, live_services.bootstrap)
+    assert first.created and first.key == spec.key and first.topic == spec.topic
+    assert topic_partitions(live_services.bootstrap, spec.topic) == 2
+    assert topic_partitions(live_services.bootstrap, DLQ_TOPIC) >= 1
+    again = publish_spec(parse_spec(text.replace("level, type", "level,  type")), live_services.bootstrap)
+    assert not again.created
+    changed = parse_spec(text.replace("epsilon: 1.0", "epsilon: 2.0"))
+    with pytest.raises(SpecError, match=f"{spec.key} is already published with different content"):
+        publish_spec(changed, live_services.bootstrap)
+    published = read_specs(live_services.bootstrap)
+    assert published[spec.key] == spec
+    assert published[spec.key].epsilon == 1.0
+    newer = changed.model_copy(update={"version": 2})
+    assert publish_spec(newer, live_services.bootstrap).created
+    assert read_specs(live_services.bootstrap)[newer.key].epsilon == 2.0
+
+
+def test_ensure_topic_is_idempotent_and_checks_partitions(live_services: ServicesConfig) -> None:
+    name = f"ldp.test.topic-{uuid.uuid4().hex[:10]}"
+    assert ensure_topic(live_services.bootstrap, name, 2)
+    assert not ensure_topic(live_services.bootstrap, name, 2)
+    with pytest.raises(Exception, match="exists with 2 partitions, not 3"):
+        ensure_topic(live_services.bootstrap, name, 3)
+    assert not ensure_topic(live_services.bootstrap, SPECS_TOPIC, 1, compacted=True)
