@@ -34,6 +34,7 @@ ALL_TIME = "all"
 class WindowIncrement:
     """What one batch adds to one window of one collection version."""
 
+    version: int
     window: str
     start_ms: int
     devices: int
@@ -47,7 +48,6 @@ class BatchUpdate:
     """Everything one micro-batch of one partition adds to the store."""
 
     collection: str
-    spec_version: int
     source: str  # "topic:partition"
     last_offset: int
     windows: tuple[WindowIncrement, ...]
@@ -58,7 +58,7 @@ class BatchUpdate:
 @dataclass(frozen=True)
 class ApplyResult:
     status: str  # "applied" | "skipped" | "duplicates"
-    duplicates: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
+    duplicates: dict[tuple[int, str, int], np.ndarray] = field(default_factory=dict)  # (version, window, start)
 
 
 @dataclass(frozen=True)
@@ -210,12 +210,12 @@ class RedisStore(StatsStore):
         args: list[str | bytes | int] = [update.source, update.last_offset, len(dedupe), len(update.windows),
                                          "" if update.newest_report_ms is None else update.newest_report_ms, _now_ms()]
         for w in dedupe:
-            keys.append(f"{p}:seen:{window_member(update.spec_version, w.window, w.start_ms)}")
+            keys.append(f"{p}:seen:{window_member(w.version, w.window, w.start_ms)}")
             members = np.ascontiguousarray(w.dedupe, dtype="<u8")
             # 8-byte LE strings; numpy's S8 drops trailing NULs, which is injective and undone on the way back
             args += [w.dedupe_ttl_s, len(members), *(members.view("S8").tolist() if len(members) else [])]
         for w in update.windows:
-            member = window_member(update.spec_version, w.window, w.start_ms)
+            member = window_member(w.version, w.window, w.start_ms)
             keys.append(f"{p}:{member}")
             pairs = stats_fields(w.devices, w.stats)
             args += [member, len(pairs) // 2, *pairs]
@@ -226,10 +226,10 @@ class RedisStore(StatsStore):
         status = reply[0].decode()
         if status != "duplicates":
             return ApplyResult(status)
-        found: dict[tuple[str, int], list[int]] = defaultdict(list)
+        found: dict[tuple[int, str, int], list[int]] = defaultdict(list)
         for i in range(1, len(reply), 2):
             w = dedupe[int(reply[i]) - 1]
-            found[(w.window, w.start_ms)].append(int(np.frombuffer(reply[i + 1].ljust(8, b"\0"), dtype="<u8")[0]))
+            found[(w.version, w.window, w.start_ms)].append(int(np.frombuffer(reply[i + 1].ljust(8, b"\0"), dtype="<u8")[0]))
         return ApplyResult("duplicates", {k: np.asarray(v, dtype=np.uint64) for k, v in found.items()})
 
     def read_window(self, collection: str, version: int, window: str, start_ms: int,
@@ -286,18 +286,18 @@ class MemoryStore(StatsStore):
             applied = self._offsets[c].get(update.source)
             if applied is not None and applied >= update.last_offset:
                 return ApplyResult("skipped")
-            dups: dict[tuple[str, int], np.ndarray] = {}
+            dups: dict[tuple[int, str, int], np.ndarray] = {}
             for w in update.windows:
                 if w.dedupe is None:
                     continue
-                seen = self._seen[(c, window_member(update.spec_version, w.window, w.start_ms))]
+                seen = self._seen[(c, window_member(w.version, w.window, w.start_ms))]
                 hit = np.asarray([d for d in w.dedupe.tolist() if d in seen], dtype=np.uint64)
                 if len(hit):
-                    dups[(w.window, w.start_ms)] = hit
+                    dups[(w.version, w.window, w.start_ms)] = hit
             if dups:
                 return ApplyResult("duplicates", dups)
             for w in update.windows:
-                member = window_member(update.spec_version, w.window, w.start_ms)
+                member = window_member(w.version, w.window, w.start_ms)
                 if w.dedupe is not None:
                     self._seen[(c, member)].update(w.dedupe.tolist())
                 self._windows[c].add(member)

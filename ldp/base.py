@@ -77,7 +77,7 @@ class ReportSchema:
                 raise LDPError(f"column {col.name!r}: row shape {arr.shape[1:]} != expected {col.row_shape()}")
             if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
                 raise LDPError(f"column {col.name!r}: dtype {arr.dtype} is not numeric")
-            flat = arr.reshape(n, -1).astype(np.float64, copy=False)
+            flat = arr.reshape(n, col.width).astype(np.float64, copy=False)
             bad_range = ~np.isfinite(flat).all(axis=1) | (flat < col.low).any(axis=1) | (flat > col.high).any(axis=1)
             reasons[bad_range & (reasons == "")] = f"{col.name} outside [{col.low}, {col.high}]"
             if col.allowed is not None:

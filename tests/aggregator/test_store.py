@@ -30,9 +30,9 @@ def update(collection: str, offset: int, devices: list[int], source: str = "t:0"
            scale: float = 1.0) -> BatchUpdate:
     d = np.asarray(devices, dtype=np.uint64)
     stats = {0: np.array([len(d), 0.5, 0.25]) * scale, 1: np.array([0.0, 1.0, 2.0, 3.0]) * scale}
-    return BatchUpdate(collection, 1, source, offset,
-                       (WindowIncrement("1h", start, len(d), stats, dedupe=d, dedupe_ttl_s=7200),
-                        WindowIncrement("all", 0, len(d), stats)),
+    return BatchUpdate(collection, source, offset,
+                       (WindowIncrement(1, "1h", start, len(d), stats, dedupe=d, dedupe_ttl_s=7200),
+                        WindowIncrement(1, "all", 0, len(d), stats)),
                        {"accepted": len(d), "rejected:out_of_range": 2}, newest_report_ms=1000 + offset)
 
 
@@ -72,7 +72,7 @@ def test_duplicates_in_a_window_write_nothing_and_are_named(store: tuple[StatsSt
     s.apply(update(c, 10, [1, 2, 2**64 - 1, 256]))
     result = s.apply(update(c, 11, [3, 2**64 - 1, 256, 4]))
     assert result.status == "duplicates"
-    assert sorted(result.duplicates[("1h", 0)].tolist()) == [256, 2**64 - 1]
+    assert sorted(result.duplicates[(1, "1h", 0)].tolist()) == [256, 2**64 - 1]
     assert s.offsets(c) == {"t:0": 10} and s.read_window(c, 1, "all", 0, SIZES).devices == 4
     assert s.apply(update(c, 11, [3, 4])).status == "applied"
     # another window start is another dedupe set
@@ -90,4 +90,4 @@ def test_large_batches_cross_the_script_chunk_size(store: tuple[StatsStore, str]
     devices = list(range(1, 10_001))
     assert s.apply(update(c, 1, devices)).status == "applied"
     again = s.apply(update(c, 2, devices[-5:] + [20_000]))
-    assert sorted(again.duplicates[("1h", 0)].tolist()) == devices[-5:]
+    assert sorted(again.duplicates[(1, "1h", 0)].tolist()) == devices[-5:]

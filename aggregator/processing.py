@@ -1,0 +1,299 @@
+"""One micro-batch of one partition -> the store update and the dead-letter records. Pure: no Kafka, no Redis.
+
+Steps, all vectorised over the batch's reports (messages are concatenated after decoding):
+1. decode each message (`producer.wire.decode`); an undecodable one is rejected whole;
+2. check the collection (it must match the topic) and the spec version (it must be published);
+3. check every attribute block against its mechanism's declared report schema (shape: whole message; range:
+   per device) and that each device reports exactly the spec's number of attributes;
+4. check the report times (not older than the dedupe window, not from the future);
+5. drop later reports of a device already seen in the same dedupe window within the batch;
+6. accumulate each attribute's additive statistics per window (the spec's tumbling windows and all-time).
+A rejected device's report goes to the dead-letter topic with its reason; nothing of it is counted.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from aggregator.store import ALL_TIME, BatchUpdate, WindowIncrement
+from ldp.base import Mechanism
+from producer.spec import CollectionSpec, report_topic, window_seconds
+from producer.wire import DecodedBatch, WireError, decode
+
+# Reason codes: a bounded set (they are metric labels); the detail goes in the dead-letter record.
+MALFORMED = "malformed"
+UNKNOWN_VERSION = "unknown_wire_version"
+UNKNOWN_COLLECTION = "unknown_collection"
+WRONG_SHAPE = "wrong_shape"
+OUT_OF_RANGE = "out_of_range"
+DUPLICATE = "duplicate"
+STALE = "stale_timestamp"
+FUTURE = "future_timestamp"
+REASONS = (MALFORMED, UNKNOWN_VERSION, UNKNOWN_COLLECTION, WRONG_SHAPE, OUT_OF_RANGE, DUPLICATE, STALE, FUTURE)
+MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
+DEFAULT_MAX_AGE_MS = 24 * 3600 * 1000
+
+
+class CollectionPlan(Protocol):
+    """What the aggregator needs of a collection: its spec, one mechanism per attribute, reports per device."""
+
+    spec: CollectionSpec
+    mechanisms: Sequence[Mechanism]
+    attributes_per_device: int
+
+
+@dataclass(frozen=True)
+class Message:
+    """A Kafka message as the processor sees it."""
+
+    offset: int
+    value: bytes
+    timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A rejected message (rows None) or the rejected device rows of a message, with the reason."""
+
+    offset: int
+    value: bytes
+    reason: str
+    detail: str
+    rows: tuple[int, ...] | None = None
+
+
+@dataclass
+class PartitionResult:
+    """The store update (None if nothing to write) and the dead letters of a partition's micro-batch."""
+
+    update: BatchUpdate | None
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+@dataclass
+class _Rows:
+    """The decoded reports of the batch's messages, concatenated."""
+
+    message: np.ndarray  # index of the message of each row
+    local_row: np.ndarray  # row within its message
+    devices: np.ndarray
+    timestamps: np.ndarray
+    attributes: dict[int, tuple[np.ndarray, dict[str, np.ndarray]]]  # attr -> (global rows, columns)
+
+
+def dedupe_window(spec: CollectionSpec) -> str:
+    """The window in which a device may report once: the spec's smallest tumbling window, else all-time."""
+    return spec.windows[0] if spec.windows else ALL_TIME
+
+
+def max_age_ms(spec: CollectionSpec) -> int:
+    return window_seconds(spec.windows[0]) * 1000 if spec.windows else DEFAULT_MAX_AGE_MS
+
+
+def window_starts(window: str, timestamps_ms: np.ndarray) -> np.ndarray:
+    """Start (ms) of each report's tumbling window (0 for all-time)."""
+    if window == ALL_TIME:
+        return np.zeros(len(timestamps_ms), dtype=np.int64)
+    length = window_seconds(window) * 1000
+    return (timestamps_ms // length) * length
+
+
+class PartitionProcessor:
+    """Turns the micro-batches of one topic's partitions into store updates; knows the published plans."""
+
+    def __init__(self, plans: Callable[[str, int], CollectionPlan | None], clock_ms: Callable[[], int]) -> None:
+        self.plans = plans
+        self.clock_ms = clock_ms
+
+    def process(self, topic: str, partition: int, messages: Sequence[Message],
+                seen: dict[tuple[int, str, int], np.ndarray] | None = None) -> PartitionResult:
+        """The update and dead letters of consecutive messages of one partition.
+
+        `seen`: devices the store reported as already counted in a (version, window, start): rejected as duplicates.
+        """
+        if not messages:
+            return PartitionResult(None)
+        letters: list[DeadLetter] = []
+        decoded: list[tuple[Message, DecodedBatch, CollectionPlan]] = []
+        for msg in messages:
+            plan_or_letter = self._decode(topic, msg)
+            if isinstance(plan_or_letter, DeadLetter):
+                letters.append(plan_or_letter)
+            else:
+                decoded.append((msg, *plan_or_letter))
+        collection = topic.removeprefix("ldp.reports.")
+        outcomes: dict[str, int] = defaultdict(int)
+        for letter in letters:
+            outcomes[f"rejected:{letter.reason}"] += 1
+        by_version: dict[int, list[tuple[Message, DecodedBatch, CollectionPlan]]] = defaultdict(list)
+        for item in decoded:
+            by_version[item[1].spec_version].append(item)
+        windows: list[WindowIncrement] = []
+        newest: int | None = None
+        for _, items in sorted(by_version.items()):
+            incs, rejected, newest_v = self._accumulate(items, outcomes, seen or {})
+            letters += rejected
+            windows += incs
+            if newest_v is not None:
+                newest = newest_v if newest is None else max(newest, newest_v)
+        update = BatchUpdate(collection, f"{topic}:{partition}", messages[-1].offset, tuple(windows), dict(outcomes),
+                             newest)
+        return PartitionResult(update, letters)
+
+    def _decode(self, topic: str, msg: Message) -> tuple[DecodedBatch, CollectionPlan] | DeadLetter:
+        try:
+            batch = decode(msg.value)
+        except WireError as exc:
+            reason = UNKNOWN_VERSION if str(exc).startswith("unknown wire version") else MALFORMED
+            return DeadLetter(msg.offset, msg.value, reason, str(exc))
+        if report_topic(batch.collection) != topic:
+            return DeadLetter(msg.offset, msg.value, UNKNOWN_COLLECTION,
+                              f"collection {batch.collection!r} does not belong on topic {topic}")
+        plan = self.plans(batch.collection, batch.spec_version)
+        if plan is None:
+            return DeadLetter(msg.offset, msg.value, UNKNOWN_COLLECTION,
+                              f"no published spec {batch.collection}@{batch.spec_version}")
+        problem = _shape_problem(batch, plan)
+        if problem:
+            return DeadLetter(msg.offset, msg.value, WRONG_SHAPE, problem)
+        return batch, plan
+
+    def _accumulate(self, items: list[tuple[Message, DecodedBatch, CollectionPlan]], outcomes: dict[str, int],
+                    seen: dict[tuple[int, str, int], np.ndarray]) -> tuple[list[WindowIncrement], list[DeadLetter],
+                                                                          int | None]:
+        plan = items[0][2]
+        spec = plan.spec
+        rows = _concatenate([b for _, b, _ in items])
+        n = len(rows.devices)
+        reasons = np.full(n, "", dtype=object)
+        details: dict[str, str] = {}
+        # 3. range of every report, per device
+        for attr, (grow, cols) in rows.attributes.items():
+            mech = plan.mechanisms[attr]
+            bad = mech.schema.violations(_shaped(cols, mech, len(grow)))
+            hit = bad != ""
+            if hit.any():
+                _mark(reasons, grow[hit], OUT_OF_RANGE)
+                details.setdefault(OUT_OF_RANGE, f"{spec.attributes[attr].name}: {bad[hit][0]}")
+        counts = np.zeros(n, dtype=np.int64)
+        for grow, _ in rows.attributes.values():
+            counts[grow] += 1
+        wrong = counts != plan.attributes_per_device
+        if wrong.any():
+            _mark(reasons, np.flatnonzero(wrong), WRONG_SHAPE)
+            details.setdefault(WRONG_SHAPE, f"a device must report {plan.attributes_per_device} attribute(s)")
+        # 4. report times
+        now = self.clock_ms()
+        _mark(reasons, np.flatnonzero(rows.timestamps > now + MAX_FUTURE_SKEW_MS), FUTURE)
+        _mark(reasons, np.flatnonzero(rows.timestamps < now - max_age_ms(spec)), STALE)
+        details.setdefault(FUTURE, "report time is in the future")
+        details.setdefault(STALE, "report time is older than the dedupe window")
+        # 5. duplicates within the batch (first report of a device in a window wins)
+        dwin = dedupe_window(spec)
+        starts = window_starts(dwin, rows.timestamps)
+        if spec.one_report_per_window:
+            ok = np.flatnonzero(reasons == "")
+            keyed = np.rec.fromarrays([rows.devices[ok], starts[ok]])
+            _, first = np.unique(keyed, return_index=True)
+            dup = np.setdiff1d(np.arange(len(ok)), first)
+            _mark(reasons, ok[dup], DUPLICATE)
+            for (version, window, start), devices in seen.items():
+                if version == spec.version and window == dwin:
+                    _mark(reasons, np.flatnonzero((starts == start) & np.isin(rows.devices, devices)), DUPLICATE)
+            details.setdefault(DUPLICATE, "device already reported in this window")
+        letters = _dead_letters(items, rows, reasons, details)
+        accepted = reasons == ""
+        outcomes["accepted"] += int(accepted.sum())
+        for code in REASONS:
+            k = int((reasons == code).sum())
+            if k:
+                outcomes[f"rejected:{code}"] += k
+        incs = self.window_increments(plan, rows, accepted, dwin)
+        newest = int(rows.timestamps[accepted].max()) if accepted.any() else None
+        return incs, letters, newest
+
+    @staticmethod
+    def window_increments(plan: CollectionPlan, rows: _Rows, accepted: np.ndarray, dwin: str) -> list[WindowIncrement]:
+        """6. Additive statistics of the accepted reports per window and window start."""
+        spec = plan.spec
+        incs: list[WindowIncrement] = []
+        ttl = 2 * (window_seconds(dwin) if dwin != ALL_TIME else 0)
+        for window in [*spec.windows, ALL_TIME]:
+            starts = window_starts(window, rows.timestamps)
+            for start in np.unique(starts[accepted]):
+                member = accepted & (starts == start)
+                stats = {}
+                for attr, (grow, cols) in rows.attributes.items():
+                    take = member[grow]
+                    if take.any():
+                        mech = plan.mechanisms[attr]
+                        sub = _shaped(cols, mech, len(grow))
+                        stats[attr] = mech.accumulate({k: v[take] for k, v in sub.items()})
+                dedupe = rows.devices[member] if (spec.one_report_per_window and window == dwin) else None
+                incs.append(WindowIncrement(spec.version, window, int(start), int(member.sum()), stats, dedupe, ttl))
+        return incs
+
+
+def _shape_problem(batch: DecodedBatch, plan: CollectionPlan) -> str:
+    """'' if every attribute block has the columns and row shapes its mechanism declares, else the problem."""
+    for block in batch.attributes:
+        if block.attribute >= len(plan.mechanisms):
+            return f"attribute index {block.attribute} >= {len(plan.mechanisms)}"
+        mech = plan.mechanisms[block.attribute]
+        expected = {c.name: c for c in mech.schema.columns}
+        if set(block.reports) != set(expected):
+            return f"attribute {block.attribute}: columns {sorted(block.reports)} != {sorted(expected)}"
+        for name, arr in block.reports.items():
+            if arr.size != len(block.rows) * expected[name].width:
+                return (f"attribute {block.attribute}: column {name!r} has {arr.size} values for {len(block.rows)} "
+                        f"rows of width {expected[name].width}")
+    return ""
+
+
+def _shaped(cols: dict[str, np.ndarray], mech: Mechanism, n: int) -> dict[str, np.ndarray]:
+    widths = {c.name: c.width for c in mech.schema.columns}
+    return {k: (v.reshape(n, widths[k]) if widths[k] != 1 else v) for k, v in cols.items()}
+
+
+def _concatenate(batches: list[DecodedBatch]) -> _Rows:
+    sizes = np.array([len(b) for b in batches])
+    bases = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    message = np.repeat(np.arange(len(batches)), sizes)
+    local = np.arange(int(sizes.sum())) - np.repeat(bases, sizes)
+    attrs: dict[int, tuple[list[np.ndarray], dict[str, list[np.ndarray]]]] = {}
+    for base, b in zip(bases, batches, strict=True):
+        for block in b.attributes:
+            grows, cols = attrs.setdefault(block.attribute, ([], defaultdict(list)))
+            grows.append(block.rows.astype(np.int64) + base)
+            for k, v in block.reports.items():
+                cols[k].append(v)
+    attributes = {a: (np.concatenate(g), {k: np.concatenate(v) for k, v in c.items()}) for a, (g, c) in attrs.items()}
+    return _Rows(message, local, np.concatenate([b.devices for b in batches]),
+                 np.concatenate([b.timestamps_ms for b in batches]), attributes)
+
+
+def _mark(reasons: np.ndarray, rows: np.ndarray, code: str) -> None:
+    """Give `code` to the rows that have no reason yet (the first reason found is the one reported)."""
+    if len(rows):
+        free = rows[reasons[rows] == ""]
+        reasons[free] = code
+
+
+def _dead_letters(items: list[tuple[Message, DecodedBatch, CollectionPlan]], rows: _Rows, reasons: np.ndarray,
+                  details: dict[str, str]) -> list[DeadLetter]:
+    letters = []
+    bad = np.flatnonzero(reasons != "")
+    for m in np.unique(rows.message[bad]):
+        msg = items[int(m)][0]
+        in_msg = bad[rows.message[bad] == m]
+        for code in np.unique(reasons[in_msg]):
+            sel = in_msg[reasons[in_msg] == code]
+            whole = len(sel) == int((rows.message == m).sum())
+            letters.append(DeadLetter(msg.offset, msg.value, str(code), details.get(str(code), str(code)),
+                                      None if whole else tuple(int(r) for r in rows.local_row[sel])))
+    return letters
