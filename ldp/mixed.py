@@ -1,0 +1,213 @@
+"""Mixed records: d numeric and categorical attributes per device, k of them sampled (000 Sec. IV-C).
+
+API (what the pipeline calls)::
+
+    collector = MixedCollector([NumericAttribute("age", 18, 90), CategoricalAttribute("os", 4)], epsilon=2.0)
+    batch = collector.perturb({"age": ages, "os": codes}, rng)   # columns of n devices' true values
+    batch.n                  # devices in the batch
+    batch.rows["age"]        # int64 row indices of the devices that sampled "age"
+    batch.reports["age"]     # those devices' reports: the attribute mechanism's columnar reports (same order)
+    stats = collector.accumulate(batch)   # flat float64 vector, additive across batches, length stats_size
+    collector.estimate(stats)             # {"age": Estimate(mean on [18, 90]), "os": Estimate(frequencies)}
+
+Each device samples k of the d attributes uniformly without replacement, k = max(1, min(d, floor(eps/2.5)))
+(000 Eq. 12) unless given; k = 1 is Harmony's one attribute per user (001 Sec. 3.2); k = d is the
+budget-splitting baseline (`MixedCollector.budget_split`: every attribute at eps/d, no sampling). Each sampled
+attribute is perturbed at eps/k: a numeric one by a `ldp.numeric` mechanism on [-1, 1] after `RangeScaler`
+("auto" picks the lowest worst-case variance for this d and k, `ldp.numeric.auto.choose_sampled`), a categorical
+one by a frequency oracle from `ldp.registry` (OUE by default, as in 000 Sec. VI).
+
+Statistics: [N] then, per attribute in order, [n_j, the attribute mechanism's statistics], where N counts every
+device and n_j those that sampled attribute j (`stats_slices` gives each block).
+
+Estimates (unbiased; 000 Sec. IV-C): with s = d/k, the mean of t_j over all N devices is s * sum(t*_j) / N, and
+a frequency is s * n_j * f_j / N, where f_j is the oracle's unbiased frequency among the n_j reports. Each device
+includes attribute j independently with probability k/d, so with m2 = mean over devices of t^2 (numeric) or of
+the indicator (categorical, = the frequency),
+
+    Var = (s n_j / N)^2 Var[f_j or mean_j | sample] + (s - 1) m2 / N,
+
+whose expectation is 000 Lemma 6's [(d/k)(Var_1(t) + t^2) - t^2] / N averaged over devices. m2 is a plug-in:
+`second_moment_plugin` for numeric attributes, the clipped frequency estimate for categorical ones. An attribute
+that no device sampled yet estimates 0 (the unbiased estimator's value) with the worst-case sampling error.
+
+Privacy: the sampled set does not depend on the data, and each of the k reports is (eps/k)-LDP, so a device's
+reports are eps-LDP by sequential composition (000 Lemma 4; Harmony's argument for k = 1, 001 Sec. 3.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ldp import registry
+from ldp.base import Estimate, LDPError, Mechanism, Reports, ReportSchema, check_epsilon
+from ldp.multidim import check_dims, sampled_attributes
+from ldp.numeric.auto import choose_sampled
+from ldp.numeric.base import NumericMechanism, second_moment_plugin
+from ldp.numeric.scaling import RangeScaler
+
+
+@dataclass(frozen=True)
+class NumericAttribute:
+    """A numeric attribute with values in [lo, hi], perturbed by a numeric mechanism name or "auto"."""
+
+    name: str
+    lo: float
+    hi: float
+    mechanism: str = "auto"
+
+
+@dataclass(frozen=True)
+class CategoricalAttribute:
+    """A categorical attribute with codes 0..domain-1, perturbed by a frequency oracle name."""
+
+    name: str
+    domain: int
+    oracle: str = "oue"
+
+
+Attribute = NumericAttribute | CategoricalAttribute
+
+
+@dataclass(frozen=True)
+class MixedBatch:
+    """Perturbed reports of n devices: per attribute, the rows that sampled it and their reports."""
+
+    n: int
+    rows: dict[str, np.ndarray]
+    reports: dict[str, Reports]
+
+
+class MixedCollector:
+    """Collect d mixed attributes under eps-LDP, k sampled per device (000 Sec. IV-C); see the module docstring."""
+
+    def __init__(self, attributes: Sequence[Attribute], epsilon: float, k: int | None = None) -> None:
+        self.epsilon = check_epsilon(epsilon)
+        self.attributes = tuple(attributes)
+        names = [a.name for a in self.attributes]
+        if not names or len(set(names)) != len(names):
+            raise LDPError(f"a collector needs attributes with distinct names, got {names}")
+        self.dims = len(self.attributes)
+        self.k = sampled_attributes(self.epsilon, self.dims) if k is None else check_dims(k)
+        if self.k > self.dims:
+            raise LDPError(f"cannot sample k = {self.k} of d = {self.dims} attributes")
+        self.scale = self.dims / self.k
+        self.mechanisms: dict[str, Mechanism] = {a.name: self._mechanism(a) for a in self.attributes}
+        self.scalers = {a.name: RangeScaler(a.lo, a.hi) for a in self.attributes if isinstance(a, NumericAttribute)}
+        sizes = [1 + self.mechanisms[name].stats_size for name in names]
+        starts = 1 + np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        self.stats_slices = {name: slice(int(s), int(s) + size) for name, s, size in zip(names, starts, sizes, strict=True)}
+        self.stats_size = 1 + sum(sizes)
+
+    @classmethod
+    def budget_split(cls, attributes: Sequence[Attribute], epsilon: float) -> MixedCollector:
+        """The baseline 000 and 001 beat: every attribute reported by every device at eps/d."""
+        return cls(attributes, epsilon, k=len(attributes))
+
+    def _mechanism(self, attr: Attribute) -> Mechanism:
+        eps = self.epsilon / self.k
+        if isinstance(attr, CategoricalAttribute):
+            return registry.make(attr.oracle, eps, domain=attr.domain)
+        name = choose_sampled(self.epsilon, self.dims, self.k) if attr.mechanism == "auto" else attr.mechanism
+        if name not in registry.NUMERIC:
+            raise LDPError(f"attribute {attr.name!r}: {name!r} is not a numeric mechanism ({sorted(registry.NUMERIC)})")
+        return registry.make(name, eps)
+
+    @property
+    def schemas(self) -> dict[str, ReportSchema]:
+        """Per attribute, the shape and range of its valid reports."""
+        return {name: mech.schema for name, mech in self.mechanisms.items()}
+
+    def empty_stats(self) -> np.ndarray:
+        return np.zeros(self.stats_size, dtype=np.float64)
+
+    def perturb(self, records: Mapping[str, np.ndarray], rng: np.random.Generator) -> MixedBatch:
+        """Reports of n devices whose true values are the columns `records[name]` (all of length n)."""
+        missing = [a.name for a in self.attributes if a.name not in records]
+        if missing:
+            raise LDPError(f"records lack attribute columns {missing}")
+        lengths = {len(np.atleast_1d(records[a.name])) for a in self.attributes}
+        if len(lengths) != 1:
+            raise LDPError(f"attribute columns have different lengths: {sorted(lengths)}")
+        n = lengths.pop()
+        # Validate every column before sampling, so a bad value is rejected even where it would not be sampled.
+        inputs = {a.name: self._inputs(a, records[a.name]) for a in self.attributes}
+        keys = rng.random((n, self.dims))
+        chosen = np.zeros((n, self.dims), dtype=bool)
+        if self.k == self.dims:
+            chosen[:] = True
+        else:
+            np.put_along_axis(chosen, np.argpartition(keys, self.k - 1, axis=1)[:, : self.k], True, axis=1)
+        rows, reports = {}, {}
+        for j, attr in enumerate(self.attributes):
+            sampled = np.flatnonzero(chosen[:, j])
+            rows[attr.name] = sampled
+            reports[attr.name] = self.mechanisms[attr.name].perturb(inputs[attr.name][sampled], rng)
+        return MixedBatch(n=n, rows=rows, reports=reports)
+
+    def _inputs(self, attr: Attribute, column: np.ndarray) -> np.ndarray:
+        if isinstance(attr, NumericAttribute):
+            return self.scalers[attr.name].to_unit(np.atleast_1d(column))
+        values = np.atleast_1d(np.asarray(column))
+        _validate_codes(values, attr)
+        return values
+
+    def accumulate(self, batch: MixedBatch) -> np.ndarray:
+        """Additive statistics of a batch (layout in the module docstring)."""
+        stats = self.empty_stats()
+        stats[0] = batch.n
+        for name, mech in self.mechanisms.items():
+            block = self.stats_slices[name]
+            stats[block] = np.concatenate([[len(batch.rows[name])], mech.accumulate(batch.reports[name])])
+        return stats
+
+    def estimate(self, stats: np.ndarray) -> dict[str, Estimate]:
+        """Per attribute: the mean on its [lo, hi], or the frequency vector; unbiased, with standard errors."""
+        stats = np.asarray(stats, dtype=np.float64)
+        if stats.shape != (self.stats_size,):
+            raise LDPError(f"statistics must have shape ({self.stats_size},), got {stats.shape}")
+        total = int(stats[0])
+        out: dict[str, Estimate] = {}
+        for attr in self.attributes:
+            block = stats[self.stats_slices[attr.name]]
+            est = self._unit_estimate(attr, total, int(block[0]), block[1:])
+            out[attr.name] = self.scalers[attr.name].estimate_from_unit(est) if attr.name in self.scalers else est
+        return out
+
+    def _unit_estimate(self, attr: Attribute, total: int, sampled: int, sub_stats: np.ndarray) -> Estimate:
+        mech = self.mechanisms[attr.name]
+        width = attr.domain if isinstance(attr, CategoricalAttribute) else 1
+        if total == 0:
+            return _squeeze(Estimate(n=0, value=np.full(width, np.nan), stderr=np.full(width, np.inf)), attr)
+        if sampled == 0:  # 000 Sec. IV-C's estimator is 0 here; its error is the sampling term at m2 = 1
+            worst = np.full(width, np.sqrt((self.scale - 1) / total))
+            return _squeeze(Estimate(n=total, value=np.zeros(width), stderr=worst), attr)
+        sub = mech.estimate(sub_stats)
+        weight = self.scale * sampled / total
+        value = weight * np.atleast_1d(sub.value)
+        if isinstance(mech, NumericMechanism):
+            a, b = mech.variance_coefficients()
+            m2 = second_moment_plugin(sampled, sub_stats[1], sub_stats[2], a, b)
+        else:
+            m2 = np.clip(value, 0.0, 1.0)
+        var = weight**2 * np.atleast_1d(sub.stderr) ** 2 + (self.scale - 1) * m2 / total
+        return _squeeze(Estimate(n=total, value=value, stderr=np.sqrt(var)), attr)
+
+
+def _squeeze(est: Estimate, attr: Attribute) -> Estimate:
+    """A numeric attribute's estimate is a scalar (0-d arrays); a categorical one's is a vector of K."""
+    if isinstance(attr, CategoricalAttribute):
+        return est
+    return Estimate(n=est.n, value=np.asarray(est.value).reshape(()), stderr=np.asarray(est.stderr).reshape(()))
+
+
+def _validate_codes(values: np.ndarray, attr: CategoricalAttribute) -> None:
+    if values.dtype.kind == "f" and (np.isnan(values).any() or not np.array_equal(values, np.floor(values))):
+        raise LDPError(f"attribute {attr.name!r}: categories must be integer codes")
+    if values.dtype.kind not in "iuf":
+        raise LDPError(f"attribute {attr.name!r}: categories must be integer codes, got dtype {values.dtype}")
+    if values.size and not (values.min() >= 0 and values.max() < attr.domain):
+        raise LDPError(f"attribute {attr.name!r}: unknown category (codes must lie in 0..{attr.domain - 1})")
