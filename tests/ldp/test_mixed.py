@@ -18,7 +18,16 @@ NUMERIC = [
     NumericAttribute("load", -5.0, 5.0, mechanism="pm"),
     NumericAttribute("battery", 0.0, 1.0, mechanism="duchi"),
 ]
-HAS_FREQUENCY_ORACLES = all(importlib.util.find_spec(f"ldp.frequency.{m}") is not None for m in ("grr", "unary"))
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package is absent
+        return False
+
+
+HAS_FREQUENCY_ORACLES = all(_importable(f"ldp.frequency.{m}") for m in ("grr", "unary"))
 
 
 def numeric_records(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
