@@ -1,0 +1,119 @@
+"""Unary encoding: symmetric (SUE, basic one-time RAPPOR) and optimized (OUE) (004 "Unary Encoding", "Optimized UE").
+
+The value v is encoded as the one-hot bit vector of length K; every bit is perturbed independently: the bit of v
+is reported as 1 with probability p exactly, every other bit (a 0) is reported as 1 with probability q.
+Support(y) = {v : y[v] = 1}, so the pure estimator applies with these p and q.
+
+- SUE: p = e^{eps/2} / (e^{eps/2} + 1), q = 1 / (e^{eps/2} + 1); rare-value n * Var = e^{eps/2} / (e^{eps/2} - 1)^2.
+- OUE: p = 1/2, q = 1 / (e^eps + 1); rare-value n * Var = 4 e^eps / (e^eps - 1)^2 (004 Table 1).
+
+Pitfall: the 1 at v must be kept with probability p, and not first flipped with probability q like a 0 and then
+kept, which would make Pr[y[v] = 1] = p + (1 - p) q and bias the estimator.
+
+Privacy (004, UE): two one-hot vectors differ in two positions, so for any report y the ratio of its
+probabilities under v and v' is at most (p / q) * ((1 - q) / (1 - p)), which is e^{eps/2} * e^{eps/2} = e^eps
+for SUE and 1 * e^eps for OUE.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from ldp.base import Column, Reports, ReportSchema
+from ldp.frequency.base import FrequencyOracle
+
+_CHUNK_ENTRIES = 1 << 22  # random draws per chunk of rows when sampling bit vectors (32 MiB of float64)
+
+
+class UnaryEncoding(FrequencyOracle):
+    """Unary encoding with support probabilities p (the true bit) and q (every other bit).
+
+    A report is one bit vector per user: {"bits": uint8 (n, K)}.
+    """
+
+    @property
+    def report_bits(self) -> int:
+        return self.domain_size
+
+    @property
+    def schema(self) -> ReportSchema:
+        return ReportSchema((Column("bits", "uint8", 0, 1, width=self.domain_size),))
+
+    def _sample(self, codes: np.ndarray, rng: np.random.Generator) -> Reports:
+        n, k = codes.shape[0], self.domain_size
+        bits = np.empty((n, k), dtype=np.uint8)
+        rows = max(1, _CHUNK_ENTRIES // k)
+        for start in range(0, n, rows):  # bounded memory: one chunk of uniforms at a time
+            stop = min(n, start + rows)
+            block = bits[start:stop]
+            np.less(rng.random((stop - start, k)), self.q, out=block, casting="unsafe")
+            # The true bit is drawn afresh with probability p (never p + (1 - p) q).
+            block[np.arange(stop - start), codes[start:stop]] = rng.random(stop - start) < self.p
+        return {"bits": bits}
+
+    def _support_counts(self, reports: Reports) -> np.ndarray:
+        return np.asarray(reports["bits"]).sum(axis=0, dtype=np.int64)
+
+    def _support_matrix(self, reports: Reports) -> np.ndarray:
+        return np.asarray(reports["bits"]).astype(bool)
+
+    def _log_pmf(self, reports: Reports, codes: np.ndarray) -> np.ndarray:
+        bits = np.asarray(reports["bits"]).astype(bool)
+        lp, lq, lnp, lnq = (math.log(x) for x in (self.p, self.q, 1 - self.p, 1 - self.q))
+        ones = bits.sum(axis=1)
+        # Every bit as a 0 of the one-hot vector, then the bit at the true value swapped to the 1's probabilities.
+        all_zero_bits = ones * lq + (self.domain_size - ones) * lnq
+        at_true = bits[:, codes]
+        return all_zero_bits[:, None] + np.where(at_true, lp - lq, lnp - lnq)
+
+
+class SUE(UnaryEncoding):
+    """Symmetric unary encoding (basic one-time RAPPOR): p = e^{eps/2} / (e^{eps/2} + 1), q = 1 - p.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> oracle = SUE(1.0, 8)
+    >>> oracle.perturb(np.array([3, 5]), np.random.default_rng(0))["bits"].shape
+    (2, 8)
+    >>> round(oracle.worst_case_variance(), 4)  # e^{1/2} / (e^{1/2} - 1)^2
+    3.9177
+    """
+
+    name: ClassVar[str] = "sue"
+
+    @property
+    def p(self) -> float:
+        return math.exp(self.epsilon / 2) / (math.exp(self.epsilon / 2) + 1)  # 004, UE
+
+    @property
+    def q(self) -> float:
+        return 1.0 / (math.exp(self.epsilon / 2) + 1)  # 004, UE
+
+
+class OUE(UnaryEncoding):
+    """Optimized unary encoding: p = 1/2, q = 1 / (e^eps + 1).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> oracle = OUE(1.0, 8)
+    >>> stats = oracle.accumulate(oracle.perturb(np.zeros(1000, dtype=int), np.random.default_rng(0)))
+    >>> stats.shape
+    (9,)
+    >>> round(oracle.worst_case_variance(), 4)  # 4 e / (e - 1)^2
+    3.6827
+    """
+
+    name: ClassVar[str] = "oue"
+
+    @property
+    def p(self) -> float:
+        return 0.5  # 004, Optimized UE
+
+    @property
+    def q(self) -> float:
+        return 1.0 / (math.exp(self.epsilon) + 1)  # 004, Optimized UE
