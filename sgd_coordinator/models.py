@@ -122,7 +122,8 @@ class _Classifier(Model):
         return float(np.mean(self.predict(beta, x) != y))
 
     def check_labels(self, y: np.ndarray) -> None:
-        if not np.isin(np.asarray(y, dtype=np.float64), (-1.0, 1.0)).all():
+        y = np.asarray(y, dtype=np.float64)
+        if not ((y == 1.0) | (y == -1.0)).all():
             raise TrainingError(f"{self.name} labels must be -1 or 1 (000 Sec. V)")
 
 
