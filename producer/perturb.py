@@ -1,0 +1,104 @@
+"""Turn the true records of n devices into a `PerturbedBatch`: the only way anything reaches the wire.
+
+`perturb` validates the records (every attribute present and no other, numeric values finite and inside the
+attribute's range, categories known), maps categorical values to their codes, runs the spec's collector
+(`producer.collector`, 000 Sec. IV-C) and wraps its output, and only its output, with `producer.wire.perturbed_batch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+
+from ldp.base import LDPError
+from producer.collector import collector_for
+from producer.spec import CategoricalAttribute, CollectionSpec, NumericAttribute
+from producer.wire import AttributeReports, PerturbedBatch, perturbed_batch
+
+
+class RecordError(LDPError):
+    """The true records handed to `perturb` are malformed; the message names the attribute and the problem."""
+
+
+def perturb(spec: CollectionSpec, devices: np.ndarray, timestamps_ms: np.ndarray,
+            records: Mapping[str, np.ndarray], rng: np.random.Generator) -> PerturbedBatch:
+    """Perturbed reports of n devices (pseudonyms `devices`, report times in ms) for the true `records`.
+
+    `records` maps every attribute name to a column of n true values: numeric ones inside the attribute's range,
+    categorical ones as value strings or integer codes 0..K-1. RecordError if anything is malformed.
+    """
+    ids = np.asarray(devices)
+    if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or (ids.dtype.kind == "i" and ids.min() < 0):
+        raise RecordError(f"devices must be a non-empty 1-D array of uint64 pseudonyms, got {ids.dtype} {ids.shape}")
+    times = np.asarray(timestamps_ms)
+    if times.shape != ids.shape or times.dtype.kind not in "iu":
+        raise RecordError(f"timestamps_ms must be {len(ids)} integer milliseconds, got {times.dtype} {times.shape}")
+    columns = true_columns(spec, records, len(ids))
+    batch = collector_for(spec).perturb(columns, rng)
+    blocks = tuple(AttributeReports(index, batch.rows[a.name].astype(np.uint32), batch.reports[a.name])
+                   for index, a in enumerate(spec.attributes) if len(batch.rows[a.name]))
+    return perturbed_batch(spec.name, spec.version, ids.astype(np.uint64, copy=False),
+                           times.astype(np.int64, copy=False), blocks)
+
+
+def true_columns(spec: CollectionSpec, records: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """The records validated and as the collector takes them: float64 numeric values, int64 category codes."""
+    names = {a.name for a in spec.attributes}
+    missing = [a.name for a in spec.attributes if a.name not in records]
+    unknown = sorted(set(records) - names)
+    if missing or unknown:
+        raise RecordError(f"{spec.key}: records lack attributes {missing} or have unknown ones {unknown}")
+    columns = {}
+    for a in spec.attributes:
+        column = np.atleast_1d(np.asarray(records[a.name]))
+        if column.shape != (n,):
+            raise RecordError(f"attribute {a.name!r}: expected {n} values (one per device), got shape {column.shape}")
+        columns[a.name] = _numeric(a, column) if isinstance(a, NumericAttribute) else _codes(a, column)
+    return columns
+
+
+def _numeric(a: NumericAttribute, column: np.ndarray) -> np.ndarray:
+    if column.dtype.kind not in "iuf":
+        raise RecordError(f"attribute {a.name!r}: numeric values expected, got dtype {column.dtype}")
+    x = column.astype(np.float64, copy=False)
+    lo, hi = a.range
+    if not (x.min() >= lo and x.max() <= hi):  # NaN fails both comparisons
+        if np.isnan(x).any():
+            raise RecordError(f"attribute {a.name!r}: NaN value")
+        bad = x[(x < lo) | (x > hi)][0]
+        raise RecordError(f"attribute {a.name!r}: value {bad} outside its range [{lo}, {hi}]")
+    return x
+
+
+def _codes(a: CategoricalAttribute, column: np.ndarray) -> np.ndarray:
+    k = len(a.values)
+    if column.dtype.kind in "USO":
+        values = np.asarray(a.values)
+        order = np.argsort(values)
+        text = column.astype(str)
+        pos = np.clip(np.searchsorted(values[order], text), 0, k - 1)
+        known = values[order][pos] == text
+        if not known.all():
+            raise RecordError(f"attribute {a.name!r}: unknown category {str(text[~known][0])!r}; known: {a.values}")
+        return order[pos].astype(np.int64)
+    if column.dtype.kind not in "iu":
+        raise RecordError(f"attribute {a.name!r}: categories are value strings or integer codes, got {column.dtype}")
+    if column.min() < 0 or column.max() >= k:
+        bad = column[(column < 0) | (column >= k)][0]
+        raise RecordError(f"attribute {a.name!r}: unknown category code {bad} (codes are 0..{k - 1})")
+    return column.astype(np.int64, copy=False)
+
+
+def single_reports(batch: PerturbedBatch) -> Iterator[PerturbedBatch]:
+    """The batch as n batches of one device each (one Kafka message per report), in row order."""
+    per_row: list[list[AttributeReports]] = [[] for _ in range(len(batch))]
+    zero = np.zeros(1, dtype=np.uint32)
+    for block in batch.attributes:  # each row gets the k blocks it sampled: n * k one-row slices in all
+        columns = list(block.reports.items())
+        for position, row in enumerate(block.rows.tolist()):
+            reports = {name: col[position:position + 1] for name, col in columns}
+            per_row[row].append(AttributeReports(block.attribute, zero, reports))
+    for i, blocks in enumerate(per_row):
+        yield perturbed_batch(batch.collection, batch.spec_version, batch.devices[i:i + 1],
+                              batch.timestamps_ms[i:i + 1], tuple(blocks))

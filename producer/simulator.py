@@ -1,0 +1,101 @@
+"""The device fleet simulator: N devices with a known population, perturbed in vectorised chunks, into Kafka.
+
+Each chunk of B devices (1) draws the devices' true records (`producer.population`, 000 Sec. VI) and adds them to
+the exact truth, (2) perturbs them in one vectorised call (`producer.perturb`) and (3) encodes the chunk as one
+envelope keyed by a batch id, or with `single` as B one-report envelopes keyed by the device pseudonym.
+Device i of a run has the integer id seed * 2^32 + i, so pseudonyms are unique within a run and across runs with
+different seeds; every simulated device reports once, so no ledger is needed. Report times come from `clock_ms`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from producer.kafka import ReportProducer
+from producer.perturb import perturb, single_reports
+from producer.population import Population, PopulationTruth, Records
+from producer.pseudonym import integer_pseudonyms
+from producer.spec import CollectionSpec
+from producer.wire import PerturbedBatch, encode
+
+MAX_DEVICES = 2**32
+CHUNKS_PER_SECOND = 10  # with a rate limit, chunks shrink so that sending stays smooth
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """What a run sent: the exact truth, reports and messages acknowledged by Kafka, bytes, and the wall time."""
+
+    truth: dict[str, object]
+    reports: int
+    messages: int
+    bytes: int
+    seconds: float
+
+    @property
+    def reports_per_s(self) -> float:
+        return self.reports / self.seconds if self.seconds > 0 else float("inf")
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def fleet(spec: CollectionSpec, devices: int, *, seed: int = 0, chunk: int = 1000,
+          clock_ms: Callable[[], int] = wall_clock_ms) -> Iterator[tuple[Records, PerturbedBatch]]:
+    """The fleet's chunks, in order: the true records of up to `chunk` devices and their perturbed reports."""
+    if not 1 <= devices <= MAX_DEVICES or not 1 <= chunk <= MAX_DEVICES:
+        raise ValueError(f"devices and the chunk size must lie in [1, 2^32], got {devices} and {chunk}")
+    if not 0 <= seed < 2**31:
+        raise ValueError(f"seed must lie in [0, 2^31), got {seed}")
+    population = Population(spec, seed)
+    population_rng, noise_rng = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])
+    first_id = seed * MAX_DEVICES
+    for lo in range(0, devices, chunk):
+        n = min(chunk, devices - lo)
+        records = population.sample(n, population_rng)
+        ids = integer_pseudonyms(spec.name, np.arange(first_id + lo, first_id + lo + n, dtype=np.uint64))
+        yield records, perturb(spec, ids, np.full(n, clock_ms(), dtype=np.int64), records, noise_rng)
+
+
+def simulate(spec: CollectionSpec, devices: int, producer: ReportProducer, *, seed: int = 0, batch: int = 1000,
+             rate: float | None = None, single: bool = False, clock_ms: Callable[[], int] = wall_clock_ms,
+             on_progress: Callable[[int], None] | None = None, topic: str | None = None) -> SimulationResult:
+    """Send one report for each of `devices` simulated devices to `topic` (default: the spec's report topic).
+
+    `rate` caps reports per second; `on_progress(k)` is told after each chunk that k more reports were queued.
+    Returns once Kafka has acknowledged every message (DeliveryError otherwise).
+    """
+    if rate is not None and not rate > 0:
+        raise ValueError(f"rate must be > 0 reports/s, got {rate}")
+    chunk = batch if rate is None else max(1, min(batch, int(rate / CHUNKS_PER_SECOND)))
+    topic = topic or spec.topic
+    truth = PopulationTruth(spec)
+    sent = messages = size = 0
+    start = time.perf_counter()
+    for index, (records, reports) in enumerate(fleet(spec, devices, seed=seed, chunk=chunk, clock_ms=clock_ms)):
+        truth.add(records)
+        if single:
+            for one in single_reports(reports):
+                message = encode(one)
+                producer.produce(topic, message, one.devices.tobytes())
+                size += len(message)
+            messages += len(reports)
+        else:
+            message = encode(reports)
+            producer.produce(topic, message, f"{spec.key}/{seed}/{index}".encode())
+            size += len(message)
+            messages += 1
+        sent += len(reports)
+        if on_progress is not None:
+            on_progress(len(reports))
+        if rate is not None:
+            ahead = sent / rate - (time.perf_counter() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+    producer.flush(timeout_s=60.0)
+    return SimulationResult(truth.to_dict(), devices, messages, size, time.perf_counter() - start)
