@@ -1,0 +1,179 @@
+"""`ldp mechanisms list|variance|simulate` and `ldp audit`: the mechanisms of `ldp/` from the command line.
+
+JSON contracts (`--json`):
+- variance: {"mechanism", "epsilon", "dims", "domain", "worst_case_variance"}: for a numeric mechanism the
+  worst-case variance of one user's report of one attribute (with --dims D, per attribute under the D-dimensional
+  scheme, 000 Lemma 6); for a frequency oracle n * Var of a rare value's frequency estimate (004 Table 1).
+- simulate: {"mechanism", "epsilon", "n", "dims", "domain", "seed", "trials", "empirical_mse", "theoretical_mse"}:
+  mean squared error of the estimated means (numeric) or frequencies (oracle) over `trials` collections from one
+  seeded population of n users, next to the closed form (mean over attributes/values of Var / n).
+- audit: {"mechanism", "epsilon", "dims", "domain", "epsilon_lower_bound", "confidence", "n", "inputs", "event",
+  "counts", "within_epsilon"}; exit status 1 when the bound exceeds epsilon.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ldp import registry
+from ldp.audit import audit_mechanism
+from ldp.base import LDPError, Mechanism
+from ldp.multidim import VectorMechanism, make_vector_mechanism
+
+console = Console()
+mechanisms_app = typer.Typer(no_args_is_help=True, add_completion=False, help="LDP mechanisms: variances, simulation.")
+
+MECHANISM = typer.Option(..., "--mechanism", "-m", help="mechanism name, e.g. pm, hm, duchi, oue, olh")
+EPSILON = typer.Option(..., "--epsilon", "-e", help="privacy budget per user")
+DIMS = typer.Option(1, "--dims", "-d", help="numeric attributes per user (vector mechanisms for d > 1)")
+DOMAIN = typer.Option(None, "--domain", "-k", help="domain size K (frequency oracles)")
+JSON = typer.Option(False, "--json", help="print JSON")
+
+
+def build_mechanism(name: str, epsilon: float, dims: int = 1, domain: int | None = None) -> Mechanism:
+    """The mechanism a command line names: 1-D numeric, d-dimensional numeric, or a frequency oracle."""
+    if name in registry.FREQUENCY:
+        if dims != 1:
+            raise LDPError(f"--dims applies to numeric mechanisms, not to the frequency oracle {name!r}")
+        return registry.make(name, epsilon, domain=domain)
+    if name not in registry.NUMERIC:
+        raise LDPError(f"unknown mechanism {name!r}; known: {sorted(registry.NUMERIC) + sorted(registry.FREQUENCY)}")
+    if domain is not None:
+        raise LDPError(f"--domain applies to frequency oracles, not to the numeric mechanism {name!r}")
+    return registry.make(name, epsilon) if dims == 1 else make_vector_mechanism(name, epsilon, dims)
+
+
+def _fail(exc: Exception) -> None:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(2) from exc
+
+
+def _print(payload: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(payload))
+        return
+    table = Table("field", "value")
+    for key, value in payload.items():
+        table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+    console.print(table)
+
+
+@mechanisms_app.command("list")
+def list_mechanisms(
+    epsilon: float = typer.Option(1.0, "--epsilon", "-e", help="privacy budget"),
+    domain: int = typer.Option(64, "--domain", "-k", help="domain size K for the frequency oracles"),
+    as_json: bool = JSON,
+) -> None:
+    """Every registered mechanism with its worst-case variance at --epsilon (oracles at --domain)."""
+    rows = []
+    for kind, names in (("numeric", registry.NUMERIC), ("frequency", registry.FREQUENCY)):
+        for name, target in names.items():
+            try:
+                mech = build_mechanism(name, epsilon, domain=domain if kind == "frequency" else None)
+                variance: float | None = float(mech.worst_case_variance())  # type: ignore[attr-defined]
+            except ModuleNotFoundError:  # an area whose module is not installed in this checkout
+                variance = None
+            except LDPError as exc:
+                _fail(exc)
+            rows.append({"mechanism": name, "kind": kind, "class": target, "worst_case_variance": variance})
+    if as_json:
+        typer.echo(json.dumps({"epsilon": epsilon, "domain": domain, "mechanisms": rows}))
+        return
+    table = Table("mechanism", "kind", "class", f"worst-case variance (eps={epsilon:g}, K={domain})")
+    for r in rows:
+        v = r["worst_case_variance"]
+        table.add_row(r["mechanism"], r["kind"], r["class"], "unavailable" if v is None else f"{v:.6g}")
+    console.print(table)
+
+
+@mechanisms_app.command("variance")
+def variance(
+    mechanism: str = MECHANISM, epsilon: float = EPSILON, dims: int = DIMS, domain: int | None = DOMAIN, as_json: bool = JSON
+) -> None:
+    """Worst-case variance of one report (numeric, per attribute) or n * Var of a rare frequency (oracles)."""
+    try:
+        mech = build_mechanism(mechanism, epsilon, dims, domain)
+        worst = float(mech.worst_case_variance())  # type: ignore[attr-defined]
+    except LDPError as exc:
+        _fail(exc)
+    _print({"mechanism": mechanism, "epsilon": epsilon, "dims": dims, "domain": domain, "worst_case_variance": worst}, as_json)
+
+
+def simulate_mse(mech: Mechanism, n: int, seed: int, trials: int) -> tuple[float, float]:
+    """(empirical, theoretical) MSE of the estimate over `trials` collections from one seeded population."""
+    rng = np.random.default_rng(seed)
+    domain = getattr(mech, "domain_size", None)
+    if domain is not None:  # a frequency oracle: Zipf-like population over 0..K-1
+        weights = 1.0 / np.arange(1, domain + 1)
+        values = rng.choice(domain, size=n, p=weights / weights.sum())
+        truth = np.bincount(values, minlength=domain) / n
+        theoretical = float(np.mean(mech.variance(truth)) / n)  # type: ignore[attr-defined]
+    else:
+        shape = (n, mech.dims) if isinstance(mech, VectorMechanism) else (n,)
+        values = rng.uniform(-1.0, 1.0, shape)
+        truth = values.mean(axis=0)
+        theoretical = float(np.mean(mech.variance(values).mean(axis=0)) / n)  # type: ignore[attr-defined]
+    errors = [np.mean((np.asarray(mech.estimate(mech.accumulate(mech.perturb(values, rng))).value) - truth) ** 2) for _ in range(trials)]
+    return float(np.mean(errors)), theoretical
+
+
+@mechanisms_app.command("simulate")
+def simulate(
+    mechanism: str = MECHANISM,
+    epsilon: float = EPSILON,
+    n: int = typer.Option(..., "--n", "-n", help="users per collection"),
+    dims: int = DIMS,
+    domain: int | None = DOMAIN,
+    seed: int = typer.Option(0, "--seed", "-s", help="seed of the population and the perturbation"),
+    trials: int = typer.Option(20, "--trials", help="collections averaged into the empirical MSE"),
+    as_json: bool = JSON,
+) -> None:
+    """Empirical MSE of the estimated means / frequencies next to the closed form."""
+    try:
+        if n < 1 or trials < 1:
+            raise LDPError("--n and --trials must be positive")
+        mech = build_mechanism(mechanism, epsilon, dims, domain)
+        empirical, theoretical = simulate_mse(mech, n, seed, trials)
+    except LDPError as exc:
+        _fail(exc)
+    payload = {"mechanism": mechanism, "epsilon": epsilon, "n": n, "dims": dims, "domain": domain, "seed": seed,
+               "trials": trials, "empirical_mse": empirical, "theoretical_mse": theoretical}
+    _print(payload, as_json)
+
+
+def audit(
+    mechanism: str = MECHANISM,
+    epsilon: float = EPSILON,
+    domain: int | None = DOMAIN,
+    dims: int = DIMS,
+    n: int = typer.Option(500_000, "--n", "-n", help="reports per input in the measurement"),
+    seed: int = typer.Option(0, "--seed", "-s", help="seed"),
+    confidence: float = typer.Option(0.999, "--confidence", help="confidence of the lower bound"),
+    as_json: bool = JSON,
+) -> None:
+    """Lower-bound the epsilon a mechanism provides from samples (Clopper-Pearson); exit 1 if above --epsilon."""
+    try:
+        if not 0 < confidence < 1 or n < 1:
+            raise LDPError("--confidence must lie in (0, 1) and --n be positive")
+        mech = build_mechanism(mechanism, epsilon, dims, domain)
+        result = audit_mechanism(mech, seed=seed, n=n, n_select=max(1, n // 5), confidence=confidence)
+    except LDPError as exc:
+        _fail(exc)
+    within = result.epsilon_lower_bound <= epsilon
+    payload = {"mechanism": mechanism, "epsilon": epsilon, "dims": dims, "domain": domain, **result.to_dict(),
+               "within_epsilon": within}
+    _print(payload, as_json)
+    if not within:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `ldp mechanisms ...` and `ldp audit` to the `ldp` app."""
+    app.add_typer(mechanisms_app, name="mechanisms")
+    app.command("audit")(audit)
