@@ -9,7 +9,8 @@
 - a categorical attribute has the codes 0..K-1 of its values, in the spec's order; mechanism "auto" is the oracle
   of least variance at eps/k for K values, `ldp.frequency.auto.choose_frequency`.
 
-The result depends only on the spec's content (and the `ldp` code), and is cached by the spec's canonical JSON.
+The result depends only on the spec's content (and the `ldp` code), and is cached by the spec's canonical JSON
+(and, to skip serialising the spec on every call, by the identity of the spec object).
 """
 
 from __future__ import annotations
@@ -40,7 +41,17 @@ def sampled_count(spec: CollectionSpec) -> int:
 
 def collector_for(spec: CollectionSpec) -> MixedCollector:
     """The spec's collector (cached per spec content); LDPError if the spec's mechanisms cannot be built."""
-    return _collector(spec.canonical_json())
+    hit = _by_identity.get(id(spec))
+    if hit is not None and hit[0] is spec:  # the entry holds the spec, so its id cannot have been reused
+        return hit[1]
+    collector = _collector(spec.canonical_json())
+    if len(_by_identity) >= CACHED_SPECS:
+        _by_identity.clear()
+    _by_identity[id(spec)] = (spec, collector)
+    return collector
+
+
+_by_identity: dict[int, tuple[CollectionSpec, MixedCollector]] = {}
 
 
 @lru_cache(maxsize=CACHED_SPECS)

@@ -8,6 +8,7 @@ attribute's range, categories known), maps categorical values to their codes, ru
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from functools import lru_cache
 
 import numpy as np
 
@@ -71,17 +72,23 @@ def _numeric(a: NumericAttribute, column: np.ndarray) -> np.ndarray:
     return x
 
 
+@lru_cache(maxsize=1024)
+def _sorted_values(values: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The values sorted, and for each sorted position the value's code (its index in the spec)."""
+    order = np.argsort(np.asarray(values))
+    return np.asarray(values)[order], order.astype(np.int64)
+
+
 def _codes(a: CategoricalAttribute, column: np.ndarray) -> np.ndarray:
     k = len(a.values)
     if column.dtype.kind in "USO":
-        values = np.asarray(a.values)
-        order = np.argsort(values)
+        ordered, codes = _sorted_values(tuple(a.values))
         text = column.astype(str)
-        pos = np.clip(np.searchsorted(values[order], text), 0, k - 1)
-        known = values[order][pos] == text
+        pos = np.minimum(np.searchsorted(ordered, text), k - 1)
+        known = ordered[pos] == text
         if not known.all():
             raise RecordError(f"attribute {a.name!r}: unknown category {str(text[~known][0])!r}; known: {a.values}")
-        return order[pos].astype(np.int64)
+        return codes[pos]
     if column.dtype.kind not in "iu":
         raise RecordError(f"attribute {a.name!r}: categories are value strings or integer codes, got {column.dtype}")
     if column.min() < 0 or column.max() >= k:
