@@ -6,6 +6,8 @@ The hash is keyed by the collection's name, so one device has unlinkable pseudon
   salt = the first 8 bytes (little endian) of blake2b(collection name, person=b"ldp-pseudonym"). The finalizer is a
   bijection of 64-bit words, so distinct ids always get distinct pseudonyms (the fleet simulator relies on it);
 - a string id: the first 8 bytes (little endian) of blake2b(UTF-8 id, key=collection name, person=b"ldp-device").
+
+A single report's Kafka key is its pseudonym as 8 little-endian bytes (`pseudonym_key`).
 """
 
 from __future__ import annotations
@@ -61,3 +63,8 @@ def device_pseudonym(collection: str, device_id: int | str) -> int:
         digest = hashlib.blake2b(device_id.encode(), digest_size=8, key=collection.encode()[:64], person=b"ldp-device")
         return int.from_bytes(digest.digest(), "little")
     raise ValueError(f"a device id is an integer or a string, got {type(device_id).__name__}")
+
+
+def pseudonym_key(pseudonym: int) -> bytes:
+    """The Kafka key of a single report: the pseudonym as 8 little-endian bytes."""
+    return int(pseudonym).to_bytes(8, "little")

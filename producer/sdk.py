@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from datetime import datetime
 
 import numpy as np
 
 from producer.kafka import ReportProducer
 from producer.ledger import PrivacyLedger
 from producer.perturb import perturb
-from producer.pseudonym import device_pseudonym
+from producer.pseudonym import device_pseudonym, pseudonym_key
 from producer.spec import CollectionSpec
 from producer.wire import encode
 
@@ -33,14 +34,15 @@ class Device:
         self.ledger = ledger if ledger is not None else PrivacyLedger()
         self.rng = rng if rng is not None else np.random.default_rng()
         self._devices = np.array([self.pseudonym], dtype=np.uint64)
-        self._key = self.pseudonym.to_bytes(8, "little")
+        self._key = pseudonym_key(self.pseudonym)
 
-    def report(self, record: Mapping[str, object], timestamp_ms: int | None = None) -> bytes:
+    def report(self, record: Mapping[str, object], timestamp: int | datetime | None = None) -> bytes:
         """Perturb, charge, encode and (with a producer) send one report; return the encoded message.
 
+        `timestamp` is the report time: milliseconds since the epoch, an aware datetime, or None for now.
         Raises RecordError for a malformed record and BudgetExceeded when the window's budget is spent.
         """
-        now = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        now = report_time_ms(timestamp)
         self.ledger.check(self.spec, now)
         columns = {name: np.array([value]) for name, value in record.items()}
         batch = perturb(self.spec, self._devices, np.array([now], dtype=np.int64), columns, self.rng)
@@ -49,3 +51,16 @@ class Device:
         if self.producer is not None:
             self.producer.produce(self.spec.topic, message, self._key)
         return message
+
+
+def report_time_ms(timestamp: int | datetime | None) -> int:
+    """Milliseconds since the epoch of a report time given as ms, an aware datetime, or None (now)."""
+    if timestamp is None:
+        return int(time.time() * 1000)
+    if isinstance(timestamp, datetime):
+        if timestamp.tzinfo is None:
+            raise ValueError("a report time given as a datetime must carry its time zone")
+        return int(timestamp.timestamp() * 1000)
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int | np.integer):
+        raise ValueError(f"a report time is integer milliseconds since the epoch or a datetime, got {timestamp!r}")
+    return int(timestamp)

@@ -82,7 +82,7 @@ def simulate(spec: CollectionSpec, devices: int, producer: ReportProducer, *, se
         if single:
             for one in single_reports(reports):
                 message = encode(one)
-                producer.produce(topic, message, one.devices.tobytes())
+                producer.produce(topic, message, one.devices.astype("<u8", copy=False).tobytes())  # = pseudonym_key
                 size += len(message)
             messages += len(reports)
         else:

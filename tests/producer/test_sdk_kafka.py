@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from ldpstream.services import ServicesConfig
 from producer.kafka import DeliveryError, ReportProducer, ensure_topic, read_to_end
 from producer.ledger import BudgetExceeded, PrivacyLedger
 from producer.perturb import RecordError
-from producer.pseudonym import device_pseudonym
+from producer.pseudonym import device_pseudonym, pseudonym_key
 from producer.sdk import Device
 from producer.simulator import simulate
 from producer.spec import CollectionSpec
@@ -46,13 +47,16 @@ def test_device_reports_round_trip_and_the_ledger_refuses_a_second_one(live_serv
     restarted = Device(spec, "phone-17", producer, PrivacyLedger.open(ledger_file))  # the ledger survives
     with pytest.raises(BudgetExceeded):
         restarted.report(RECORD, T0 + 3000)
-    sent.append(restarted.report(RECORD, T0 + HOUR_MS))  # the next window
+    next_hour = datetime.fromtimestamp((T0 + HOUR_MS) / 1000, tz=UTC)
+    sent.append(restarted.report(RECORD, next_hour))  # the next window
+    with pytest.raises(ValueError, match="time zone"):
+        restarted.report(RECORD, datetime(2030, 1, 1))
     producer.flush(10)
     assert producer.delivered == 2 and producer.failed == 0
     received = list(read_to_end(live_services.bootstrap, spec.topic))
     assert sorted(value for _, value in received) == sorted(sent)
     pseudonym = device_pseudonym(spec.name, "phone-17")
-    assert {key for key, _ in received} == {pseudonym.to_bytes(8, "little")}
+    assert {key for key, _ in received} == {pseudonym_key(pseudonym)}
     for _, value in received:
         decoded = decode(value)  # type: ignore[arg-type]
         assert decoded.collection == spec.name and decoded.devices.tolist() == [pseudonym]
