@@ -109,3 +109,17 @@ def single_reports(batch: PerturbedBatch) -> Iterator[PerturbedBatch]:
     for i, blocks in enumerate(per_row):
         yield perturbed_batch(batch.collection, batch.spec_version, batch.devices[i:i + 1],
                               batch.timestamps_ms[i:i + 1], tuple(blocks))
+
+
+def row_range(batch: PerturbedBatch, lo: int, hi: int) -> PerturbedBatch:
+    """The devices lo..hi-1 of a batch as a batch of their own (rows renumbered from 0)."""
+    if not 0 <= lo < hi <= len(batch):
+        raise ValueError(f"row range [{lo}, {hi}) is not inside a batch of {len(batch)}")
+    blocks = []
+    for block in batch.attributes:
+        first, last = np.searchsorted(block.rows, [lo, hi])
+        if last > first:
+            reports = {name: col[first:last] for name, col in block.reports.items()}
+            blocks.append(AttributeReports(block.attribute, (block.rows[first:last] - lo).astype(np.uint32), reports))
+    return perturbed_batch(batch.collection, batch.spec_version, batch.devices[lo:hi], batch.timestamps_ms[lo:hi],
+                           tuple(blocks))

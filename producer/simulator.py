@@ -2,7 +2,8 @@
 
 Each chunk of B devices (1) draws the devices' true records (`producer.population`, 000 Sec. VI) and adds them to
 the exact truth, (2) perturbs them in one vectorised call (`producer.perturb`) and (3) encodes the chunk as one
-envelope keyed by a batch id, or with `single` as B one-report envelopes keyed by the device pseudonym.
+envelope keyed by a batch id (halved until each envelope fits in MAX_MESSAGE_BYTES), or with `single` as B
+one-report envelopes keyed by the device pseudonym.
 Device i of a run has the integer id seed * 2^32 + i, so pseudonyms are unique within a run and across runs with
 different seeds; every simulated device reports once, so no ledger is needed. Report times come from `clock_ms`.
 """
@@ -16,13 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from producer.kafka import ReportProducer
-from producer.perturb import perturb, single_reports
+from producer.perturb import perturb, row_range, single_reports
 from producer.population import Population, PopulationTruth, Records
 from producer.pseudonym import integer_pseudonyms
 from producer.spec import CollectionSpec
 from producer.wire import PerturbedBatch, encode
 
 MAX_DEVICES = 2**32
+MAX_MESSAGE_BYTES = 1_000_000  # under Kafka's default message.max.bytes (1 MiB with the record overhead)
 CHUNKS_PER_SECOND = 10  # with a rate limit, chunks shrink so that sending stays smooth
 
 
@@ -62,6 +64,15 @@ def fleet(spec: CollectionSpec, devices: int, *, seed: int = 0, chunk: int = 100
         yield records, perturb(spec, ids, np.full(n, clock_ms(), dtype=np.int64), records, noise_rng)
 
 
+def encode_within(batch: PerturbedBatch, limit: int) -> list[bytes]:
+    """The batch encoded as one envelope, or as halves (recursively) while an envelope exceeds `limit` bytes."""
+    message = encode(batch)
+    if len(message) <= limit or len(batch) == 1:
+        return [message]
+    mid = len(batch) // 2
+    return encode_within(row_range(batch, 0, mid), limit) + encode_within(row_range(batch, mid, len(batch)), limit)
+
+
 def simulate(spec: CollectionSpec, devices: int, producer: ReportProducer, *, seed: int = 0, batch: int = 1000,
              rate: float | None = None, single: bool = False, clock_ms: Callable[[], int] = wall_clock_ms,
              on_progress: Callable[[int], None] | None = None, topic: str | None = None) -> SimulationResult:
@@ -86,10 +97,10 @@ def simulate(spec: CollectionSpec, devices: int, producer: ReportProducer, *, se
                 size += len(message)
             messages += len(reports)
         else:
-            message = encode(reports)
-            producer.produce(topic, message, f"{spec.key}/{seed}/{index}".encode())
-            size += len(message)
-            messages += 1
+            for part, message in enumerate(encode_within(reports, MAX_MESSAGE_BYTES)):
+                producer.produce(topic, message, f"{spec.key}/{seed}/{index}/{part}".encode())
+                size += len(message)
+                messages += 1
         sent += len(reports)
         if on_progress is not None:
             on_progress(len(reports))

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from ldp.mixed import MixedBatch
+from producer.collector import collector_for
 from producer.spec import CollectionSpec, parse_spec
+from producer.wire import DecodedBatch
 
 MIXED = """
 name: {name}
@@ -22,3 +27,17 @@ attributes:
 
 def mixed_spec(name: str = "test-mixed", epsilon: float = 2.0, sampling: str | int = "auto") -> CollectionSpec:
     return parse_spec(MIXED.format(name=name, epsilon=epsilon, sampling=sampling))
+
+
+def as_mixed(spec: CollectionSpec, decoded: DecodedBatch) -> MixedBatch:
+    """The aggregator's view: a decoded envelope back as the collector's batch (flat columns reshaped)."""
+    collector = collector_for(spec)
+    rows = {a.name: np.zeros(0, dtype=np.int64) for a in spec.attributes}
+    reports = {a.name: {c.name: np.zeros((0, *c.row_shape()), dtype=c.dtype) for c in collector.schemas[a.name].columns}
+               for a in spec.attributes}
+    for block in decoded.attributes:
+        name = spec.attributes[block.attribute].name
+        shapes = {c.name: c.row_shape() for c in collector.schemas[name].columns}
+        rows[name] = block.rows.astype(np.int64)
+        reports[name] = {k: v.reshape(len(block.rows), *shapes[k]) for k, v in block.reports.items()}
+    return MixedBatch(len(decoded), rows, reports)

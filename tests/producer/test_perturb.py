@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ldp.mixed import MixedBatch
 from producer.collector import collector_for, resolved_mechanisms, sampled_count
 from producer.perturb import RecordError, perturb, single_reports
 from producer.spec import CollectionSpec
-from producer.wire import DecodedBatch, decode, encode
-from tests.producer.specs import mixed_spec
+from producer.wire import decode, encode
+from tests.producer.specs import as_mixed, mixed_spec
 
 N = 4
 
@@ -29,20 +28,6 @@ def run(spec: CollectionSpec, recs: dict[str, np.ndarray], seed: int = 7) -> byt
     batch = perturb(spec, np.arange(N, dtype=np.uint64), np.full(N, 1_700_000_000_000), recs,
                     np.random.default_rng(seed))
     return encode(batch)
-
-
-def as_mixed(spec: CollectionSpec, decoded: DecodedBatch) -> MixedBatch:
-    """The aggregator's view: a decoded envelope back as the collector's batch (flat columns reshaped)."""
-    collector = collector_for(spec)
-    rows = {a.name: np.zeros(0, dtype=np.int64) for a in spec.attributes}
-    reports = {a.name: {c.name: np.zeros((0, *c.row_shape()), dtype=c.dtype) for c in collector.schemas[a.name].columns}
-               for a in spec.attributes}
-    for block in decoded.attributes:
-        name = spec.attributes[block.attribute].name
-        shapes = {c.name: c.row_shape() for c in collector.schemas[name].columns}
-        rows[name] = block.rows.astype(np.int64)
-        reports[name] = {k: v.reshape(len(block.rows), *shapes[k]) for k, v in block.reports.items()}
-    return MixedBatch(len(decoded), rows, reports)
 
 
 def test_collector_follows_the_spec() -> None:

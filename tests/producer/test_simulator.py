@@ -6,10 +6,13 @@ import numpy as np
 import pytest
 from scipy import integrate
 
+from producer.collector import collector_for
+from producer.perturb import row_range
 from producer.population import POWER_LAW_EXPONENT, Population, PopulationTruth, power_law, truncated_gaussian
 from producer.pseudonym import device_pseudonym, integer_pseudonyms, mix64
-from producer.simulator import fleet
-from tests.producer.specs import mixed_spec
+from producer.simulator import encode_within, fleet
+from producer.wire import decode, encode
+from tests.producer.specs import as_mixed, mixed_spec
 
 
 def test_truth_is_exactly_the_generated_population() -> None:
@@ -91,3 +94,19 @@ def test_categorical_population_is_zipf() -> None:
     p /= p.sum()
     freq = np.bincount(codes, minlength=6) / n
     assert np.all(np.abs(freq - p) <= 4 * np.sqrt(p * (1 - p) / n))
+
+
+def test_envelopes_over_the_size_limit_are_halved_without_losing_a_report() -> None:
+    spec = mixed_spec(sampling="split")
+    collector = collector_for(spec)
+    (_, batch), = fleet(spec, 999, seed=0, chunk=999)
+    whole = encode(batch)
+    parts = encode_within(batch, len(whole) // 3)
+    assert len(parts) == 4 and all(len(p) <= len(whole) // 3 for p in parts)
+    decoded = [decode(p) for p in parts]
+    np.testing.assert_array_equal(np.concatenate([d.devices for d in decoded]), batch.devices)
+    total = sum(collector.accumulate(as_mixed(spec, d)) for d in decoded)
+    np.testing.assert_allclose(total, collector.accumulate(as_mixed(spec, decode(whole))), rtol=1e-12)
+    assert encode_within(batch, len(whole)) == [whole]
+    with pytest.raises(ValueError, match="not inside"):
+        row_range(batch, 5, 5)
