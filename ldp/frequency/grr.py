@@ -52,7 +52,7 @@ class GRR(FrequencyOracle):
         return ReportSchema((Column("value", "uint32", 0, self.domain_size - 1),))
 
     def _sample(self, codes: np.ndarray, rng: np.random.Generator) -> Reports:
-        return {"value": randomized_response(codes, self.domain_size, self.p, rng).astype(np.uint32)}
+        return {"value": randomized_response(codes, self.domain_size, self.p, rng)}
 
     def _support_counts(self, reports: Reports) -> np.ndarray:
         return np.bincount(np.asarray(reports["value"], dtype=np.intp), minlength=self.domain_size)

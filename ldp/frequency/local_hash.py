@@ -149,10 +149,9 @@ class LocalHash(FrequencyOracle):
 
     def _sample(self, codes: np.ndarray, rng: np.random.Generator) -> Reports:
         n = codes.shape[0]
-        a = rng.integers(1, HASH_PRIME, n, dtype=np.uint32)
-        b = rng.integers(0, HASH_PRIME, n, dtype=np.uint32)
-        y = randomized_response(hash_buckets(a, b, codes, self.g), self.g, self._p, rng)
-        return {"a": a, "b": b, "y": y.astype(np.uint32)}
+        a = rng.integers(1, HASH_PRIME, n)
+        b = rng.integers(0, HASH_PRIME, n)
+        return {"a": a, "b": b, "y": randomized_response(hash_buckets(a, b, codes, self.g), self.g, self._p, rng)}
 
     def _support_counts(self, reports: Reports) -> np.ndarray:
         a, b, y = (np.asarray(reports[name], dtype=np.int64) for name in ("a", "b", "y"))

@@ -25,7 +25,22 @@ import numpy as np
 from ldp.base import Column, Reports, ReportSchema
 from ldp.frequency.base import FrequencyOracle
 
-_CHUNK_ENTRIES = 1 << 22  # random draws per chunk of rows when sampling bit vectors (32 MiB of float64)
+
+def bit_column_sums(bits: np.ndarray) -> np.ndarray:
+    """Column sums (int64) of an (n, K) matrix of 0/1 bytes, eight bytes per 64-bit add.
+
+    The rows are cut into 255 equal parts of r rows (r a multiple of 8, so that every part is a whole number of
+    64-bit words) and the parts are added as uint64 words: each byte lane then holds a count <= 255 of one column and
+    never carries into its neighbour. The r x K byte counts and the leftover rows are summed normally.
+    """
+    matrix = np.ascontiguousarray(bits).view(np.uint8)
+    n, k = matrix.shape
+    r = n // 255 // 8 * 8
+    counts = matrix[255 * r :].sum(axis=0, dtype=np.int64)
+    if r:
+        lanes = np.add.reduce(matrix[: 255 * r].reshape(255, r * k).view(np.uint64), axis=0)
+        counts += lanes.view(np.uint8).reshape(r, k).sum(axis=0, dtype=np.int64)
+    return counts
 
 
 class UnaryEncoding(FrequencyOracle):
@@ -43,19 +58,14 @@ class UnaryEncoding(FrequencyOracle):
         return ReportSchema((Column("bits", "uint8", 0, 1, width=self.domain_size),))
 
     def _sample(self, codes: np.ndarray, rng: np.random.Generator) -> Reports:
-        n, k = codes.shape[0], self.domain_size
-        bits = np.empty((n, k), dtype=np.uint8)
-        rows = max(1, _CHUNK_ENTRIES // k)
-        for start in range(0, n, rows):  # bounded memory: one chunk of uniforms at a time
-            stop = min(n, start + rows)
-            block = bits[start:stop]
-            np.less(rng.random((stop - start, k)), self.q, out=block, casting="unsafe")
-            # The true bit is drawn afresh with probability p (never p + (1 - p) q).
-            block[np.arange(stop - start), codes[start:stop]] = rng.random(stop - start) < self.p
+        n = codes.shape[0]
+        bits = rng.random((n, self.domain_size)) < self.q
+        # The true bit is drawn afresh with probability p (never p + (1 - p) q).
+        bits[np.arange(n), codes] = rng.random(n) < self.p
         return {"bits": bits}
 
     def _support_counts(self, reports: Reports) -> np.ndarray:
-        return np.asarray(reports["bits"]).sum(axis=0, dtype=np.int64)
+        return bit_column_sums(np.asarray(reports["bits"]))  # entries are 0/1: checked by accumulate
 
     def _support_matrix(self, reports: Reports) -> np.ndarray:
         return np.asarray(reports["bits"]).astype(bool)

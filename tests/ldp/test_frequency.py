@@ -16,6 +16,7 @@ from ldp.base import Estimate, LDPError, Reports
 from ldp.frequency import BLH, GRR, OLH, OUE, SUE, FrequencyOracle, HadamardResponse, choose_frequency
 from ldp.frequency.base import MAX_DOMAIN_SIZE
 from ldp.frequency.local_hash import HASH_PRIME, LocalHash, hash_buckets
+from ldp.frequency.unary import bit_column_sums
 from ldp.postprocess import make_consistent
 from tests.ldp.checks import CHECKS, EPSILONS, MechanismCase, Z
 
@@ -275,6 +276,15 @@ def test_raw_estimate_stays_next_to_the_post_processed_one() -> None:
         make_consistent(est, "softmax")  # type: ignore[arg-type]
     with pytest.raises(LDPError):
         make_consistent(Estimate(n=0, value=np.full(3, np.nan), stderr=np.full(3, np.inf)))
+
+
+@pytest.mark.parametrize("n,k", [(0, 3), (1, 1), (2039, 7), (2040, 7), (2041, 128), (70_001, 13), (300_000, 128)])
+def test_bit_column_sums_equal_plain_sums(n: int, k: int) -> None:
+    """The eight-bytes-per-add column sums of UE aggregation, at sizes around its 255 x 8-row blocks."""
+    bits = (np.random.default_rng(n + k).random((n, k)) < 0.7).astype(np.uint8)
+    bits[:, 0] = 1  # a column of all ones: the largest byte-lane counts
+    np.testing.assert_array_equal(bit_column_sums(bits), bits.sum(axis=0, dtype=np.int64))
+    np.testing.assert_array_equal(bit_column_sums(bits.astype(bool)), bits.sum(axis=0, dtype=np.int64))
 
 
 # --- reports the aggregator must refuse -------------------------------------------------------------------------
