@@ -58,7 +58,7 @@ _by_identity: dict[int, tuple[CollectionSpec, MixedCollector]] = {}
 def _collector(canonical_json: str) -> MixedCollector:
     spec = parse_spec(canonical_json)
     k = sampled_count(spec)
-    attributes = []
+    attributes: list[MixedCategorical | MixedNumeric] = []
     for a in spec.attributes:
         if isinstance(a, CategoricalAttribute):
             oracle = choose_frequency(spec.epsilon / k, len(a.values)) if a.mechanism == "auto" else a.mechanism

@@ -157,14 +157,15 @@ def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
-            if msg.error() is not None and msg.error().code() == KafkaError._PARTITION_EOF:
-                pending.discard(msg.partition())  # compaction can leave the end offset without a message
+            error, partition, offset = msg.error(), msg.partition() or 0, msg.offset() or 0
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                pending.discard(partition)  # compaction can leave the end offset without a message
                 continue
-            if msg.error() is not None:
-                raise TopicError(f"reading {topic!r}: {msg.error().str()}")
-            if msg.offset() >= ends[msg.partition()] - 1:
-                pending.discard(msg.partition())
-            if msg.offset() < ends[msg.partition()]:
+            if error is not None:
+                raise TopicError(f"reading {topic!r}: {error.str()}")
+            if offset >= ends[partition] - 1:
+                pending.discard(partition)
+            if offset < ends[partition]:
                 yield msg.key(), msg.value()
     finally:
         consumer.close()

@@ -75,6 +75,15 @@ def test_simulated_fleet_arrives_whole(live_services: ServicesConfig, single: bo
     assert result.truth["devices"] == 3000
 
 
+def test_a_rate_limit_sends_smaller_chunks(live_services: ServicesConfig) -> None:
+    """With --rate R a chunk holds at most R/10 devices, so the fleet is paced in tenths of a second."""
+    spec = fresh_spec(live_services.bootstrap, "rate")
+    result = simulate(spec, 50, ReportProducer(live_services.bootstrap), batch=1000, rate=200)
+    assert result.messages == 3 and result.reports == 50  # chunks of 20, 20, 10
+    with pytest.raises(ValueError, match="rate must be > 0"):
+        simulate(spec, 50, ReportProducer(live_services.bootstrap), rate=0)
+
+
 def test_flush_reports_undeliverable_messages() -> None:
     producer = ReportProducer("127.0.0.1:1", extra={"message.timeout.ms": 500})
     producer.produce("ldp.nowhere", b"x")
