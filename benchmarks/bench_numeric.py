@@ -54,7 +54,9 @@ def main() -> None:
     for name in ("pm", "duchi"):
         mech = make_vector_mechanism(name, 4.0, d)
         seconds = best_seconds(lambda mech=mech: mech.perturb_dense(vectors, rng), args.repeats)
-        tasks.append({"task": f"{name} d={d} perturb_dense", "values_per_s": vectors.size / seconds, "seconds": seconds})
+        tasks.append(
+            {"task": f"{name} d={d} perturb_dense", "values_per_s": vectors.size / seconds, "seconds": seconds}
+        )
     print(json.dumps({"n": args.n, "repeats": args.repeats, "tasks": tasks}, indent=1))
 
 

@@ -33,7 +33,14 @@ from ldp.numeric.hybrid import EPSILON_STAR  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "img"
 EPSILON_SHARP = math.log((7 + 4 * math.sqrt(7) + 2 * math.sqrt(20 + 14 * math.sqrt(7))) / 9)
-LABELS = {"laplace": "Laplace", "scdf": "SCDF", "staircase": "Staircase", "duchi": "Duchi et al.", "pm": "PM", "hm": "HM"}
+LABELS = {
+    "laplace": "Laplace",
+    "scdf": "SCDF",
+    "staircase": "Staircase",
+    "duchi": "Duchi et al.",
+    "pm": "PM",
+    "hm": "HM",
+}
 
 
 def worst_case_figure() -> dict[str, list[float]]:
@@ -45,7 +52,12 @@ def worst_case_figure() -> dict[str, list[float]]:
     for x, label, y in ((EPSILON_STAR, "eps* = 0.61", 0.015), (EPSILON_SHARP, "eps# = 1.29", 0.04)):
         ax.axvline(x, color="grey", lw=0.8, ls=":")
         ax.text(x, y, f" {label}", color="grey")
-    ax.set(yscale="log", xlabel="epsilon", ylabel="worst-case variance of one report", title="One numeric attribute (000 Fig. 1)")
+    ax.set(
+        yscale="log",
+        xlabel="epsilon",
+        ylabel="worst-case variance of one report",
+        title="One numeric attribute (000 Fig. 1)",
+    )
     ax.legend()
     fig.tight_layout()
     fig.savefig(OUT / "numeric_worst_case_variance.png", dpi=90)
@@ -108,7 +120,10 @@ def mse_figure(n: int = 100_000, d: int = 16, runs: int = 5) -> dict[str, dict[s
             empirical, theory = [], []
             for eps in eps_grid:
                 mech = make_vector_mechanism(name, eps, d)
-                errors = [np.mean((mech.estimate(mech.accumulate(mech.perturb(values, rng))).value - truth) ** 2) for _ in range(runs)]
+                errors = [
+                    np.mean((mech.estimate(mech.accumulate(mech.perturb(values, rng))).value - truth) ** 2)
+                    for _ in range(runs)
+                ]
                 empirical.append(float(np.mean(errors)))
                 theory.append(float(np.mean(mech.variance(values).mean(axis=0)) / n))
             line = ax.plot(eps_grid, theory, lw=1)[0]

@@ -96,6 +96,19 @@ def epsilon_lower_bound(count_a: int, count_b: int, n_a: int, n_b: int, confiden
     return max(0.0, math.log(p_a_low / p_b_high)) if p_a_low > 0 else 0.0
 
 
+def _event_counts(events: list[Event], reports_a: Reports, reports_b: Reports) -> list[tuple[Event, int, int]]:
+    """How often each event occurs in the two batches; each distinct statistic is computed once per batch."""
+    computed: dict[tuple[int, str], np.ndarray] = {}
+
+    def count(event: Event, reports: Reports, which: str) -> int:
+        key = (id(event.statistic), which)
+        if key not in computed:
+            computed[key] = event.statistic(reports)
+        return int(event.test(computed[key]).sum())
+
+    return [(e, count(e, reports_a, "a"), count(e, reports_b, "b")) for e in events]
+
+
 def _batch(value: np.ndarray, n: int) -> np.ndarray:
     return np.array(np.broadcast_to(value, (n, *value.shape)))
 
@@ -117,16 +130,7 @@ def audit(
         a, b = np.asarray(a), np.asarray(b)
         reports_a = mechanism.perturb(_batch(a, n_select), rng)
         reports_b = mechanism.perturb(_batch(b, n_select), rng)
-        cache: dict[tuple[int, int], np.ndarray] = {}
-
-        def count(event: Event, reports: Reports) -> int:
-            key = (id(event.statistic), id(reports))
-            if key not in cache:
-                cache[key] = event.statistic(reports)
-            return int(event.test(cache[key]).sum())
-
-        for event in events(reports_a, reports_b):
-            count_a, count_b = count(event, reports_a), count(event, reports_b)
+        for event, count_a, count_b in _event_counts(events(reports_a, reports_b), reports_a, reports_b):
             for first, second, ka, kb in ((a, b, count_a, count_b), (b, a, count_b, count_a)):
                 score = epsilon_lower_bound(ka, kb, n_select, n_select, confidence)
                 if best is None or score > best[0]:
@@ -151,6 +155,18 @@ def audit(
 # --- event families -----------------------------------------------------------------------------------------
 
 
+def _at_least(c: float) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda s: s >= c
+
+
+def _at_most(c: float) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda s: s <= c
+
+
+def _equal_to(c: float) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda s: s == c
+
+
 def threshold_events(label: str, statistic: Callable[[Reports], np.ndarray]) -> EventFactory:
     """{s(y) >= c} and {s(y) <= c} for c at quantiles of the pooled selection sample of a scalar statistic s."""
 
@@ -158,8 +174,8 @@ def threshold_events(label: str, statistic: Callable[[Reports], np.ndarray]) -> 
         pooled = np.concatenate([statistic(reports_a), statistic(reports_b)])
         out = []
         for c in np.unique(np.quantile(pooled, QUANTILES)):
-            out.append(Event(f"{label} >= {c:.6g}", statistic, lambda s, c=c: s >= c))
-            out.append(Event(f"{label} <= {c:.6g}", statistic, lambda s, c=c: s <= c))
+            out.append(Event(f"{label} >= {c:.6g}", statistic, _at_least(c)))
+            out.append(Event(f"{label} <= {c:.6g}", statistic, _at_most(c)))
         return out
 
     return factory
@@ -184,7 +200,7 @@ def outcome_events(label: str, rows: Callable[[Reports], np.ndarray]) -> EventFa
         if len(distinct) > MAX_OUTCOMES:
             return []
         return [
-            Event(f"{label} == {np.round(pooled_rows[i], 6).tolist()}", fingerprint, lambda s, f=f: s == f)
+            Event(f"{label} == {np.round(pooled_rows[i], 6).tolist()}", fingerprint, _equal_to(f))
             for f, i in zip(distinct, first, strict=True)
         ]
 
@@ -197,16 +213,16 @@ def combined(*factories: EventFactory) -> EventFactory:
 
 def _report_rows(reports: Reports) -> np.ndarray:
     """All columns of a report batch side by side, float64 (n, total width)."""
-    return np.column_stack([np.asarray(reports[k], dtype=np.float64).reshape(len(reports[k]), -1) for k in sorted(reports)])
+    return np.column_stack(
+        [np.asarray(reports[k], dtype=np.float64).reshape(len(reports[k]), -1) for k in sorted(reports)]
+    )
 
 
 def audit_plan(mechanism: Mechanism) -> tuple[list[tuple[Any, Any]], EventFactory]:
     """Candidate input pairs and events for a numeric, vector or frequency-oracle mechanism (module docstring)."""
     if isinstance(mechanism, NumericMechanism):
         value = lambda r: np.asarray(r["value"], dtype=np.float64)  # noqa: E731
-        return [(1.0, -1.0)], combined(
-            outcome_events("t*", lambda r: value(r)[:, None]), threshold_events("t*", value)
-        )
+        return [(1.0, -1.0)], combined(outcome_events("t*", lambda r: value(r)[:, None]), threshold_events("t*", value))
     if isinstance(mechanism, VectorMechanism):
         d = mechanism.dims
         ones = np.ones(d)
@@ -230,6 +246,13 @@ def audit_plan(mechanism: Mechanism) -> tuple[list[tuple[Any, Any]], EventFactor
 def audit_mechanism(
     mechanism: Mechanism, seed: int = 0, n: int = 500_000, n_select: int = 100_000, confidence: float = 0.999
 ) -> AuditResult:
-    """`audit` with `audit_plan`'s inputs and events."""
+    """`audit` with `audit_plan`'s inputs and events.
+
+    Examples
+    --------
+    >>> from ldp.numeric import Piecewise
+    >>> audit_mechanism(Piecewise(1.0), n=20_000, n_select=5_000).epsilon_lower_bound <= 1.0
+    True
+    """
     pairs, events = audit_plan(mechanism)
     return audit(mechanism, pairs, events, np.random.default_rng(seed), n=n, n_select=n_select, confidence=confidence)

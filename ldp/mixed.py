@@ -82,7 +82,17 @@ class MixedBatch:
 
 
 class MixedCollector:
-    """Collect d mixed attributes under eps-LDP, k sampled per device (000 Sec. IV-C); see the module docstring."""
+    """Collect d mixed attributes under eps-LDP, k sampled per device (000 Sec. IV-C); see the module docstring.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> c = MixedCollector([NumericAttribute("age", 18, 90), NumericAttribute("load", 0, 1)], epsilon=2.0)
+    >>> rng = np.random.default_rng(0)
+    >>> batch = c.perturb({"age": rng.uniform(18, 90, 1000), "load": rng.random(1000)}, rng)
+    >>> c.k, sorted(c.estimate(c.accumulate(batch)))
+    (1, ['age', 'load'])
+    """
 
     def __init__(self, attributes: Sequence[Attribute], epsilon: float, k: int | None = None) -> None:
         self.epsilon = check_epsilon(epsilon)
@@ -99,7 +109,9 @@ class MixedCollector:
         self.scalers = {a.name: RangeScaler(a.lo, a.hi) for a in self.attributes if isinstance(a, NumericAttribute)}
         sizes = [1 + self.mechanisms[name].stats_size for name in names]
         starts = 1 + np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        self.stats_slices = {name: slice(int(s), int(s) + size) for name, s, size in zip(names, starts, sizes, strict=True)}
+        self.stats_slices = {
+            name: slice(int(s), int(s) + size) for name, s, size in zip(names, starts, sizes, strict=True)
+        }
         self.stats_size = 1 + sum(sizes)
 
     @classmethod

@@ -202,7 +202,9 @@ class SplitBudgetVectorMechanism(VectorMechanism):
     @property
     def schema(self) -> ReportSchema:
         low, high = self.base.output_range
-        return ReportSchema((Column("value", "float64", low, high, width=self.dims, allowed=self.base.allowed_outputs),))
+        return ReportSchema(
+            (Column("value", "float64", low, high, width=self.dims, allowed=self.base.allowed_outputs),)
+        )
 
     def perturb_dense(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         t = check_unit_matrix(values, self.dims)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from abc import abstractmethod
 
 import numpy as np
+import numpy.typing as npt
 
 from ldp.base import Column, Estimate, LDPError, Mechanism, Reports, ReportSchema, check_epsilon
 
@@ -35,7 +36,7 @@ def check_unit_values(values: np.ndarray | float | list[float]) -> np.ndarray:
 
 
 def second_moment_plugin(
-    count: np.ndarray, total: np.ndarray, total_sq: np.ndarray, a: np.ndarray, b: np.ndarray
+    count: npt.ArrayLike, total: npt.ArrayLike, total_sq: npt.ArrayLike, a: npt.ArrayLike, b: npt.ArrayLike
 ) -> np.ndarray:
     """Plug-in estimate of mean(t^2) (clipped to [0, 1]) from the report sums, for Var = a + b t^2.
 
@@ -44,7 +45,9 @@ def second_moment_plugin(
     t^2, and the plug-in is (estimated mean)^2 <= mean(t^2) (Jensen), which can only overstate a variance
     a - t^2, i.e. errs on the side of a larger standard error.
     """
-    count, total, total_sq, a, b = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (count, total, total_sq, a, b)))
+    count, total, total_sq, a, b = np.broadcast_arrays(
+        *(np.asarray(x, dtype=np.float64) for x in (count, total, total_sq, a, b))
+    )
     safe = np.maximum(count, 1.0)
     informative = np.abs(1.0 + b) > 1e-12
     from_squares = (total_sq / safe - a) / np.where(informative, 1.0 + b, 1.0)
@@ -53,17 +56,18 @@ def second_moment_plugin(
 
 
 def quadratic_mean_estimate(
-    count: np.ndarray, total: np.ndarray, total_sq: np.ndarray, a: np.ndarray, b: np.ndarray
+    count: npt.ArrayLike, total: npt.ArrayLike, total_sq: npt.ArrayLike, a: npt.ArrayLike, b: npt.ArrayLike
 ) -> tuple[np.ndarray, np.ndarray]:
     """Unbiased mean sum/count and its standard error sqrt((a + b * m2) / count), m2 from `second_moment_plugin`.
 
     With no reports the mean is NaN and the standard error infinite.
     """
-    count = np.asarray(count, dtype=np.float64)
-    m2 = second_moment_plugin(count, total, total_sq, a, b)
+    n = np.asarray(count, dtype=np.float64)
+    m2 = second_moment_plugin(n, total, total_sq, a, b)
+    var = np.asarray(a, dtype=np.float64) + np.asarray(b, dtype=np.float64) * m2
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(count > 0, np.asarray(total) / np.maximum(count, 1.0), np.nan)
-        stderr = np.where(count > 0, np.sqrt(np.maximum(a + b * m2, 0.0) / np.maximum(count, 1.0)), np.inf)
+        mean = np.where(n > 0, np.asarray(total, dtype=np.float64) / np.maximum(n, 1.0), np.nan)
+        stderr = np.where(n > 0, np.sqrt(np.maximum(var, 0.0) / np.maximum(n, 1.0)), np.inf)
     return mean, stderr
 
 

@@ -67,7 +67,7 @@ class Duchi(NumericMechanism):
     --------
     >>> import numpy as np
     >>> mech = Duchi(1.0)
-    >>> sorted(set(np.round(mech.perturb(np.zeros(50), np.random.default_rng(0))["value"], 6)))
+    >>> sorted(set(np.round(mech.perturb(np.zeros(50), np.random.default_rng(0))["value"], 6).tolist()))
     [-2.163953, 2.163953]
     """
 

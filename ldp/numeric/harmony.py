@@ -8,8 +8,6 @@ The d-attribute form (sample one attribute uniformly, report it at full eps scal
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from ldp.numeric.duchi import Duchi
 
 

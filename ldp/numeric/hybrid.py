@@ -39,7 +39,7 @@ class Hybrid(NumericMechanism):
     Examples
     --------
     >>> round(Hybrid(1.0).worst_case_variance(), 4)
-    4.2189
+    4.289
     >>> Hybrid(0.5).worst_case_variance() == Duchi(0.5).worst_case_variance()
     True
     """

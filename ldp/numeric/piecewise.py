@@ -76,8 +76,8 @@ class Piecewise(NumericMechanism):
         left = self.left(t)
         in_centre = u < pc
         centre = left + (u / pc) * (c - 1)
-        side = (u - pc) * ((c + 1) / (1 - pc)) - c  # uniform on [-C, 1)
-        side = np.where(side >= left, side + (c - 1), side)  # skip the centre [l, r)
+        sides = (u - pc) * ((c + 1) / (1 - pc)) - c  # uniform on [-C, 1)
+        side = np.where(sides >= left, sides + (c - 1), sides)  # skip the centre [l, r)
         return np.clip(np.where(in_centre, centre, side), -c, c)  # clip: floating-point rounding only
 
     def output_density(self, t: float, x: np.ndarray) -> np.ndarray:

@@ -88,13 +88,17 @@ def list_mechanisms(
     table = Table("mechanism", "kind", "class", f"worst-case variance (eps={epsilon:g}, K={domain})")
     for r in rows:
         v = r["worst_case_variance"]
-        table.add_row(r["mechanism"], r["kind"], r["class"], "unavailable" if v is None else f"{v:.6g}")
+        table.add_row(str(r["mechanism"]), str(r["kind"]), str(r["class"]), "unavailable" if v is None else f"{v:.6g}")
     console.print(table)
 
 
 @mechanisms_app.command("variance")
 def variance(
-    mechanism: str = MECHANISM, epsilon: float = EPSILON, dims: int = DIMS, domain: int | None = DOMAIN, as_json: bool = JSON
+    mechanism: str = MECHANISM,
+    epsilon: float = EPSILON,
+    dims: int = DIMS,
+    domain: int | None = DOMAIN,
+    as_json: bool = JSON,
 ) -> None:
     """Worst-case variance of one report (numeric, per attribute) or n * Var of a rare frequency (oracles)."""
     try:
@@ -102,7 +106,10 @@ def variance(
         worst = float(mech.worst_case_variance())  # type: ignore[attr-defined]
     except LDPError as exc:
         _fail(exc)
-    _print({"mechanism": mechanism, "epsilon": epsilon, "dims": dims, "domain": domain, "worst_case_variance": worst}, as_json)
+    _print(
+        {"mechanism": mechanism, "epsilon": epsilon, "dims": dims, "domain": domain, "worst_case_variance": worst},
+        as_json,
+    )
 
 
 def simulate_mse(mech: Mechanism, n: int, seed: int, trials: int) -> tuple[float, float]:
@@ -119,7 +126,10 @@ def simulate_mse(mech: Mechanism, n: int, seed: int, trials: int) -> tuple[float
         values = rng.uniform(-1.0, 1.0, shape)
         truth = values.mean(axis=0)
         theoretical = float(np.mean(mech.variance(values).mean(axis=0)) / n)  # type: ignore[attr-defined]
-    errors = [np.mean((np.asarray(mech.estimate(mech.accumulate(mech.perturb(values, rng))).value) - truth) ** 2) for _ in range(trials)]
+    errors = [
+        np.mean((np.asarray(mech.estimate(mech.accumulate(mech.perturb(values, rng))).value) - truth) ** 2)
+        for _ in range(trials)
+    ]
     return float(np.mean(errors)), theoretical
 
 
@@ -142,8 +152,17 @@ def simulate(
         empirical, theoretical = simulate_mse(mech, n, seed, trials)
     except LDPError as exc:
         _fail(exc)
-    payload = {"mechanism": mechanism, "epsilon": epsilon, "n": n, "dims": dims, "domain": domain, "seed": seed,
-               "trials": trials, "empirical_mse": empirical, "theoretical_mse": theoretical}
+    payload = {
+        "mechanism": mechanism,
+        "epsilon": epsilon,
+        "n": n,
+        "dims": dims,
+        "domain": domain,
+        "seed": seed,
+        "trials": trials,
+        "empirical_mse": empirical,
+        "theoretical_mse": theoretical,
+    }
     _print(payload, as_json)
 
 
@@ -166,8 +185,14 @@ def audit(
     except LDPError as exc:
         _fail(exc)
     within = result.epsilon_lower_bound <= epsilon
-    payload = {"mechanism": mechanism, "epsilon": epsilon, "dims": dims, "domain": domain, **result.to_dict(),
-               "within_epsilon": within}
+    payload = {
+        "mechanism": mechanism,
+        "epsilon": epsilon,
+        "dims": dims,
+        "domain": domain,
+        **result.to_dict(),
+        "within_epsilon": within,
+    }
     _print(payload, as_json)
     if not within:
         raise typer.Exit(1)

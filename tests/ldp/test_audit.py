@@ -51,7 +51,9 @@ def test_shipped_numeric_mechanisms_stay_within_epsilon(name: str, eps: float) -
     assert result.epsilon_lower_bound >= 0.8 * eps  # and the audit has power: the bound is close to eps
 
 
-@pytest.mark.parametrize(("name", "dims"), [("duchi", 2), ("duchi", 4), ("pm", 2), ("hm", 3), ("harmony", 2), ("laplace", 2)])
+@pytest.mark.parametrize(
+    ("name", "dims"), [("duchi", 2), ("duchi", 4), ("pm", 2), ("hm", 3), ("harmony", 2), ("laplace", 2)]
+)
 def test_shipped_vector_mechanisms_stay_within_epsilon(name: str, dims: int) -> None:
     result = audit_mechanism(make_vector_mechanism(name, 1.0, dims), seed=2, n=300_000, n_select=50_000)
     assert 0.7 <= result.epsilon_lower_bound <= 1.0
@@ -84,7 +86,12 @@ def test_a_leaky_numeric_mechanism_is_caught() -> None:
 def test_audit_core_takes_any_inputs_and_events() -> None:
     mech = Piecewise(2.0)
     result = audit(
-        mech, [(0.5, -0.5)], threshold_events("t*", lambda r: r["value"]), np.random.default_rng(6), n=200_000, n_select=20_000
+        mech,
+        [(0.5, -0.5)],
+        threshold_events("t*", lambda r: r["value"]),
+        np.random.default_rng(6),
+        n=200_000,
+        n_select=20_000,
     )
     assert 1.0 < result.epsilon_lower_bound <= 2.0  # PM's centres for +-0.5 are disjoint: the full eps shows
     with pytest.raises(LDPError):
@@ -93,7 +100,8 @@ def test_audit_core_takes_any_inputs_and_events() -> None:
 
 
 needs_oracles = pytest.mark.skipif(
-    not all(_importable(f"ldp.frequency.{m}") for m in ("grr", "unary", "local_hash")), reason="ldp.frequency not available"
+    not all(_importable(f"ldp.frequency.{m}") for m in ("grr", "unary", "local_hash")),
+    reason="ldp.frequency not available",
 )
 
 

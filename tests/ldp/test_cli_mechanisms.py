@@ -41,13 +41,22 @@ def test_list(app: typer.Typer) -> None:
     assert set(rows) == set(registry.NUMERIC) | set(registry.FREQUENCY)
 
 
-@pytest.mark.parametrize(("name", "dims"), [("pm", 1), ("hm", 1), ("duchi", 4), ("pm", 5), ("laplace", 3), ("harmony", 10)])
+@pytest.mark.parametrize(
+    ("name", "dims"), [("pm", 1), ("hm", 1), ("duchi", 4), ("pm", 5), ("laplace", 3), ("harmony", 10)]
+)
 def test_variance_contract(app: typer.Typer, name: str, dims: int) -> None:
-    code, out = invoke(app, "mechanisms", "variance", "--mechanism", name, "--epsilon", "1.5", "--dims", str(dims), "--json")
+    code, out = invoke(
+        app, "mechanisms", "variance", "--mechanism", name, "--epsilon", "1.5", "--dims", str(dims), "--json"
+    )
     assert code == 0
     payload = json.loads(out)
     assert set(payload) == {"mechanism", "epsilon", "dims", "domain", "worst_case_variance"}
-    assert payload["mechanism"] == name and payload["epsilon"] == 1.5 and payload["dims"] == dims and payload["domain"] is None
+    assert (
+        payload["mechanism"] == name
+        and payload["epsilon"] == 1.5
+        and payload["dims"] == dims
+        and payload["domain"] is None
+    )
     expected = registry.make(name, 1.5) if dims == 1 else make_vector_mechanism(name, 1.5, dims)
     assert payload["worst_case_variance"] == pytest.approx(expected.worst_case_variance())  # type: ignore[attr-defined]
 
@@ -63,16 +72,43 @@ def test_variance_of_a_frequency_oracle(app: typer.Typer) -> None:
 
 def test_simulate_contract(app: typer.Typer) -> None:
     trials = 50
-    code, out = invoke(app, "mechanisms", "simulate", "-m", "pm", "-e", "1", "--n", "20000", "--seed", "3", "--trials", str(trials), "--json")
+    code, out = invoke(
+        app,
+        "mechanisms",
+        "simulate",
+        "-m",
+        "pm",
+        "-e",
+        "1",
+        "--n",
+        "20000",
+        "--seed",
+        "3",
+        "--trials",
+        str(trials),
+        "--json",
+    )
     assert code == 0
     payload = json.loads(out)
-    assert set(payload) == {"mechanism", "epsilon", "n", "dims", "domain", "seed", "trials", "empirical_mse", "theoretical_mse"}
+    assert set(payload) == {
+        "mechanism",
+        "epsilon",
+        "n",
+        "dims",
+        "domain",
+        "seed",
+        "trials",
+        "empirical_mse",
+        "theoretical_mse",
+    }
     # The empirical MSE of a normal mean estimate over T trials is theoretical * chi2_T / T: within 4 sd of 1.
     assert abs(payload["empirical_mse"] / payload["theoretical_mse"] - 1) <= 4 * math.sqrt(2 / trials)
 
 
 def test_simulate_vector(app: typer.Typer) -> None:
-    code, out = invoke(app, "mechanisms", "simulate", "-m", "hm", "-e", "4", "--n", "5000", "--dims", "3", "--trials", "5", "--json")
+    code, out = invoke(
+        app, "mechanisms", "simulate", "-m", "hm", "-e", "4", "--n", "5000", "--dims", "3", "--trials", "5", "--json"
+    )
     assert code == 0 and json.loads(out)["dims"] == 3
 
 
@@ -80,7 +116,16 @@ def test_audit_contract(app: typer.Typer) -> None:
     code, out = invoke(app, "audit", "--mechanism", "duchi", "--epsilon", "1", "--dims", "2", "--n", "200000", "--json")
     assert code == 0
     payload = json.loads(out)
-    assert {"mechanism", "epsilon", "dims", "domain", "epsilon_lower_bound", "confidence", "n", "within_epsilon"} <= set(payload)
+    assert {
+        "mechanism",
+        "epsilon",
+        "dims",
+        "domain",
+        "epsilon_lower_bound",
+        "confidence",
+        "n",
+        "within_epsilon",
+    } <= set(payload)
     assert payload["within_epsilon"] and 0.7 < payload["epsilon_lower_bound"] <= 1.0
 
 

@@ -152,7 +152,11 @@ def test_bad_input() -> None:
 # --- categorical attributes (the frequency oracles of ldp.frequency) ------------------------------------------
 
 needs_oracles = pytest.mark.skipif(not HAS_FREQUENCY_ORACLES, reason="ldp.frequency not available")
-MIXED = [NumericAttribute("age", 18.0, 90.0), CategoricalAttribute("os", 4, oracle="grr"), CategoricalAttribute("app", 8)]
+MIXED = [
+    NumericAttribute("age", 18.0, 90.0),
+    CategoricalAttribute("os", 4, oracle="grr"),
+    CategoricalAttribute("app", 8),
+]
 
 
 def mixed_records(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:

@@ -132,7 +132,9 @@ def test_duchi_constants() -> None:
     for d in (2, 4, 6):  # even d: B = coth(eps/2) 2^{d-1} / binom(d-1, d/2) - 1 (module docstring of ldp.numeric.duchi)
         expected = duchi_bound_1d(1.3) * 2 ** (d - 1) / math.comb(d - 1, d // 2) - 1
         assert DuchiVector(1.3, d).bound == pytest.approx(expected)
-        assert Published000Duchi(1.3, d).bound - DuchiVector(1.3, d).bound == pytest.approx(2 * math.e**1.3 / math.expm1(1.3))
+        assert Published000Duchi(1.3, d).bound - DuchiVector(1.3, d).bound == pytest.approx(
+            2 * math.e**1.3 / math.expm1(1.3)
+        )
     assert DuchiVector(2.0, 300).bound > 0 and np.isfinite(DuchiVector(2.0, 300).bound)  # no overflow at large d
 
 
@@ -189,7 +191,11 @@ def test_figure_3_for_odd_d_and_the_even_d_caveat() -> None:
         assert make_vector_mechanism("hm", eps, 5).worst_case_variance() <= 0.77 * duchi
         assert make_vector_mechanism("pm", eps, 5).worst_case_variance() < duchi
     duchi2 = make_vector_mechanism("duchi", 3.0, 2).worst_case_variance()
-    assert duchi2 < make_vector_mechanism("hm", 3.0, 2).worst_case_variance() < make_vector_mechanism("pm", 3.0, 2).worst_case_variance()
+    assert (
+        duchi2
+        < make_vector_mechanism("hm", 3.0, 2).worst_case_variance()
+        < make_vector_mechanism("pm", 3.0, 2).worst_case_variance()
+    )
 
 
 # --- the API SGD and the pipeline use -------------------------------------------------------------------------

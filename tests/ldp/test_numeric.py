@@ -70,12 +70,14 @@ def test_variance_equals_integral_of_density(name: str, eps: float) -> None:
             left = float(mech.left(t))
             breaks = np.unique([-mech.c, left, left + mech.c - 1, mech.c])
         elif name == "laplace":  # smooth on each side of t; tail beyond 60 scales is below 1e-26
-            breaks = np.concatenate([np.linspace(t - 60 * mech.scale, t, 20001), np.linspace(t, t + 60 * mech.scale, 20001)[1:]])
+            breaks = np.concatenate(
+                [np.linspace(t - 60 * mech.scale, t, 20001), np.linspace(t, t + 60 * mech.scale, 20001)[1:]]
+            )
         else:  # staircase noise: constant on [-m, m] and on each step of width 2; 80 / eps steps leave < 1e-34
             steps = mech.m + 2 * np.arange(int(80 / eps) + 2)
             breaks = t + np.unique(np.concatenate([-steps, [-mech.m, mech.m], steps]))
-        mass = _piecewise_integral(lambda x: mech.output_density(t, x), breaks)
-        second = _piecewise_integral(lambda x: (x - t) ** 2 * mech.output_density(t, x), breaks)
+        mass = _piecewise_integral(lambda x, t=t: mech.output_density(t, x), breaks)
+        second = _piecewise_integral(lambda x, t=t: (x - t) ** 2 * mech.output_density(t, x), breaks)
         assert mass == pytest.approx(1.0, abs=1e-9)
         assert second == pytest.approx(float(mech.variance(t)[0]), rel=1e-7)
 
@@ -127,7 +129,9 @@ def test_choose_numeric_is_the_argmin(eps: float) -> None:
     assert vector[choose_numeric(eps, d)] == min(vector.values())
     k = max(1, min(d, math.floor(eps / 2.5)))
     chosen = choose_sampled(eps, d, k)
-    assert all(sampled_worst_case_variance(chosen, eps, d, k) <= sampled_worst_case_variance(n, eps, d, k) for n in NAMES[:-1])
+    assert all(
+        sampled_worst_case_variance(chosen, eps, d, k) <= sampled_worst_case_variance(n, eps, d, k) for n in NAMES[:-1]
+    )
 
 
 def test_harmony_is_duchi_in_one_dimension() -> None:
@@ -270,7 +274,9 @@ def test_perturb_accepts_exactly_the_unit_interval(name: str, values: list[float
 
 
 @settings(max_examples=60, deadline=None)
-@given(name=st.sampled_from(NAMES), eps=st.one_of(st.floats(max_value=0.0), st.just(float("nan")), st.just(float("inf"))))
+@given(
+    name=st.sampled_from(NAMES), eps=st.one_of(st.floats(max_value=0.0), st.just(float("nan")), st.just(float("inf")))
+)
 def test_bad_epsilon_rejected(name: str, eps: float) -> None:
     with pytest.raises(LDPError):
         registry.make(name, eps)
