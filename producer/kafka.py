@@ -106,7 +106,7 @@ class ReportProducer:
 
 
 def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})  # warnings and worse
 
 
 def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = False, exact: bool = True) -> bool:
@@ -128,6 +128,15 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = F
     if exact and existing != partitions:
         raise TopicError(f"topic {name!r} exists with {existing} partitions, not {partitions}")
     return False
+
+
+def delete_topic(bootstrap: str, name: str) -> None:
+    """Delete a topic (benchmarks and tests clean up with it); TopicError if the broker refuses."""
+    client = admin(bootstrap)
+    try:
+        client.delete_topics([name], operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)[name].result()
+    except KafkaException as exc:
+        raise TopicError(f"cannot delete topic {name!r}: {exc.args[0].str()}") from exc
 
 
 def topic_partitions(bootstrap: str, name: str) -> int:

@@ -27,7 +27,7 @@ attributes: [{{name: level, type: numeric, range: [0, 10]}}, {{name: mode, type:
 def test_publish_once_then_same_content_is_a_no_op_and_different_content_is_refused(
         live_services: ServicesConfig) -> None:
     text = fresh_spec()
-    spec = parse_spec(text)
+    spec = parse_spec(text)  # its topic stays: a published spec's topic is where readers of the specs look
     first = publish_spec(spec, live_services.bootstrap)
     assert first.created and first.key == spec.key and first.topic == spec.topic
     assert topic_partitions(live_services.bootstrap, spec.topic) == 2
@@ -45,8 +45,9 @@ def test_publish_once_then_same_content_is_a_no_op_and_different_content_is_refu
     assert read_specs(live_services.bootstrap)[newer.key].epsilon == 2.0
 
 
-def test_ensure_topic_is_idempotent_and_checks_partitions(live_services: ServicesConfig) -> None:
+def test_ensure_topic_is_idempotent_and_checks_partitions(live_services: ServicesConfig, topics: list[str]) -> None:
     name = f"ldp.test.topic-{uuid.uuid4().hex[:10]}"
+    topics.append(name)
     assert ensure_topic(live_services.bootstrap, name, 2)
     assert not ensure_topic(live_services.bootstrap, name, 2)
     with pytest.raises(Exception, match="exists with 2 partitions, not 3"):

@@ -27,15 +27,16 @@ RECORD = {"battery_level": 57.5, "memory_used": 2048, "screen_minutes": 300.0, "
           "network": "5g"}
 
 
-def fresh_spec(bootstrap: str, kind: str) -> CollectionSpec:
+def fresh_spec(bootstrap: str, kind: str, topics: list[str]) -> CollectionSpec:
     spec = mixed_spec(name=f"test-{kind}-{uuid.uuid4().hex[:10]}")
     ensure_topic(bootstrap, spec.topic, spec.partitions)
+    topics.append(spec.topic)
     return spec
 
 
 def test_device_reports_round_trip_and_the_ledger_refuses_a_second_one(live_services: ServicesConfig,
-                                                                        tmp_path: Path) -> None:
-    spec = fresh_spec(live_services.bootstrap, "sdk")
+                                                                        tmp_path: Path, topics: list[str]) -> None:
+    spec = fresh_spec(live_services.bootstrap, "sdk", topics)
     producer = ReportProducer(live_services.bootstrap)
     ledger_file = tmp_path / "ledger.json"
     device = Device(spec, "phone-17", producer, PrivacyLedger.open(ledger_file), np.random.default_rng(1))
@@ -65,8 +66,8 @@ def test_device_reports_round_trip_and_the_ledger_refuses_a_second_one(live_serv
 
 
 @pytest.mark.parametrize("single", [False, True])
-def test_simulated_fleet_arrives_whole(live_services: ServicesConfig, single: bool) -> None:
-    spec = fresh_spec(live_services.bootstrap, "fleet")
+def test_simulated_fleet_arrives_whole(live_services: ServicesConfig, single: bool, topics: list[str]) -> None:
+    spec = fresh_spec(live_services.bootstrap, "fleet", topics)
     producer = ReportProducer(live_services.bootstrap)
     result = simulate(spec, 3000, producer, seed=4, batch=700, single=single)
     assert result.reports == 3000 and producer.delivered == result.messages == (3000 if single else 5)
@@ -75,9 +76,9 @@ def test_simulated_fleet_arrives_whole(live_services: ServicesConfig, single: bo
     assert result.truth["devices"] == 3000
 
 
-def test_a_rate_limit_sends_smaller_chunks(live_services: ServicesConfig) -> None:
+def test_a_rate_limit_sends_smaller_chunks(live_services: ServicesConfig, topics: list[str]) -> None:
     """With --rate R a chunk holds at most R/10 devices, so the fleet is paced in tenths of a second."""
-    spec = fresh_spec(live_services.bootstrap, "rate")
+    spec = fresh_spec(live_services.bootstrap, "rate", topics)
     result = simulate(spec, 50, ReportProducer(live_services.bootstrap), batch=1000, rate=200)
     assert result.messages == 3 and result.reports == 50  # chunks of 20, 20, 10
     with pytest.raises(ValueError, match="rate must be > 0"):
