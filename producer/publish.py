@@ -27,11 +27,13 @@ class Published:
     topic: str
 
 
-def read_specs(bootstrap: str) -> dict[str, CollectionSpec]:
+def read_specs(bootstrap: str, invalid: list[str] | None = None) -> dict[str, CollectionSpec]:
     """Every published spec by "name@version" (the topic read to its end; an empty dict if it does not exist yet).
 
     The first message of a key is authoritative (a later, different one can only come from a race); deletions
-    (empty values) are ignored, since a published version is never withdrawn.
+    (empty values) are ignored, since a published version is never withdrawn. A message that is not a valid spec
+    under its key is skipped, and its reason appended to `invalid` when given: one bad message must not stop
+    the readers of every good one.
     """
     ensure_topic(bootstrap, SPECS_TOPIC, 1, compacted=True)
     specs: dict[str, CollectionSpec] = {}
@@ -41,9 +43,14 @@ def read_specs(bootstrap: str) -> dict[str, CollectionSpec]:
         name = key.decode(errors="replace")
         if name in specs:
             continue
-        spec = parse_spec(value.decode(errors="replace"), f"{SPECS_TOPIC}[{name}]")
-        if spec.key != name:
-            raise SpecError(f"{SPECS_TOPIC}: the message keyed {name!r} holds the spec {spec.key!r}")
+        try:
+            spec = parse_spec(value.decode(errors="replace"), f"{SPECS_TOPIC}[{name}]")
+            if spec.key != name:
+                raise SpecError(f"{SPECS_TOPIC}: the message keyed {name!r} holds the spec {spec.key!r}")
+        except SpecError as exc:
+            if invalid is not None:
+                invalid.append(str(exc))
+            continue
         specs[name] = spec
     return specs
 

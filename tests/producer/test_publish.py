@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from ldpstream.services import ServicesConfig
-from producer.kafka import ensure_topic, topic_partitions
+from producer.kafka import ReportProducer, ensure_topic, topic_partitions
 from producer.publish import DLQ_TOPIC, SPECS_TOPIC, publish_spec, read_specs
 from producer.spec import SpecError, parse_spec
 
@@ -53,3 +53,18 @@ def test_ensure_topic_is_idempotent_and_checks_partitions(live_services: Service
     with pytest.raises(Exception, match="exists with 2 partitions, not 3"):
         ensure_topic(live_services.bootstrap, name, 3)
     assert not ensure_topic(live_services.bootstrap, SPECS_TOPIC, 1, compacted=True)
+
+
+def test_invalid_messages_in_the_specs_topic_are_skipped_with_a_reason(live_services: ServicesConfig) -> None:
+    good = parse_spec(fresh_spec())
+    producer = ReportProducer(live_services.bootstrap, linger_ms=0)
+    producer.produce(SPECS_TOPIC, b"{not: [a spec", f"{good.name}-bad@1".encode())
+    producer.produce(SPECS_TOPIC, good.canonical_json().encode(), f"{good.name}@7".encode())  # wrong key
+    producer.flush()
+    publish_spec(good, live_services.bootstrap)
+    invalid: list[str] = []
+    specs = read_specs(live_services.bootstrap, invalid)
+    assert specs[good.key] == good
+    assert f"{good.name}-bad@1" not in specs and f"{good.name}@7" not in specs
+    assert any(f"{good.name}-bad@1" in reason for reason in invalid)
+    assert any(f"holds the spec {good.key!r}" in reason for reason in invalid)
