@@ -1,9 +1,14 @@
 """A device's privacy-budget ledger: the epsilon it has spent per collection in the current window.
 
-Each report of a collection costs the spec's epsilon (sequential composition, 000 Lemma 4: reports of one device
-in one window together cost the sum of their budgets). The ledger refuses, with `BudgetExceeded`, a report that
+Each report of a collection is eps-LDP (000 Lemma 4 for the sampled collector) and costs the spec's epsilon; by
+sequential composition (the composition theorem 000 Sec. IV-A uses, its ref. [17]) the reports of one device in
+one window together are LDP with the sum of their budgets. The ledger refuses, with `BudgetExceeded`, a report that
 would take the spend of a window above the spec's epsilon. The window is the spec's smallest tumbling window,
 numbered by report time (floor(t / length)); a spec without windows has one all-time window.
+
+The budget holds whether or not the spec has `one_report_per_window` (that flag is the aggregator's duplicate
+check; the budget is the device's own guarantee). Over a longer window of the spec (1d beside 1h) a device's
+reports compose: up to 24 reports, 24 * eps, per day.
 
 Budgets are kept per collection *name*, not per version: publishing a new version must not reset what a device
 has already spent in the current window. A report for a window earlier than the newest one the ledger has seen is
