@@ -42,7 +42,13 @@ def power_law(n: int, rng: np.random.Generator, exponent: float = POWER_LAW_EXPO
 
 
 def zipf_probabilities(size: int, exponent: float) -> np.ndarray:
-    """P(i) proportional to (i + 1)^-exponent for i = 0..size-1."""
+    """P(i) proportional to (i + 1)^-exponent for i = 0..size-1.
+
+    Examples
+    --------
+    >>> zipf_probabilities(3, 1.0).round(4).tolist()
+    [0.5455, 0.2727, 0.1818]
+    """
     weights = np.arange(1, size + 1, dtype=np.float64) ** -exponent
     return weights / weights.sum()
 

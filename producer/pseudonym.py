@@ -27,7 +27,13 @@ def collection_salt(collection: str) -> np.uint64:
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finalizer, a bijection of uint64 words (vectorised)."""
+    """SplitMix64's finalizer, a bijection of uint64 words (vectorised).
+
+    Examples
+    --------
+    >>> mix64(np.array([0, 1], dtype=np.uint64)).tolist()
+    [0, 6238072747940578789]
+    """
     z = np.asarray(x, dtype=np.uint64).copy()
     with np.errstate(over="ignore"):
         z ^= z >> np.uint64(30)
@@ -66,5 +72,11 @@ def device_pseudonym(collection: str, device_id: int | str) -> int:
 
 
 def pseudonym_key(pseudonym: int) -> bytes:
-    """The Kafka key of a single report: the pseudonym as 8 little-endian bytes."""
+    """The Kafka key of a single report: the pseudonym as 8 little-endian bytes.
+
+    Examples
+    --------
+    >>> pseudonym_key(258)
+    b'\\x02\\x01\\x00\\x00\\x00\\x00\\x00\\x00'
+    """
     return int(pseudonym).to_bytes(8, "little")
