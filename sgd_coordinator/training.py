@@ -128,7 +128,19 @@ def gradient_mechanism(job: TrainingJob) -> VectorMechanism:
 
 @dataclass(frozen=True)
 class Trainer:
-    """Model version t of a job: params are alpha in R^r with dimension reduction, else beta in R^d."""
+    """Model version t of a job: params are alpha in R^r with dimension reduction, else beta in R^d.
+
+    Examples
+    --------
+    >>> job = TrainingJob(model="linear", dims=2, epsilon=1.0, batch_size=2)
+    >>> v0 = Trainer.start(job)
+    >>> grads = v0.device_gradient(np.array([[1.0, 0.0], [0.0, -1.0]]), np.array([0.5, 0.5]))
+    >>> grads.tolist()  # 2 (x^T beta - y) x at beta = 0
+    [[-1.0, 0.0], [0.0, 1.0]]
+    >>> v1 = v0.apply(grads)  # the coordinator's update (here with exact, non-private gradients)
+    >>> v1.t, v1.params.tolist()
+    (1, [0.5, -0.5])
+    """
 
     job: TrainingJob
     params: np.ndarray
