@@ -73,5 +73,14 @@ class Hybrid(NumericMechanism):
         out[~use_pm] = self.duchi._sample(t[~use_pm], rng)
         return out
 
+    def output_density(self, t: float, x: np.ndarray) -> np.ndarray:
+        """Density of the continuous part at x given t: alpha times PM's density (000 Eq. 5)."""
+        return self.alpha * self.piecewise.output_density(t, x)
+
+    def output_pmf(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """The atoms +-B and their probabilities (1 - alpha) P_Duchi[+-B | t] (000 Eq. 3)."""
+        values, probs = self.duchi.output_pmf(t)
+        return values, (1 - self.alpha) * probs
+
     def output_cdf(self, t: float, x: np.ndarray) -> np.ndarray:
         return self.alpha * self.piecewise.output_cdf(t, x) + (1 - self.alpha) * self.duchi.output_cdf(t, x)

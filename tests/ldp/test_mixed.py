@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from ldp.base import LDPError
@@ -217,3 +219,18 @@ def test_chi_square_of_sampling_is_uniform() -> None:
     counts = [len(rows) for rows in batch.rows.values()]
     assert sum(counts) == 60_000
     assert stats.chisquare(counts).pvalue > 1e-4
+
+
+@settings(max_examples=50, deadline=None)
+@given(ages=st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), min_size=1, max_size=12))
+def test_numeric_range_validation(ages: list[float]) -> None:
+    """A record is accepted exactly when every value lies in its attribute's [lo, hi]."""
+    collector = MixedCollector(NUMERIC, 1.0)
+    n = len(ages)
+    records = {"age": np.array(ages), "load": np.zeros(n), "battery": np.full(n, 0.5)}
+    if all(18.0 <= a <= 90.0 for a in ages):
+        batch = collector.perturb(records, np.random.default_rng(0))
+        assert batch.n == n and sum(len(r) for r in batch.rows.values()) == n * collector.k
+    else:
+        with pytest.raises(LDPError):
+            collector.perturb(records, np.random.default_rng(0))

@@ -6,10 +6,13 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from scipy import stats
 
 from ldp.base import LDPError
-from ldp.multidim import DuchiVector, VectorMechanism, make_vector_mechanism, sampled_attributes
+from ldp.multidim import VECTOR_NAMES, DuchiVector, VectorMechanism, make_vector_mechanism, sampled_attributes
 from ldp.numeric.duchi import duchi_bound_1d
 from ldp.numeric.hybrid import EPSILON_STAR
 from tests.ldp.checks import CHECKS, EPSILONS, MechanismCase
@@ -238,3 +241,27 @@ def test_bad_arguments() -> None:
     for dims in (0, -2, 2.5, True):
         with pytest.raises(LDPError):
             make_vector_mechanism("pm", 1.0, dims)  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(VECTOR_NAMES),
+    values=hnp.arrays(
+        np.float64,
+        st.tuples(st.integers(1, 6), st.integers(2, 4)),
+        elements=st.floats(allow_nan=True, allow_infinity=True, width=64),
+    ),
+)
+def test_vector_input_validation(name: str, values: np.ndarray) -> None:
+    """Exactly the (n, 3) arrays with every entry in [-1, 1] are accepted; everything else is an LDPError."""
+    mech = make_vector_mechanism(name, 2.0, 3)
+    valid = values.shape[1] == 3 and bool(np.all((values >= -1) & (values <= 1)))
+    if valid:
+        reports = mech.perturb(values, np.random.default_rng(0))
+        assert (mech.schema.violations(reports) == "").all()
+        assert mech.perturb_dense(values, np.random.default_rng(0)).shape == values.shape
+    else:
+        with pytest.raises(LDPError):
+            mech.perturb(values, np.random.default_rng(0))
+        with pytest.raises(LDPError):
+            mech.perturb_dense(values, np.random.default_rng(0))

@@ -183,6 +183,25 @@ def test_samples_follow_the_stated_distribution(name: str, eps: float) -> None:
 
 
 @pytest.mark.parametrize("eps", EPSILONS)
+def test_hybrid_density_and_atom_ratios(eps: float) -> None:
+    """HM's output = alpha * PM density on [-C, C] + atoms at +-B: each part's ratio over inputs is <= e^eps."""
+    hm = Hybrid(eps)
+    inputs = np.linspace(-1, 1, 41)
+    atoms = np.array([hm.output_pmf(t)[1] for t in inputs])
+    assert np.all(atoms.max(axis=0) <= math.exp(eps) * atoms.min(axis=0) * (1 + 1e-12))
+    if hm.alpha == 0:
+        assert np.allclose(atoms.sum(axis=1), 1.0)
+        return
+    xs = np.linspace(-hm.piecewise.c, hm.piecewise.c, 4001)
+    dens = np.array([hm.output_density(t, xs) for t in inputs])
+    assert np.all(dens.max(axis=0) <= math.exp(eps) * dens.min(axis=0) * (1 + 1e-12))
+    left = float(hm.piecewise.left(0.3))
+    breaks = np.array([-hm.piecewise.c, left, left + hm.piecewise.c - 1, hm.piecewise.c])
+    continuous_mass = _piecewise_integral(lambda x: hm.output_density(0.3, x), breaks)
+    assert continuous_mass + hm.output_pmf(0.3)[1].sum() == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("eps", EPSILONS)
 def test_hybrid_mixture(eps: float) -> None:
     """HM = alpha PM + (1 - alpha) Duchi: atom frequencies (binomial) and the continuous part (KS vs PM)."""
     hm = Hybrid(eps)
