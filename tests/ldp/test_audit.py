@@ -100,13 +100,13 @@ def test_audit_core_takes_any_inputs_and_events() -> None:
 
 
 needs_oracles = pytest.mark.skipif(
-    not all(_importable(f"ldp.frequency.{m}") for m in ("grr", "unary", "local_hash")),
+    not all(_importable(f"ldp.frequency.{m}") for m in ("grr", "unary", "local_hash", "hadamard")),
     reason="ldp.frequency not available",
 )
 
 
 @needs_oracles
-@pytest.mark.parametrize("name", ["grr", "oue", "olh"])
+@pytest.mark.parametrize("name", ["grr", "sue", "oue", "blh", "olh", "hadamard"])
 def test_frequency_oracles_plug_in(name: str) -> None:
     mech = registry.make(name, 2.0, domain=8)
     pairs, _ = audit_plan(mech)
