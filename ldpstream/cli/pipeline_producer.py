@@ -16,7 +16,7 @@ from ldpstream.services import ServicesConfig
 from producer.collector import resolved_mechanisms, sampled_count
 from producer.kafka import DeliveryError, ReportProducer, TopicError, ensure_topic
 from producer.publish import publish_spec
-from producer.simulator import simulate
+from producer.simulator import simulate, wall_clock_ms
 from producer.spec import CollectionSpec, NumericAttribute, SpecError, load_spec
 
 console = Console()
@@ -83,6 +83,8 @@ def simulate_command(
     truth: Annotated[Path | None, typer.Option(help="write the exact population statistics here (JSON)")] = None,
     batch: Annotated[int, typer.Option(help="devices per vectorised chunk (and per message)")] = 1000,
     single: Annotated[bool, typer.Option("--single", help="one report per Kafka message")] = False,
+    timestamp_ms: Annotated[int | None, typer.Option(help="report time of every report, ms since the epoch "
+                                                          "(default: the wall clock)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the run's numbers as JSON")] = False,
 ) -> None:
     """Simulate a fleet with a known population: perturb in vectorised chunks and produce to Kafka."""
@@ -94,8 +96,9 @@ def simulate_command(
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=errors, disable=as_json) as progress:
             task = progress.add_task(f"{spec.key} -> {spec.topic}", total=devices)
+            clock = wall_clock_ms if timestamp_ms is None else lambda: timestamp_ms
             result = simulate(spec, devices, producer, seed=seed, batch=batch, rate=rate, single=single,
-                              on_progress=lambda n: progress.advance(task, n))
+                              clock_ms=clock, on_progress=lambda n: progress.advance(task, n))
     except (ValueError, TopicError, DeliveryError) as exc:
         errors.print(f"[red]simulation failed[/]: {exc}")
         raise typer.Exit(1) from exc

@@ -6,11 +6,14 @@ import json
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from ldpstream.cli import app
 from ldpstream.services import ServicesConfig
+from producer.kafka import read_to_end
+from producer.wire import decode
 from tests.producer.specs import MIXED
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -42,10 +45,13 @@ def test_publish_then_simulate_with_truth(live_services: ServicesConfig, tmp_pat
     again = runner.invoke(app, ["spec", "publish", str(spec_file)])
     assert "already published with the same content" in again.output
     result = runner.invoke(app, ["simulate", "--spec", str(spec_file), "--devices", "2500", "--seed", "3",
-                                 "--batch", "1000", "--truth", str(truth), "--json"])
+                                 "--batch", "1000", "--truth", str(truth), "--timestamp-ms", "1700000000000",
+                                 "--json"])
     assert result.exit_code == 0, result.output
     numbers = json.loads(result.output.strip().splitlines()[-1])
     assert numbers["reports"] == 2500 and numbers["messages"] == 3
+    times = np.concatenate([decode(v).timestamps_ms for _, v in read_to_end(live_services.bootstrap, numbers["topic"])])  # type: ignore[arg-type]
+    assert len(times) == 2500 and (times == 1_700_000_000_000).all()
     written = json.loads(truth.read_text())
     assert written["devices"] == 2500
     assert set(written["attributes"]["display_mode"]["frequencies"]) == {"light", "dark", "auto"}
