@@ -57,7 +57,7 @@ def check_codes(values: np.ndarray | int | list[int], domain_size: int) -> np.nd
         raise LDPError(
             f"unknown category: codes must lie in 0..{domain_size - 1}, got min {arr.min()}, max {arr.max()}"
         )
-    return arr.astype(np.int64)
+    return arr.astype(np.int64, copy=False)
 
 
 def check_report_batch(schema: ReportSchema, reports: Reports) -> int:
@@ -90,19 +90,19 @@ def check_report_batch(schema: ReportSchema, reports: Reports) -> int:
 
 def randomized_response(truth: np.ndarray, size: int, keep: float, rng: np.random.Generator) -> np.ndarray:
     """Keep each entry of `truth` (in 0..size-1) with probability `keep`, else replace it by one of the other
-    size - 1 values uniformly (generalized randomized response, 004 "Direct Encoding"); int64, vectorised.
+    size - 1 values uniformly (generalized randomized response, 004 "Direct Encoding"); int32 (size < 2^31).
 
     One uniform u per entry decides both: u < keep keeps the value (shift 0); otherwise (u - keep) / (1 - keep) is
     uniform on [0, 1) and picks the shift 1..size-1 added modulo size (exact up to the 2^-53 grid of u). The sign of
     u - keep is exact in floating point, so the value is kept exactly when u < keep.
     """
     u = rng.random(truth.shape[0])
-    shift = np.floor((u - keep) * ((size - 1) / (1 - keep))).astype(np.int64)
+    shift = np.floor((u - keep) * ((size - 1) / (1 - keep))).astype(np.int32)
     shift += 1  # kept: <= 0; replaced: 1..size-1 (size only by rounding as u -> 1)
     np.clip(shift, 0, size - 1, out=shift)
-    shifted = truth + shift
-    shifted %= size
-    return shifted
+    shift += truth  # in 0..2 size - 2: wrap once
+    shift -= (shift >= size).view(np.int8) * np.int32(size)
+    return shift
 
 
 def pure_variance(p: float, q: float, frequencies: np.ndarray | float) -> np.ndarray:

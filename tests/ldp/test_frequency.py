@@ -16,7 +16,7 @@ from ldp.base import Estimate, LDPError, Reports
 from ldp.frequency import BLH, GRR, OLH, OUE, SUE, FrequencyOracle, HadamardResponse, choose_frequency
 from ldp.frequency.base import MAX_DOMAIN_SIZE
 from ldp.frequency.local_hash import HASH_PRIME, LocalHash, hash_buckets
-from ldp.frequency.unary import bit_column_sums
+from ldp.frequency.unary import bernoulli_bits, bit_column_sums
 from ldp.postprocess import make_consistent
 from tests.ldp.checks import CHECKS, EPSILONS, MechanismCase, Z
 
@@ -276,6 +276,16 @@ def test_raw_estimate_stays_next_to_the_post_processed_one() -> None:
         make_consistent(est, "softmax")  # type: ignore[arg-type]
     with pytest.raises(LDPError):
         make_consistent(Estimate(n=0, value=np.full(3, np.nan), stderr=np.full(3, np.inf)))
+
+
+@pytest.mark.parametrize("prob", [0.0, 1 / 256, 0.25, 1 / 3, 0.5 + 1e-9, 255.5 / 256])
+def test_bernoulli_bits_have_the_stated_probability(prob: float) -> None:
+    """One byte per bit, a float on ties: the rate is prob within 4 std errors, exactly 0 when prob is 0, and the
+    tie branch (prob not a multiple of 1/256) contributes its share."""
+    n = 10_000_000
+    bits = bernoulli_bits((n // 100, 100), prob, np.random.default_rng(int(prob * 1e6)))
+    assert bits.shape == (n // 100, 100) and bits.dtype == bool
+    assert abs(bits.mean() - prob) <= Z * math.sqrt(prob * (1 - prob) / n) + 1e-12
 
 
 @pytest.mark.parametrize("n,k", [(0, 3), (1, 1), (2039, 7), (2040, 7), (2041, 128), (70_001, 13), (300_000, 128)])
