@@ -20,7 +20,7 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from sgd_coordinator.models import DEFAULT_LAMBDA, Model, TrainingError, make_model
 
@@ -74,22 +74,28 @@ class TrainingJob(BaseModel):
     the current one are stale: dropped and counted (default 0: only the current version is accepted).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    job_id: str = Field("offline", min_length=1)
+    job_id: str = Field(default="offline", min_length=1)
     model: Literal["linear", "logistic", "svm"]
     dims: int = Field(ge=1)
-    lam: float = Field(DEFAULT_LAMBDA, alias="lambda", ge=0, allow_inf_nan=False)
+    lam: float = Field(
+        default=DEFAULT_LAMBDA,
+        ge=0,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("lambda", "lam"),
+        serialization_alias="lambda",
+    )
     epsilon: float = Field(gt=0, allow_inf_nan=False)
     mechanism: Literal["hm", "pm", "duchi", "laplace", "harmony"] = "hm"
-    batch_size: int | None = Field(None, ge=1)
-    expected_population: int | None = Field(None, ge=1)
-    gamma0: float = Field(1.0, gt=0, allow_inf_nan=False)
-    reduced_dims: int | None = Field(None, ge=1)
-    projection_seed: int = Field(0, ge=0, lt=2**63)
-    max_iterations: int | None = Field(None, ge=1)
-    tolerance: float = Field(0.0, ge=0, allow_inf_nan=False)
-    max_staleness: int = Field(0, ge=0)
+    batch_size: int | None = Field(default=None, ge=1)
+    expected_population: int | None = Field(default=None, ge=1)
+    gamma0: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    reduced_dims: int | None = Field(default=None, ge=1)
+    projection_seed: int = Field(default=0, ge=0, lt=2**63)
+    max_iterations: int | None = Field(default=None, ge=1)
+    tolerance: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    max_staleness: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainingJob:
