@@ -34,7 +34,7 @@ import numpy as np
 
 from ldp import registry
 from ldp.base import Column, Estimate, LDPError, Mechanism, Reports, ReportSchema, check_epsilon
-from ldp.numeric.base import NumericMechanism, check_unit_values, quadratic_mean_estimate
+from ldp.numeric.base import NumericMechanism, check_numeric_epsilon, check_unit_values, quadratic_mean_estimate
 from ldp.numeric.duchi import agreement_weights, duchi_bound
 
 SAMPLING = {"pm": "pm", "hm": "hm", "harmony": "harmony"}  # vector name -> 1-D mechanism at eps / k
@@ -238,7 +238,7 @@ class DuchiVector(VectorMechanism):
     name: ClassVar[str] = "duchi"
 
     def __init__(self, epsilon: float, dims: int) -> None:
-        self.epsilon = check_epsilon(epsilon)
+        self.epsilon = check_numeric_epsilon(epsilon)
         self.dims = check_dims(dims)
         self.weights = self.agreement_weights()
         counts = np.array([math.comb(self.dims, a) for a in range(self.dims + 1)], dtype=np.float64)

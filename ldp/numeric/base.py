@@ -20,6 +20,17 @@ import numpy.typing as npt
 from ldp.base import Column, Estimate, LDPError, Mechanism, Reports, ReportSchema, check_epsilon
 
 NUMERIC_STATS_SIZE = 3  # count, sum of reports, sum of squared reports
+# Above this budget the closed forms lose all precision in float64 (PM's centre mass e^{eps/2}/(e^{eps/2}+1)
+# rounds to 1 near eps = 75) while the privacy guarantee is already void; such an epsilon is refused.
+MAX_EPSILON = 50.0
+
+
+def check_numeric_epsilon(epsilon: float) -> float:
+    """`check_epsilon`, and at most MAX_EPSILON."""
+    eps = check_epsilon(epsilon)
+    if eps > MAX_EPSILON:
+        raise LDPError(f"epsilon {eps:g} is above the supported maximum {MAX_EPSILON:g} for numeric mechanisms")
+    return eps
 
 
 def check_unit_values(values: np.ndarray | float | list[float]) -> np.ndarray:
@@ -75,7 +86,7 @@ class NumericMechanism(Mechanism):
     """An epsilon-LDP mechanism for one value t in [-1, 1]: reports {"value": float64 (n,)} with E[t*] = t."""
 
     def __init__(self, epsilon: float) -> None:
-        self.epsilon = check_epsilon(epsilon)
+        self.epsilon = check_numeric_epsilon(epsilon)
 
     # --- what a concrete mechanism declares -------------------------------------------------------------
     @abstractmethod

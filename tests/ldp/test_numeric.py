@@ -14,6 +14,7 @@ from ldp import registry
 from ldp.base import LDPError
 from ldp.numeric import SCDF, Duchi, Harmony, Hybrid, Laplace, Piecewise, RangeScaler, Staircase
 from ldp.numeric.auto import choose_numeric, choose_sampled, sampled_worst_case_variance, worst_case_variances
+from ldp.multidim import make_vector_mechanism
 from ldp.numeric.base import NumericMechanism
 from ldp.numeric.hybrid import EPSILON_STAR, hybrid_alpha
 from tests.ldp.checks import CHECKS, EPSILONS, MechanismCase
@@ -306,3 +307,21 @@ def test_every_registered_numeric_class_is_a_numeric_mechanism() -> None:
         cls = registry.mechanism_class(name)
         assert issubclass(cls, NumericMechanism) and cls.name == name
     assert {SCDF.name, Staircase.name} == {"scdf", "staircase"}
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(NAMES), eps=st.floats(min_value=50.0, max_value=1e300, exclude_min=True))
+def test_epsilon_above_the_supported_maximum_rejected(name: str, eps: float) -> None:
+    """Above eps = 50 the float64 constants degenerate (PM would divide by 0 near 75): a clear LDPError instead."""
+    with pytest.raises(LDPError):
+        registry.make(name, eps)
+    with pytest.raises(LDPError):
+        make_vector_mechanism(name, eps * 4, 3)  # even split 3 ways (or sampled) the per-attribute budget is > 50
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_largest_supported_epsilon_still_works(name: str) -> None:
+    mech = registry.make(name, 50.0)
+    x = mech.perturb(np.array([-1.0, 0.0, 1.0]), np.random.default_rng(0))["value"]
+    assert np.isfinite(x).all() and (mech.schema.violations({"value": x}) == "").all()
+    assert np.isfinite(mech.worst_case_variance())
