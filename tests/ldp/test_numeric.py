@@ -12,9 +12,9 @@ from scipy import stats
 
 from ldp import registry
 from ldp.base import LDPError
+from ldp.multidim import make_vector_mechanism
 from ldp.numeric import SCDF, Duchi, Harmony, Hybrid, Laplace, Piecewise, RangeScaler, Staircase
 from ldp.numeric.auto import choose_numeric, choose_sampled, sampled_worst_case_variance, worst_case_variances
-from ldp.multidim import make_vector_mechanism
 from ldp.numeric.base import NumericMechanism
 from ldp.numeric.hybrid import EPSILON_STAR, hybrid_alpha
 from tests.ldp.checks import CHECKS, EPSILONS, MechanismCase
