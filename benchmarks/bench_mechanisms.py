@@ -97,7 +97,10 @@ class OracleTask:
 
 
 def pure_ldp_oracles() -> dict[str, Callable[[int], tuple[Any, Any]]]:
-    from pure_ldp.frequency_oracles import DEClient, DEServer, LHClient, LHServer, UEClient, UEServer
+    try:
+        from pure_ldp.frequency_oracles import DEClient, DEServer, LHClient, LHServer, UEClient, UEServer
+    except ImportError as exc:  # the 'bench' extra is not installed
+        raise SystemExit(f"pure-LDP is missing ({exc}): pip install -e '.[bench]'") from exc
 
     identity = dict(index_mapper=lambda x: x)  # our codes are 0..K-1 (pure-LDP's default maps 1..K)
     return {
@@ -167,11 +170,11 @@ def main() -> None:
     warnings.filterwarnings("ignore", category=RuntimeWarning, module="pure_ldp")
     pure = pure_ldp_oracles()
     oracles = (
-        OracleTask("grr", 16, 1_000_000, 200_000, runs_pure=5, runs_ours=40, pure_ldp=pure["grr"]),
+        OracleTask("grr", 16, 1_000_000, 200_000, runs_pure=10, runs_ours=40, pure_ldp=pure["grr"]),
         OracleTask("oue", 128, 1_000_000, 20_000, runs_pure=3, runs_ours=40, pure_ldp=pure["oue"]),
         OracleTask("olh", 1024, 1_000_000, 2_000, runs_pure=2, runs_ours=20, pure_ldp=pure["olh"]),
     )
-    tasks = [*numeric_tasks("pm", 1_000_000, 20, rng), *numeric_tasks("hm", 1_000_000, 20, rng)]
+    tasks = [*numeric_tasks("pm", 1_000_000, 50, rng), *numeric_tasks("hm", 1_000_000, 50, rng)]
     for spec in oracles:
         tasks.extend(frequency_tasks(spec, rng))
     print(json.dumps({"tasks": tasks}, indent=1))
