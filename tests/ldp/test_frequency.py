@@ -211,6 +211,14 @@ def test_estimate_stderr_uses_the_clipped_estimate() -> None:
     np.testing.assert_allclose(est.stderr**2 * n, oracle.variance([0.0, 0.0, 1.0]))
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_an_empty_batch_is_a_batch(name: str) -> None:
+    oracle = registry.make(name, 1.0, 5)
+    reports = oracle.perturb(np.array([], dtype=np.int64), np.random.default_rng(0))
+    assert all(len(col) == 0 for col in reports.values())
+    np.testing.assert_array_equal(oracle.accumulate(reports), oracle.empty_stats())
+
+
 def test_estimate_of_no_reports_and_bad_statistics() -> None:
     oracle = GRR(1.0, 4)
     est = oracle.estimate(oracle.empty_stats())
