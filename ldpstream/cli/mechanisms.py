@@ -14,7 +14,7 @@ JSON contracts (`--json`):
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import typer
@@ -49,7 +49,7 @@ def build_mechanism(name: str, epsilon: float, dims: int = 1, domain: int | None
     return registry.make(name, epsilon) if dims == 1 else make_vector_mechanism(name, epsilon, dims)
 
 
-def _fail(exc: Exception) -> None:
+def _fail(exc: Exception) -> NoReturn:
     typer.echo(f"error: {exc}", err=True)
     raise typer.Exit(2) from exc
 
