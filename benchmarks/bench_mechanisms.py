@@ -30,6 +30,7 @@ import numpy as np
 from ldp import registry
 from ldp.base import Reports
 from ldp.frequency.base import FrequencyOracle
+from ldp.numeric.base import NumericMechanism
 
 EPSILON = 1.0
 SEED = 2024
@@ -68,6 +69,7 @@ def task(
 
 def numeric_tasks(name: str, n: int, runs: int, rng: np.random.Generator) -> list[dict]:
     mech = registry.make(name, EPSILON)
+    assert isinstance(mech, NumericMechanism)
     values = 2 * rng.beta(2.0, 5.0, n) - 1  # a skewed attribute on [-1, 1]
     truth = values.mean()
     reports = mech.perturb(values, rng)

@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ldp import registry  # noqa: E402
+from ldp.frequency import FrequencyOracle  # noqa: E402
 
 NAMES = ("grr", "sue", "oue", "blh", "olh", "hadamard")
 LABELS = {
@@ -41,17 +42,23 @@ K_GRID = np.unique(np.round(np.logspace(1, 14, 40, base=2)).astype(int))
 OUT = Path(__file__).resolve().parent.parent / "docs" / "img" / "frequency_variance.png"
 
 
+def oracle(name: str, eps: float, k: int) -> FrequencyOracle:
+    made = registry.make(name, float(eps), int(k))
+    assert isinstance(made, FrequencyOracle)
+    return made
+
+
 def closed_form(name: str, eps: float, k: int) -> float:
-    return registry.make(name, float(eps), int(k)).worst_case_variance()
+    return oracle(name, eps, k).worst_case_variance()
 
 
 def simulated(name: str, eps: float, rng: np.random.Generator) -> float:
     """n * mean over the unheld values and the runs of (f_hat - 0)^2."""
-    oracle = registry.make(name, eps, SIM_K)
+    fo = oracle(name, eps, SIM_K)
     squared = []
     for _ in range(SIM_RUNS):
         values = rng.integers(0, SIM_K // 2, SIM_N)  # values SIM_K/2 .. SIM_K-1 are held by nobody
-        est = oracle.estimate(oracle.accumulate(oracle.perturb(values, rng)))
+        est = fo.estimate(fo.accumulate(fo.perturb(values, rng)))
         squared.append(est.value[SIM_K // 2 :] ** 2)
     return float(SIM_N * np.mean(squared))
 

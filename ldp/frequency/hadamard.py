@@ -88,10 +88,9 @@ class HadamardResponse(FrequencyOracle):
         return ReportSchema((Column("row", "uint32", 0, self.rows - 1), Column("bit", "uint8", 0, 1)))
 
     def _sample(self, codes: np.ndarray, rng: np.random.Generator) -> Reports:
-        n = codes.shape[0]
-        rows = rng.integers(0, self.rows, n, dtype=np.uint32)
+        rows = rng.integers(0, self.rows, size=codes.shape, dtype=np.uint32)
         truth = hadamard_bit(rows, codes)
-        flip = (rng.random(n) >= self.p).astype(np.uint8)
+        flip = (rng.random(size=codes.shape) >= self.p).astype(np.uint8)
         return {"row": rows, "bit": truth ^ flip}
 
     def _support_counts(self, reports: Reports) -> np.ndarray:

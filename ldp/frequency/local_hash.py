@@ -148,9 +148,8 @@ class LocalHash(FrequencyOracle):
         )
 
     def _sample(self, codes: np.ndarray, rng: np.random.Generator) -> Reports:
-        n = codes.shape[0]
-        a = rng.integers(1, HASH_PRIME, n)
-        b = rng.integers(0, HASH_PRIME, n)
+        a = rng.integers(1, HASH_PRIME, size=codes.shape)
+        b = rng.integers(0, HASH_PRIME, size=codes.shape)
         return {"a": a, "b": b, "y": randomized_response(hash_buckets(a, b, codes, self.g), self.g, self._p, rng)}
 
     def _support_counts(self, reports: Reports) -> np.ndarray:
