@@ -28,8 +28,18 @@ import numpy as np
 from ldp.base import Estimate, LDPError, Mechanism, Reports, ReportSchema, check_epsilon
 
 MAX_DOMAIN_SIZE = 1 << 20  # the largest K; local hashing's exact float aggregation relies on it (local_hash.py)
+# Beyond, 1 - p (e.g. (K - 1) / (e^eps + K - 1)) falls below double precision next to 1; and it protects nothing.
+MAX_EPSILON = 30.0
 # Report entries sampled per chunk: the temporaries stay in cache instead of being page-faulted in (3x faster).
 SAMPLE_CHUNK_ENTRIES = 1 << 16
+
+
+def check_frequency_epsilon(epsilon: float) -> float:
+    """`check_epsilon`, and at most MAX_EPSILON."""
+    eps = check_epsilon(epsilon)
+    if eps > MAX_EPSILON:
+        raise LDPError(f"epsilon {eps:g} is above the supported maximum {MAX_EPSILON:g} for frequency oracles")
+    return eps
 
 
 def check_domain_size(domain_size: int) -> int:
@@ -90,18 +100,19 @@ def check_report_batch(schema: ReportSchema, reports: Reports) -> int:
 
 def randomized_response(truth: np.ndarray, size: int, keep: float, rng: np.random.Generator) -> np.ndarray:
     """Keep each entry of `truth` (in 0..size-1) with probability `keep`, else replace it by one of the other
-    size - 1 values uniformly (generalized randomized response, 004 "Direct Encoding"); int32 (size < 2^31).
+    size - 1 values uniformly (generalized randomized response, 004 "Direct Encoding"); int64, vectorised.
 
     One uniform u per entry decides both: u < keep keeps the value (shift 0); otherwise (u - keep) / (1 - keep) is
     uniform on [0, 1) and picks the shift 1..size-1 added modulo size (exact up to the 2^-53 grid of u). The sign of
     u - keep is exact in floating point, so the value is kept exactly when u < keep.
     """
     u = rng.random(truth.shape[0])
-    shift = np.floor((u - keep) * ((size - 1) / (1 - keep))).astype(np.int32)
+    # |(u - keep) (size - 1) / (1 - keep)| <= e^eps + size - 1 < 2^63 for eps <= MAX_EPSILON: the cast is exact.
+    shift = np.floor((u - keep) * ((size - 1) / (1 - keep))).astype(np.int64)
     shift += 1  # kept: <= 0; replaced: 1..size-1 (size only by rounding as u -> 1)
     np.clip(shift, 0, size - 1, out=shift)
     shift += truth  # in 0..2 size - 2: wrap once
-    shift -= (shift >= size).view(np.int8) * np.int32(size)
+    shift -= (shift >= size).view(np.int8) * size
     return shift
 
 
@@ -121,7 +132,7 @@ class FrequencyOracle(Mechanism):
     """
 
     def __init__(self, epsilon: float, domain_size: int) -> None:
-        self.epsilon = check_epsilon(epsilon)
+        self.epsilon = check_frequency_epsilon(epsilon)
         self.domain_size = check_domain_size(domain_size)
 
     # --- what a concrete oracle declares --------------------------------------------------------------------

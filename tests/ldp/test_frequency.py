@@ -14,7 +14,7 @@ from scipy import stats
 from ldp import registry
 from ldp.base import Estimate, LDPError, Reports
 from ldp.frequency import BLH, GRR, OLH, OUE, SUE, FrequencyOracle, HadamardResponse, choose_frequency
-from ldp.frequency.base import MAX_DOMAIN_SIZE
+from ldp.frequency.base import MAX_DOMAIN_SIZE, MAX_EPSILON
 from ldp.frequency.local_hash import HASH_PRIME, LocalHash, hash_buckets
 from ldp.frequency.unary import bernoulli_bits, bit_column_sums
 from ldp.postprocess import make_consistent
@@ -387,6 +387,20 @@ def test_bad_epsilon_or_domain_is_refused(name: str, eps: float, k: object) -> N
 def test_olh_refuses_an_epsilon_whose_g_exceeds_the_hash_range() -> None:
     with pytest.raises(LDPError):
         OLH(17.0, 10)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_epsilon_up_to_the_supported_maximum(name: str) -> None:
+    """At eps = MAX_EPSILON everything stays finite (OLH's g is out of its hash range: refused); above it, refused."""
+    with pytest.raises(LDPError):
+        registry.make(name, MAX_EPSILON * 1.01, 8)
+    if name == "olh":
+        return
+    oracle = registry.make(name, MAX_EPSILON, 8)
+    values = np.arange(8)
+    est = oracle.estimate(oracle.accumulate(oracle.perturb(np.repeat(values, 100), np.random.default_rng(0))))
+    assert np.isfinite(est.stderr).all() and np.isfinite(oracle.worst_case_variance())
+    assert np.all(np.abs(est.value - 1 / 8) <= Z * est.stderr + 1e-9)  # GRR and SUE: no noise left at all
 
 
 # --- auto selection ---------------------------------------------------------------------------------------------
