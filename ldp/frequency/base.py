@@ -112,7 +112,7 @@ def randomized_response(truth: np.ndarray, size: int, keep: float, rng: np.rando
     shift += 1  # kept: <= 0; replaced: 1..size-1 (size only by rounding as u -> 1)
     np.clip(shift, 0, size - 1, out=shift)
     shift += truth  # in 0..2 size - 2: wrap once
-    shift -= (shift >= size).view(np.int8) * size
+    shift -= (shift >= size).view(np.int8) * np.int64(size)
     return shift
 
 
