@@ -50,7 +50,8 @@ def project_simplex(freqs: np.ndarray | list[float]) -> np.ndarray:
 
 
 def norm_sub(freqs: np.ndarray | list[float]) -> np.ndarray:
-    """Norm-Sub (Wang et al., "consistency" of LDP frequency estimates), along the last axis.
+    """Norm-Sub (Wang, Lopuhaä-Zwakenberg et al., "Locally differentially private frequency estimation with
+    consistency", NDSS 2020), along the last axis.
 
     Negative estimates become 0, then one amount delta is subtracted from the positive ones so that they sum to 1,
     repeating until none is negative. If the positive part sums to >= 1 the fixed point is max(f - delta, 0) with
