@@ -141,8 +141,8 @@ class PartitionProcessor:
             windows += incs
             if newest_v is not None:
                 newest = newest_v if newest is None else max(newest, newest_v)
-        update = BatchUpdate(collection, f"{topic}:{partition}", messages[-1].offset, tuple(windows), dict(outcomes),
-                             newest)
+        update = BatchUpdate(collection, f"{topic}:{partition}", messages[0].offset, messages[-1].offset,
+                             tuple(windows), dict(outcomes), newest)
         return PartitionResult(update, letters)
 
     def _decode(self, topic: str, msg: Message) -> tuple[DecodedBatch, CollectionPlan] | DeadLetter:
@@ -230,10 +230,11 @@ class PartitionProcessor:
                 stats = {}
                 for attr, (grow, cols) in rows.attributes.items():
                     take = member[grow]
-                    if take.any():
+                    if take.any():  # the collector's block layout: [devices that sampled it, its statistics]
                         mech = plan.mechanisms[attr]
                         sub = _shaped(cols, mech, len(grow))
-                        stats[attr] = mech.accumulate({k: v[take] for k, v in sub.items()})
+                        counted = mech.accumulate({k: v[take] for k, v in sub.items()})
+                        stats[attr] = np.concatenate([[float(take.sum())], counted])
                 dedupe = rows.devices[member] if (spec.one_report_per_window and window == dwin) else None
                 incs.append(WindowIncrement(spec.version, window, int(start), int(member.sum()), stats, dedupe, ttl))
         return incs

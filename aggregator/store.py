@@ -4,7 +4,8 @@ One contract, two backends (`RedisStore`, `MemoryStore`), run through the same t
 only write, and it is atomic (one Lua script in Redis):
 
 1. If the batch's last offset is <= the offset already applied for its partition, nothing is written: the batch
-   is a replay (after a crash or a rebalance) and is `skipped`.
+   is a replay (after a crash or a rebalance) and is `skipped`. If only its first offset is, nothing is written
+   either (`overlap`): the caller drops the messages already applied and tries again.
 2. If any device of the batch has already reported in its dedupe window, nothing is written and those devices
    are returned (`duplicates`); the caller moves them to the dead-letter topic and applies the rest.
 3. Otherwise, in one step: the devices join their dedupe sets, the statistics increments are added, the outcome
@@ -49,6 +50,7 @@ class BatchUpdate:
 
     collection: str
     source: str  # "topic:partition"
+    first_offset: int
     last_offset: int
     windows: tuple[WindowIncrement, ...]
     outcomes: dict[str, int]
@@ -57,7 +59,7 @@ class BatchUpdate:
 
 @dataclass(frozen=True)
 class ApplyResult:
-    status: str  # "applied" | "skipped" | "duplicates"
+    status: str  # "applied" | "skipped" | "overlap" | "duplicates"
     duplicates: dict[tuple[int, str, int], np.ndarray] = field(default_factory=dict)  # (version, window, start)
 
 
@@ -121,14 +123,16 @@ def _now_ms() -> int:
 # ---------------------------------------------------------------------------------------------------------------
 # Redis
 # KEYS: 1 offsets, 2 outcomes, 3 windows index, 4 meta, then nd dedupe sets, then ns stats hashes.
-# ARGV: 1 source, 2 last offset, 3 nd, 4 ns, 5 newest report ms (or ''), 6 now ms, then per dedupe set: ttl, m,
-#       m members; per stats hash: window member, f, f (field, increment) pairs; then c, c (outcome, n) pairs.
+# ARGV: 1 source, 2 last offset, 3 nd, 4 ns, 5 newest report ms (or ''), 6 now ms, 7 first offset, then per dedupe
+#       set: ttl, m, m members; per stats hash: window member, f, f (field, increment) pairs; then c, c (outcome, n)
+#       pairs.
 APPLY_SCRIPT = """
 local applied = redis.call('HGET', KEYS[1], ARGV[1])
 if applied and tonumber(applied) >= tonumber(ARGV[2]) then return {'skipped'} end
+if applied and tonumber(applied) >= tonumber(ARGV[7]) then return {'overlap', applied} end
 local nd, ns = tonumber(ARGV[3]), tonumber(ARGV[4])
 local CHUNK = 4000
-local pos = 7
+local pos = 8
 local sets = {}
 for i = 1, nd do
   local ttl, m = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
@@ -208,7 +212,8 @@ class RedisStore(StatsStore):
         keys = [f"{p}:offsets", f"{p}:outcomes", f"{p}:windows", f"{p}:meta"]
         dedupe = [w for w in update.windows if w.dedupe is not None]
         args: list[str | bytes | int] = [update.source, update.last_offset, len(dedupe), len(update.windows),
-                                         "" if update.newest_report_ms is None else update.newest_report_ms, _now_ms()]
+                                         "" if update.newest_report_ms is None else update.newest_report_ms, _now_ms(),
+                                         update.first_offset]
         for w in dedupe:
             keys.append(f"{p}:seen:{window_member(w.version, w.window, w.start_ms)}")
             members = np.ascontiguousarray(w.dedupe, dtype="<u8")
@@ -286,6 +291,8 @@ class MemoryStore(StatsStore):
             applied = self._offsets[c].get(update.source)
             if applied is not None and applied >= update.last_offset:
                 return ApplyResult("skipped")
+            if applied is not None and applied >= update.first_offset:
+                return ApplyResult("overlap")
             dups: dict[tuple[int, str, int], np.ndarray] = {}
             for w in update.windows:
                 if w.dedupe is None:

@@ -77,7 +77,7 @@ def test_good_messages_are_accumulated_per_window() -> None:
     assert set(by_window) == {"1h", "all"}
     assert by_window["1h"].start_ms == NOW // 3_600_000 * 3_600_000
     assert by_window["all"].devices == 6 and by_window["1h"].dedupe is not None
-    assert by_window["all"].stats[0][0] == 3 and by_window["all"].stats[1].shape == (PLAN.mechanisms[1].stats_size,)
+    assert by_window["all"].stats[0][0] == 3 and by_window["all"].stats[1].shape == (1 + PLAN.mechanisms[1].stats_size,)
 
 
 def test_undecodable_messages_are_dead_letters_with_reasons() -> None:
@@ -146,4 +146,4 @@ def test_statistics_equal_the_mechanisms_own(n: int) -> None:
     values = rng.uniform(-1, 1, len(range(0, n, 2)))
     expected = PLAN.mechanisms[0].accumulate(PLAN.mechanisms[0].perturb(values, rng))
     all_time = next(w for w in result.update.windows if w.window == "all")  # type: ignore[union-attr]
-    np.testing.assert_allclose(all_time.stats[0], expected)
+    np.testing.assert_allclose(all_time.stats[0], [len(values), *expected])

@@ -30,7 +30,7 @@ def update(collection: str, offset: int, devices: list[int], source: str = "t:0"
            scale: float = 1.0) -> BatchUpdate:
     d = np.asarray(devices, dtype=np.uint64)
     stats = {0: np.array([len(d), 0.5, 0.25]) * scale, 1: np.array([0.0, 1.0, 2.0, 3.0]) * scale}
-    return BatchUpdate(collection, source, offset,
+    return BatchUpdate(collection, source, offset, offset,
                        (WindowIncrement(1, "1h", start, len(d), stats, dedupe=d, dedupe_ttl_s=7200),
                         WindowIncrement(1, "all", 0, len(d), stats)),
                        {"accepted": len(d), "rejected:out_of_range": 2}, newest_report_ms=1000 + offset)
@@ -58,6 +58,14 @@ def test_a_replayed_batch_is_skipped_and_changes_nothing(store: tuple[StatsStore
     assert s.apply(update(c, 5, [9])).status == "skipped"
     after = s.read_window(c, 1, "all", 0, SIZES)
     assert after.devices == before.devices and s.outcomes(c)["accepted"] == 3
+
+
+def test_a_batch_overlapping_the_applied_offset_writes_nothing(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    s.apply(update(c, 10, [1, 2, 3]))
+    overlapping = BatchUpdate(c, "t:0", 10, 12, update(c, 12, [4]).windows, {"accepted": 1})
+    assert s.apply(overlapping).status == "overlap"
+    assert s.offsets(c) == {"t:0": 10} and s.outcomes(c)["accepted"] == 3
 
 
 def test_offsets_are_per_partition(store: tuple[StatsStore, str]) -> None:

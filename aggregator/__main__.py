@@ -1,0 +1,29 @@
+"""One aggregator worker process in the foreground: `python -m aggregator [--group G] [--metrics-port P]`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from aggregator.worker import WorkerConfig, build_app
+from ldpstream.services import ServicesConfig
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--group", default="ldp-aggregator")
+    parser.add_argument("--metrics-port", type=int, default=None)
+    parser.add_argument("--max-messages", type=int, default=500)
+    parser.add_argument("--loglevel", default="warn", choices=["crit", "error", "warn", "info", "debug"])
+    args = parser.parse_args(argv)
+    cfg = ServicesConfig.from_env()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    app = build_app(WorkerConfig(cfg.bootstrap, cfg.redis, group=args.group, max_messages=args.max_messages,
+                                 metrics_port=args.metrics_port))
+    sys.argv = [sys.argv[0], "worker", "--loglevel", args.loglevel, "--without-web"]
+    app.main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""The dead-letter topic `ldp.dlq`: each rejected message (or its rejected rows) with the reason, as headers."""
+
+from __future__ import annotations
+
+import json
+
+from confluent_kafka import Producer
+
+from aggregator.processing import DeadLetter
+
+DLQ_TOPIC = "ldp.dlq"
+
+
+class DeadLetterProducer:
+    """Sends dead letters: value = the original message bytes; headers = reason, detail, source, offset, rows."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                   "linger.ms": 20, "compression.type": "lz4"})
+        self.failed = 0
+
+    def send(self, topic: str, partition: int, letters: list[DeadLetter], timeout_s: float = 30.0) -> None:
+        """Send and wait until Kafka has them (so they are recorded before the batch counts as applied)."""
+        if not letters:
+            return
+        for d in letters:
+            headers = {"reason": d.reason, "detail": d.detail, "source_topic": topic,
+                       "source_partition": str(partition), "source_offset": str(d.offset)}
+            if d.rows is not None:
+                headers["rows"] = json.dumps(list(d.rows))
+            self._producer.produce(DLQ_TOPIC, d.value, key=f"{topic}:{partition}:{d.offset}".encode(),
+                                   headers=list(headers.items()), on_delivery=self._on_delivery)
+        failed_before = self.failed
+        remaining = self._producer.flush(timeout_s)
+        if remaining or self.failed > failed_before:
+            raise RuntimeError(f"{remaining + self.failed - failed_before} dead letters not delivered to {DLQ_TOPIC}")
+
+    def _on_delivery(self, err: object, _msg: object) -> None:
+        if err is not None:
+            self.failed += 1

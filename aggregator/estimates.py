@@ -1,0 +1,68 @@
+"""Estimates on read: a window's statistics from the store through the collection's collector, as JSON.
+
+The raw unbiased estimate is always there; post-processing (clip a mean into its range, make frequencies
+consistent by Norm-Sub or least-squares projection) is biased and is added beside it, never instead of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+
+from aggregator.plans import Plan
+from aggregator.store import ALL_TIME, StatsStore
+from ldp.postprocess import clip_mean, norm_sub, project_simplex
+from producer.spec import CategoricalAttribute, SpecError
+
+PostProcess = Literal["none", "clip", "norm_sub", "project"]
+POSTPROCESS = ("none", "clip", "norm_sub", "project")
+
+
+def resolve_window(store: StatsStore, plan: Plan, window: str) -> tuple[str, int]:
+    """(window, start_ms) for 'all', '1h' (its newest window with data) or '1h:<start_ms>'."""
+    name, _, start = window.partition(":")
+    if name == ALL_TIME:
+        return ALL_TIME, 0
+    if name not in plan.spec.windows:
+        raise SpecError(f"{plan.spec.key} has no window {name!r}; windows: {', '.join([*plan.spec.windows, 'all'])}")
+    if start:
+        return name, int(start)
+    starts = [s for v, w, s in store.windows(plan.spec.name) if v == plan.spec.version and w == name]
+    return name, max(starts) if starts else 0
+
+
+def _float(x: Any) -> float | None:
+    v = float(x)
+    return v if np.isfinite(v) else None
+
+
+def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
+                         postprocess: PostProcess = "none") -> dict[str, Any]:
+    """{"collection", "version", "window", "window_start_ms", "reports", "attributes": {...}} for one window."""
+    if postprocess not in POSTPROCESS:
+        raise ValueError(f"postprocess must be one of {POSTPROCESS}, got {postprocess!r}")
+    name, start = resolve_window(store, plan, window)
+    stats = store.read_window(plan.spec.name, plan.spec.version, name, start, plan.sizes)
+    estimates = plan.estimate(stats)
+    attributes: dict[str, Any] = {}
+    for attr in plan.spec.attributes:
+        est = estimates[attr.name]
+        if isinstance(attr, CategoricalAttribute):
+            freqs = np.asarray(est.value, dtype=np.float64)
+            entry: dict[str, Any] = {"frequencies": {
+                v: {"estimate": _float(f), "stderr": _float(s)} for v, f, s in zip(attr.values, freqs, est.stderr,
+                                                                                   strict=True)}}
+            if postprocess in ("norm_sub", "project") and np.isfinite(freqs).all():
+                consistent = norm_sub(freqs) if postprocess == "norm_sub" else project_simplex(freqs)
+                entry["postprocessed"] = {"method": postprocess,
+                                          "frequencies": dict(zip(attr.values, map(float, consistent), strict=True))}
+        else:
+            entry = {"mean": _float(est.value), "stderr": _float(est.stderr)}
+            if postprocess == "clip" and np.isfinite(est.value):
+                entry["postprocessed"] = {"method": "clip", "mean": float(clip_mean(est.value, *attr.range))}
+        entry["mechanism"] = plan.mechanisms[plan.spec.attribute_index(attr.name)].name
+        attributes[attr.name] = entry
+    return {"collection": plan.spec.name, "version": plan.spec.version,
+            "window": name if name == ALL_TIME else f"{name}:{start}", "window_start_ms": start,
+            "reports": int(stats.devices), "attributes": attributes}

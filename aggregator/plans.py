@@ -1,0 +1,92 @@
+"""Published collection specs as aggregation plans: the spec, its collector, one mechanism per attribute."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from aggregator.store import WindowStats
+from ldp.base import Estimate, Mechanism
+from ldp.mixed import MixedCollector
+from producer.collector import collector_for
+from producer.publish import read_specs
+from producer.spec import CollectionSpec, SpecError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to aggregate and estimate one published spec version (the same collector the devices use)."""
+
+    spec: CollectionSpec
+
+    @cached_property
+    def collector(self) -> MixedCollector:
+        return collector_for(self.spec)
+
+    @property
+    def mechanisms(self) -> tuple[Mechanism, ...]:
+        return tuple(self.collector.mechanisms[a.name] for a in self.spec.attributes)
+
+    @property
+    def attributes_per_device(self) -> int:
+        return self.collector.k
+
+    @property
+    def sizes(self) -> dict[int, int]:
+        """Statistics length per attribute index in the store: [devices that sampled it, mechanism statistics]."""
+        return {j: 1 + m.stats_size for j, m in enumerate(self.mechanisms)}
+
+    def estimate(self, window: WindowStats) -> dict[str, Estimate]:
+        """Per attribute, the collector's unbiased estimate from a window's statistics."""
+        stats = np.concatenate([[window.devices], *(window.stats[j] for j in range(len(self.spec.attributes)))])
+        return self.collector.estimate(stats)
+
+
+class PlanRegistry:
+    """The published specs, read from `ldp.collections` and re-read (at most every `refresh_s`) on a miss."""
+
+    def __init__(self, bootstrap: str, refresh_s: float = 5.0) -> None:
+        self.bootstrap = bootstrap
+        self.refresh_s = refresh_s
+        self._plans: dict[str, Plan] = {}
+        self._last_refresh = -float("inf")
+        self._lock = threading.Lock()
+
+    def get(self, name: str, version: int) -> Plan | None:
+        """The plan of name@version, or None if it is not published."""
+        key = f"{name}@{version}"
+        plan = self._plans.get(key)
+        if plan is None and time.monotonic() - self._last_refresh >= self.refresh_s:
+            self.refresh()
+            plan = self._plans.get(key)
+        return plan
+
+    def refresh(self) -> None:
+        """Re-read the specs topic; a spec that cannot be read is logged and left out."""
+        with self._lock:
+            self._last_refresh = time.monotonic()
+            try:
+                specs = read_specs(self.bootstrap)
+            except (SpecError, RuntimeError) as exc:
+                log.error("cannot read published specs: %s", exc)
+                return
+            for key, spec in specs.items():
+                if key not in self._plans:
+                    self._plans[key] = Plan(spec)
+
+    def plans(self) -> list[Plan]:
+        """Every known plan (refreshing first)."""
+        self.refresh()
+        return sorted(self._plans.values(), key=lambda p: (p.spec.name, p.spec.version))
+
+    def latest(self, name: str) -> Plan | None:
+        """The highest published version of a collection."""
+        versions = [p for p in self.plans() if p.spec.name == name]
+        return versions[-1] if versions else None

@@ -1,0 +1,184 @@
+"""The aggregator worker: a faust-streaming app reading every `ldp.reports.<collection>` topic in micro-batches.
+
+Per micro-batch (`stream.take_events`), per partition, in offset order (see `aggregator.store` for the guard):
+1. drop messages at or below the partition's applied offset in the store (a replay after a rebalance);
+2. decode, validate and accumulate the rest (`aggregator.processing`, vectorised);
+3. send the dead letters to `ldp.dlq` and wait until Kafka has them (at-least-once: a crash before step 4 means
+   the batch, and so its dead letters, come again);
+4. apply the statistics, outcome counters and the new offset in one atomic Redis script; if the store finds
+   devices already counted in their window, they become dead letters and steps 2-4 run again without them.
+faust acks (and later commits) the events only after this returns. On every partition assignment the consumer
+seeks each partition to the offset after the one the store has applied (`StoreSeekingConsumer`), so Kafka's
+committed offsets are never trusted: a batch is counted once whatever faust committed.
+
+Only one agent instance runs per worker process (concurrency 1): faust commits offsets past in-flight events
+when an agent's concurrency is > 1. Scale out with more worker processes in the same consumer group.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+
+from aggregator import metrics
+from aggregator.dlq import DeadLetterProducer
+from aggregator.plans import PlanRegistry
+from aggregator.processing import DeadLetter, Message, PartitionProcessor
+from aggregator.store import RedisStore, StatsStore
+
+log = logging.getLogger(__name__)
+
+MAX_APPLY_ROUNDS = 8
+SPEC_POLL_S = 5.0
+RESUBSCRIBE_DELAY_S = 1.0
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Settings of one aggregator worker process."""
+
+    bootstrap: str
+    redis_url: str
+    group: str = "ldp-aggregator"
+    max_messages: int = 500
+    within_s: float = 0.2
+    metrics_port: int | None = None
+
+
+class BatchHandler:
+    """Steps 1-4 for the events of one micro-batch (synchronous: nothing else runs in the loop meanwhile)."""
+
+    def __init__(self, store: StatsStore, plans: PlanRegistry, dlq: DeadLetterProducer) -> None:
+        self.store = store
+        self.dlq = dlq
+        self.processor = PartitionProcessor(plans.get, lambda: int(time.time() * 1000))
+
+    def handle(self, events: Sequence[Any]) -> None:
+        by_tp: dict[tuple[str, int], list[Message]] = defaultdict(list)
+        for event in events:
+            m = event.message
+            by_tp[(m.topic, m.partition)].append(Message(m.offset, m.value, m.timestamp))
+        for (topic, partition), messages in by_tp.items():
+            self.handle_partition(topic, partition, sorted(messages, key=lambda m: m.offset))
+
+    def handle_partition(self, topic: str, partition: int, messages: list[Message]) -> None:
+        started = time.perf_counter()
+        collection = topic.removeprefix("ldp.reports.")
+        seen: dict[tuple[int, str, int], Any] = {}
+        sent: set[tuple[int, str, tuple[int, ...] | None]] = set()
+        for _ in range(MAX_APPLY_ROUNDS):
+            applied = self.store.offsets(collection).get(f"{topic}:{partition}")
+            if applied is not None:
+                messages = [m for m in messages if m.offset > applied]
+            if not messages:
+                metrics.BATCHES.labels("skipped").inc()
+                return
+            result = self.processor.process(topic, partition, messages, seen)
+            new = [d for d in result.dead_letters if (d.offset, d.reason, d.rows) not in sent]
+            self.dlq.send(topic, partition, new)
+            sent.update((d.offset, d.reason, d.rows) for d in new)
+            outcome = self.store.apply(result.update) if result.update else None
+            if outcome is None or outcome.status in ("applied", "skipped"):
+                status = outcome.status if outcome else "skipped"
+                metrics.BATCHES.labels(status).inc()
+                if status == "applied":
+                    self._count(collection, result.update.outcomes if result.update else {}, result.dead_letters)
+                    metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
+                return
+            metrics.BATCHES.labels(outcome.status).inc()
+            for key, devices in outcome.duplicates.items():
+                seen[key] = devices
+        raise RuntimeError(f"{topic}:{partition}: batch not applied after {MAX_APPLY_ROUNDS} rounds")
+
+    @staticmethod
+    def _count(collection: str, outcomes: Mapping[str, int], letters: list[DeadLetter]) -> None:
+        for key, n in outcomes.items():
+            outcome, _, reason = key.partition(":")
+            metrics.REPORTS.labels(collection, outcome, reason).inc(n)
+        metrics.DEAD_LETTERS.inc(len(letters))
+
+
+class StoreSeekingConsumer(faust_aiokafka.Consumer):
+    """faust's aiokafka consumer, but every seek-to-committed goes to the offset after the store's applied one."""
+
+    store: StatsStore
+
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        committed = dict(await super().seek_to_committed())
+        applied: dict[str, dict[str, int]] = {}
+        for tp in self.assignment():
+            if not tp.topic.startswith("ldp.reports."):
+                continue
+            collection = tp.topic.removeprefix("ldp.reports.")
+            if collection not in applied:
+                applied[collection] = self.store.offsets(collection)
+            last = applied[collection].get(f"{tp.topic}:{tp.partition}")
+            position = 0 if last is None else last + 1
+            await self._seek(tp, position)
+            committed[tp] = position
+            log.info("seek %s:%s to %s (applied in store: %s)", tp.topic, tp.partition, position, last)
+        return committed
+
+
+def report_topics(plans: PlanRegistry) -> list[str]:
+    """The report topics of every published collection."""
+    return sorted({p.spec.topic for p in plans.plans()})
+
+
+def wait_for_report_topics(plans: PlanRegistry, poll_s: float = 2.0) -> list[str]:
+    """Block until at least one collection is published; its report topics."""
+    while not (topics := report_topics(plans)):
+        log.warning("no collection is published yet (ldp spec publish FILE); waiting")
+        time.sleep(poll_s)
+    return topics
+
+
+def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
+    """The faust app of one worker process."""
+    from ldpstream.services import ServicesConfig
+
+    state = ServicesConfig.from_env().state_dir / "faust"
+    state.mkdir(parents=True, exist_ok=True)
+    app = faust.App(cfg.group, broker=f"kafka://{cfg.bootstrap}", store="memory://", web_enabled=False,
+                    datadir=str(state / cfg.group), consumer_auto_offset_reset="earliest", topic_partitions=8,
+                    stream_buffer_maxsize=max(4096, 4 * cfg.max_messages), broker_commit_every=cfg.max_messages,
+                    consumer_max_fetch_size=8 * 1024 * 1024)
+    store = store or RedisStore(cfg.redis_url)
+    consumer_cls = type("BoundStoreSeekingConsumer", (StoreSeekingConsumer,), {"store": store})
+    transport_cls = type("StoreSeekingTransport", (faust_aiokafka.Transport,), {"Consumer": consumer_cls})
+    app.transport = transport_cls(app.conf.broker_consumer, app)
+    plans = PlanRegistry(cfg.bootstrap)
+    handler = BatchHandler(store, plans, DeadLetterProducer(cfg.bootstrap))
+    # faust's aiokafka driver cannot subscribe to a pattern, so the worker subscribes to the report topics of the
+    # published collections, and adds those published later in place (the conductor resubscribes when flagged).
+    reports = app.topic(*wait_for_report_topics(plans), value_type=bytes, value_serializer="raw",
+                        key_serializer="raw")
+    app.topics._resubscribe_sleep_lock_seconds = RESUBSCRIBE_DELAY_S
+
+    @app.timer(SPEC_POLL_S)
+    async def follow_published_collections() -> None:
+        new = sorted(set(report_topics(plans)) - set(reports.topics))
+        if new:
+            log.info("subscribing to newly published collections: %s", new)
+            reports.topics.extend(new)
+            app.topics._flag_changes()
+
+    @app.agent(reports, concurrency=1)
+    async def aggregate(stream: faust.StreamT) -> None:  # type: ignore[type-arg]
+        async for events in stream.take_events(cfg.max_messages, within=cfg.within_s):
+            handler.handle(events)
+
+    if cfg.metrics_port is not None:
+        @app.task
+        async def serve_metrics() -> None:
+            metrics.serve(cfg.metrics_port)  # type: ignore[arg-type]
+
+    return app
