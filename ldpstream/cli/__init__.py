@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from ldpstream.cli import demo, mechanisms, pipeline_producer, services, train
+from ldpstream.cli import demo, mechanisms, pipeline, pipeline_producer, services, train
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="ldpstream: private telemetry over Kafka.")
 services.register(app)
 demo.register(app)
 train.register(app)
 pipeline_producer.register(app)
+pipeline.register(app)
 mechanisms.register(app)
 
 

@@ -1,93 +1,84 @@
-"""`ldp demo`: the main job end to end against the running services."""
+"""`ldp demo`: the main job end to end against the running services.
+
+Publish the smartphone-diagnostics spec (under a name of its own for this run, so every run starts from zero),
+start an aggregator worker, send the perturbed reports of a simulated fleet through Kafka, wait until the worker
+has applied them all in Redis, and print every estimate next to the population's true value.
+"""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-import uuid
+from collections.abc import Callable
+from pathlib import Path
 
-import redis
 import typer
-from confluent_kafka import Producer
 from rich.console import Console
+from rich.progress import Progress
 
+from aggregator.estimates import collection_estimates
+from aggregator.plans import Plan
+from aggregator.processes import start_worker, stop_worker
+from aggregator.store import RedisStore
+from ldpstream.cli.pipeline import estimates_table
 from ldpstream.services import ServicesConfig
-from ldpstream.services.process import stop_pid
+from ldpstream.services.config import PROJECT_ROOT
+from producer.kafka import ReportProducer
+from producer.publish import publish_spec
+from producer.simulator import simulate
+from producer.spec import load_spec
 
-console = Console()
-
-
-def produce_messages(bootstrap: str, topic: str, count: int, size: int = 100) -> float:
-    """Produce `count` messages of `size` bytes (idempotent, acks=all); return the seconds it took."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 1000000})
-    failures: list[str] = []
-
-    def on_delivery(err: object, _msg: object) -> None:
-        if err is not None:
-            failures.append(str(err))
-
-    payload = b"x" * size
-    start = time.perf_counter()
-    for i in range(count):
-        producer.produce(topic, payload, on_delivery=on_delivery)
-        if i % 10000 == 0:
-            producer.poll(0)
-    remaining = producer.flush(60)
-    if remaining or failures:
-        raise RuntimeError(f"{remaining} messages not delivered, {len(failures)} failed: {failures[:3]}")
-    return time.perf_counter() - start
+console = Console(width=None if Console().is_terminal else 120)
+DEFAULT_SPEC = PROJECT_ROOT / "examples" / "diagnostics.yaml"
 
 
-def count_through_faust(cfg: ServicesConfig, count: int, timeout_s: float = 120.0) -> dict[str, float]:
-    """Produce `count` messages to a fresh topic, let the faust probe agent count them into Redis, and measure."""
-    run = uuid.uuid4().hex[:8]
-    topic, key = f"ldp.probe.{run}", f"ldp:probe:{run}"
-    store = redis.Redis.from_url(cfg.redis)
-    worker = subprocess.Popen([sys.executable, "-m", "aggregator.probe", "--topic", topic, "--redis-key", key,
-                               "--group", f"ldp-probe-{run}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              start_new_session=True)
-    try:
-        produce_messages(cfg.bootstrap, topic, 1)  # warm-up: the agent has joined its group once this is counted
-        _wait_for_count(store, key, 1, worker, timeout_s)
-        start = time.perf_counter()
-        produce_s = produce_messages(cfg.bootstrap, topic, count)
-        counted = _wait_for_count(store, key, count + 1, worker, timeout_s) - 1
-        total_s = time.perf_counter() - start
-    finally:
-        stop_pid(worker.pid)
-        store.delete(key)
-    return {"produced": count, "counted": counted, "produce_s": produce_s, "end_to_end_s": total_s,
-            "messages_per_s": count / total_s}
-
-
-def _wait_for_count(store: redis.Redis, key: str, target: int, worker: subprocess.Popen[bytes], timeout_s: float) -> int:
-    """Poll the Redis counter until it reaches `target`, the worker dies or time runs out; return the count."""
-    counted = 0
+def wait_for_accepted(store: RedisStore, collection: str, target: int, timeout_s: float,
+                      worker_alive: Callable[[], bool] = lambda: True) -> int:
+    """Poll the store until `target` reports of `collection` are accepted; the count reached."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and counted < target:
-        if worker.poll() is not None:
-            raise RuntimeError(f"the faust worker exited: {worker.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-        counted = int(store.get(key) or 0)
-        time.sleep(0.02)
-    return counted
+    accepted = 0
+    while time.monotonic() < deadline and worker_alive():
+        accepted = store.outcomes(collection).get("accepted", 0)
+        if accepted >= target:
+            break
+        time.sleep(0.1)
+    return accepted
 
 
-def demo(messages: int = typer.Option(100_000, help="messages to send through Kafka -> faust -> Redis"),
-         as_json: bool = typer.Option(False, "--json")) -> None:
-    """Prove the path end to end: messages through Kafka, counted by a faust agent into Redis."""
+def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, one report each"),
+         spec_file: Path = typer.Option(DEFAULT_SPEC, "--spec", help="collection spec to run"),
+         seed: int = typer.Option(0, help="population and noise seed"),
+         as_json: bool = typer.Option(False, "--json", help="print the estimates and truth as JSON")) -> None:
+    """Publish a spec, aggregate a simulated fleet's reports through Kafka into Redis, compare with the truth."""
     cfg = ServicesConfig.from_env()
-    result = count_through_faust(cfg, messages)
-    if as_json:
-        typer.echo(json.dumps(result))
-    else:
-        console.print(f"produced {result['produced']:,} messages in {result['produce_s']:.2f} s; the faust agent "
-                      f"counted [bold]{result['counted']:,}[/] into Redis; end to end "
-                      f"{result['end_to_end_s']:.2f} s = {result['messages_per_s']:,.0f} messages/s")
-    if result["counted"] != messages:
+    base = load_spec(spec_file)
+    spec = base.model_copy(update={"name": f"{base.name}-demo-{time.strftime('%Y%m%d-%H%M%S')}"})
+    publish_spec(spec, cfg.bootstrap)
+    store = RedisStore(cfg.redis)
+    log_file = cfg.state_dir / "demo-worker.log"
+    worker = start_worker(group=f"ldp-{spec.name}", log_file=log_file)
+    try:
+        started = time.perf_counter()
+        with Progress(console=console, transient=True, disable=as_json) as progress:
+            task = progress.add_task(f"{devices:,} devices -> {spec.topic}", total=devices)
+            result = simulate(spec, devices, ReportProducer(cfg.bootstrap), seed=seed,
+                              on_progress=lambda k: progress.advance(task, k))
+        accepted = wait_for_accepted(store, spec.name, devices, timeout_s=300, worker_alive=lambda: worker.poll() is None)
+        elapsed = time.perf_counter() - started
+    finally:
+        stop_worker(worker)
+    if accepted != devices:
+        console.print(f"[red]error:[/] the aggregator applied {accepted:,} of {devices:,} reports; see {log_file}")
         raise typer.Exit(1)
+    estimates = collection_estimates(store, Plan(spec))
+    if as_json:
+        typer.echo(json.dumps({"estimates": estimates, "truth": result.truth, "seconds": elapsed}))
+        return
+    console.print(estimates_table(estimates, truth=result.truth["attributes"]))
+    console.print(f"{devices:,} devices simulated and perturbed (eps = {spec.epsilon}), sent through Kafka and "
+                  f"aggregated into Redis in {elapsed:.1f} s, the worker's start-up included.")
+    console.print(f"Estimates any time: [bold]ldp estimate {spec.name}[/]; API: [bold]ldp serve[/] then "
+                  f"http://127.0.0.1:8000/collections/{spec.name}/estimates and http://127.0.0.1:8000/metrics")
 
 
 def register(app: typer.Typer) -> None:

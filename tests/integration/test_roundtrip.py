@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ldpstream.cli.demo import count_through_faust
+from aggregator.probe import count_through_faust
 from ldpstream.services import ServicesConfig
 
 pytestmark = pytest.mark.integration
