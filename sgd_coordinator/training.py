@@ -17,17 +17,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, get_args
 
 import numpy as np
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
+from ldp.multidim import VectorMechanism, make_vector_mechanism
 from sgd_coordinator.models import DEFAULT_LAMBDA, Model, TrainingError, make_model
 
-if TYPE_CHECKING:
-    from ldp.multidim import VectorMechanism
-
-GRADIENT_MECHANISMS = ("hm", "pm", "duchi", "laplace", "harmony")
+GradientMechanism = Literal["hm", "pm", "duchi", "laplace", "harmony"]  # the vector mechanisms of ldp.multidim
+GRADIENT_MECHANISMS: tuple[str, ...] = get_args(GradientMechanism)
 CLIP = 1.0  # 000 Sec. V, "gradient clipping": every entry is clipped to [-1, 1] before perturbation
 
 
@@ -87,7 +86,7 @@ class TrainingJob(BaseModel):
         serialization_alias="lambda",
     )
     epsilon: float = Field(gt=0, allow_inf_nan=False)
-    mechanism: Literal["hm", "pm", "duchi", "laplace", "harmony"] = "hm"
+    mechanism: GradientMechanism = "hm"
     batch_size: int | None = Field(default=None, ge=1)
     expected_population: int | None = Field(default=None, ge=1)
     gamma0: float = Field(default=1.0, gt=0, allow_inf_nan=False)
@@ -127,12 +126,10 @@ class TrainingJob(BaseModel):
 
 def gradient_mechanism(job: TrainingJob) -> VectorMechanism:
     """The job's epsilon-LDP vector mechanism over [-1, 1]^k (000 Alg. 4 for 'pm' and 'hm')."""
-    from ldp.multidim import make_vector_mechanism
-
     return make_vector_mechanism(job.mechanism, job.epsilon, job.gradient_dims)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Trainer:
     """Model version t of a job: params are alpha in R^r with dimension reduction, else beta in R^d.
 
