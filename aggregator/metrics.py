@@ -6,13 +6,33 @@ Labels and their values (no device ids, no free text):
 - status: applied | skipped | overlap | duplicates (a micro-batch's fate in the store);
 - attribute / value: a spec's attribute names and categorical values (bounded by the published specs);
 - window: all (the all-time window), or a window length such as 1h for the newest window of that length.
+- partition: a report topic's partition number (a spec's `partitions`, 8 by default).
 Worker processes serve the per-process metrics (batches, latency, rejects seen by that worker); the API serves
-the store-wide ones (exact report totals, freshness, estimates) computed from Redis at scrape time.
+the store-wide ones (`StoreCollector`: exact report totals, consumer lag, freshness, estimates, computed from
+Redis and Kafka at scrape time, for the newest published version of each collection).
+
+Series per collection of the store-wide metrics: reports 1 + (reasons seen, <= 8); lag one per partition;
+freshness 1; estimates and their standard errors (1 + tumbling windows) x (numeric attributes + categorical
+values) each. The diagnostics example: 9 reports, 8 lag, 1 freshness, 2 x 2 x 25 = 100 estimate series.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram, start_http_server
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from confluent_kafka import KafkaException
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from aggregator.estimates import collection_estimates
+from aggregator.plans import Plan
+from aggregator.store import ALL_TIME, StatsStore
+
+log = logging.getLogger(__name__)
 
 REPORTS = Counter("ldp_worker_reports", "Reports processed by this worker, by outcome",
                   ["collection", "outcome", "reason"])
@@ -24,5 +44,98 @@ DEAD_LETTERS = Counter("ldp_worker_dead_letters", "Dead letters sent to ldp.dlq 
 
 
 def serve(port: int) -> None:
-    """Serve this process's metrics on 127.0.0.1:port (a background thread)."""
-    start_http_server(port, addr="127.0.0.1")
+    """Serve this process's metrics on port `port` of 127.0.0.1, or of LDP_METRICS_ADDR (a background thread)."""
+    start_http_server(port, addr=os.environ.get("LDP_METRICS_ADDR", "127.0.0.1"))
+
+
+EndOffsets = Callable[[Sequence[str]], Mapping[tuple[str, int], int]]
+
+
+class StoreCollector(Collector):
+    """The store-wide metrics, read from the store and Kafka at each scrape (registered by the API process only).
+
+    `plans` gives the published plans, `end_offsets` the high watermark of every partition of the given topics
+    (topics that do not exist are left out).
+    """
+
+    def __init__(self, store: StatsStore, plans: Callable[[], Sequence[Plan]], end_offsets: EndOffsets,
+                 clock_s: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.plans = plans
+        self.end_offsets = end_offsets
+        self.clock_s = clock_s
+
+    @staticmethod
+    def _families() -> dict[str, Metric]:
+        estimate_labels = ["collection", "attribute", "value", "window"]
+        return {
+            "collections": GaugeMetricFamily("ldp_collections", "Published collections"),
+            "reports": CounterMetricFamily("ldp_reports", "Reports applied to the store, by outcome (exact totals)",
+                                           labels=["collection", "outcome", "reason"]),
+            "lag": GaugeMetricFamily("ldp_consumer_lag_messages", "Messages of a report partition not yet applied "
+                                     "to the store", labels=["collection", "partition"]),
+            "freshness": GaugeMetricFamily("ldp_freshness_seconds", "Age of the newest report applied to the store",
+                                           labels=["collection"]),
+            "estimate": GaugeMetricFamily("ldp_estimate", "Unbiased estimate: a numeric attribute's mean (value "
+                                          "'') or a categorical value's frequency", labels=estimate_labels),
+            "stderr": GaugeMetricFamily("ldp_estimate_stderr", "Standard error of ldp_estimate",
+                                        labels=estimate_labels),
+        }
+
+    def describe(self) -> Iterable[Metric]:
+        """The families without samples (so registering the collector reads nothing)."""
+        return self._families().values()
+
+    def collect(self) -> Iterable[Metric]:
+        families = self._families()
+        latest = {p.spec.name: p for p in sorted(self.plans(), key=lambda p: (p.spec.name, p.spec.version))}
+        families["collections"].add_metric([], len(latest))
+        self._lag(families["lag"], list(latest.values()))
+        now_s = self.clock_s()
+        for name, plan in sorted(latest.items()):
+            for key, n in sorted(self.store.outcomes(name).items()):
+                outcome, _, reason = key.partition(":")
+                families["reports"].add_metric([name, outcome, reason], n)
+            newest_ms = self.store.freshness(name).get("newest_report_ms")
+            if newest_ms is not None:
+                families["freshness"].add_metric([name], now_s - newest_ms / 1000)
+            self._estimates(families["estimate"], families["stderr"], plan)
+        return families.values()
+
+    def _lag(self, family: GaugeMetricFamily, plans: list[Plan]) -> None:
+        """High watermark - (applied offset + 1) per partition; left out (and logged) if Kafka does not answer."""
+        try:
+            ends = self.end_offsets([p.spec.topic for p in plans])
+        except KafkaException as exc:
+            log.warning("consumer lag left out of this scrape: Kafka: %s", exc)
+            return
+        for plan in plans:
+            applied = self.store.offsets(plan.spec.name)
+            for (topic, partition), end in sorted(ends.items()):
+                if topic == plan.spec.topic:
+                    family.add_metric([plan.spec.name, str(partition)],
+                                      end - (applied.get(f"{topic}:{partition}", -1) + 1))
+
+    def _estimates(self, estimate: GaugeMetricFamily, stderr: GaugeMetricFamily, plan: Plan) -> None:
+        """All-time and newest-tumbling-window estimates of windows with reports (unbiased, no post-processing)."""
+        for window in [ALL_TIME, *plan.spec.windows]:
+            result = collection_estimates(self.store, plan, window)
+            if not result["reports"]:
+                continue
+            for attribute, entry in result["attributes"].items():
+                series = ([("", entry["mean"], entry["stderr"])] if "mean" in entry else
+                          [(v, f["estimate"], f["stderr"]) for v, f in entry["frequencies"].items()])
+                for value, x, s in series:
+                    labels = [plan.spec.name, attribute, value, window]
+                    if x is not None:
+                        estimate.add_metric(labels, x)
+                    if s is not None:
+                        stderr.add_metric(labels, s)
+
+
+def store_registry(collector: StoreCollector) -> CollectorRegistry:
+    """A registry of the store-wide metrics and the serving process's own (CPU, memory, file descriptors)."""
+    registry = CollectorRegistry()
+    registry.register(collector)
+    ProcessCollector(registry=registry)
+    return registry

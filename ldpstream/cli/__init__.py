@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ldpstream.cli import demo, mechanisms, pipeline, pipeline_producer, services, train
+from ldpstream.cli import demo, mechanisms, pipeline, pipeline_producer, serve, services, train
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="ldpstream: private telemetry over Kafka.")
 services.register(app)
@@ -13,6 +13,7 @@ train.register(app)
 pipeline_producer.register(app)
 pipeline.register(app)
 mechanisms.register(app)
+serve.register(app)
 
 
 def main() -> None:

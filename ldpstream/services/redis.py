@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-
 import redis as redis_client
 
 from ldpstream.services.config import ServicesConfig
+from ldpstream.services.debian import debian_program
 from ldpstream.services.process import (
     ServiceError,
     ServiceStatus,
@@ -88,23 +85,4 @@ class RedisService:
     @staticmethod
     def _redis_server() -> str:
         """redis-server from PATH, or Debian's package installed when we are root."""
-        found = shutil.which("redis-server")
-        if found:
-            return found
-        if os.geteuid() != 0 or shutil.which("apt-get") is None:
-            raise ServiceError("`redis-server` is not on PATH: install Redis (Debian: `apt-get install redis-server`) "
-                               "or point REDIS_URL at an existing server")
-        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "redis-server"]):
-            result = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ,
-                                                                             "DEBIAN_FRONTEND": "noninteractive"})
-            if result.returncode != 0:
-                raise ServiceError(f"`{' '.join(cmd)}` failed:\n{tail_text(result.stdout + result.stderr)}")
-        found = shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server")
-                                                 else None)
-        if not found:
-            raise ServiceError("redis-server was installed but is not on PATH")
-        return found
-
-
-def tail_text(text: str, lines: int = 20) -> str:
-    return "\n".join(text.splitlines()[-lines:])
+        return debian_program("redis-server", "redis-server", "or point REDIS_URL at an existing server")

@@ -1,0 +1,242 @@
+"""The read side over HTTP (aiohttp): published collections, live estimates, Prometheus metrics, health.
+
+- `GET /collections`: every published collection with its versions, attributes (mechanisms resolved), windows
+  and report counts;
+- `GET /collections/{name}/estimates?window=all|1h|1h:<start_ms>&version=V&postprocess=none|clip|norm_sub|project`:
+  `aggregator.estimates.collection_estimates` as JSON (404: unknown collection or version; 400: bad parameter);
+- `GET /metrics`: the store-wide metrics of `aggregator.metrics.StoreCollector` (Prometheus text format);
+- `GET /healthz`: whether Kafka and Redis answer (200, else 503).
+Errors are JSON objects `{"error": "..."}`. Store, Kafka and metrics calls block, so they run in the default
+executor, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiohttp import web
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from aggregator.estimates import POSTPROCESS, collection_estimates
+from aggregator.metrics import StoreCollector, store_registry
+from aggregator.plans import Plan, PlanRegistry
+from aggregator.store import ALL_TIME, RedisStore, StatsStore
+from ldpstream.services import ServicesConfig
+from ldpstream.services.kafka import metadata_answers
+from ldpstream.services.redis import redis_answers
+from producer.spec import CategoricalAttribute, CollectionSpec, SpecError, window_seconds
+
+T = TypeVar("T")
+KAFKA_TIMEOUT_S = 5.0
+
+
+class PublishedPlans:
+    """The published plans, re-read from `ldp.collections` at most every `max_age_s` (a read takes ~0.3 s)."""
+
+    def __init__(self, registry: PlanRegistry, max_age_s: float = 5.0) -> None:
+        self.registry = registry
+        self.max_age_s = max_age_s
+        self._plans: list[Plan] = []
+        self._read_at = -float("inf")
+        self._lock = threading.Lock()
+
+    def all(self) -> list[Plan]:
+        """Every published plan, by name then version."""
+        with self._lock:
+            if time.monotonic() - self._read_at >= self.max_age_s:
+                self._plans = self.registry.plans()
+                self._read_at = time.monotonic()
+            return self._plans
+
+    def versions(self, name: str) -> list[Plan]:
+        """The published versions of a collection, oldest first (empty if it is not published)."""
+        return [p for p in self.all() if p.spec.name == name]
+
+
+class TopicEnds:
+    """High watermarks of every partition of some topics, with one reused Kafka admin client."""
+
+    def __init__(self, bootstrap: str, timeout_s: float = KAFKA_TIMEOUT_S) -> None:
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+        self.timeout_s = timeout_s
+
+    def __call__(self, topics: Sequence[str]) -> dict[tuple[str, int], int]:
+        """{(topic, partition): high watermark}; topics that do not exist are left out. KafkaException on failure."""
+        if not topics:
+            return {}
+        existing = self.admin.list_topics(timeout=self.timeout_s).topics
+        wanted = {TopicPartition(t, p): OffsetSpec.latest() for t in topics
+                  if t in existing and existing[t].error is None for p in existing[t].partitions}
+        if not wanted:
+            return {}
+        futures = self.admin.list_offsets(wanted, request_timeout=self.timeout_s)
+        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+
+@dataclass(frozen=True)
+class Api:
+    """What the handlers read: the store, the published plans, the metrics registry, the health checks."""
+
+    store: StatsStore
+    plans: PublishedPlans
+    metrics: CollectorRegistry
+    health: Mapping[str, Callable[[], bool]]
+
+
+API = web.AppKey("api", Api)
+
+
+def create_app(store: StatsStore, plans: PublishedPlans, end_offsets: Callable[[Sequence[str]], Any],
+               health: Mapping[str, Callable[[], bool]]) -> web.Application:
+    """The web application over a store and the published plans."""
+    app = web.Application(middlewares=[json_errors])
+    app[API] = Api(store, plans, store_registry(StoreCollector(store, plans.all, end_offsets)), health)
+    app.router.add_get("/collections", list_collections)
+    app.router.add_get("/collections/{name}/estimates", estimates)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+def app_for_services(cfg: ServicesConfig) -> web.Application:
+    """The application over the project's Redis and Kafka."""
+    return create_app(RedisStore(cfg.redis), PublishedPlans(PlanRegistry(cfg.bootstrap)), TopicEnds(cfg.bootstrap),
+                      {"kafka": lambda: metadata_answers(cfg.bootstrap, 2.0),
+                       "redis": lambda: redis_answers(cfg.redis, 2.0)})
+
+
+class ApiError(Exception):
+    """A request the API refuses: its HTTP status and the message of the JSON body."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@web.middleware
+async def json_errors(request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """Every error as a JSON object {"error": "..."} (aiohttp's own 404 and 405 too)."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return web.json_response({"error": str(exc)}, status=exc.status)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return web.json_response({"error": exc.reason}, status=exc.status)
+
+
+async def blocking(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking call in the default executor."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+async def list_collections(request: web.Request) -> web.Response:
+    api = request.app[API]
+    return web.json_response({"collections": await blocking(collections_summary, api.store, api.plans.all())})
+
+
+async def estimates(request: web.Request) -> web.Response:
+    api = request.app[API]
+    name = request.match_info["name"]
+    plan = requested_plan(await blocking(api.plans.versions, name), name, request.query.get("version"))
+    window = request.query.get("window", ALL_TIME)
+    postprocess = request.query.get("postprocess", "none")
+    if postprocess not in POSTPROCESS:
+        raise ApiError(400, f"postprocess must be one of {', '.join(POSTPROCESS)}, not {postprocess!r}")
+    try:
+        check_window(plan.spec, window)
+        result = await blocking(collection_estimates, api.store, plan, window, postprocess)
+    except (SpecError, ValueError) as exc:
+        raise ApiError(400, str(exc)) from exc
+    return web.json_response(result)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = await blocking(generate_latest, request.app[API].metrics)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    checks = request.app[API].health
+    answers = await asyncio.gather(*(blocking(check) for check in checks.values()))
+    status = dict(zip(checks, answers, strict=True))
+    return web.json_response({"ok": all(answers), **status}, status=200 if all(answers) else 503)
+
+
+def requested_plan(versions: list[Plan], name: str, version: str | None) -> Plan:
+    """The plan of the requested version (default: the newest); 404 if it is not published, 400 if not a number."""
+    if not versions:
+        raise ApiError(404, f"no published collection {name!r}")
+    if version is None:
+        return versions[-1]
+    if not version.isdigit():
+        raise ApiError(400, f"version must be a positive integer, not {version!r}")
+    found = [p for p in versions if p.spec.version == int(version)]
+    if not found:
+        published = ", ".join(str(p.spec.version) for p in versions)
+        raise ApiError(404, f"collection {name!r} has no published version {version} (published: {published})")
+    return found[0]
+
+
+def check_window(spec: CollectionSpec, window: str) -> None:
+    """ValueError unless `window` is 'all', one of the spec's windows, or such a window and the start of one."""
+    name, colon, start = window.partition(":")
+    names = [*spec.windows, ALL_TIME]
+    if name not in names:
+        raise ValueError(f"window {name!r} is not one of {spec.key}'s windows: {', '.join(names)}")
+    if not colon:
+        return
+    if name == ALL_TIME:
+        raise ValueError("the all-time window has no start: use window=all")
+    length_ms = window_seconds(name) * 1000
+    if not start.isdigit() or int(start) % length_ms:
+        raise ValueError(f"{window!r}: the start of a {name} window is a multiple of {length_ms} ms since the epoch")
+
+
+def collections_summary(store: StatsStore, plans: list[Plan]) -> list[dict[str, Any]]:
+    """Per published collection: its report counts and its versions (blocking: reads the store)."""
+    by_name: dict[str, list[Plan]] = {}
+    for plan in plans:
+        by_name.setdefault(plan.spec.name, []).append(plan)
+    out = []
+    for name, versions in sorted(by_name.items()):
+        outcomes = store.outcomes(name)
+        windows = store.windows(name)
+        out.append({"name": name, "latest_version": versions[-1].spec.version,
+                    "reports": {"accepted": outcomes.get("accepted", 0),
+                                "rejected": {k.partition(":")[2]: n for k, n in sorted(outcomes.items())
+                                             if k.startswith("rejected:")}},
+                    "versions": [version_summary(store, p, windows) for p in versions]})
+    return out
+
+
+def version_summary(store: StatsStore, plan: Plan, windows: list[tuple[int, str, int]]) -> dict[str, Any]:
+    """A published version: budget, sampling, windows (those with data too), attributes and their mechanisms."""
+    spec = plan.spec
+    attributes = []
+    for attr, mechanism in zip(spec.attributes, plan.mechanisms, strict=True):
+        domain = {"values": attr.values} if isinstance(attr, CategoricalAttribute) else {"range": list(attr.range)}
+        attributes.append({"name": attr.name, "type": attr.type, "mechanism": mechanism.name, **domain})
+    return {"version": spec.version, "description": spec.description, "epsilon": spec.epsilon,
+            "sampling": spec.sampling, "attributes_per_report": plan.attributes_per_device,
+            "one_report_per_window": spec.one_report_per_window, "topic": spec.topic,
+            "windows": [*spec.windows, ALL_TIME],
+            "windows_with_data": [w if w == ALL_TIME else f"{w}:{s}" for v, w, s in windows if v == spec.version],
+            "reports": int(store.read_window(spec.name, spec.version, ALL_TIME, 0, {}).devices),
+            "attributes": attributes}
+
+
+def serve(cfg: ServicesConfig, host: str = "127.0.0.1", port: int = 8000,
+          on_start: Callable[[str], None] | None = None) -> None:
+    """Serve the API in the foreground until SIGINT or SIGTERM (aiohttp stops cleanly on both)."""
+    web.run_app(app_for_services(cfg), host=host, port=port, print=on_start, handle_signals=True)
+

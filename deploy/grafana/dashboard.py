@@ -1,0 +1,171 @@
+"""The ldpstream Grafana dashboard as code: `python deploy/grafana/dashboard.py` writes dashboards/ldpstream.json.
+
+A dashboard is a list of rows (`Row`), each a list of panels (`Panel`) laid out two per line; adding a row (the
+SGD coordinator's, say) is one more function returning a `Row`, appended to `ROWS`. Every query names metrics
+of `aggregator.metrics` (tests/deploy/test_grafana.py checks it, and that the committed JSON is this output).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+OUTPUT = HERE / "dashboards" / "ldpstream.json"
+DATASOURCE = {"type": "prometheus", "uid": "prometheus"}  # provisioning/datasources/prometheus.yml
+COLUMNS, PANEL_HEIGHT = 24, 8
+RATE = "$__rate_interval"
+ESTIMATE = 'ldp_estimate{collection="$collection",window="$window",attribute="$attribute"}'
+ESTIMATE_STDERR = 'ldp_estimate_stderr{collection="$collection",window="$window",attribute="$attribute"}'
+
+
+@dataclass(frozen=True)
+class Query:
+    """A PromQL expression and the legend of its series."""
+
+    expr: str
+    legend: str = ""
+
+
+@dataclass(frozen=True)
+class Panel:
+    """A time-series (or stat) panel; `repeat` names a variable to repeat the panel over, one per value."""
+
+    title: str
+    queries: tuple[Query, ...]
+    unit: str = "short"
+    description: str = ""
+    kind: str = "timeseries"
+    width: int = COLUMNS // 2
+    repeat: str | None = None
+    overrides: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Row:
+    """A titled row of panels."""
+
+    title: str
+    panels: tuple[Panel, ...] = field(default_factory=tuple)
+
+
+def ingestion_row() -> Row:
+    return Row("Ingestion", (
+        Panel("Accepted reports per second", (Query(
+            f'sum by (collection) (rate(ldp_reports_total{{outcome="accepted"}}[{RATE}]))', "{{collection}}"),),
+            unit="reqps", description="Reports applied to the store (exact totals from Redis, via the API)"),
+        Panel("Rejected reports per second by reason", (Query(
+            f'sum by (collection, reason) (rate(ldp_reports_total{{outcome="rejected"}}[{RATE}]))',
+            "{{collection}} {{reason}}"),), unit="reqps", description="Every rejected report is in ldp.dlq"),
+        Panel("Consumer lag", (Query("sum by (collection) (ldp_consumer_lag_messages)", "{{collection}}"),),
+              unit="short", description="Kafka high watermark - (offset applied in Redis + 1), summed over "
+                                        "partitions"),
+        Panel("Freshness", (Query("ldp_freshness_seconds", "{{collection}}"),), unit="s",
+              description="Age of the newest report applied to the store"),
+    ))
+
+
+def estimates_row() -> Row:
+    return Row("Estimates", (
+        Panel("$attribute (estimate, 95% band)", (
+            Query(ESTIMATE, "{{value}} estimate"),
+            Query(f"{ESTIMATE} + 1.96 * {ESTIMATE_STDERR}", "{{value}} upper"),
+            Query(f"{ESTIMATE} - 1.96 * {ESTIMATE_STDERR}", "{{value}} lower"),
+        ), description="Unbiased estimate (mean, or frequency per value) and estimate +- 1.96 standard errors",
+            width=COLUMNS // 3, repeat="attribute",
+            overrides=({"matcher": {"id": "byRegexp", "options": "/ (upper|lower)$/"},
+                        "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [6, 4]}},
+                                       {"id": "custom.lineWidth", "value": 1}]},)),
+        Panel("Standard errors", (Query('ldp_estimate_stderr{collection="$collection",window="$window"}',
+                                        "{{attribute}} {{value}}"),), width=COLUMNS,
+              description="Shrink as 1/sqrt(reports) within a window"),
+    ))
+
+
+def worker_row() -> Row:
+    latency = f"sum by (le) (rate(ldp_worker_batch_duration_seconds_bucket[{RATE}]))"
+    return Row("Aggregator workers", (
+        Panel("Batch latency", (Query(f"histogram_quantile(0.5, {latency})", "p50"),
+                                Query(f"histogram_quantile(0.99, {latency})", "p99")), unit="s",
+              description="Decode, validate, accumulate and apply one partition micro-batch"),
+        Panel("Reports per second by worker", (Query(
+            f'sum by (instance) (rate(ldp_worker_reports_total{{outcome="accepted"}}[{RATE}]))', "{{instance}}"),),
+            unit="reqps"),
+        Panel("Micro-batches by fate", (Query(f"sum by (status) (rate(ldp_worker_batches_total[{RATE}]))",
+                                              "{{status}}"),), unit="ops",
+              description="applied; skipped (a replay); overlap and duplicates (retried without the offending "
+                          "part)"),
+        Panel("Dead letters per second", (Query(f"sum(rate(ldp_worker_dead_letters_total[{RATE}]))", "dead letters"),),
+              unit="ops"),
+    ))
+
+
+ROWS: list[Callable[[], Row]] = [ingestion_row, estimates_row, worker_row]
+
+
+def variable(name: str, query: str, multi: bool = False) -> dict[str, Any]:
+    """A templating variable filled from a label's values."""
+    return {"name": name, "label": name, "type": "query", "datasource": DATASOURCE, "refresh": 2, "sort": 1,
+            "query": {"query": query, "refId": f"var-{name}"}, "definition": query, "multi": multi,
+            "includeAll": multi, "current": {}, "options": [], "hide": 0}
+
+
+def panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": panel_id, "type": panel.kind, "title": panel.title, "description": panel.description,
+        "datasource": DATASOURCE, "gridPos": {"h": PANEL_HEIGHT, "w": panel.width, "x": x, "y": y},
+        "targets": [{"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": q.expr, "legendFormat": q.legend,
+                     "range": True} for i, q in enumerate(panel.queries)],
+        "fieldConfig": {"defaults": {"unit": panel.unit, "custom": {"lineWidth": 2, "fillOpacity": 0}},
+                        "overrides": list(panel.overrides)},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                    "tooltip": {"mode": "multi", "sort": "desc"}},
+    }
+    if panel.repeat:
+        out |= {"repeat": panel.repeat, "repeatDirection": "h", "maxPerRow": COLUMNS // panel.width}
+    return out
+
+
+def dashboard(rows: Sequence[Row]) -> dict[str, Any]:
+    """The dashboard JSON (Grafana's schema) of these rows, panels laid out left to right, top to bottom."""
+    panels: list[dict[str, Any]] = []
+    y = 0
+    for row in rows:
+        panels.append({"id": len(panels) + 1, "type": "row", "title": row.title, "collapsed": False, "panels": [],
+                       "gridPos": {"h": 1, "w": COLUMNS, "x": 0, "y": y}})
+        y += 1
+        x = 0
+        for panel in row.panels:
+            if x + panel.width > COLUMNS:
+                x, y = 0, y + PANEL_HEIGHT
+            panels.append(panel_json(panel, len(panels) + 1, x, y))
+            x += panel.width
+        y += PANEL_HEIGHT
+    return {
+        "uid": "ldpstream", "title": "ldpstream", "tags": ["ldpstream"], "editable": True, "schemaVersion": 41,
+        "version": 1, "time": {"from": "now-30m", "to": "now"}, "refresh": "5s", "timezone": "browser",
+        "templating": {"list": [
+            variable("collection", "label_values(ldp_reports_total, collection)"),
+            variable("window", 'label_values(ldp_estimate{collection="$collection"}, window)'),
+            variable("attribute", 'label_values(ldp_estimate{collection="$collection"}, attribute)', multi=True),
+        ]},
+        "panels": panels,
+    }
+
+
+def render(rows: Sequence[Row] | None = None) -> str:
+    """The dashboard file's text."""
+    return json.dumps(dashboard([make() for make in ROWS] if rows is None else rows), indent=2, sort_keys=True) + "\n"
+
+
+def main() -> None:
+    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    OUTPUT.write_text(render())
+    print(f"wrote {OUTPUT}")
+
+
+if __name__ == "__main__":
+    main()
