@@ -11,6 +11,10 @@ from aggregator.processing import DeadLetter
 DLQ_TOPIC = "ldp.dlq"
 
 
+class DeliveryTimeout(RuntimeError):
+    """Dead letters were not acknowledged by Kafka in time (the batch is retried, not applied)."""
+
+
 class DeadLetterProducer:
     """Sends dead letters: value = the original message bytes; headers = reason, detail, source, offset, rows."""
 
@@ -33,7 +37,8 @@ class DeadLetterProducer:
         failed_before = self.failed
         remaining = self._producer.flush(timeout_s)
         if remaining or self.failed > failed_before:
-            raise RuntimeError(f"{remaining + self.failed - failed_before} dead letters not delivered to {DLQ_TOPIC}")
+            lost = remaining + self.failed - failed_before
+            raise DeliveryTimeout(f"{lost} dead letters not delivered to {DLQ_TOPIC}")
 
     def _on_delivery(self, err: object, _msg: object) -> None:
         if err is not None:

@@ -41,6 +41,7 @@ BATCH_SECONDS = Histogram("ldp_worker_batch_duration_seconds", "Decode+validate+
                           "applied partition micro-batch", buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                                     0.25, 0.5, 1.0, 2.5))
 DEAD_LETTERS = Counter("ldp_worker_dead_letters", "Dead letters sent to ldp.dlq by this worker")
+OUTAGE_RETRIES = Counter("ldp_worker_outage_retries", "Batch attempts retried because Redis or Kafka was unreachable")
 
 
 def serve(port: int) -> None:

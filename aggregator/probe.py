@@ -83,7 +83,8 @@ def count_through_faust(cfg: ServicesConfig, count: int, timeout_s: float = 120.
             "messages_per_s": count / total_s}
 
 
-def _wait_for_count(store: redis.Redis, key: str, target: int, worker: subprocess.Popen[bytes], timeout_s: float) -> int:
+def _wait_for_count(store: redis.Redis, key: str, target: int, worker: subprocess.Popen[bytes],
+                    timeout_s: float) -> int:
     """Poll the Redis counter until it reaches `target`, the worker dies or time runs out; return the count."""
     counted = 0
     deadline = time.monotonic() + timeout_s

@@ -234,7 +234,8 @@ class RedisStore(StatsStore):
         found: dict[tuple[int, str, int], list[int]] = defaultdict(list)
         for i in range(1, len(reply), 2):
             w = dedupe[int(reply[i]) - 1]
-            found[(w.version, w.window, w.start_ms)].append(int(np.frombuffer(reply[i + 1].ljust(8, b"\0"), dtype="<u8")[0]))
+            device = np.frombuffer(reply[i + 1].ljust(8, b"\0"), dtype="<u8")[0]
+            found[(w.version, w.window, w.start_ms)].append(int(device))
         return ApplyResult("duplicates", {k: np.asarray(v, dtype=np.uint64) for k, v in found.items()})
 
     def read_window(self, collection: str, version: int, window: str, start_ms: int,

@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import faust
+import redis
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from aggregator import metrics
-from aggregator.dlq import DeadLetterProducer
+from aggregator.dlq import DeadLetterProducer, DeliveryTimeout
 from aggregator.plans import PlanRegistry
 from aggregator.processing import DeadLetter, Message, PartitionProcessor
 from aggregator.store import RedisStore, StatsStore
@@ -37,6 +38,8 @@ from aggregator.store import RedisStore, StatsStore
 log = logging.getLogger(__name__)
 
 MAX_APPLY_ROUNDS = 8
+OUTAGE_RETRY_S = 0.5
+MAX_OUTAGE_S = 300.0
 SPEC_POLL_S = 5.0
 RESUBSCRIBE_DELAY_S = 1.0
 
@@ -67,7 +70,21 @@ class BatchHandler:
             m = event.message
             by_tp[(m.topic, m.partition)].append(Message(m.offset, m.value, m.timestamp))
         for (topic, partition), messages in by_tp.items():
-            self.handle_partition(topic, partition, sorted(messages, key=lambda m: m.offset))
+            self.with_retries(topic, partition, sorted(messages, key=lambda m: m.offset))
+
+    def with_retries(self, topic: str, partition: int, messages: list[Message]) -> None:
+        """Handle a partition's batch, waiting out a Redis or Kafka outage (bounded): the batch is not acked
+        meanwhile, and each attempt is all-or-nothing, so nothing is lost or counted twice."""
+        deadline = time.monotonic() + MAX_OUTAGE_S
+        while True:
+            try:
+                return self.handle_partition(topic, partition, messages)
+            except (redis.ConnectionError, redis.TimeoutError, DeliveryTimeout) as exc:
+                if time.monotonic() > deadline:
+                    raise
+                metrics.OUTAGE_RETRIES.inc()
+                log.warning("%s:%s: %s; retrying in %.1f s", topic, partition, exc, OUTAGE_RETRY_S)
+                time.sleep(OUTAGE_RETRY_S)
 
     def handle_partition(self, topic: str, partition: int, messages: list[Message]) -> None:
         started = time.perf_counter()

@@ -63,7 +63,8 @@ def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, on
             task = progress.add_task(f"{devices:,} devices -> {spec.topic}", total=devices)
             result = simulate(spec, devices, ReportProducer(cfg.bootstrap), seed=seed,
                               on_progress=lambda k: progress.advance(task, k))
-        accepted = wait_for_accepted(store, spec.name, devices, timeout_s=300, worker_alive=lambda: worker.poll() is None)
+        accepted = wait_for_accepted(store, spec.name, devices, timeout_s=300,
+                                     worker_alive=lambda: worker.poll() is None)
         elapsed = time.perf_counter() - started
     finally:
         stop_worker(worker)

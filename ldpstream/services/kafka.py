@@ -12,7 +12,6 @@ import base64
 import shutil
 import subprocess
 import uuid
-from pathlib import Path
 
 from ldpstream.services.config import ServicesConfig
 from ldpstream.services.process import (
@@ -73,7 +72,8 @@ class KafkaService:
     def status(self) -> ServiceStatus:
         pid = read_pid(self.pidfile) if self.managed else None
         answers = metadata_answers(self.address, timeout_s=2.0)
-        detail = f"Kafka {self.cfg.kafka_version}, KRaft combined mode" if self.managed else "external (KAFKA_BOOTSTRAP)"
+        detail = (f"Kafka {self.cfg.kafka_version}, KRaft combined mode" if self.managed
+                  else "external (KAFKA_BOOTSTRAP)")
         return ServiceStatus(self.name, self.address, self.managed, pid, answers, detail)
 
     def start(self) -> str:
@@ -91,8 +91,9 @@ class KafkaService:
         java = self._require("java", "Java 17+ (e.g. `apt-get install openjdk-17-jre-headless`)")
         for port in (self.cfg.kafka_port, self.cfg.kafka_controller_port):
             if port_in_use(port):
-                raise ServiceError(f"port {port} on 127.0.0.1 is already in use by another process: stop it, or set "
-                                   f"KAFKA_PORT / KAFKA_CONTROLLER_PORT, or point KAFKA_BOOTSTRAP at an existing broker")
+                raise ServiceError(f"port {port} on 127.0.0.1 is already in use by another process: stop it, or "
+                                   f"set KAFKA_PORT / KAFKA_CONTROLLER_PORT, or point KAFKA_BOOTSTRAP at an "
+                                   f"existing broker")
         self.fetch_jars()
         self._write_properties()
         self._format(java)
