@@ -22,6 +22,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, start_http_server
@@ -50,6 +51,31 @@ def serve(port: int) -> None:
 
 
 EndOffsets = Callable[[Sequence[str]], Mapping[tuple[str, int], int]]
+ESTIMATE_LABELS = ["collection", "attribute", "value", "window"]
+
+
+@dataclass(frozen=True)
+class StoreFamilies:
+    """The store-wide metric families of one scrape (empty until `StoreCollector.collect` fills them)."""
+
+    collections: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_collections", "Published collections"))
+    reports: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
+        "ldp_reports", "Reports applied to the store, by outcome (exact totals)",
+        labels=["collection", "outcome", "reason"]))
+    lag: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_consumer_lag_messages", "Messages of a report partition not yet applied to the store",
+        labels=["collection", "partition"]))
+    freshness: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_freshness_seconds", "Age of the newest report applied to the store", labels=["collection"]))
+    estimate: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_estimate", "Unbiased estimate: a numeric attribute's mean (value '') or a categorical value's "
+        "frequency", labels=ESTIMATE_LABELS))
+    stderr: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_estimate_stderr", "Standard error of ldp_estimate", labels=ESTIMATE_LABELS))
+
+    def all(self) -> list[Metric]:
+        return [self.collections, self.reports, self.lag, self.freshness, self.estimate, self.stderr]
 
 
 class StoreCollector(Collector):
@@ -66,42 +92,25 @@ class StoreCollector(Collector):
         self.end_offsets = end_offsets
         self.clock_s = clock_s
 
-    @staticmethod
-    def _families() -> dict[str, Metric]:
-        estimate_labels = ["collection", "attribute", "value", "window"]
-        return {
-            "collections": GaugeMetricFamily("ldp_collections", "Published collections"),
-            "reports": CounterMetricFamily("ldp_reports", "Reports applied to the store, by outcome (exact totals)",
-                                           labels=["collection", "outcome", "reason"]),
-            "lag": GaugeMetricFamily("ldp_consumer_lag_messages", "Messages of a report partition not yet applied "
-                                     "to the store", labels=["collection", "partition"]),
-            "freshness": GaugeMetricFamily("ldp_freshness_seconds", "Age of the newest report applied to the store",
-                                           labels=["collection"]),
-            "estimate": GaugeMetricFamily("ldp_estimate", "Unbiased estimate: a numeric attribute's mean (value "
-                                          "'') or a categorical value's frequency", labels=estimate_labels),
-            "stderr": GaugeMetricFamily("ldp_estimate_stderr", "Standard error of ldp_estimate",
-                                        labels=estimate_labels),
-        }
-
     def describe(self) -> Iterable[Metric]:
         """The families without samples (so registering the collector reads nothing)."""
-        return self._families().values()
+        return StoreFamilies().all()
 
     def collect(self) -> Iterable[Metric]:
-        families = self._families()
+        families = StoreFamilies()
         latest = {p.spec.name: p for p in sorted(self.plans(), key=lambda p: (p.spec.name, p.spec.version))}
-        families["collections"].add_metric([], len(latest))
-        self._lag(families["lag"], list(latest.values()))
+        families.collections.add_metric([], len(latest))
+        self._lag(families.lag, list(latest.values()))
         now_s = self.clock_s()
         for name, plan in sorted(latest.items()):
             for key, n in sorted(self.store.outcomes(name).items()):
                 outcome, _, reason = key.partition(":")
-                families["reports"].add_metric([name, outcome, reason], n)
+                families.reports.add_metric([name, outcome, reason], n)
             newest_ms = self.store.freshness(name).get("newest_report_ms")
             if newest_ms is not None:
-                families["freshness"].add_metric([name], now_s - newest_ms / 1000)
-            self._estimates(families["estimate"], families["stderr"], plan)
-        return families.values()
+                families.freshness.add_metric([name], now_s - newest_ms / 1000)
+            self._estimates(families.estimate, families.stderr, plan)
+        return families.all()
 
     def _lag(self, family: GaugeMetricFamily, plans: list[Plan]) -> None:
         """High watermark - (applied offset + 1) per partition; left out (and logged) if Kafka does not answer."""

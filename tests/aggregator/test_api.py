@@ -28,7 +28,7 @@ from aggregator.api import PublishedPlans, TopicEnds, create_app
 from aggregator.estimates import collection_estimates
 from aggregator.plans import Plan, PlanRegistry
 from aggregator.processing import Message, PartitionProcessor
-from aggregator.store import MemoryStore
+from aggregator.store import MemoryStore, RedisStore
 from ldpstream.services import ServicesConfig
 from ldpstream.services.config import PROJECT_ROOT
 from ldpstream.services.kafka import metadata_answers
@@ -100,7 +100,7 @@ def aggregated_store(cfg: ServicesConfig, spec: CollectionSpec) -> tuple[MemoryS
     assert producer.flush(30) == 0
     store = MemoryStore()
     plan = Plan(spec)
-    processor = PartitionProcessor(lambda name, version: plan if (name, version) == (spec.name, spec.version)
+    processor = PartitionProcessor(lambda name, version: plan if (name, version) == (spec.name, spec.version)  # type: ignore[arg-type, return-value]
                                    else None, lambda: int(time.time() * 1000))
     result = processor.process(spec.topic, 0, [Message(i, v) for i, v in enumerate(values[:3])])
     assert result.update is not None and store.apply(result.update).status == "applied"
@@ -120,6 +120,7 @@ def served(live_services: ServicesConfig) -> Iterator[Served]:
     with serving(app) as url:
         yield Served(url, spec, store, now_ms // 3_600_000 * 3_600_000)
     delete_topic(live_services.bootstrap, spec.topic)
+    RedisStore(live_services.redis).delete_collection(spec.name)  # whatever a worker of another test added
 
 
 def test_collections_lists_versions_mechanisms_windows_and_counts(served: Served) -> None:

@@ -43,10 +43,10 @@ def load_generator() -> ModuleType:
 
 def defined_series() -> dict[str, set[str]]:
     """Every series name aggregator/metrics.py exposes, with its label names."""
-    families = [(m._name, m._type, set(m._labelnames)) for m in vars(metrics).values()
-                if isinstance(m, MetricWrapperBase)]
+    wrappers = [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)]
+    families = [(m._name, str(m._type), set(m._labelnames)) for m in wrappers]
     store_wide = metrics.StoreCollector(MemoryStore(), lambda: [], lambda topics: {})
-    families += [(f.name, f.type, set(f._labelnames)) for f in store_wide.describe()]  # type: ignore[attr-defined]
+    families += [(f.name, str(f.type), set(f._labelnames)) for f in store_wide.describe()]  # type: ignore[attr-defined]
     out = {}
     for name, kind, labels in families:
         for suffix in SUFFIXES[kind]:

@@ -1,0 +1,145 @@
+"""A real Prometheus (Debian's package, installed on first use when root) scrapes `ldp serve` and a worker.
+
+A collection is published, 2,000 simulated devices report through Kafka to an aggregator worker into Redis,
+and Prometheus, started on a free loopback port with a temporary config, must then hold the exact report total,
+the estimates and the worker's batch-latency histogram.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aggregator.store import RedisStore
+from ldpstream.services import ServiceError, ServicesConfig
+from ldpstream.services.config import PROJECT_ROOT
+from ldpstream.services.debian import debian_program
+from ldpstream.services.process import stop_pid
+from producer.kafka import ReportProducer, delete_topic
+from producer.publish import publish_spec
+from producer.simulator import simulate
+from producer.spec import load_spec
+
+pytestmark = pytest.mark.integration
+
+DEVICES = 2000
+WAIT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(what: str, value: Callable[[], Any], procs: list[subprocess.Popen[bytes]]) -> Any:
+    """Poll `value` until it is truthy (bounded); fail if it never is or a process we started dies."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if result := value():
+            return result
+        for proc in procs:
+            assert proc.poll() is None, f"process {proc.pid} exited with {proc.returncode} while waiting for {what}"
+        time.sleep(0.25)
+    pytest.fail(f"no {what} within {WAIT_S:g} s")
+
+
+def get_json(url: str) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return json.loads(resp.read())
+    except (urllib.error.URLError, ConnectionError):
+        return None
+
+
+def start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def prometheus_program() -> str:
+    try:
+        return debian_program("prometheus", "prometheus")
+    except ServiceError as exc:
+        pytest.fail(str(exc))
+
+
+def test_prometheus_scrapes_report_totals_estimates_and_worker_latency(
+        live_services: ServicesConfig, prometheus_program: str, tmp_path: Path) -> None:
+    name = f"it-prom-{uuid.uuid4().hex[:10]}"
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(update={"name": name})
+    publish_spec(spec, live_services.bootstrap)
+    store = RedisStore(live_services.redis)
+    api_port, worker_port, prom_port = free_port(), free_port(), free_port()
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        simulate(spec, DEVICES, ReportProducer(live_services.bootstrap), seed=7)
+        processes.append(start([sys.executable, "-m", "aggregator", "--group", f"it-prom-{name}", "--metrics-port",
+                                str(worker_port)], tmp_path / "worker.log"))
+        api = start([sys.executable, "-c", "from ldpstream.cli import main; main()", "serve", "--port", str(api_port)],
+                    tmp_path / "api.log")
+        processes.append(api)
+        config = tmp_path / "prometheus.yml"
+        config.write_text(json.dumps({  # JSON is YAML
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [
+                {"job_name": "ldp-api", "static_configs": [{"targets": [f"127.0.0.1:{api_port}"]}]},
+                {"job_name": "ldp-aggregator", "static_configs": [{"targets": [f"127.0.0.1:{worker_port}"]}]},
+            ]}))
+        processes.append(start([prometheus_program, f"--config.file={config}",
+                                f"--storage.tsdb.path={tmp_path / 'data'}",
+                                f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log"))
+
+        def query(promql: str) -> list[dict[str, Any]]:
+            answer = get_json(f"http://127.0.0.1:{prom_port}/api/v1/query?"
+                              + urllib.parse.urlencode({"query": promql}))
+            return answer["data"]["result"] if answer and answer.get("status") == "success" else []
+
+        try:
+            wait_for("accepted reports in Redis",
+                     lambda: store.outcomes(name).get("accepted", 0) >= DEVICES, processes)
+            accepted = wait_for(f"ldp_reports_total of {name} in Prometheus", lambda: [
+                r for r in query(f'ldp_reports_total{{collection="{name}",outcome="accepted",job="ldp-api"}}')
+                if float(r["value"][1]) == DEVICES], processes)
+            estimates = wait_for("estimates in Prometheus", lambda: query(
+                f'ldp_estimate{{collection="{name}",window="all"}} and ldp_estimate_stderr'), processes)
+            latency = wait_for("the worker's batch latency in Prometheus", lambda: query(
+                'sum(ldp_worker_batch_duration_seconds_count{job="ldp-aggregator"}) > 0'), processes)
+        except BaseException:
+            for log in sorted(tmp_path.glob("*.log")):
+                print(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}")
+            raise
+        assert "reason" not in accepted[0]["metric"]  # Prometheus stores an empty label as no label
+        series = {(r["metric"]["attribute"], r["metric"].get("value", "")) for r in estimates}
+        assert series == {(a.name, v) for a in spec.attributes for v in getattr(a, "values", [""])}
+        assert float(latency[0]["value"][1]) > 0
+        api.send_signal(signal.SIGTERM)
+        assert api.wait(15) == 0, "ldp serve did not stop cleanly on SIGTERM"
+    finally:
+        for proc in reversed(processes):
+            if proc.poll() is None:
+                stop_pid(proc.pid)
+        store.delete_collection(name)
+        delete_topic(live_services.bootstrap, spec.topic)
+
+
+def test_the_compose_prometheus_config_is_valid(prometheus_program: str) -> None:
+    promtool = Path(prometheus_program).with_name("promtool")  # shipped in the same Debian package
+    result = subprocess.run([str(promtool), "check", "config", str(PROJECT_ROOT / "deploy" / "prometheus" /
+                                                                     "prometheus.yml")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
