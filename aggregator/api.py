@@ -6,8 +6,8 @@
   `aggregator.estimates.collection_estimates` as JSON (404: unknown collection or version; 400: bad parameter);
 - `GET /metrics`: the store-wide metrics of `aggregator.metrics.StoreCollector` (Prometheus text format);
 - `GET /healthz`: whether Kafka and Redis answer (200, else 503).
-Errors are JSON objects `{"error": "..."}`. Store, Kafka and metrics calls block, so they run in the default
-executor, never on the event loop.
+Errors are JSON objects `{"error": "..."}` (503 while Redis or Kafka fails). Store, Kafka and metrics calls
+block, so they run in the default executor, never on the event loop.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiohttp import web
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from redis import RedisError
 
 from aggregator.estimates import POSTPROCESS, collection_estimates
 from aggregator.metrics import StoreCollector, store_registry
@@ -123,11 +124,13 @@ class ApiError(Exception):
 @web.middleware
 async def json_errors(request: web.Request,
                       handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    """Every error as a JSON object {"error": "..."} (aiohttp's own 404 and 405 too)."""
+    """Every error as a JSON object {"error": "..."}: aiohttp's own 404 and 405 too, and 503 if Redis or Kafka fails."""
     try:
         return await handler(request)
     except ApiError as exc:
         return web.json_response({"error": str(exc)}, status=exc.status)
+    except (RedisError, KafkaException) as exc:
+        return web.json_response({"error": f"the store or Kafka is unavailable: {exc}"}, status=503)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -141,7 +144,8 @@ async def blocking(fn: Callable[..., T], *args: Any) -> T:
 
 async def list_collections(request: web.Request) -> web.Response:
     api = request.app[API]
-    return web.json_response({"collections": await blocking(collections_summary, api.store, api.plans.all())})
+    summary = await blocking(lambda: collections_summary(api.store, api.plans.all()))
+    return web.json_response({"collections": summary})
 
 
 async def estimates(request: web.Request) -> web.Response:

@@ -119,12 +119,13 @@ class StoreCollector(Collector):
         except KafkaException as exc:
             log.warning("consumer lag left out of this scrape: Kafka: %s", exc)
             return
-        for plan in plans:
-            applied = self.store.offsets(plan.spec.name)
-            for (topic, partition), end in sorted(ends.items()):
-                if topic == plan.spec.topic:
-                    family.add_metric([plan.spec.name, str(partition)],
-                                      end - (applied.get(f"{topic}:{partition}", -1) + 1))
+        names = {p.spec.topic: p.spec.name for p in plans}
+        applied: dict[str, dict[str, int]] = {}
+        for (topic, partition), end in sorted(ends.items()):
+            name = names[topic]
+            if name not in applied:
+                applied[name] = self.store.offsets(name)
+            family.add_metric([name, str(partition)], end - (applied[name].get(f"{topic}:{partition}", -1) + 1))
 
     def _estimates(self, estimate: GaugeMetricFamily, stderr: GaugeMetricFamily, plan: Plan) -> None:
         """All-time and newest-tumbling-window estimates of windows with reports (unbiased, no post-processing)."""

@@ -221,3 +221,14 @@ def test_healthz_is_503_when_a_service_does_not_answer(live_services: ServicesCo
     with serving(app) as url:
         status, content_type, body = http_get(url + "/healthz")
     assert (status, content_type, json.loads(body)) == (503, "application/json", {"ok": False, "redis": False})
+
+
+def test_a_store_that_does_not_answer_is_503_with_a_json_error(live_services: ServicesConfig, served: Served) -> None:
+    app = create_app(RedisStore("redis://127.0.0.1:1/0"), PublishedPlans(PlanRegistry(live_services.bootstrap)),
+                     TopicEnds(live_services.bootstrap), {})
+    with serving(app) as url:
+        answers = [http_get(url + path) for path in ("/collections", "/metrics",
+                                                     f"/collections/{served.spec.name}/estimates")]
+    for status, content_type, body in answers:
+        assert (status, content_type) == (503, "application/json")
+        assert json.loads(body)["error"].startswith("the store or Kafka is unavailable: ")
