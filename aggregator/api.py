@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from redis import RedisError
 
 from aggregator.estimates import POSTPROCESS, collection_estimates
-from aggregator.metrics import StoreCollector, store_registry
+from aggregator.metrics import EndOffsets, StoreCollector, store_registry
 from aggregator.plans import Plan, PlanRegistry
 from aggregator.store import ALL_TIME, RedisStore, StatsStore
 from ldpstream.services import ServicesConfig
@@ -39,26 +39,29 @@ KAFKA_TIMEOUT_S = 5.0
 
 
 class PublishedPlans:
-    """The published plans, re-read from `ldp.collections` at most every `max_age_s` (a read takes ~0.3 s)."""
+    """The published plans, re-read from `ldp.collections` at most every `max_age_s` (a read takes ~0.3 s), or
+    after `miss_age_s` when a collection is asked for that is not known yet (it may have just been published)."""
 
-    def __init__(self, registry: PlanRegistry, max_age_s: float = 5.0) -> None:
+    def __init__(self, registry: PlanRegistry, max_age_s: float = 5.0, miss_age_s: float = 1.0) -> None:
         self.registry = registry
         self.max_age_s = max_age_s
+        self.miss_age_s = miss_age_s
         self._plans: list[Plan] = []
         self._read_at = -float("inf")
         self._lock = threading.Lock()
 
-    def all(self) -> list[Plan]:
-        """Every published plan, by name then version."""
+    def all(self, max_age_s: float | None = None) -> list[Plan]:
+        """Every published plan, by name then version, read at most `max_age_s` (default: the set one) ago."""
         with self._lock:
-            if time.monotonic() - self._read_at >= self.max_age_s:
+            if time.monotonic() - self._read_at >= (self.max_age_s if max_age_s is None else max_age_s):
                 self._plans = self.registry.plans()
                 self._read_at = time.monotonic()
             return self._plans
 
     def versions(self, name: str) -> list[Plan]:
         """The published versions of a collection, oldest first (empty if it is not published)."""
-        return [p for p in self.all() if p.spec.name == name]
+        return ([p for p in self.all() if p.spec.name == name]
+                or [p for p in self.all(self.miss_age_s) if p.spec.name == name])
 
 
 class TopicEnds:
@@ -94,7 +97,7 @@ class Api:
 API = web.AppKey("api", Api)
 
 
-def create_app(store: StatsStore, plans: PublishedPlans, end_offsets: Callable[[Sequence[str]], Any],
+def create_app(store: StatsStore, plans: PublishedPlans, end_offsets: EndOffsets,
                health: Mapping[str, Callable[[], bool]]) -> web.Application:
     """The web application over a store and the published plans."""
     app = web.Application(middlewares=[json_errors])

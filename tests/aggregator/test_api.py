@@ -161,6 +161,19 @@ def test_a_window_without_reports_answers_with_no_estimates(served: Served) -> N
     assert got["attributes"]["battery_level"]["mean"] is None
 
 
+def test_a_collection_published_while_serving_is_found_within_a_second(served: Served,
+                                                                       live_services: ServicesConfig) -> None:
+    served.json("/collections")  # the published plans are read now
+    spec = served.spec.model_copy(update={"name": f"test-api-{uuid.uuid4().hex[:10]}"})
+    publish_spec(spec, live_services.bootstrap)
+    try:
+        time.sleep(1.0)
+        got = served.json(f"/collections/{spec.name}/estimates")
+    finally:
+        delete_topic(live_services.bootstrap, spec.topic)
+    assert (got["collection"], got["reports"]) == (spec.name, 0)
+
+
 @pytest.mark.parametrize("path, message", [
     ("/collections/no-such-collection/estimates", "no published collection 'no-such-collection'"),
     ("/collections/{name}/estimates?version=7", "has no published version 7 (published: 1)"),
