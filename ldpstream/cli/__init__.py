@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from ldpstream.cli import demo, mechanisms, pipeline, pipeline_producer, serve, services, train
+from ldpstream.cli import workload as workload_cli
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="ldpstream: private telemetry over Kafka.")
 services.register(app)
@@ -14,6 +15,7 @@ pipeline_producer.register(app)
 pipeline.register(app)
 mechanisms.register(app)
 serve.register(app)
+workload_cli.register(app)
 
 
 def main() -> None:
