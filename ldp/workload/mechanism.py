@@ -148,14 +148,21 @@ class FactorizationMechanism(Mechanism):
             self._second_moment = np.vstack(blocks)
         return self._second_moment
 
-    def query_variance(self, fractions: np.ndarray, n_reports: int) -> np.ndarray:
-        """Variance of every estimated workload answer (as a fraction) for type distribution `fractions`.
+    def user_variance(self) -> np.ndarray:
+        """Variance of one user's term V* e_o of every query, per type (p x n): ((V* o V*) Q)[i, u] - W[i, u]^2.
 
-        Var_i = (1/N) sum_u pi_u [((V* o V*) Q)[i, u] - W[i, u]^2]  (Thm. 3.3, one query, divided by N^2).
+        This is Thm. 3.3 for one query and one user; a sum over the users of their types gives the total.
         """
-        pi = np.asarray(fractions, dtype=np.float64)
-        per_user = self._moments() @ pi - (self.w * self.w) @ pi
-        return np.maximum(per_user, 0.0) / n_reports
+        return np.maximum(self._moments() - self.w * self.w, 0.0)
+
+    def query_variance(self, fractions: np.ndarray, n_reports: float) -> np.ndarray:
+        """Variance of every estimated workload answer (as a fraction) for type distribution `fractions`:
+        Var_i = (1/N) sum_u pi_u [((V* o V*) Q)[i, u] - W[i, u]^2]  (Thm. 3.3, divided by N^2)."""
+        return self.user_variance() @ np.asarray(fractions, dtype=np.float64) / n_reports
+
+    def reconstruction(self) -> np.ndarray:
+        """V* (p x m): a report of output o contributes column o to the (unnormalised) workload answers."""
+        return self.w @ self._recon
 
     def estimate(self, stats: np.ndarray) -> Estimate:
         """Workload answers V* y / N as fractions, with standard errors from the plug-in of the estimated x."""
