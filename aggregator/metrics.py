@@ -7,6 +7,8 @@ Labels and their values (no device ids, no free text):
 - attribute / value: a spec's attribute names and categorical values (bounded by the published specs);
 - window: all (the all-time window), or a window length such as 1h for the newest window of that length.
 - partition: a report topic's partition number (a spec's `partitions`, 8 by default).
+- job: an SGD training job's id (one coordinator per job); for `ldp_sgd_gradients`, outcome: accepted | dropped |
+  rejected and reason: '' or one of `sgd_coordinator.coordinator`'s (stale, or the 7 `REJECT_REASONS`).
 Worker processes serve the per-process metrics (batches, latency, rejects seen by that worker); the API serves
 the store-wide ones (`StoreCollector`: exact report totals, consumer lag, freshness, estimates, computed from
 Redis and Kafka at scrape time, for the newest published version of each collection).
@@ -25,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -43,6 +45,14 @@ BATCH_SECONDS = Histogram("ldp_worker_batch_duration_seconds", "Decode+validate+
                                                                     0.25, 0.5, 1.0, 2.5))
 DEAD_LETTERS = Counter("ldp_worker_dead_letters", "Dead letters sent to ldp.dlq by this worker")
 OUTAGE_RETRIES = Counter("ldp_worker_outage_retries", "Batch attempts retried because Redis or Kafka was unreachable")
+
+# The SGD coordinator process (one per training job) serves these.
+SGD_ITERATION = Gauge("ldp_sgd_iteration", "Current model version t of a training job", ["job"])
+SGD_GRADIENTS = Counter("ldp_sgd_gradients", "Device gradients by outcome (accepted, dropped: stale, rejected: "
+                        "sent to ldp.dlq) as checkpointed by this coordinator", ["job", "outcome", "reason"])
+SGD_HELD_OUT_LOSS = Gauge("ldp_sgd_held_out_loss", "Mean loss of the current model on held-out rows (simulated "
+                          "jobs only)", ["job"])
+SGD_MODEL_NORM = Gauge("ldp_sgd_model_norm", "L2 norm of the current model's parameters beta", ["job"])
 
 
 def serve(port: int) -> None:

@@ -201,9 +201,17 @@ class Trainer:
         expected = (self.job.mini_batch_size, self.job.gradient_dims)
         if grads.shape != expected:
             raise TrainingError(f"an update takes gradients of shape {expected}, got {grads.shape}")
-        if not np.isfinite(grads).all():
+        return self.apply_mean(grads.mean(axis=0))
+
+    def apply_mean(self, mean_gradient: np.ndarray) -> Trainer:
+        """Version t + 1 from the mean of version t's g gradients (the Kafka coordinator keeps their running sum):
+        params - gamma_{t+1} * mean (000 Sec. V; 001 Alg. 4 lines 13-14)."""
+        mean = np.asarray(mean_gradient, dtype=np.float64)
+        if mean.shape != (self.job.gradient_dims,):
+            raise TrainingError(f"a mean gradient has shape ({self.job.gradient_dims},), got {mean.shape}")
+        if not np.isfinite(mean).all():
             raise TrainingError("gradients must be finite")
-        step = self.job.learning_rate(self.t + 1) * grads.mean(axis=0)
+        step = self.job.learning_rate(self.t + 1) * mean
         return Trainer(self.job, self.params - step, self.t + 1, float(np.linalg.norm(step)))
 
     def is_stale(self, version: int) -> bool:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from pydantic import ValidationError
 
+from ldpstream.cli import train_kafka
 from sgd_coordinator.datasets import Dataset, adult, synthetic
 from sgd_coordinator.offline import compare_offline
 from sgd_coordinator.training import GRADIENT_MECHANISMS, TrainingJob
@@ -52,12 +54,16 @@ def train(
     gamma0: Annotated[float, typer.Option(help="learning rate gamma_t = gamma0 / sqrt(t)")] = 1.0,
     seed: Annotated[int, typer.Option(help="seed of the data, the device order and the noise")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    job_file: Annotated[Path | None, typer.Option("--job", help="run a job file's coordinator over Kafka")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="with --job: serve Prometheus metrics here")] = None,
 ) -> None:
     """Train a model by LDP mini-batch SGD and compare it with non-private SGD on the same held-out rows."""
     if ctx.invoked_subcommand is not None:
         return
+    if job_file is not None:
+        return train_kafka.train_job(ctx, job_file, metrics_port)
     if not offline:
-        raise typer.BadParameter("only the in-process mode is available: pass --offline")
+        raise typer.BadParameter("pass --offline (in process) or --job FILE (over Kafka)")
     try:
         train_set, test_set = _data(model, use_synthetic, census, devices, dims, seed)
         job = TrainingJob(
@@ -90,4 +96,5 @@ def register(app: typer.Typer) -> None:
     """Add the `train` command group to the `ldp` app."""
     group = typer.Typer(help="Train models by LDP mini-batch SGD.")
     group.callback(invoke_without_command=True)(train)
+    train_kafka.register(group)
     app.add_typer(group, name="train")

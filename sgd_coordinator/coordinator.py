@@ -1,0 +1,400 @@
+"""The Kafka driver of LDP mini-batch SGD: one coordinator per training job.
+
+The coordinator publishes model version t on the compacted topic `ldp.sgd.models` (keyed by job id) and reads
+`ldp.sgd.gradients` in micro-batches. Per micro-batch of one partition, in offset order (`GradientGatherer`,
+pure and vectorised over the batch's devices):
+1. decode each message; a message that does not decode, or whose columns do not fit the job's vector mechanism's
+   report schema, is rejected whole; a message for a job that no coordinator knows is rejected (`unknown_job`);
+   messages of other known jobs are left to their coordinators;
+2. reject each device whose report is outside the mechanism's declared range (not an output it can produce);
+3. drop and count gradients computed at a version that is stale for t (`Trainer.is_stale`; by default any
+   version but t), reject versions from the future;
+4. reject devices that already took part in this job, or appear twice: each device at most once per job;
+5. accept the first g - count of the rest, in offset order (the gradients version t still needs); later ones
+   came too late for version t and are dropped as stale.
+The rejected ones go to `ldp.dlq` with their reason (and Kafka has them before the batch is applied); then one
+atomic checkpoint write applies the batch (`sgd_coordinator.checkpoint`, which defines what a crash at each point
+does). Once g gradients of version t are in, `Trainer.apply_mean` of their mean gives version t + 1 (000 Sec. V;
+001 Alg. 4 lines 13-14, reconstructing through the MGD-DR projection when the job has one), written in one atomic
+step, then published. Training stops on the job's stop rules (`Trainer.stop_reason`) with a final, done version.
+
+On start-up the coordinator seeks every partition to the offset after the one its checkpoint applied, never to
+Kafka's committed offsets; a new job starts at the partitions' ends at creation (no device can have computed a
+gradient for a model not yet published).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from aggregator import metrics
+from aggregator.dlq import DLQ_TOPIC, DeadLetterProducer
+from aggregator.processing import DeadLetter, Message
+from ldp.base import LDPError
+from ldp.multidim import VectorMechanism
+from producer.kafka import ReportProducer, ensure_topic, topic_partitions
+from producer.wire import WireError
+from sgd_coordinator.checkpoint import Checkpoint, GradientUpdate, JobState
+from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
+from sgd_coordinator.wire import (
+    GRADIENTS_TOPIC,
+    MODELS_TOPIC,
+    DecodedGradients,
+    ModelVersion,
+    decode_gradients,
+    encode_model,
+)
+
+log = logging.getLogger(__name__)
+
+GRADIENTS_PARTITIONS = 4  # when this coordinator creates the topic; an existing one is used as it is
+
+# Reason codes: a bounded set (metric labels). Rejected ones go to ldp.dlq; stale ones are only counted.
+MALFORMED = "malformed"
+UNKNOWN_VERSION = "unknown_wire_version"
+UNKNOWN_JOB = "unknown_job"
+WRONG_SHAPE = "wrong_shape"
+OUT_OF_RANGE = "out_of_range"
+FUTURE_VERSION = "future_version"
+DUPLICATE = "duplicate"
+STALE = "stale"
+REJECT_REASONS = (MALFORMED, UNKNOWN_VERSION, UNKNOWN_JOB, WRONG_SHAPE, OUT_OF_RANGE, FUTURE_VERSION, DUPLICATE)
+MAX_APPLY_ROUNDS = 8
+
+
+@dataclass
+class Gathered:
+    """The checkpoint update and the dead letters of one partition's micro-batch."""
+
+    update: GradientUpdate
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+@dataclass
+class _Candidates:
+    """The rows of the batch's messages that passed steps 1-3, concatenated in offset order."""
+
+    message: list[np.ndarray] = field(default_factory=list)
+    row: list[np.ndarray] = field(default_factory=list)
+    devices: list[np.ndarray] = field(default_factory=list)
+    gradients: list[np.ndarray] = field(default_factory=list)
+
+
+def _letter(message: Message, reason: str, detail: str, rows: np.ndarray | None = None) -> DeadLetter:
+    return DeadLetter(message.offset, message.value, reason, detail,
+                      None if rows is None else tuple(int(r) for r in rows))
+
+
+class GradientGatherer:
+    """Steps 1-5 of the module docstring for one job. Pure: no Kafka, no Redis."""
+
+    def __init__(self, job: TrainingJob, is_known_job: Callable[[str], bool]) -> None:
+        self.job = job
+        self.mechanism: VectorMechanism = gradient_mechanism(job)
+        self.schema = self.mechanism.schema
+        self.is_known_job = is_known_job
+
+    def reports(self, batch: DecodedGradients) -> dict[str, np.ndarray]:
+        """The batch's columns shaped as the mechanism's reports; WireError if they do not fit its schema."""
+        n = len(batch)
+        names = sorted(c.name for c in self.schema.columns)
+        if sorted(batch.columns) != names:
+            raise WireError(f"columns {sorted(batch.columns)} != the mechanism's {names}")
+        out = {}
+        for col in self.schema.columns:
+            flat = batch.columns[col.name]
+            if len(flat) != n * col.width:
+                raise WireError(f"column {col.name!r}: {len(flat)} values for {n} devices of width {col.width}")
+            out[col.name] = flat.reshape((n, *col.row_shape())).astype(col.dtype, copy=False)
+        return out
+
+    def row_violations(self, reports: dict[str, np.ndarray]) -> np.ndarray:
+        """Per row, '' or why it is not an output of the mechanism: outside the declared range, or (sampling
+        mechanisms) the same attribute sampled twice."""
+        reasons = self.schema.violations(reports)
+        index = reports.get("index")
+        if index is not None and index.ndim == 2 and index.shape[1] > 1:
+            ordered = np.sort(index, axis=1)
+            repeated = (np.diff(ordered, axis=1) == 0).any(axis=1)
+            reasons[repeated & (reasons == "")] = "index repeated within a report"
+        return reasons
+
+    def gather(self, state: JobState, source: str, messages: Sequence[Message],
+               rejected: frozenset[int] = frozenset()) -> Gathered:
+        """The update of consecutive messages of one partition at checkpointed state `state`.
+
+        `rejected`: devices the checkpoint reported as having taken part already (step 4).
+        """
+        trainer = state.trainer()
+        letters: list[DeadLetter] = []
+        outcomes: dict[str, int] = {}
+        candidates = _Candidates()
+
+        def count(key: str, n: int) -> None:
+            if n:
+                outcomes[key] = outcomes.get(key, 0) + n
+
+        def reject(message: Message, reason: str, detail: str, n: int, rows: np.ndarray | None = None) -> None:
+            letters.append(_letter(message, reason, detail, rows))
+            count(f"rejected:{reason}", n)
+
+        for i, message in enumerate(messages):
+            try:
+                batch = decode_gradients(message.value)
+            except WireError as exc:
+                reject(message, UNKNOWN_VERSION if "unknown wire version" in str(exc) else MALFORMED, str(exc), 1)
+                continue
+            if batch.job != self.job.job_id:
+                if not self.is_known_job(batch.job):
+                    reject(message, UNKNOWN_JOB, f"no training job {batch.job!r}", len(batch))
+                continue
+            try:
+                reports = self.reports(batch)
+                reasons = self.row_violations(reports)
+            except (WireError, LDPError) as exc:
+                reject(message, WRONG_SHAPE, str(exc), len(batch))
+                continue
+            bad = np.flatnonzero(reasons != "")
+            if len(bad):
+                reject(message, OUT_OF_RANGE, str(reasons[bad[0]]), len(bad), bad)
+            good = np.flatnonzero(reasons == "")
+            if not len(good):
+                continue
+            if batch.model_version > trainer.t:
+                reject(message, FUTURE_VERSION, f"version {batch.model_version} > current {trainer.t}", len(good),
+                       good)
+                continue
+            if trainer.is_stale(batch.model_version):
+                count(f"dropped:{STALE}", len(good))
+                continue
+            candidates.message.append(np.full(len(good), i))
+            candidates.row.append(good)
+            candidates.devices.append(batch.devices[good])
+            candidates.gradients.append(self.mechanism.dense({k: v[good] for k, v in reports.items()}))
+        return self._select(state, source, messages, candidates, rejected, letters, outcomes, count)
+
+    def _select(self, state: JobState, source: str, messages: Sequence[Message], candidates: _Candidates,
+                rejected: frozenset[int], letters: list[DeadLetter], outcomes: dict[str, int],
+                count: Callable[[str, int], None]) -> Gathered:
+        """Steps 4 and 5 over the concatenated candidates."""
+        k = self.job.gradient_dims
+        accepted_devices = np.zeros(0, dtype=np.uint64)
+        total = np.zeros(k)
+        if candidates.devices:
+            message = np.concatenate(candidates.message)
+            row = np.concatenate(candidates.row)
+            devices = np.concatenate(candidates.devices).astype(np.uint64)
+            gradients = np.concatenate(candidates.gradients)
+            first = np.zeros(len(devices), dtype=bool)
+            first[np.unique(devices, return_index=True)[1]] = True
+            duplicate = ~first
+            if rejected:
+                duplicate |= np.isin(devices, np.fromiter(rejected, dtype=np.uint64, count=len(rejected)))
+            for i in np.unique(message[duplicate]):
+                rows = row[duplicate & (message == i)]
+                letters.append(_letter(messages[i], DUPLICATE, "the device already took part in this job", rows))
+            count(f"rejected:{DUPLICATE}", int(duplicate.sum()))
+            eligible = np.flatnonzero(~duplicate)
+            room = 0 if state.done else max(0, self.job.mini_batch_size - state.count)
+            accepted = eligible[:room]
+            count(f"dropped:{STALE}", len(eligible) - len(accepted))
+            count("accepted", len(accepted))
+            accepted_devices = devices[accepted]
+            total = gradients[accepted].sum(axis=0)
+        update = GradientUpdate(self.job.job_id, source, messages[0].offset, messages[-1].offset, state.t,
+                                state.count, accepted_devices, total, outcomes)
+        return Gathered(update, letters)
+
+
+def start_offsets(bootstrap: str, topic: str = GRADIENTS_TOPIC) -> dict[str, int]:
+    """The applied offset that makes a new job start at each partition's current end: "topic:p" -> end - 1."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ldp-sgd-watermarks"})
+    try:
+        return {f"{topic}:{p}": consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] - 1
+                for p in range(topic_partitions(bootstrap, topic))}
+    finally:
+        consumer.close()
+
+
+class ModelPublisher:
+    """Publishes model versions to the compacted `ldp.sgd.models`, keyed by job id, and waits for Kafka."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.producer = ReportProducer(bootstrap, linger_ms=0)
+
+    def publish(self, state: JobState) -> None:
+        model = ModelVersion(state.job, state.t, state.params, state.done, state.stop_reason)
+        self.producer.produce(MODELS_TOPIC, encode_model(model), state.job.job_id.encode())
+        self.producer.flush()
+
+
+def ensure_sgd_topics(bootstrap: str) -> None:
+    """The gradients, models and dead-letter topics (created if missing; existing ones used as they are)."""
+    ensure_topic(bootstrap, GRADIENTS_TOPIC, GRADIENTS_PARTITIONS, exact=False)
+    ensure_topic(bootstrap, MODELS_TOPIC, 1, compacted=True, exact=False)
+    ensure_topic(bootstrap, DLQ_TOPIC, 1, exact=False)
+
+
+Evaluator = Callable[[Trainer], dict[str, float]]
+VersionCallback = Callable[[JobState, dict[str, float]], None]  # a published version and its held-out evaluation
+
+
+@dataclass(frozen=True)
+class CoordinatorResult:
+    """How a run ended: the last checkpointed state, and 'done' or 'idle' (no gradient for idle_timeout_s)."""
+
+    state: JobState
+    status: str
+
+
+class Coordinator:
+    """One training job over Kafka (module docstring): checkpoint in `checkpoint`, models and gradients in Kafka."""
+
+    def __init__(self, job: TrainingJob, bootstrap: str, checkpoint: Checkpoint, metadata: str = "",
+                 evaluate: Evaluator | None = None, max_messages: int = 500) -> None:
+        self.job = job
+        self.bootstrap = bootstrap
+        self.checkpoint = checkpoint
+        self.metadata = metadata
+        self.evaluate = evaluate
+        self.max_messages = max_messages
+        self.gatherer = GradientGatherer(job, self._is_known_job)
+        self._known: set[str] = {job.job_id}
+        self.state: JobState | None = None
+        self.last_evaluation: dict[str, float] = {}
+
+    def _is_known_job(self, job_id: str) -> bool:
+        if job_id not in self._known and self.checkpoint.load(job_id) is not None:
+            self._known.add(job_id)
+        return job_id in self._known
+
+    def start(self) -> JobState:
+        """Create or resume the job's checkpoint, finish a pending update, publish the current version."""
+        ensure_sgd_topics(self.bootstrap)
+        self.publisher = ModelPublisher(self.bootstrap)
+        self.dlq = DeadLetterProducer(self.bootstrap)
+        state = self.checkpoint.create(self.job, start_offsets(self.bootstrap), self.metadata)
+        log.info("job %s at version %d (%d of %d gradients in)", self.job.job_id, state.t, state.count,
+                 self.job.mini_batch_size)
+        self.state = state
+        self._step()
+        self.publisher.publish(self.state)
+        self._observe()
+        return self.state
+
+    def run(self, idle_timeout_s: float | None = None, on_version: VersionCallback | None = None,
+            should_stop: Callable[[], bool] = lambda: False) -> CoordinatorResult:
+        """Train until the job is done, no gradient came for `idle_timeout_s`, or `should_stop()`."""
+        state = self.start()
+        if on_version:
+            on_version(state, self.last_evaluation)
+        if state.done:
+            return CoordinatorResult(state, "done")
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"ldp-sgd-{self.job.job_id}",
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        try:
+            applied = self.checkpoint.offsets(self.job.job_id)
+            consumer.assign([TopicPartition(GRADIENTS_TOPIC, p, applied[f"{GRADIENTS_TOPIC}:{p}"] + 1
+                                            if f"{GRADIENTS_TOPIC}:{p}" in applied else OFFSET_BEGINNING)
+                             for p in range(topic_partitions(self.bootstrap, GRADIENTS_TOPIC))])
+            last_gradient = time.monotonic()
+            while not should_stop():
+                batch = consumer.consume(self.max_messages, 0.2)
+                by_partition: dict[int, list[Message]] = {}
+                for msg in batch:
+                    if msg.error() is not None:
+                        log.warning("%s: %s", GRADIENTS_TOPIC, msg.error())
+                        continue
+                    by_partition.setdefault(msg.partition() or 0, []).append(
+                        Message(msg.offset() or 0, msg.value() or b""))
+                before = self.state.t, self.state.count  # type: ignore[union-attr]
+                for partition, messages in sorted(by_partition.items()):
+                    self.handle_partition(partition, messages)
+                self._step()
+                assert self.state is not None
+                if (self.state.t, self.state.count) != before:
+                    last_gradient = time.monotonic()
+                if self.state.t != before[0]:
+                    self.publisher.publish(self.state)
+                    self._observe()
+                    if on_version:
+                        on_version(self.state, self.last_evaluation)
+                if self.state.done:
+                    return CoordinatorResult(self.state, "done")
+                if idle_timeout_s is not None and time.monotonic() - last_gradient > idle_timeout_s:
+                    return CoordinatorResult(self.state, "idle")
+            return CoordinatorResult(self.state, "stopped")  # type: ignore[arg-type]
+        finally:
+            consumer.close()
+
+    def handle_partition(self, partition: int, messages: list[Message]) -> None:
+        """Gather, dead-letter and checkpoint one partition's micro-batch (module docstring)."""
+        source = f"{GRADIENTS_TOPIC}:{partition}"
+        rejected: frozenset[int] = frozenset()
+        sent: set[tuple[int, str, tuple[int, ...] | None]] = set()
+        for _ in range(MAX_APPLY_ROUNDS):
+            state = self.checkpoint.load(self.job.job_id)
+            assert state is not None
+            applied = self.checkpoint.offsets(self.job.job_id).get(source)
+            if applied is not None:
+                messages = [m for m in messages if m.offset > applied]
+            if not messages:
+                return
+            gathered = self.gatherer.gather(state, source, messages, rejected)
+            new = [d for d in gathered.dead_letters if (d.offset, d.reason, d.rows) not in sent]
+            self.dlq.send(GRADIENTS_TOPIC, partition, new)
+            sent.update((d.offset, d.reason, d.rows) for d in new)
+            result = self.checkpoint.accumulate(gathered.update)
+            if result.status == "applied":
+                for key, n in gathered.update.outcomes.items():
+                    outcome, _, reason = key.partition(":")
+                    metrics.SGD_GRADIENTS.labels(self.job.job_id, outcome, reason).inc(n)
+            if result.status in ("applied", "skipped"):
+                self.state = self.checkpoint.load(self.job.job_id)
+                return
+            if result.status == "duplicates":
+                rejected = rejected | frozenset(int(d) for d in result.duplicates.tolist())
+        raise RuntimeError(f"{source}: batch not applied after {MAX_APPLY_ROUNDS} rounds")
+
+    def devices_left(self, state: JobState) -> int | None:
+        """Devices of the expected population that have not sent a gradient yet (None: population unknown)."""
+        if self.job.expected_population is None:
+            return None
+        outcomes = self.checkpoint.outcomes(self.job.job_id)
+        return self.job.expected_population - outcomes.get("accepted", 0) - outcomes.get(f"dropped:{STALE}", 0)
+
+    def _step(self) -> None:
+        """Advance if version t has its g gradients; finish if a stop rule holds (both checkpointed first)."""
+        state = self.state
+        assert state is not None
+        if state.done:
+            return
+        g = self.job.mini_batch_size
+        if state.count >= g:
+            trainer = state.trainer().apply_mean(state.gradient_sum / state.count)
+            left = self.devices_left(state)
+            if not self.checkpoint.advance(self.job.job_id, state.t, trainer, trainer.stop_reason(left)):
+                raise RuntimeError(f"job {self.job.job_id}: the checkpoint moved on under this coordinator")
+        else:
+            left = self.devices_left(state)
+            reason = state.trainer().stop_reason(None if left is None else left + state.count)
+            if reason is not None:
+                self.checkpoint.finish(self.job.job_id, state.t, reason)
+        self.state = self.checkpoint.load(self.job.job_id)
+
+    def _observe(self) -> None:
+        """Set the job's gauges: iteration, model norm and (simulations) the held-out evaluation."""
+        state = self.state
+        assert state is not None
+        trainer = state.trainer()
+        metrics.SGD_ITERATION.labels(self.job.job_id).set(state.t)
+        metrics.SGD_MODEL_NORM.labels(self.job.job_id).set(float(np.linalg.norm(trainer.beta)))
+        if self.evaluate is not None:
+            self.last_evaluation = self.evaluate(trainer)
+            metrics.SGD_HELD_OUT_LOSS.labels(self.job.job_id).set(self.last_evaluation["loss"])
