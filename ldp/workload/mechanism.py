@@ -17,6 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from ldp.base import Column, Estimate, LDPError, Mechanism, Reports, ReportSchema, check_epsilon
+from ldp.workload.postprocess import wnnls
 from ldp.workload.strategy import check_strategy, factorize
 from ldp.workload.workloads import Workload
 
@@ -164,18 +165,27 @@ class FactorizationMechanism(Mechanism):
         """V* (p x m): a report of output o contributes column o to the (unnormalised) workload answers."""
         return self.w @ self._recon
 
-    def estimate(self, stats: np.ndarray) -> Estimate:
-        """Workload answers V* y / N as fractions, with standard errors from the plug-in of the estimated x."""
+    def _type_fractions(self, stats: np.ndarray) -> tuple[float, np.ndarray]:
+        """N and the least-squares estimate (Q^T D^-1 Q)^+ Q^T D^-1 y / N of the type fractions."""
         y = np.asarray(stats, dtype=np.float64)
         if y.shape != (self.outputs,) or not np.isfinite(y).all() or (y < 0).any():
             raise LDPError(f"statistics must be {self.outputs} non-negative finite counts, got shape {y.shape}")
         total = float(y.sum())
         if total <= 0:
             raise LDPError("no reports to estimate from")
-        x_hat = self._recon @ (y / total)  # least-squares estimate of the type fractions
+        return total, self._recon @ (y / total)
+
+    def estimate(self, stats: np.ndarray) -> Estimate:
+        """Workload answers V* y / N as fractions, with standard errors from the plug-in of the estimated x."""
+        total, x_hat = self._type_fractions(stats)
         pi = np.clip(x_hat, 0.0, None)  # a valid distribution, for the variance only
         pi = pi / pi.sum() if pi.sum() > 0 else np.full(self.n, 1.0 / self.n)
         return Estimate(int(round(total)), self.w @ x_hat, np.sqrt(self.query_variance(pi, total)))
+
+    def consistent_answers(self, stats: np.ndarray) -> np.ndarray:
+        """WNNLS answers W x with x >= 0 closest to the unbiased ones (Appendix A): biased, no closed-form stderr."""
+        _, x_hat = self._type_fractions(stats)
+        return self.w @ wnnls(self.w.T @ self.w, x_hat)
 
     def save(self, path: str | Path) -> str:
         """Write Q, W, epsilon, labels and the content hash to a .npz file; returns the hash."""
