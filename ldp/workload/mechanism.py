@@ -189,11 +189,11 @@ class FactorizationMechanism(Mechanism):
 
     def save(self, path: str | Path) -> str:
         """Write Q, W, epsilon, labels and the content hash to a .npz file; returns the hash."""
-        arrays = {"q": self.q, "w": self.w, "epsilon": np.float64(self.epsilon), "hash": np.str_(self.hash)}
-        if self.labels is not None:
-            arrays["labels"] = self.labels
+        labels = np.array([]) if self.labels is None else self.labels  # empty: no labels (a domain has >= 2)
         with open(path, "wb") as handle:
-            np.savez_compressed(handle, **arrays)
+            np.savez_compressed(
+                handle, q=self.q, w=self.w, epsilon=np.asarray(self.epsilon), hash=np.asarray(self.hash), labels=labels
+            )
         return self.hash
 
     @classmethod
@@ -202,7 +202,7 @@ class FactorizationMechanism(Mechanism):
         try:
             with np.load(path, allow_pickle=False) as data:
                 q, w, eps, stored = data["q"], data["w"], float(data["epsilon"]), str(data["hash"])
-                labels = data["labels"] if "labels" in data.files else None
+                labels = data["labels"] if data["labels"].size else None
         except (OSError, KeyError, ValueError) as exc:
             raise LDPError(f"cannot read a factorization strategy from {str(path)!r}: {exc}") from exc
         mechanism = cls(q, w, eps, labels)

@@ -113,7 +113,7 @@ def factorize(q: np.ndarray, gram: np.ndarray) -> Factorization:
     keep = evals > _RANK_RTOL * evals[-1]
     pinv = (evecs[:, keep] / evals[keep]) @ evecs[:, keep].T
     projection = evecs[:, keep] @ evecs[:, keep].T
-    if np.linalg.norm(gram - gram @ projection) > 1e-8 * max(np.linalg.norm(gram), 1.0):
+    if np.linalg.norm(gram - gram @ projection) > 1e-8 * max(float(np.linalg.norm(gram)), 1.0):
         raise LDPError("the strategy cannot answer this workload: W's rows are not in the row space of Q")
     recon = pinv @ scaled.T
     # sum_i V*[i, o]^2 = (V*^T V*)[o, o] = row o of D^-1 Q . B . row o of D^-1 Q,  B = M^+ G M^+
