@@ -128,6 +128,14 @@ def reconstruction(q: np.ndarray, w: np.ndarray) -> np.ndarray:
     return w @ factorize(q, w.T @ w).recon
 
 
+def check_factorization(v: np.ndarray, q: np.ndarray, w: np.ndarray, rtol: float = 1e-9) -> None:
+    """Raise LDPError unless V Q = W to `rtol` of W's largest entry: then V y is unbiased for W x (Def. 3.1)."""
+    w = np.asarray(w, dtype=np.float64)
+    error = float(np.abs(np.asarray(v) @ np.asarray(q) - w).max())
+    if error > rtol * max(float(np.abs(w).max()), 1e-300):
+        raise LDPError(f"V Q differs from W by up to {error!r}: not a factorization of the workload")
+
+
 def average_case_objective(q: np.ndarray, gram: np.ndarray) -> float:
     """L_avg(Q) = trace[(Q^T D^-1 Q)^-1 W^T W] / n - trace(W^T W) / n (Thm. 3.8), inf if Q^T D^-1 Q is singular."""
     n = q.shape[1]

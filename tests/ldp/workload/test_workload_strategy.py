@@ -19,6 +19,7 @@ from ldp.workload.baselines import (
 from ldp.workload.strategy import (
     LDP_RTOL,
     average_case_objective,
+    check_factorization,
     check_ldp,
     check_strategy,
     evaluate,
@@ -72,7 +73,9 @@ def test_optimal_reconstruction_factorizes_the_workload(name: str) -> None:
     w = workload.matrix()
     for q in baseline_strategies(workload, 1.0).values():
         v = reconstruction(q, w)
-        np.testing.assert_allclose(v @ q, w, rtol=0, atol=1e-9 * np.abs(w).max())
+        check_factorization(v, q, w)
+        with pytest.raises(LDPError, match="not a factorization"):
+            check_factorization(v * 1.001, q, w)
 
 
 def test_fourier_order_follows_the_workload() -> None:
