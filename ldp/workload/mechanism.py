@@ -17,6 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from ldp.base import Column, Estimate, LDPError, Mechanism, Reports, ReportSchema, check_epsilon
+from ldp.workload.optimize import optimize_strategy
 from ldp.workload.postprocess import wnnls
 from ldp.workload.strategy import check_strategy, factorize
 from ldp.workload.workloads import Workload
@@ -80,6 +81,17 @@ class FactorizationMechanism(Mechanism):
         cdf[np.arange(m)[:, None] >= self._last[None, :]] = 1.0
         self._cdf_flat = (cdf.T + np.arange(n)[:, None]).ravel()
         self.hash = content_hash(self.q, self.w, self.epsilon)
+
+    @classmethod
+    def optimized(
+        cls,
+        workload: Workload,
+        epsilon: float,
+        seed: int = 0,
+        labels: Sequence[object] | np.ndarray | None = None,
+    ) -> FactorizationMechanism:
+        """The mechanism with a strategy optimised for the workload (`optimize_strategy`; deterministic per seed)."""
+        return cls(optimize_strategy(workload, epsilon, seed=seed).q, workload, epsilon, labels)
 
     @property
     def n(self) -> int:
