@@ -103,7 +103,23 @@ def worker_row() -> Row:
     ))
 
 
-ROWS: list[Callable[[], Row]] = [ingestion_row, estimates_row, worker_row]
+def sgd_row() -> Row:
+    return Row("SGD training", (
+        Panel("Model version", (Query("max by (job) (ldp_sgd_iteration)", "{{job}}"),),
+              description="Current model version t of each training job (one coordinator per job)"),
+        Panel("Gradients per second by outcome", (Query(
+            f"sum by (job, outcome, reason) (rate(ldp_sgd_gradients_total[{RATE}]))",
+            "{{job}} {{outcome}} {{reason}}"),), unit="reqps",
+            description="accepted (g per version); dropped: stale (computed on an older version); rejected: sent "
+                        "to ldp.dlq with the reason"),
+        Panel("Held-out loss", (Query("max by (job) (ldp_sgd_held_out_loss)", "{{job}}"),),
+              description="Mean loss of the current model on held-out rows (simulated jobs)"),
+        Panel("Model norm", (Query("max by (job) (ldp_sgd_model_norm)", "{{job}}"),),
+              description="L2 norm of the current parameters beta"),
+    ))
+
+
+ROWS: list[Callable[[], Row]] = [ingestion_row, estimates_row, worker_row, sgd_row]
 
 
 def variable(name: str, query: str, multi: bool = False) -> dict[str, Any]:
