@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
-from aggregator.worker import WorkerConfig, build_app
+from aggregator.worker import RESTART, WorkerConfig, build_app
 from ldpstream.services import ServicesConfig
 
 
@@ -21,8 +22,13 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = build_app(WorkerConfig(cfg.bootstrap, cfg.redis, group=args.group, max_messages=args.max_messages,
                                  metrics_port=args.metrics_port))
+    argv = list(sys.argv)
     sys.argv = [sys.argv[0], "worker", "--loglevel", args.loglevel, "--without-web"]
-    app.main()
+    try:
+        app.main()
+    finally:
+        if RESTART.is_set():  # stopped cleanly to subscribe to a newly published collection: start afresh
+            os.execv(sys.executable, [sys.executable, "-m", "aggregator", *argv[1:]])
 
 
 if __name__ == "__main__":

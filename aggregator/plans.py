@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+from confluent_kafka import KafkaException
 
 from aggregator.store import WindowStats
 from ldp.base import Estimate, Mechanism
@@ -74,7 +75,7 @@ class PlanRegistry:
             self._last_refresh = time.monotonic()
             try:
                 specs = read_specs(self.bootstrap)
-            except (SpecError, RuntimeError) as exc:
+            except (SpecError, RuntimeError, KafkaException) as exc:
                 log.error("cannot read published specs: %s", exc)
                 return
             for key, spec in specs.items():

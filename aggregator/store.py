@@ -203,8 +203,9 @@ def stats_fields(devices: int, stats: dict[int, np.ndarray]) -> list[str]:
 class RedisStore(StatsStore):
     """The statistics in Redis; `apply` is one Lua script (atomic, single slot per collection)."""
 
-    def __init__(self, url: str) -> None:
-        self.redis = redis.Redis.from_url(url)
+    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+        self.redis = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=5.0,
+                                          retry_on_timeout=False)
         self._apply = self.redis.register_script(APPLY_SCRIPT)
 
     def apply(self, update: BatchUpdate) -> ApplyResult:

@@ -17,7 +17,11 @@ when an agent's concurrency is > 1. Scale out with more worker processes in the 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -26,6 +30,8 @@ from typing import Any
 
 import faust
 import redis
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
@@ -38,10 +44,10 @@ from aggregator.store import RedisStore, StatsStore
 log = logging.getLogger(__name__)
 
 MAX_APPLY_ROUNDS = 8
+RESTART = threading.Event()  # set when the worker stops to resubscribe; `python -m aggregator` then re-executes
 OUTAGE_RETRY_S = 0.5
 MAX_OUTAGE_S = 300.0
 SPEC_POLL_S = 5.0
-RESUBSCRIBE_DELAY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -65,12 +71,13 @@ class BatchHandler:
         self.processor = PartitionProcessor(plans.get, lambda: int(time.time() * 1000))
 
     def handle(self, events: Sequence[Any]) -> None:
-        by_tp: dict[tuple[str, int], list[Message]] = defaultdict(list)
+        by_tp: dict[tuple[str, int], dict[int, Message]] = defaultdict(dict)
         for event in events:
             m = event.message
-            by_tp[(m.topic, m.partition)].append(Message(m.offset, m.value, m.timestamp))
+            # After a seek back (rebalance), faust's buffer can hold an offset twice: keep one of each.
+            by_tp[(m.topic, m.partition)].setdefault(m.offset, Message(m.offset, m.value, m.timestamp))
         for (topic, partition), messages in by_tp.items():
-            self.with_retries(topic, partition, sorted(messages, key=lambda m: m.offset))
+            self.with_retries(topic, partition, [messages[o] for o in sorted(messages)])
 
     def with_retries(self, topic: str, partition: int, messages: list[Message]) -> None:
         """Handle a partition's batch, waiting out a Redis or Kafka outage (bounded): the batch is not acked
@@ -136,7 +143,7 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
                 continue
             collection = tp.topic.removeprefix("ldp.reports.")
             if collection not in applied:
-                applied[collection] = self.store.offsets(collection)
+                applied[collection] = await self._applied_offsets(collection)
             last = applied[collection].get(f"{tp.topic}:{tp.partition}")
             position = 0 if last is None else last + 1
             await self._seek(tp, position)
@@ -144,15 +151,27 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
             log.info("seek %s:%s to %s (applied in store: %s)", tp.topic, tp.partition, position, last)
         return committed
 
+    async def _applied_offsets(self, collection: str) -> dict[str, int]:
+        """The store's applied offsets, waiting out a Redis outage (bounded) instead of crashing the worker."""
+        deadline = time.monotonic() + MAX_OUTAGE_S
+        while True:
+            try:
+                return self.store.offsets(collection)
+            except (redis.ConnectionError, redis.TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(OUTAGE_RETRY_S)
 
-def report_topics(plans: PlanRegistry) -> list[str]:
-    """The report topics of every published collection."""
-    return sorted({p.spec.topic for p in plans.plans()})
+
+def report_topics(plans: PlanRegistry, bootstrap: str) -> list[str]:
+    """The report topics of the published collections that exist in the cluster."""
+    existing = set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
+    return sorted({p.spec.topic for p in plans.plans()} & existing)
 
 
-def wait_for_report_topics(plans: PlanRegistry, poll_s: float = 2.0) -> list[str]:
+def wait_for_report_topics(plans: PlanRegistry, bootstrap: str, poll_s: float = 2.0) -> list[str]:
     """Block until at least one collection is published; its report topics."""
-    while not (topics := report_topics(plans)):
+    while not (topics := report_topics(plans, bootstrap)):
         log.warning("no collection is published yet (ldp spec publish FILE); waiting")
         time.sleep(poll_s)
     return topics
@@ -174,19 +193,23 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     app.transport = transport_cls(app.conf.broker_consumer, app)
     plans = PlanRegistry(cfg.bootstrap)
     handler = BatchHandler(store, plans, DeadLetterProducer(cfg.bootstrap))
-    # faust's aiokafka driver cannot subscribe to a pattern, so the worker subscribes to the report topics of the
-    # published collections, and adds those published later in place (the conductor resubscribes when flagged).
-    reports = app.topic(*wait_for_report_topics(plans), value_type=bytes, value_serializer="raw",
-                        key_serializer="raw")
-    app.topics._resubscribe_sleep_lock_seconds = RESUBSCRIBE_DELAY_S
+    # faust's aiokafka driver cannot subscribe to a pattern, and changing a running subscription races in its
+    # fetcher; so a worker subscribes to the report topics of the collections published when it starts, and when
+    # another is published it stops cleanly (like SIGTERM) and `python -m aggregator` starts it again (re-exec).
+    topics = wait_for_report_topics(plans, cfg.bootstrap)
+    reports = app.topic(*topics, value_type=bytes, value_serializer="raw", key_serializer="raw")
 
     @app.timer(SPEC_POLL_S)
     async def follow_published_collections() -> None:
-        new = sorted(set(report_topics(plans)) - set(reports.topics))
-        if new:
-            log.info("subscribing to newly published collections: %s", new)
-            reports.topics.extend(new)
-            app.topics._flag_changes()
+        try:
+            new = sorted(set(report_topics(plans, cfg.bootstrap)) - set(topics))
+        except KafkaException as exc:  # Kafka unreachable: look again at the next tick
+            log.warning("cannot list published collections: %s", exc)
+            return
+        if new and not RESTART.is_set():
+            log.warning("newly published collections %s: restarting the worker to subscribe", new)
+            RESTART.set()
+            os.kill(os.getpid(), signal.SIGTERM)
 
     @app.agent(reports, concurrency=1)
     async def aggregate(stream: faust.StreamT) -> None:  # type: ignore[type-arg]

@@ -35,6 +35,8 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
         if s.connect_ex((host, port)) == 0:
             return True
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # as servers bind: a port whose old connections linger in TIME_WAIT is free, one with a listener is not
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
