@@ -2,27 +2,32 @@
 
 Publish the smartphone-diagnostics spec (under a name of its own for this run, so every run starts from zero),
 start an aggregator worker, send the perturbed reports of a simulated fleet through Kafka, wait until the worker
-has applied them all in Redis, and print every estimate next to the population's true value.
+has applied them all in Redis, read the estimates back through the HTTP API (`ldp serve`), and print every
+estimate next to the population's true value.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.progress import Progress
 
-from aggregator.estimates import collection_estimates
-from aggregator.plans import Plan
 from aggregator.processes import start_worker, stop_worker
 from aggregator.store import RedisStore
 from ldpstream.cli.pipeline import estimates_table
 from ldpstream.services import ServicesConfig
 from ldpstream.services.config import PROJECT_ROOT
+from ldpstream.services.process import stop_pid
 from producer.kafka import ReportProducer
 from producer.publish import publish_spec
 from producer.simulator import simulate
@@ -43,6 +48,37 @@ def wait_for_accepted(store: RedisStore, collection: str, target: int, timeout_s
             break
         time.sleep(0.1)
     return accepted
+
+
+def read_through_api(collection: str, timeout_s: float = 60.0) -> tuple[dict[str, Any], bool]:
+    """Start `ldp serve` on a free port, read a collection's estimates and check /metrics names it; stop it."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "ldpstream", "serve", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/collections/{collection}/estimates", timeout=10) as r:
+                    estimates = json.load(r)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
+            text = r.read().decode()
+        metrics_ok = f'collection="{collection}"' in text and "ldp_reports_total" in text
+        return estimates, metrics_ok
+    finally:
+        stop_pid(server.pid)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, one report each"),
@@ -71,15 +107,19 @@ def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, on
     if accepted != devices:
         console.print(f"[red]error:[/] the aggregator applied {accepted:,} of {devices:,} reports; see {log_file}")
         raise typer.Exit(1)
-    estimates = collection_estimates(store, Plan(spec))
+    estimates, metrics_ok = read_through_api(spec.name)
     if as_json:
         typer.echo(json.dumps({"estimates": estimates, "truth": result.truth, "seconds": elapsed}))
         return
     console.print(estimates_table(estimates, truth=result.truth["attributes"]))
     console.print(f"{devices:,} devices simulated and perturbed (eps = {spec.epsilon}), sent through Kafka and "
                   f"aggregated into Redis in {elapsed:.1f} s, the worker's start-up included.")
-    console.print(f"Estimates any time: [bold]ldp estimate {spec.name}[/]; API: [bold]ldp serve[/] then "
-                  f"http://127.0.0.1:8000/collections/{spec.name}/estimates and http://127.0.0.1:8000/metrics")
+    console.print(f"Read through the HTTP API; /metrics {'exports' if metrics_ok else '[red]does not export[/]'} "
+                  f"the report totals and estimates. Any time: [bold]ldp estimate {spec.name}[/], or "
+                  f"[bold]ldp serve[/] and http://127.0.0.1:8000/collections/{spec.name}/estimates, "
+                  f"http://127.0.0.1:8000/metrics")
+    if not metrics_ok:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

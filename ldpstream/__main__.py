@@ -1,0 +1,5 @@
+"""`python -m ldpstream ...` is the `ldp` command."""
+
+from ldpstream.cli import main
+
+main()
