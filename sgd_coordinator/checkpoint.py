@@ -31,6 +31,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import numpy as np
 import redis
@@ -244,6 +245,9 @@ class RedisCheckpoint(Checkpoint):
         self._advance = self.redis.register_script(ADVANCE_SCRIPT)
         self._create = self.redis.register_script(CREATE_SCRIPT)
 
+    def _hash(self, key: str) -> dict[bytes, bytes]:
+        return cast(dict[bytes, bytes], self.redis.hgetall(key))  # bytes: the client does not decode responses
+
     def _keys(self, job_id: str) -> list[str]:
         p = prefix(job_id)
         return [f"{p}:state", f"{p}:participants", f"{p}:versions", f"{p}:outcomes", f"{p}:offsets"]
@@ -263,7 +267,7 @@ class RedisCheckpoint(Checkpoint):
         return _check_same_job(stored, job)
 
     def load(self, job_id: str) -> JobState | None:
-        raw = {k.decode(): v for k, v in self.redis.hgetall(self._keys(job_id)[0]).items()}
+        raw = {k.decode(): v for k, v in self._hash(self._keys(job_id)[0]).items()}
         if not raw:
             return None
         job = TrainingJob.model_validate_json(raw["job"])
@@ -303,16 +307,16 @@ class RedisCheckpoint(Checkpoint):
         return self._write_version(job_id, t, 0, state.trainer(), True, stop_reason)
 
     def offsets(self, job_id: str) -> dict[str, int]:
-        return {k.decode(): int(v) for k, v in self.redis.hgetall(self._keys(job_id)[4]).items()}
+        return {k.decode(): int(v) for k, v in self._hash(self._keys(job_id)[4]).items()}
 
     def outcomes(self, job_id: str) -> dict[str, int]:
-        return {k.decode(): int(v) for k, v in self.redis.hgetall(self._keys(job_id)[3]).items()}
+        return {k.decode(): int(v) for k, v in self._hash(self._keys(job_id)[3]).items()}
 
     def versions(self, job_id: str) -> dict[int, int]:
-        return {int(k): int(v) for k, v in self.redis.hgetall(self._keys(job_id)[2]).items()}
+        return {int(k): int(v) for k, v in self._hash(self._keys(job_id)[2]).items()}
 
     def participants(self, job_id: str) -> dict[int, int]:
-        raw = self.redis.hgetall(self._keys(job_id)[1])
+        raw = self._hash(self._keys(job_id)[1])
         devices = _pseudonyms(list(raw))
         return dict(zip(devices.tolist(), (int(v) for v in raw.values()), strict=True))
 

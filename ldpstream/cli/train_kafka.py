@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -58,11 +59,17 @@ def load_job_file(path: Path) -> JobFile:
 
 
 def held_out_evaluator(test: Dataset) -> Evaluator:
-    """The held-out mean loss and the model's metric (misclassification or MSE) of a model version."""
+    """The held-out mean loss and the model's metric (misclassification or MSE) of a model version, each with
+    its standard error over the n held-out rows (the per-row values' standard deviation / sqrt(n))."""
+    n = len(test.y)
 
     def evaluate(trainer: Trainer) -> dict[str, float]:
-        loss = float(trainer.model.loss(trainer.beta, test.x, test.y).mean())
-        return {"loss": loss, trainer.model.metric_name: trainer.evaluate(test.x, test.y)}
+        model, name = trainer.model, trainer.model.metric_name
+        losses = model.loss(trainer.beta, test.x, test.y)
+        metric = trainer.evaluate(test.x, test.y)
+        per_row = losses if name == "mse" else model.predict(trainer.beta, test.x) != test.y
+        return {"loss": float(losses.mean()), "loss_stderr": float(losses.std() / np.sqrt(n)), name: metric,
+                f"{name}_stderr": float(np.std(per_row) / np.sqrt(n))}
 
     return evaluate
 
@@ -163,7 +170,7 @@ def train_job(ctx: typer.Context, job_file: Path, metrics_port: int | None) -> N
         task = progress.add_task(f"job {spec.job.job_id}", total=total)
 
         def on_version(state: JobState, evaluation: dict[str, float]) -> None:
-            note = "".join(f", held-out {k} {v:.4f}" for k, v in evaluation.items())
+            note = "".join(f", held-out {k} {v:.4f}" for k, v in evaluation.items() if not k.endswith("_stderr"))
             progress.update(task, completed=state.t, description=f"job {spec.job.job_id}: version {state.t}{note}")
 
         if with_fleet:
@@ -192,8 +199,8 @@ def _summary_text(summary: dict[str, Any]) -> str:
              f"rejected {summary['rejected'] or 'none'}"]
     if "evaluation" in summary:
         ev = summary["evaluation"]
-        lines.append("held-out (" + f"{ev['held_out_rows']:,} rows): " + ", ".join(
-            f"{k} {v:.4f}" for k, v in ev.items() if k != "held_out_rows"))
+        lines.append(f"held-out ({ev['held_out_rows']:,} rows): " + ", ".join(
+            f"{k} {v:.4f} (stderr {ev[k + '_stderr']:.4f})" for k, v in ev.items() if k + "_stderr" in ev))
     return "\n".join(lines)
 
 
