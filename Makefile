@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install -q -e '.[test,plots]'
+	$(PY) -m pip install -q -e '.[test,plots,data]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -1,0 +1,155 @@
+"""Pipeline test support: a published collection, a fleet sending in the background, a reference run, checks."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from aggregator.estimates import collection_estimates
+from aggregator.plans import Plan
+from aggregator.processing import Message, PartitionProcessor
+from aggregator.store import MemoryStore, RedisStore, StatsStore
+from ldpstream.services import ServicesConfig
+from producer.kafka import ReportProducer, topic_partitions
+from producer.simulator import SimulationResult, simulate
+from producer.spec import CollectionSpec
+
+
+@dataclass
+class Collection:
+    """A collection published for one test, with its store and helpers."""
+
+    cfg: ServicesConfig
+    spec: CollectionSpec
+    store: RedisStore
+    group: str
+
+    @property
+    def plan(self) -> Plan:
+        return Plan(self.spec)
+
+    def accepted(self) -> int:
+        return self.store.outcomes(self.spec.name).get("accepted", 0)
+
+    def wait_accepted(self, target: int, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> int:
+        """Poll until `target` reports are accepted (or time runs out); the count reached."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and alive():
+            if (n := self.accepted()) >= target:
+                return n
+            time.sleep(0.1)
+        return self.accepted()
+
+    def estimates(self, store: StatsStore | None = None) -> dict[str, Any]:
+        return collection_estimates(store or self.store, self.plan)
+
+
+@dataclass
+class Fleet:
+    """A simulated fleet sending in a background thread."""
+
+    thread: threading.Thread
+    result: list[SimulationResult] = field(default_factory=list)
+    error: list[BaseException] = field(default_factory=list)
+
+    def join(self, timeout_s: float = 300) -> SimulationResult:
+        self.thread.join(timeout_s)
+        if self.error:
+            raise self.error[0]
+        assert self.result, "the fleet did not finish in time"
+        return self.result[0]
+
+
+def send_in_background(c: Collection, devices: int, rate: float | None = None, seed: int = 0,
+                       producer_config: dict[str, Any] | None = None) -> Fleet:
+    """Start a fleet of `devices` (one report each) sending to the collection's topic."""
+    fleet = Fleet(threading.Thread())
+
+    def run() -> None:
+        try:
+            producer = ReportProducer(c.cfg.bootstrap, **(producer_config or {}))
+            fleet.result.append(simulate(c.spec, devices, producer, seed=seed, rate=rate))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            fleet.error.append(exc)
+
+    fleet.thread = threading.Thread(target=run, daemon=True)
+    fleet.thread.start()
+    return fleet
+
+
+def topic_messages(bootstrap: str, topic: str, timeout_s: float = 60.0) -> dict[int, list[Message]]:
+    """Every message of a topic, per partition in offset order."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"it-read-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    out: dict[int, list[Message]] = defaultdict(list)
+    try:
+        parts = range(topic_partitions(bootstrap, topic))
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        pending = {p for p, end in ends.items() if end > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in pending])
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                continue
+            out[msg.partition()].append(Message(msg.offset(), msg.value()))
+            if msg.offset() >= ends[msg.partition()] - 1:
+                pending.discard(msg.partition())
+    finally:
+        consumer.close()
+    return out
+
+
+def reference_run(c: Collection, chunk: int = 40) -> MemoryStore:
+    """An uninterrupted in-process aggregation of every message in the collection's topic."""
+    store = MemoryStore()
+    processor = PartitionProcessor(lambda n, v: c.plan if (n, v) == (c.spec.name, c.spec.version) else None,
+                                   lambda: int(time.time() * 1000))
+    for partition, messages in sorted(topic_messages(c.cfg.bootstrap, c.spec.topic).items()):
+        for i in range(0, len(messages), chunk):
+            part = messages[i:i + chunk]
+            seen: dict[tuple[int, str, int], np.ndarray] = {}
+            while True:
+                result = processor.process(c.spec.topic, partition, part, seen)
+                outcome = store.apply(result.update)  # type: ignore[arg-type]
+                if outcome.status != "duplicates":
+                    break
+                seen.update(outcome.duplicates)
+    return store
+
+
+def assert_estimates_equal(a: dict[str, Any], b: dict[str, Any], rtol: float = 1e-9) -> None:
+    """Two estimate documents agree (floating-point summation order aside)."""
+    assert a["reports"] == b["reports"]
+    for name, entry in a["attributes"].items():
+        other = b["attributes"][name]
+        if "mean" in entry:
+            np.testing.assert_allclose(entry["mean"], other["mean"], rtol=rtol, err_msg=name)
+            np.testing.assert_allclose(entry["stderr"], other["stderr"], rtol=rtol, err_msg=name)
+        else:
+            for v, e in entry["frequencies"].items():
+                np.testing.assert_allclose(e["estimate"], other["frequencies"][v]["estimate"], rtol=rtol,
+                                           atol=1e-12, err_msg=f"{name}={v}")
+
+
+def assert_within_stderr(estimates: dict[str, Any], truth: dict[str, Any], z: float = 4.0) -> None:
+    """Every estimate within z standard errors of the population's true value."""
+    for name, entry in estimates["attributes"].items():
+        true = truth["attributes"][name]
+        if "mean" in entry:
+            assert abs(entry["mean"] - true["mean"]) <= z * entry["stderr"], (name, entry, true)
+        else:
+            for v, e in entry["frequencies"].items():
+                assert abs(e["estimate"] - true["frequencies"][v]) <= z * e["stderr"], (name, v, e, true)

@@ -1,0 +1,225 @@
+"""The pipeline against real Kafka and Redis: accuracy, effectively-once under faults, bad input to the DLQ."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections import Counter
+
+import msgspec
+import numpy as np
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from pipeline_support import (
+    Collection,
+    assert_estimates_equal,
+    assert_within_stderr,
+    reference_run,
+    send_in_background,
+)
+
+from aggregator.processes import start_worker, stop_worker
+from aggregator.processing import DUPLICATE, MALFORMED, OUT_OF_RANGE, UNKNOWN_VERSION, WRONG_SHAPE
+from aggregator.store import RedisStore
+from ldpstream.services import KafkaService, RedisService
+from producer.perturb import perturb, single_reports
+from producer.pseudonym import integer_pseudonyms
+from producer.publish import publish_spec
+from producer.spec import parse_spec
+from producer.wire import AttributeReports, encode, perturbed_batch
+
+pytestmark = pytest.mark.integration
+
+
+def test_200k_devices_every_estimate_within_4_standard_errors(collection: Collection) -> None:
+    worker = start_worker(collection.group)
+    try:
+        result = send_in_background(collection, 200_000, seed=1).join()
+        assert collection.wait_accepted(200_000, 240, lambda: worker.poll() is None) == 200_000
+    finally:
+        stop_worker(worker)
+    assert_within_stderr(collection.estimates(), result.truth)
+
+
+def test_kill_9_three_times_counts_exactly_once(collection: Collection) -> None:
+    rng = np.random.default_rng(7)
+    fleet = send_in_background(collection, 500_000, rate=40_000, seed=2)
+    worker = start_worker(collection.group)
+    started = time.monotonic()
+    try:
+        for at in np.sort(rng.uniform(2.0, 12.0, 3)):
+            time.sleep(max(0.0, started + at - time.monotonic()))
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+            worker = start_worker(collection.group)
+        result = fleet.join()
+        assert collection.wait_accepted(500_000, 300, lambda: worker.poll() is None) == 500_000
+    finally:
+        stop_worker(worker)
+    assert result.reports == 500_000
+    time.sleep(1.0)  # nothing more may arrive: a replay counted twice would show here
+    assert collection.store.outcomes(collection.spec.name) == {"accepted": 500_000}
+    assert_estimates_equal(collection.estimates(), collection.estimates(reference_run(collection)))
+
+
+def test_a_second_worker_joining_and_leaving_mid_stream(collection: Collection) -> None:
+    fleet = send_in_background(collection, 300_000, rate=30_000, seed=3)
+    first = start_worker(collection.group)
+    second = None
+    try:
+        time.sleep(3)
+        second = start_worker(collection.group)
+        time.sleep(5)
+        stop_worker(second)  # SIGTERM: a clean leave, then a rebalance
+        fleet.join()
+        assert collection.wait_accepted(300_000, 240, lambda: first.poll() is None) == 300_000
+    finally:
+        stop_worker(first)
+        if second is not None:
+            stop_worker(second)
+    time.sleep(1.0)
+    assert collection.store.outcomes(collection.spec.name) == {"accepted": 300_000}
+
+
+def test_kafka_restart_mid_stream_loses_nothing(collection: Collection) -> None:
+    kafka = KafkaService(collection.cfg)
+    if not kafka.managed:
+        pytest.skip("KAFKA_BOOTSTRAP points at an external broker that this test cannot restart")
+    fleet = send_in_background(collection, 200_000, rate=25_000, seed=4,
+                               producer_config={"extra": {"message.timeout.ms": 180_000}})
+    worker = start_worker(collection.group)
+    try:
+        assert collection.wait_accepted(1, 120, lambda: worker.poll() is None) > 0  # mid-stream, not mid-start-up
+        kafka.stop()
+        time.sleep(2)
+        kafka.start()
+        fleet.join()
+        assert collection.wait_accepted(200_000, 240, lambda: worker.poll() is None) == 200_000
+    finally:
+        stop_worker(worker)
+    assert collection.store.outcomes(collection.spec.name) == {"accepted": 200_000}
+
+
+def test_redis_restart_mid_stream_loses_nothing(collection: Collection) -> None:
+    redis_service = RedisService(collection.cfg)
+    if not redis_service.managed:
+        pytest.skip("REDIS_URL points at an external Redis that this test cannot restart")
+    fleet = send_in_background(collection, 200_000, rate=25_000, seed=5)
+    worker = start_worker(collection.group)
+    try:
+        assert collection.wait_accepted(1, 120, lambda: worker.poll() is None) > 0  # mid-stream, not mid-start-up
+        redis_service.stop()  # SIGTERM: Redis fsyncs its append-only file before exiting
+        time.sleep(2)
+        redis_service.start()
+        fleet.join()
+        collection.store = RedisStore(collection.cfg.redis)
+        assert collection.wait_accepted(200_000, 240, lambda: worker.poll() is None) == 200_000
+    finally:
+        stop_worker(worker)
+    assert collection.store.outcomes(collection.spec.name) == {"accepted": 200_000}
+
+
+PM_SPEC = """
+name: NAME
+version: 1
+epsilon: 2
+sampling: one
+windows: [1h]
+attributes:
+  - {name: load, type: numeric, range: [0, 1], mechanism: pm}
+  - {name: mode, type: categorical, values: [a, b, c], mechanism: grr}
+"""
+
+
+def test_10k_bad_messages_go_to_the_dlq_and_every_good_one_is_counted(live_services) -> None:  # type: ignore[no-untyped-def]
+    spec = parse_spec(PM_SPEC.replace("NAME", f"it-bad-{uuid.uuid4().hex[:8]}"))
+    publish_spec(spec, live_services.bootstrap)
+    store = RedisStore(live_services.redis)
+    rng = np.random.default_rng(11)
+    good_n, per_kind = 10_000, 2_000
+    now = int(time.time() * 1000)
+    devices = integer_pseudonyms(spec.name, np.arange(good_n, dtype=np.uint64))
+    records = {"load": rng.uniform(0, 1, good_n), "mode": rng.integers(0, 3, good_n)}
+    good = [encode(b) for b in single_reports(perturb(spec, devices, np.full(good_n, now), records, rng))]
+
+    def one(device: int, block: AttributeReports) -> bytes:
+        return encode(perturbed_batch(spec.name, 1, np.array([device], dtype=np.uint64), np.array([now]), (block,)))
+
+    extra = integer_pseudonyms(spec.name, np.arange(good_n, good_n + 2 * per_kind, dtype=np.uint64))
+    bad: dict[str, list[bytes]] = {
+        # 0xc1 is never used by msgpack: random bytes after it cannot decode by chance
+        MALFORMED: [b"\xc1" + os.urandom(int(rng.integers(0, 200))) for _ in range(per_kind // 2)]
+        + [good[i][: len(good[i]) // 2] for i in range(per_kind // 2)],
+        UNKNOWN_VERSION: [msgspec.msgpack.encode([2, spec.name, 1, b"", b"", []]) for _ in range(per_kind)],
+        OUT_OF_RANGE: [one(int(d), AttributeReports(0, np.zeros(1, dtype=np.uint32), {"value": np.array([1e6])}))
+                       for d in extra[:per_kind]],
+        WRONG_SHAPE: [one(int(d), AttributeReports(0, np.zeros(1, dtype=np.uint32), {"value": np.zeros(2)}))
+                      for d in extra[per_kind:]],
+    }
+    producer = Producer({"bootstrap.servers": live_services.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    partitions = spec.partitions
+    expected: dict[tuple[int, int], str] = {}
+    # Good messages first, each duplicate after its original in the same partition, bad kinds mixed in between.
+    order = [(None, m, i % partitions) for i, m in enumerate(good)]
+    order += [(DUPLICATE, good[i], i % partitions) for i in range(per_kind)]
+    for reason, messages in bad.items():
+        order += [(reason, m, int(rng.integers(0, partitions))) for m in messages]
+    head, tail = order[:good_n], order[good_n:]
+    tail = [tail[i] for i in rng.permutation(len(tail))]
+    positions: dict[int, int] = Counter()
+    sent: list[tuple[str | None, int]] = []
+    for reason, message, partition in head + tail:
+        producer.produce(spec.topic, message, partition=partition)
+        sent.append((reason, partition))
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    for reason, partition in sent:  # offsets follow the order of production per partition
+        if reason is not None:
+            expected[(partition, positions[partition])] = reason
+        positions[partition] += 1
+    assert len(expected) == 5 * per_kind == 10_000
+    worker = start_worker(f"it-bad-{spec.name}")
+    try:
+        total = len(sent)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and worker.poll() is None:
+            offsets = store.offsets(spec.name)
+            if sum(offsets.get(f"{spec.topic}:{p}", -1) + 1 for p in range(partitions)) == total:
+                break
+            time.sleep(0.2)
+        assert worker.poll() is None, "the worker crashed on bad input"
+    finally:
+        stop_worker(worker)
+    outcomes = store.outcomes(spec.name)
+    assert outcomes["accepted"] == good_n
+    letters = dead_letters_of(live_services.bootstrap, spec.topic)
+    assert letters == expected
+    store.delete_collection(spec.name)
+
+
+def dead_letters_of(bootstrap: str, topic: str) -> dict[tuple[int, int], str]:
+    """(source partition, source offset) -> reason of every dead letter of `topic` in ldp.dlq."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"it-dlq-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    out: dict[tuple[int, int], str] = {}
+    try:
+        md = consumer.list_topics("ldp.dlq", timeout=10).topics["ldp.dlq"]
+        consumer.assign([TopicPartition("ldp.dlq", p, 0) for p in md.partitions])
+        pending = set(md.partitions)
+        deadline = time.monotonic() + 60
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                continue
+            headers = {k: v.decode() for k, v in (msg.headers() or [])}
+            if headers.get("source_topic") == topic:
+                out[(int(headers["source_partition"]), int(headers["source_offset"]))] = headers["reason"]
+    finally:
+        consumer.close()
+    return out
