@@ -20,7 +20,8 @@ step, then published. Training stops on the job's stop rules (`Trainer.stop_reas
 
 On start-up the coordinator seeks every partition to the offset after the one its checkpoint applied, never to
 Kafka's committed offsets; a new job starts at the partitions' ends at creation (no device can have computed a
-gradient for a model not yet published).
+gradient for a model not yet published). While Redis or Kafka is unreachable it waits (bounded) and retries the
+step in hand, which is safe because each step is atomic or idempotent.
 """
 
 from __future__ import annotations
@@ -29,16 +30,18 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from aggregator import metrics
-from aggregator.dlq import DLQ_TOPIC, DeadLetterProducer
+from aggregator.dlq import DLQ_TOPIC, DeadLetterProducer, DeliveryTimeout
 from aggregator.processing import DeadLetter, Message
 from ldp.base import LDPError
 from ldp.multidim import VectorMechanism
-from producer.kafka import ReportProducer, ensure_topic, topic_partitions
+from producer.kafka import DeliveryError, ReportProducer, ensure_topic, topic_partitions
 from producer.wire import WireError
 from sgd_coordinator.checkpoint import Checkpoint, GradientUpdate, JobState
 from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
@@ -66,6 +69,8 @@ DUPLICATE = "duplicate"
 STALE = "stale"
 REJECT_REASONS = (MALFORMED, UNKNOWN_VERSION, UNKNOWN_JOB, WRONG_SHAPE, OUT_OF_RANGE, FUTURE_VERSION, DUPLICATE)
 MAX_APPLY_ROUNDS = 8
+OUTAGE_RETRY_S = 0.5
+MAX_OUTAGE_S = 300.0
 
 
 @dataclass
@@ -247,7 +252,7 @@ VersionCallback = Callable[[JobState, dict[str, float]], None]  # a published ve
 
 @dataclass(frozen=True)
 class CoordinatorResult:
-    """How a run ended: the last checkpointed state, and 'done' or 'idle' (no gradient for idle_timeout_s)."""
+    """How a run ended: the last checkpointed state, and 'done' or 'stopped' (`should_stop` said so; resumable)."""
 
     state: JobState
     status: str
@@ -288,9 +293,9 @@ class Coordinator:
         self._observe()
         return self.state
 
-    def run(self, idle_timeout_s: float | None = None, on_version: VersionCallback | None = None,
+    def run(self, on_version: VersionCallback | None = None,
             should_stop: Callable[[], bool] = lambda: False) -> CoordinatorResult:
-        """Train until the job is done, no gradient came for `idle_timeout_s`, or `should_stop()`."""
+        """Train until the job is done or `should_stop()`; `on_version` is called with each published version."""
         state = self.start()
         if on_version:
             on_version(state, self.last_evaluation)
@@ -303,7 +308,6 @@ class Coordinator:
             consumer.assign([TopicPartition(GRADIENTS_TOPIC, p, applied[f"{GRADIENTS_TOPIC}:{p}"] + 1
                                             if f"{GRADIENTS_TOPIC}:{p}" in applied else OFFSET_BEGINNING)
                              for p in range(topic_partitions(self.bootstrap, GRADIENTS_TOPIC))])
-            last_gradient = time.monotonic()
             while not should_stop():
                 batch = consumer.consume(self.max_messages, 0.2)
                 by_partition: dict[int, list[Message]] = {}
@@ -313,25 +317,35 @@ class Coordinator:
                         continue
                     by_partition.setdefault(msg.partition() or 0, []).append(
                         Message(msg.offset() or 0, msg.value() or b""))
-                before = self.state.t, self.state.count  # type: ignore[union-attr]
+                before = self.state.t, self.state.done  # type: ignore[union-attr]
                 for partition, messages in sorted(by_partition.items()):
-                    self.handle_partition(partition, messages)
-                self._step()
+                    self._waiting_out_outages(self.handle_partition, partition, messages)
+                self._waiting_out_outages(self._step)
                 assert self.state is not None
-                if (self.state.t, self.state.count) != before:
-                    last_gradient = time.monotonic()
-                if self.state.t != before[0]:
-                    self.publisher.publish(self.state)
+                if (self.state.t, self.state.done) != before:
+                    self._waiting_out_outages(self.publisher.publish, self.state)
                     self._observe()
                     if on_version:
                         on_version(self.state, self.last_evaluation)
                 if self.state.done:
                     return CoordinatorResult(self.state, "done")
-                if idle_timeout_s is not None and time.monotonic() - last_gradient > idle_timeout_s:
-                    return CoordinatorResult(self.state, "idle")
             return CoordinatorResult(self.state, "stopped")  # type: ignore[arg-type]
         finally:
             consumer.close()
+
+    @staticmethod
+    def _waiting_out_outages(step: Callable[..., None], *args: Any) -> None:
+        """Run a step, retrying while Redis or Kafka is unreachable (bounded): every step is atomic or idempotent
+        (a checkpoint script, dead letters sent before the batch is applied, a model version re-published)."""
+        deadline = time.monotonic() + MAX_OUTAGE_S
+        while True:
+            try:
+                return step(*args)
+            except (redis.ConnectionError, redis.TimeoutError, DeliveryTimeout, DeliveryError) as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("%s; retrying in %.1f s", exc, OUTAGE_RETRY_S)
+                time.sleep(OUTAGE_RETRY_S)
 
     def handle_partition(self, partition: int, messages: list[Message]) -> None:
         """Gather, dead-letter and checkpoint one partition's micro-batch (module docstring)."""

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
+from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
 from ldpstream.cli import app
@@ -252,6 +253,10 @@ def test_bad_gradients_go_to_the_dead_letter_topic_with_their_reason_and_stale_o
     assert rows["out_of_range"] == "[1]" and rows["duplicate"] == "[0]" and rows["malformed"] is None
     state = checkpoint.load(job.job_id)
     assert state is not None and state.t == 1 and state.count == 1  # device 4 of the out-of-range message
+    sample = REGISTRY.get_sample_value
+    assert sample("ldp_sgd_iteration", {"job": job.job_id}) == 1
+    assert sample("ldp_sgd_gradients_total", {"job": job.job_id, "outcome": "rejected", "reason": "malformed"}) == 1
+    assert sample("ldp_sgd_gradients_total", {"job": job.job_id, "outcome": "dropped", "reason": "stale"}) == 2
 
 
 def dlq_ends(bootstrap: str) -> dict[int, int]:
