@@ -273,6 +273,12 @@ class Coordinator:
         self._known: set[str] = {job.job_id}
         self.state: JobState | None = None
         self.last_evaluation: dict[str, float] = {}
+        self._dlq: DeadLetterProducer | None = None
+
+    def _dead_letter_producer(self) -> DeadLetterProducer:
+        if self._dlq is None:
+            self._dlq = DeadLetterProducer(self.bootstrap)
+        return self._dlq
 
     def _is_known_job(self, job_id: str) -> bool:
         if job_id not in self._known and self.checkpoint.load(job_id) is not None:
@@ -283,7 +289,6 @@ class Coordinator:
         """Create or resume the job's checkpoint, finish a pending update, publish the current version."""
         ensure_sgd_topics(self.bootstrap)
         self.publisher = ModelPublisher(self.bootstrap)
-        self.dlq = DeadLetterProducer(self.bootstrap)
         state = self.checkpoint.create(self.job, start_offsets(self.bootstrap), self.metadata)
         log.info("job %s at version %d (%d of %d gradients in)", self.job.job_id, state.t, state.count,
                  self.job.mini_batch_size)
@@ -362,7 +367,8 @@ class Coordinator:
                 return
             gathered = self.gatherer.gather(state, source, messages, rejected)
             new = [d for d in gathered.dead_letters if (d.offset, d.reason, d.rows) not in sent]
-            self.dlq.send(GRADIENTS_TOPIC, partition, new)
+            if new:
+                self._dead_letter_producer().send(GRADIENTS_TOPIC, partition, new)
             sent.update((d.offset, d.reason, d.rows) for d in new)
             result = self.checkpoint.accumulate(gathered.update)
             if result.status == "applied":

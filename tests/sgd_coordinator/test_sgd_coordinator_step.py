@@ -1,0 +1,71 @@
+"""One implementation of the math, two drivers: the Kafka coordinator's gather-checkpoint-update path (here on the
+memory checkpoint, no Kafka) gives the model the offline driver's `Trainer.apply` gives on the same reports."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aggregator.processing import Message
+from sgd_coordinator.checkpoint import MemoryCheckpoint
+from sgd_coordinator.coordinator import Coordinator
+from sgd_coordinator.datasets import synthetic
+from sgd_coordinator.devices import device_pseudonyms, perturb_gradients
+from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
+from sgd_coordinator.wire import decode_gradients, encode_gradients
+
+
+def coordinator_for(job: TrainingJob) -> tuple[Coordinator, MemoryCheckpoint]:
+    store = MemoryCheckpoint()
+    coordinator = Coordinator(job, "unused:9092", store)
+    coordinator.state = store.create(job, {})
+    return coordinator, store
+
+
+@pytest.mark.parametrize("job", [
+    TrainingJob(job_id="same-math", model="logistic", dims=6, epsilon=2.0, mechanism="hm", batch_size=50,
+                max_iterations=4),
+    TrainingJob(job_id="same-math-dr", model="linear", dims=8, epsilon=1.0, mechanism="duchi", batch_size=40,
+                reduced_dims=3, projection_seed=5, max_iterations=4),
+])
+def test_the_coordinator_path_equals_trainer_apply_on_the_same_reports(job: TrainingJob) -> None:
+    data = synthetic(job.model, 400, job.dims, seed=1)
+    coordinator, store = coordinator_for(job)
+    mechanism = gradient_mechanism(job)
+    pseudonyms = device_pseudonyms(job.job_id, 400)
+    rng = np.random.default_rng(2)
+    offline = Trainer.start(job)
+    g, offset = job.mini_batch_size, 0
+    for version in range(4):
+        assert coordinator.state is not None and coordinator.state.t == version
+        rows = np.arange(version * g, (version + 1) * g)
+        sent = Trainer(job, coordinator.state.params, version)  # what the devices read from ldp.sgd.models
+        messages = [encode_gradients(perturb_gradients(sent, mechanism, data.x[part], data.y[part], pseudonyms[part],
+                                                       rng)) for part in np.array_split(rows, 3)]
+        for message in messages:  # one micro-batch per message
+            coordinator.handle_partition(0, [Message(offset, message)])
+            offset += 1
+        coordinator._step()
+        dense = np.concatenate([mechanism.dense(coordinator.gatherer.reports(decode_gradients(m))) for m in messages])
+        offline = offline.apply(dense)
+        state = store.load(job.job_id)
+        assert state is not None
+        np.testing.assert_allclose(state.params, offline.params, rtol=1e-12, atol=1e-12)
+    assert state.done and state.stop_reason == "max_iterations" and state.t == 4
+    assert store.versions(job.job_id) == dict.fromkeys(range(4), g)
+
+
+def test_a_population_that_cannot_fill_the_version_finishes_the_job() -> None:
+    job = TrainingJob(job_id="short", model="svm", dims=2, epsilon=1.0, batch_size=10, expected_population=25)
+    coordinator, store = coordinator_for(job)
+    mechanism = gradient_mechanism(job)
+    rng = np.random.default_rng(0)
+    data = synthetic("svm", 25, 2, seed=0)
+    pseudonyms = device_pseudonyms(job.job_id, 25)
+    for version, rows in enumerate((np.arange(10), np.arange(10, 20))):
+        batch = perturb_gradients(Trainer(job, coordinator.state.params, version), mechanism,  # type: ignore[union-attr]
+                                  data.x[rows], data.y[rows], pseudonyms[rows], rng)
+        coordinator.handle_partition(0, [Message(version, encode_gradients(batch))])
+        coordinator._step()
+    state = store.load("short")
+    assert state is not None and state.t == 2 and state.done and state.stop_reason == "population_exhausted"
