@@ -32,6 +32,17 @@ def resolve_window(store: StatsStore, plan: Plan, window: str) -> tuple[str, int
     return name, max(starts) if starts else 0
 
 
+def query_labels(workload: str, values: list[str], count: int) -> list[str]:
+    """Names of a workload's queries over a categorical attribute's values (q0, q1, ... where none is natural)."""
+    if workload == "histogram" and count == len(values):
+        return list(values)
+    if workload == "prefix" and count == len(values):
+        return [f"<= {v}" for v in values]
+    if workload == "all_range" and count == len(values) * (len(values) + 1) // 2:
+        return [f"[{values[i]}, {values[j]}]" for i in range(len(values)) for j in range(i, len(values))]
+    return [f"q{i}" for i in range(count)]
+
+
 def _float(x: Any) -> float | None:
     v = float(x)
     return v if np.isfinite(v) else None
@@ -39,7 +50,11 @@ def _float(x: Any) -> float | None:
 
 def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
                          postprocess: PostProcess = "none") -> dict[str, Any]:
-    """{"collection", "version", "window", "window_start_ms", "reports", "attributes": {...}} for one window."""
+    """{"collection", "version", "window", "window_start_ms", "reports", "attributes": {...}} for one window.
+
+    Per attribute: {"mean", "stderr"} (numeric), {"frequencies": {value: {"estimate", "stderr"}}} (categorical), or
+    {"workload", "answers": {query: {"estimate", "stderr"}}} (a factorization attribute's workload answers).
+    """
     if postprocess not in POSTPROCESS:
         raise ValueError(f"postprocess must be one of {POSTPROCESS}, got {postprocess!r}")
     name, start = resolve_window(store, plan, window)
@@ -48,7 +63,12 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
     attributes: dict[str, Any] = {}
     for attr in plan.spec.attributes:
         est = estimates[attr.name]
-        if isinstance(attr, CategoricalAttribute):
+        if isinstance(attr, CategoricalAttribute) and attr.workload is not None:
+            labels = query_labels(attr.workload, attr.values, len(np.atleast_1d(est.value)))
+            entry = {"workload": attr.workload, "answers": {
+                q: {"estimate": _float(f), "stderr": _float(se)} for q, f, se in zip(labels, est.value, est.stderr,
+                                                                                     strict=True)}}
+        elif isinstance(attr, CategoricalAttribute):
             freqs = np.asarray(est.value, dtype=np.float64)
             entry: dict[str, Any] = {"frequencies": {
                 v: {"estimate": _float(f), "stderr": _float(s)} for v, f, s in zip(attr.values, freqs, est.stderr,

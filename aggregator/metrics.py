@@ -4,7 +4,8 @@ Labels and their values (no device ids, no free text):
 - collection: a published collection name (as many as there are collections);
 - outcome: accepted | rejected; reason: '' or one of `aggregator.processing.REASONS` (8 values);
 - status: applied | skipped | overlap | duplicates (a micro-batch's fate in the store);
-- attribute / value: a spec's attribute names and categorical values (bounded by the published specs);
+- attribute / value: a spec's attribute names and categorical values, or a factorization attribute's workload
+  queries (e.g. "<= v" for a prefix workload: K per attribute; bounded by the published specs);
 - window: all (the all-time window), or a window length such as 1h for the newest window of that length.
 - partition: a report topic's partition number (a spec's `partitions`, 8 by default).
 - job: an SGD training job's id (one coordinator per job); for `ldp_sgd_gradients`, outcome: accepted | dropped |
@@ -144,8 +145,9 @@ class StoreCollector(Collector):
             if not result["reports"]:
                 continue
             for attribute, entry in result["attributes"].items():
+                values = entry.get("frequencies") or entry.get("answers") or {}
                 series = ([("", entry["mean"], entry["stderr"])] if "mean" in entry else
-                          [(v, f["estimate"], f["stderr"]) for v, f in entry["frequencies"].items()])
+                          [(v, f["estimate"], f["stderr"]) for v, f in values.items()])
                 for value, x, s in series:
                     labels = [plan.spec.name, attribute, value, window]
                     if x is not None:

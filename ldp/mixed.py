@@ -48,6 +48,7 @@ from ldp.multidim import check_dims, sampled_attributes
 from ldp.numeric.auto import choose_sampled
 from ldp.numeric.base import NumericMechanism, second_moment_plugin
 from ldp.numeric.scaling import RangeScaler
+from ldp.workload.mechanism import FactorizationMechanism
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,16 @@ class NumericAttribute:
 
 @dataclass(frozen=True)
 class CategoricalAttribute:
-    """A categorical attribute with codes 0..domain-1, perturbed by a frequency oracle name."""
+    """A categorical attribute with codes 0..domain-1, perturbed by a frequency oracle name.
+
+    `mechanism`, when given, is used instead (built at the attribute's eps/k), e.g. a `FactorizationMechanism`
+    whose estimate is the answers to a linear-query workload over the codes rather than the frequencies.
+    """
 
     name: str
     domain: int
     oracle: str = "oue"
+    mechanism: Mechanism | None = None
 
 
 Attribute = NumericAttribute | CategoricalAttribute
@@ -121,6 +127,11 @@ class MixedCollector:
 
     def _mechanism(self, attr: Attribute) -> Mechanism:
         eps = self.epsilon / self.k
+        if isinstance(attr, CategoricalAttribute) and attr.mechanism is not None:
+            if not np.isclose(attr.mechanism.epsilon, eps, rtol=1e-12, atol=0.0):
+                raise LDPError(f"attribute {attr.name!r}: its mechanism is built for eps = {attr.mechanism.epsilon}, "
+                               f"but the collector gives each attribute eps / k = {eps}")
+            return attr.mechanism
         if isinstance(attr, CategoricalAttribute):
             return registry.make(attr.oracle, eps, domain=attr.domain)
         name = choose_sampled(self.epsilon, self.dims, self.k) if attr.mechanism == "auto" else attr.mechanism
@@ -191,7 +202,7 @@ class MixedCollector:
 
     def _unit_estimate(self, attr: Attribute, total: int, sampled: int, sub_stats: np.ndarray) -> Estimate:
         mech = self.mechanisms[attr.name]
-        width = attr.domain if isinstance(attr, CategoricalAttribute) else 1
+        width = _answers(mech, attr)
         if total == 0:
             return _squeeze(Estimate(n=0, value=np.full(width, np.nan), stderr=np.full(width, np.inf)), attr)
         if sampled == 0:  # 000 Sec. IV-C's estimator is 0 here; its error is the sampling term at m2 = 1
@@ -203,10 +214,31 @@ class MixedCollector:
         if isinstance(mech, NumericMechanism):
             a, b = mech.variance_coefficients()
             m2 = second_moment_plugin(sampled, sub_stats[1], sub_stats[2], a, b)
+        elif isinstance(mech, FactorizationMechanism):
+            m2 = _workload_second_moment(mech, value)
         else:
             m2 = np.clip(value, 0.0, 1.0)
         var = weight**2 * np.atleast_1d(sub.stderr) ** 2 + (self.scale - 1) * m2 / total
         return _squeeze(Estimate(n=total, value=value, stderr=np.sqrt(var)), attr)
+
+
+def _answers(mech: Mechanism, attr: Attribute) -> int:
+    """How many numbers an attribute's estimate has: 1 (numeric), K (frequencies) or p (workload answers)."""
+    if isinstance(mech, FactorizationMechanism):
+        return int(mech.w.shape[0])
+    return attr.domain if isinstance(attr, CategoricalAttribute) else 1
+
+
+def _workload_second_moment(mech: FactorizationMechanism, answers: np.ndarray) -> np.ndarray:
+    """Plug-in of mean over devices of W[q, u]^2 per query q, for the sampling term of the variance.
+
+    For 0/1 workloads (histogram, prefix, ranges, marginals) W^2 = W, so it is the answer itself (clipped to
+    [0, 1]); otherwise max_u W[q, u]^2, an upper bound, which can only overstate the standard error.
+    """
+    w = mech.w
+    if np.isin(w, (0.0, 1.0)).all():
+        return np.clip(answers, 0.0, 1.0)
+    return np.max(w**2, axis=1)
 
 
 def _squeeze(est: Estimate, attr: Attribute) -> Estimate:

@@ -7,7 +7,8 @@
 - a numeric attribute keeps its [lo, hi] (the collector maps it onto [-1, 1]); mechanism "auto" is resolved by
   `ldp.numeric.auto.choose_sampled` for this eps, d and k (inside the collector);
 - a categorical attribute has the codes 0..K-1 of its values, in the spec's order; mechanism "auto" is the oracle
-  of least variance at eps/k for K values, `ldp.frequency.auto.choose_frequency`.
+  of least variance at eps/k for K values, `ldp.frequency.auto.choose_frequency`; "factorization" answers the
+  attribute's workload with the strategy the spec pins by hash (`producer.strategies`).
 
 The result depends only on the spec's content (and the `ldp` code), and is cached by the spec's canonical JSON
 (and, to skip serialising the spec on every call, by the identity of the spec object).
@@ -22,7 +23,8 @@ from ldp.mixed import CategoricalAttribute as MixedCategorical
 from ldp.mixed import MixedCollector
 from ldp.mixed import NumericAttribute as MixedNumeric
 from ldp.multidim import sampled_attributes
-from producer.spec import CategoricalAttribute, CollectionSpec, parse_spec
+from producer.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, parse_spec
+from producer.strategies import load_strategy, with_strategies
 
 CACHED_SPECS = 256
 
@@ -58,9 +60,13 @@ _by_identity: dict[int, tuple[CollectionSpec, MixedCollector]] = {}
 def _collector(canonical_json: str) -> MixedCollector:
     spec = parse_spec(canonical_json)
     k = sampled_count(spec)
+    spec = with_strategies(spec, spec.epsilon / k, bootstrap=None)  # published hashes are loaded, others optimised
     attributes: list[MixedCategorical | MixedNumeric] = []
     for a in spec.attributes:
-        if isinstance(a, CategoricalAttribute):
+        if isinstance(a, CategoricalAttribute) and a.mechanism == FACTORIZATION:
+            attributes.append(MixedCategorical(a.name, len(a.values), FACTORIZATION,
+                                               mechanism=load_strategy(a.strategy)))  # type: ignore[arg-type]
+        elif isinstance(a, CategoricalAttribute):
             oracle = choose_frequency(spec.epsilon / k, len(a.values)) if a.mechanism == "auto" else a.mechanism
             attributes.append(MixedCategorical(a.name, len(a.values), oracle))
         else:

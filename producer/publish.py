@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from producer.collector import sampled_count
 from producer.kafka import ReportProducer, ensure_topic, read_to_end
 from producer.spec import CollectionSpec, SpecError, parse_spec
+from producer.strategies import with_strategies
 
 SPECS_TOPIC = "ldp.collections"
 DLQ_TOPIC = "ldp.dlq"
@@ -25,6 +27,7 @@ class Published:
     key: str
     created: bool
     topic: str
+    spec: CollectionSpec  # as published (factorization strategies pinned by hash)
 
 
 def read_specs(bootstrap: str, invalid: list[str] | None = None) -> dict[str, CollectionSpec]:
@@ -59,7 +62,10 @@ def publish_spec(spec: CollectionSpec, bootstrap: str) -> Published:
     """Publish `spec` once; create its report topic (spec.partitions partitions) and the dead-letter topic.
 
     Publishing the same content again is a no-op; SpecError if that name@version holds a different spec.
+    Factorization attributes get their optimised strategies first (stored by hash in `ldp.strategies`; the
+    optimiser is deterministic, so publishing the same file twice gives the same spec).
     """
+    spec = with_strategies(spec, spec.epsilon / sampled_count(spec), bootstrap)
     existing = read_specs(bootstrap).get(spec.key)
     if existing is not None and existing.canonical_json() != spec.canonical_json():
         raise SpecError(f"{spec.key} is already published with different content (sha256 "
@@ -71,4 +77,4 @@ def publish_spec(spec: CollectionSpec, bootstrap: str) -> Published:
         producer = ReportProducer(bootstrap, linger_ms=0)
         producer.produce(SPECS_TOPIC, spec.canonical_json().encode(), spec.key.encode())
         producer.flush()
-    return Published(spec.key, existing is None, spec.topic)
+    return Published(spec.key, existing is None, spec.topic, spec)

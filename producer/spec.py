@@ -25,11 +25,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ldp import registry
+from ldp.workload.workloads import WORKLOAD_NAMES
 
 NAME = r"^[a-z][a-z0-9_\-]{0,62}$"
 WINDOW = re.compile(r"^(\d+)([smhd])$")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 ALL_TIME = "all"
+FACTORIZATION = "factorization"
 
 
 class SpecError(ValueError):
@@ -62,13 +64,20 @@ class NumericAttribute(BaseModel):
 
 
 class CategoricalAttribute(BaseModel):
-    """A categorical attribute over a fixed list of values (codes 0..K-1 in the order given)."""
+    """A categorical attribute over a fixed list of values (codes 0..K-1 in the order given).
+
+    With `mechanism: factorization` it answers a linear-query `workload` over its values (e.g. `prefix`: the CDF)
+    with McKenna et al.'s mechanism; `strategy` is the sha256 of the optimised strategy, filled in when the spec
+    is published (the strategy itself goes to the `ldp.strategies` topic, so a spec version pins its strategy).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["categorical"] = "categorical"
     values: list[str] = Field(min_length=2)
     mechanism: str = "auto"
+    workload: str | None = None
+    strategy: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
     zipf_exponent: float = 1.1  # simulator population only
 
     @field_validator("values")
@@ -81,9 +90,20 @@ class CategoricalAttribute(BaseModel):
     @field_validator("mechanism")
     @classmethod
     def _known_oracle(cls, v: str) -> str:
-        if v != "auto" and v not in registry.FREQUENCY:
-            raise ValueError(f"unknown frequency oracle {v!r}; known: auto, {', '.join(sorted(registry.FREQUENCY))}")
+        if v not in ("auto", FACTORIZATION) and v not in registry.FREQUENCY:
+            raise ValueError(f"unknown frequency oracle {v!r}; known: auto, {FACTORIZATION}, "
+                             f"{', '.join(sorted(registry.FREQUENCY))}")
         return v
+
+    @model_validator(mode="after")
+    def _workload_with_factorization(self) -> CategoricalAttribute:
+        if (self.mechanism == FACTORIZATION) != (self.workload is not None):
+            raise ValueError(f"a workload goes with mechanism {FACTORIZATION!r}, and only with it")
+        if self.strategy is not None and self.mechanism != FACTORIZATION:
+            raise ValueError(f"a strategy goes with mechanism {FACTORIZATION!r} only")
+        if self.workload is not None and self.workload not in WORKLOAD_NAMES:
+            raise ValueError(f"unknown workload {self.workload!r}; known: {', '.join(WORKLOAD_NAMES)}")
+        return self
 
 
 Attribute = Annotated[NumericAttribute | CategoricalAttribute, Field(discriminator="type")]

@@ -61,10 +61,11 @@ def estimates_table(result: dict[str, Any], truth: dict[str, Any] | None = None)
     columns = ["attribute", "value", "estimate", "stderr", *(["truth", "|err|/stderr"] if truth else ["95% CI"])]
     table = Table(*columns, title=title)
     for name, entry in result["attributes"].items():
+        kind = "frequencies" if "frequencies" in entry else "answers"
         rows = ([("mean", entry["mean"], entry["stderr"], (truth or {}).get(name, {}).get("mean"))]
                 if "mean" in entry else
-                [(v, e["estimate"], e["stderr"], (truth or {}).get(name, {}).get("frequencies", {}).get(v))
-                 for v, e in entry["frequencies"].items()])
+                [(v, e["estimate"], e["stderr"], (truth or {}).get(name, {}).get(kind, {}).get(v))
+                 for v, e in entry[kind].items()])
         for i, (label, est, se, true) in enumerate(rows):
             cells = [name if i == 0 else "", str(label), _fmt(est), _fmt(se)]
             if truth is not None:

@@ -1,0 +1,108 @@
+"""Factorization strategies by content hash: optimised when a spec is published, kept in `ldp.strategies`.
+
+A categorical attribute with `mechanism: factorization` answers its `workload` with a strategy Q optimised for
+the attribute's epsilon (the spec's epsilon / k). `with_strategies` optimises the strategies a spec lacks
+(deterministic: seed 0), stores each in the compacted topic `ldp.strategies` (key = the sha256 content hash of
+Q, W and epsilon; value = the .npz bytes) and returns the spec with the hashes filled in, so a published spec
+version pins its strategies. `load_strategy(hash)` reads one back (a local cache first), verified against its hash.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from ldp.workload.mechanism import FactorizationMechanism
+from ldp.workload.workloads import workload_by_name
+from producer.kafka import ReportProducer, ensure_topic, read_to_end
+from producer.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, SpecError
+
+STRATEGIES_TOPIC = "ldp.strategies"
+OPTIMIZER_SEED = 0
+
+
+def cache_dir() -> Path:
+    """Where strategies are cached locally (`$LDP_STATE_DIR/strategies`)."""
+    from ldpstream.services.config import ServicesConfig
+
+    path = ServicesConfig.from_env().state_dir / "strategies"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def optimise(attr: CategoricalAttribute, epsilon: float) -> FactorizationMechanism:
+    """The attribute's mechanism with a strategy optimised for its workload at `epsilon` (seed 0)."""
+    if attr.workload is None:
+        raise SpecError(f"attribute {attr.name!r} has no workload")
+    workload = workload_by_name(attr.workload, len(attr.values))
+    return FactorizationMechanism.optimized(workload, epsilon, seed=OPTIMIZER_SEED)  # types are the codes 0..K-1
+
+
+def factorization_attributes(spec: CollectionSpec) -> list[CategoricalAttribute]:
+    return [a for a in spec.attributes if isinstance(a, CategoricalAttribute) and a.mechanism == FACTORIZATION]
+
+
+def with_strategies(spec: CollectionSpec, epsilon: float, bootstrap: str | None) -> CollectionSpec:
+    """The spec with every factorization attribute's strategy hash filled in (optimised and stored if missing).
+
+    `epsilon` is each attribute's share (spec epsilon / k); with `bootstrap` None the strategies are only cached
+    locally (validation, offline runs).
+    """
+    attributes = list(spec.attributes)
+    for i, attr in enumerate(attributes):
+        if not (isinstance(attr, CategoricalAttribute) and attr.mechanism == FACTORIZATION):
+            continue
+        if attr.strategy is not None:
+            load_strategy(attr.strategy, bootstrap)  # it must exist and match
+            continue
+        mechanism = optimise(attr, epsilon)
+        path = _cache_path(mechanism.hash)
+        if not path.exists():
+            _atomic_save(mechanism, path)
+        if bootstrap is not None:
+            store_strategy(path, mechanism.hash, bootstrap)
+        attributes[i] = attr.model_copy(update={"strategy": mechanism.hash})
+    return spec.model_copy(update={"attributes": attributes})
+
+
+def store_strategy(path: Path, content_hash: str, bootstrap: str) -> None:
+    """Put a strategy file in `ldp.strategies` under its hash (idempotent: same key, same bytes)."""
+    ensure_topic(bootstrap, STRATEGIES_TOPIC, 1, compacted=True)
+    producer = ReportProducer(bootstrap)
+    producer.produce(STRATEGIES_TOPIC, path.read_bytes(), content_hash.encode())
+    producer.flush(timeout_s=60.0)
+
+
+def load_strategy(content_hash: str, bootstrap: str | None = None) -> FactorizationMechanism:
+    """The strategy with this content hash: from the local cache, else from `ldp.strategies` (then cached)."""
+    path = _cache_path(content_hash)
+    if not path.exists():
+        if bootstrap is None:
+            from ldpstream.services.config import ServicesConfig
+
+            bootstrap = ServicesConfig.from_env().bootstrap
+        ensure_topic(bootstrap, STRATEGIES_TOPIC, 1, compacted=True)
+        found = next((v for k, v in read_to_end(bootstrap, STRATEGIES_TOPIC)
+                      if k == content_hash.encode() and v), None)
+        if found is None:
+            raise SpecError(f"strategy {content_hash[:12]}... is not in {STRATEGIES_TOPIC}; publish its spec first")
+        _atomic_write(path, found)
+    return FactorizationMechanism.load(path, expected_hash=content_hash)
+
+
+def _cache_path(content_hash: str) -> Path:
+    return cache_dir() / f"{content_hash}.npz"
+
+
+def _atomic_save(mechanism: FactorizationMechanism, path: Path) -> None:
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
+        pass
+    mechanism.save(tmp.name)
+    os.replace(tmp.name, path)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
+        tmp.write(data)
+    os.replace(tmp.name, path)
