@@ -63,6 +63,7 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
     attributes: dict[str, Any] = {}
     for attr in plan.spec.attributes:
         est = estimates[attr.name]
+        entry: dict[str, Any]
         if isinstance(attr, CategoricalAttribute) and attr.workload is not None:
             labels = query_labels(attr.workload, attr.values, len(np.atleast_1d(est.value)))
             entry = {"workload": attr.workload, "answers": {
@@ -70,7 +71,7 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
                                                                                      strict=True)}}
         elif isinstance(attr, CategoricalAttribute):
             freqs = np.asarray(est.value, dtype=np.float64)
-            entry: dict[str, Any] = {"frequencies": {
+            entry = {"frequencies": {
                 v: {"estimate": _float(f), "stderr": _float(s)} for v, f, s in zip(attr.values, freqs, est.stderr,
                                                                                    strict=True)}}
             if postprocess in ("norm_sub", "project") and np.isfinite(freqs).all():

@@ -42,9 +42,14 @@ DEFAULT_MAX_AGE_MS = 24 * 3600 * 1000
 class CollectionPlan(Protocol):
     """What the aggregator needs of a collection: its spec, one mechanism per attribute, reports per device."""
 
-    spec: CollectionSpec
-    mechanisms: Sequence[Mechanism]
-    attributes_per_device: int
+    @property
+    def spec(self) -> CollectionSpec: ...
+
+    @property
+    def mechanisms(self) -> Sequence[Mechanism]: ...
+
+    @property
+    def attributes_per_device(self) -> int: ...
 
 
 @dataclass(frozen=True)

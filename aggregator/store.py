@@ -241,21 +241,26 @@ class RedisStore(StatsStore):
 
     def read_window(self, collection: str, version: int, window: str, start_ms: int,
                     sizes: dict[int, int]) -> WindowStats:
-        raw = self.redis.hgetall(f"{prefix(collection)}:{window_member(version, window, start_ms)}")
-        return _window_from_fields({k.decode(): float(v) for k, v in raw.items()}, sizes)
+        raw = self._hash(f"{prefix(collection)}:{window_member(version, window, start_ms)}")
+        return _window_from_fields({k: float(v) for k, v in raw.items()}, sizes)
 
     def windows(self, collection: str) -> list[tuple[int, str, int]]:
-        members = self.redis.zrange(f"{prefix(collection)}:windows", 0, -1)
+        members: list[bytes] = self.redis.zrange(f"{prefix(collection)}:windows", 0, -1)  # type: ignore[assignment]
         return sorted((parse_window_member(m.decode()) for m in members), key=lambda w: (w[0], w[2], w[1]))
 
     def offsets(self, collection: str) -> dict[str, int]:
-        return {k.decode(): int(v) for k, v in self.redis.hgetall(f"{prefix(collection)}:offsets").items()}
+        return {k: int(v) for k, v in self._hash(f"{prefix(collection)}:offsets").items()}
 
     def outcomes(self, collection: str) -> dict[str, int]:
-        return {k.decode(): int(v) for k, v in self.redis.hgetall(f"{prefix(collection)}:outcomes").items()}
+        return {k: int(v) for k, v in self._hash(f"{prefix(collection)}:outcomes").items()}
 
     def freshness(self, collection: str) -> dict[str, int]:
-        return {k.decode(): int(v) for k, v in self.redis.hgetall(f"{prefix(collection)}:meta").items()}
+        return {k: int(v) for k, v in self._hash(f"{prefix(collection)}:meta").items()}
+
+    def _hash(self, key: str) -> dict[str, bytes]:
+        """A Redis hash with its field names decoded."""
+        raw: dict[bytes, bytes] = self.redis.hgetall(key)  # type: ignore[assignment]
+        return {k.decode(): v for k, v in raw.items()}
 
     def delete_collection(self, collection: str) -> int:
         """Delete every key of a collection (tests and `ldp` maintenance); returns how many."""

@@ -213,7 +213,7 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
 
     @app.agent(reports, concurrency=1)
     async def aggregate(stream: faust.StreamT) -> None:  # type: ignore[type-arg]
-        async for events in stream.take_events(cfg.max_messages, within=cfg.within_s):
+        async for events in stream.take_events(cfg.max_messages, within=cfg.within_s):  # type: ignore[attr-defined]
             handler.handle(events)
 
     if cfg.metrics_port is not None:

@@ -111,7 +111,7 @@ def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, on
     if as_json:
         typer.echo(json.dumps({"estimates": estimates, "truth": result.truth, "seconds": elapsed}))
         return
-    console.print(estimates_table(estimates, truth=result.truth["attributes"]))
+    console.print(estimates_table(estimates, truth=result.truth["attributes"]))  # type: ignore[arg-type]
     console.print(f"{devices:,} devices simulated and perturbed (eps = {spec.epsilon}), sent through Kafka and "
                   f"aggregated into Redis in {elapsed:.1f} s, the worker's start-up included.")
     console.print(f"Read through the HTTP API; /metrics {'exports' if metrics_ok else '[red]does not export[/]'} "
