@@ -338,6 +338,19 @@ class Coordinator:
         finally:
             consumer.close()
 
+    def finish(self, stop_reason: str) -> JobState:
+        """End the job at its current version (a driver that knows more than the job's stop rules, e.g. that its
+        simulated population has no device left) and publish the final version."""
+        state = self.checkpoint.load(self.job.job_id)
+        if state is None:
+            raise RuntimeError(f"job {self.job.job_id} has no checkpoint")
+        if not state.done:
+            self.checkpoint.finish(self.job.job_id, state.t, stop_reason)
+        self.state = self.checkpoint.load(self.job.job_id)
+        assert self.state is not None
+        self._waiting_out_outages(self.publisher.publish, self.state)
+        return self.state
+
     @staticmethod
     def _waiting_out_outages(step: Callable[..., None], *args: Any) -> None:
         """Run a step, retrying while Redis or Kafka is unreachable (bounded): every step is atomic or idempotent

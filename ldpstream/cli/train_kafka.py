@@ -86,14 +86,13 @@ class SimulatedRun:
 
 
 def run_with_fleet(job: TrainingJob, simulation: Simulation, cfg: ServicesConfig, checkpoint: Checkpoint,
-                   fleet_options: dict[str, Any] | None = None,
                    on_version: VersionCallback | None = None) -> SimulatedRun:
-    """Run the job's coordinator here and its simulated fleet in a thread until the job is done (or the fleet has
-    finished and no gradient came for FLEET_IDLE_S)."""
+    """Run the job's coordinator here and its simulated fleet in a thread until the job is done. If the fleet has
+    sent all its devices and no gradient came for FLEET_IDLE_S, the job's population is exhausted: it finishes."""
     train, test = simulation.data(job)
     coordinator = Coordinator(job, cfg.bootstrap, checkpoint, simulation.model_dump_json(),
                               held_out_evaluator(test))
-    fleet = Fleet(job, train.x, train.y, cfg.bootstrap, seed=simulation.seed, **(fleet_options or {}))
+    fleet = Fleet(job, train.x, train.y, cfg.bootstrap, seed=simulation.seed)
     stop = threading.Event()
     fleet_result: list[FleetResult] = []
     thread = threading.Thread(target=lambda: fleet_result.append(fleet.run(stop)), name="sgd-fleet", daemon=True)
@@ -105,6 +104,10 @@ def run_with_fleet(job: TrainingJob, simulation: Simulation, cfg: ServicesConfig
     finally:
         stop.set()
         thread.join(timeout=30)
+    if result.status != "done" and fleet.used == len(train.y):
+        result = CoordinatorResult(coordinator.finish("population_exhausted"), "done")
+        if on_version:
+            on_version(result.state, coordinator.last_evaluation)
     return SimulatedRun(result, fleet_result[0] if fleet_result else None, time.perf_counter() - started, train,
                         test)
 
