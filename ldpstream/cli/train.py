@@ -45,7 +45,7 @@ def train(
     model: Annotated[str, typer.Option(help="linear, logistic or svm")] = "logistic",
     use_synthetic: Annotated[bool, typer.Option("--synthetic", help="a synthetic set with a known model")] = False,
     census: Annotated[bool, typer.Option("--census", help="the UCI Adult census data (extra 'data')")] = False,
-    devices: Annotated[int, typer.Option(help="number of devices (synthetic)")] = 100_000,
+    devices: Annotated[int, typer.Option(help="devices (synthetic; with --job: a fleet of them)")] = 100_000,
     dims: Annotated[int, typer.Option(help="number of features d (synthetic)")] = 10,
     epsilon: Annotated[float, typer.Option(help="privacy budget per device")] = 1.0,
     mechanism: Annotated[str, typer.Option(help=f"gradient mechanism: {', '.join(GRADIENT_MECHANISMS)}")] = "hm",
