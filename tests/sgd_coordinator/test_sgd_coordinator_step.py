@@ -51,7 +51,8 @@ def test_the_coordinator_path_equals_trainer_apply_on_the_same_reports(job: Trai
         state = store.load(job.job_id)
         assert state is not None
         np.testing.assert_allclose(state.params, offline.params, rtol=1e-12, atol=1e-12)
-    assert state.done and state.stop_reason == "max_iterations" and state.t == 4
+    final = store.load(job.job_id)
+    assert final is not None and final.done and final.stop_reason == "max_iterations" and final.t == 4
     assert store.versions(job.job_id) == dict.fromkeys(range(4), g)
 
 
