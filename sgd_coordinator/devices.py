@@ -189,7 +189,7 @@ class Fleet:
             producer.flush()
         finally:
             follower.close()
-        return FleetResult(self.used, messages, version, bool(model and model.done))
+        return FleetResult(self.used, messages, model.t if model else -1, bool(model and model.done))
 
     def _group_size(self) -> int:
         """The size of the next group of devices coming online: Poisson with mean `group`, at least 1."""

@@ -2,7 +2,8 @@
 
 A job file is YAML with a `job:` section (a `TrainingJob`) and, for simulated jobs, a `simulation:` section (where
 the devices' private rows come from, and the held-out rows the model is evaluated on). `--devices N` also runs a
-simulated fleet of N devices in this process (a thread beside the coordinator), for demos.
+simulated fleet of N devices in this process (a thread beside the coordinator), for demos; `ldp train devices
+--job FILE` runs the fleet alone, in a process of its own, for a coordinator running elsewhere.
 `train_over_kafka_demo` is the same over a small synthetic logistic job, next to non-private SGD (`ldp demo`).
 """
 
@@ -223,6 +224,27 @@ def status(job: str = typer.Argument(..., help="training job id"),
     console.print(_summary_text(summary))
 
 
+def devices(job_file: Path = typer.Option(..., "--job", help="the job file (its simulation section)"),
+            count: int = typer.Option(None, "--devices", min=1, help="devices (default: the simulation's)"),
+            timeout_s: float = typer.Option(3600.0, help="give up after this many seconds")) -> None:
+    """Run a job's simulated fleet (for a coordinator running elsewhere) until the job's final version."""
+    try:
+        spec = load_job_file(job_file)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    simulation = spec.simulation or Simulation()
+    if count is not None:
+        simulation = simulation.model_copy(update={"devices": count})
+    train, _ = simulation.data(spec.job)
+    cfg = ServicesConfig.from_env()
+    fleet = Fleet(spec.job, train.x, train.y, cfg.bootstrap, seed=simulation.seed)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"{len(train.y):,} devices of job {spec.job.job_id}", total=len(train.y))
+        result = fleet.run(timeout_s=timeout_s, on_sent=lambda n: progress.advance(task, n))
+    console.print(f"{result.sent:,} devices sent their gradient in {result.messages:,} messages; last version "
+                  f"{result.last_version}" + (" (final)" if result.done else ""))
+
+
 def train_over_kafka_demo(cfg: ServicesConfig, devices: int, seed: int) -> dict[str, Any]:
     """Train a small logistic model (d = 10, eps = 4, HM) over Kafka on `devices` simulated devices, and non-private
     SGD with the same devices, order and schedule; both evaluated on the same held-out rows."""
@@ -241,5 +263,6 @@ def train_over_kafka_demo(cfg: ServicesConfig, devices: int, seed: int) -> dict[
 
 
 def register(group: typer.Typer) -> None:
-    """Add `status` to the `ldp train` command group."""
+    """Add `status` and `devices` to the `ldp train` command group."""
     group.command("status")(status)
+    group.command("devices")(devices)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -292,3 +293,20 @@ def dead_letters(bootstrap: str, start: dict[int, int], values: set[bytes]) -> l
     finally:
         consumer.close()
     return out  # type: ignore[return-value]
+
+
+def test_ldp_train_devices_runs_a_fleet_for_a_coordinator_elsewhere(
+        live_services: ServicesConfig, checkpoint: RedisCheckpoint, tmp_path: Path) -> None:
+    job = new_job(checkpoint, model="svm", dims=4, epsilon=4.0, mechanism="pm", batch_size=300, max_iterations=6)
+    job_file = write_job_file(tmp_path / "job.yaml", job, Simulation(devices=5000, test_rows=500, seed=2))
+    coordinator = Coordinator(job, live_services.bootstrap, checkpoint)
+    thread = threading.Thread(target=coordinator.run, daemon=True)
+    thread.start()
+    wait_until(lambda: coordinator.state is not None, 60, "the coordinator's start")
+    shown = CliRunner().invoke(app, ["train", "devices", "--job", str(job_file), "--timeout-s", "120"])
+    thread.join(60)
+    assert shown.exit_code == 0, shown.output
+    sent = re.search(r"([\d,]+) devices sent their gradient", shown.output)
+    assert sent and int(sent.group(1).replace(",", "")) >= 6 * 300 and "last version 6 (final)" in shown.output
+    state = checkpoint.load(job.job_id)
+    assert state is not None and state.done and state.t == 6 and not thread.is_alive()
