@@ -3,7 +3,8 @@
 Publish the smartphone-diagnostics spec (under a name of its own for this run, so every run starts from zero),
 start an aggregator worker, send the perturbed reports of a simulated fleet through Kafka, wait until the worker
 has applied them all in Redis, read the estimates back through the HTTP API (`ldp serve`), and print every
-estimate next to the population's true value.
+estimate next to the population's true value. Then train a logistic model over Kafka with LDP SGD and print its
+misclassification next to non-private SGD's on the same held-out rows.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rich.progress import Progress
 from aggregator.processes import start_worker, stop_worker
 from aggregator.store import RedisStore
 from ldpstream.cli.pipeline import estimates_table
+from ldpstream.cli.train_kafka import train_over_kafka_demo
 from ldpstream.services import ServicesConfig
 from ldpstream.services.config import PROJECT_ROOT
 from ldpstream.services.process import stop_pid
@@ -84,6 +86,7 @@ def free_port() -> int:
 def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, one report each"),
          spec_file: Path = typer.Option(DEFAULT_SPEC, "--spec", help="collection spec to run"),
          seed: int = typer.Option(0, help="population and noise seed"),
+         train_devices: int = typer.Option(200_000, min=0, help="devices of the LDP SGD demo over Kafka (0: skip)"),
          as_json: bool = typer.Option(False, "--json", help="print the estimates and truth as JSON")) -> None:
     """Publish a spec, aggregate a simulated fleet's reports through Kafka into Redis, compare with the truth."""
     cfg = ServicesConfig.from_env()
@@ -108,8 +111,13 @@ def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, on
         console.print(f"[red]error:[/] the aggregator applied {accepted:,} of {devices:,} reports; see {log_file}")
         raise typer.Exit(1)
     estimates, metrics_ok = read_through_api(spec.name)
+    training = None
+    if train_devices:
+        with console.status(f"training a logistic model over Kafka with LDP SGD ({train_devices:,} devices) ..."):
+            training = train_over_kafka_demo(cfg, train_devices, seed)
     if as_json:
-        typer.echo(json.dumps({"estimates": estimates, "truth": result.truth, "seconds": elapsed}))
+        typer.echo(json.dumps({"estimates": estimates, "truth": result.truth, "seconds": elapsed,
+                               "training": training}))
         return
     console.print(estimates_table(estimates, truth=result.truth["attributes"]))  # type: ignore[arg-type]
     console.print(f"{devices:,} devices simulated and perturbed (eps = {spec.epsilon}), sent through Kafka and "
@@ -118,6 +126,12 @@ def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, on
                   f"the report totals and estimates. Any time: [bold]ldp estimate {spec.name}[/], or "
                   f"[bold]ldp serve[/] and http://127.0.0.1:8000/collections/{spec.name}/estimates, "
                   f"http://127.0.0.1:8000/metrics")
+    if training is not None:
+        console.print(f"LDP SGD over Kafka ({training['devices']:,} devices, eps = {training['epsilon']}, HM, "
+                      f"{training['iterations']} iterations of {training['batch_size']:,} gradients, "
+                      f"{training['seconds']:.0f} s): logistic misclassification [bold]{training['private']:.4f}[/] "
+                      f"private vs {training['non_private']:.4f} non-private on the same held-out rows "
+                      f"(`ldp train status {training['job']} --json`).")
     if not metrics_ok:
         raise typer.Exit(1)
 
