@@ -93,7 +93,8 @@ def perturbed_batch(collection: str, spec_version: int, devices: np.ndarray, tim
     return PerturbedBatch(collection, spec_version, devices, timestamps_ms, attributes, _PERTURBED)
 
 
-def _column(name: str, values: np.ndarray) -> WireColumn:
+def encode_column(name: str, values: np.ndarray) -> WireColumn:
+    """A numpy column as little-endian bytes with its dtype (WireError for a dtype the wire does not carry)."""
     arr = np.asarray(values)
     dtype = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
     arr = np.ascontiguousarray(arr, dtype=dtype)
@@ -111,7 +112,7 @@ def encode(batch: PerturbedBatch) -> bytes:
     if not isinstance(batch, PerturbedBatch):
         raise TypeError("only a PerturbedBatch (mechanism output) can be encoded")
     blocks = [AttributeBlock(a.attribute, np.ascontiguousarray(a.rows, dtype="<u4").tobytes(),
-                             [_column(k, v) for k, v in sorted(a.reports.items())]) for a in batch.attributes]
+                             [encode_column(k, v) for k, v in sorted(a.reports.items())]) for a in batch.attributes]
     env = Envelope(WIRE_VERSION, batch.collection, batch.spec_version,
                    np.ascontiguousarray(batch.devices, dtype="<u8").tobytes(),
                    np.ascontiguousarray(batch.timestamps_ms, dtype="<i8").tobytes(), blocks)
@@ -137,14 +138,14 @@ def decode(data: bytes) -> DecodedBatch:
     try:
         env = _decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        version = _leading_version(data)
+        version = leading_version(data)
         if version is not None and version != WIRE_VERSION:
             raise WireError(f"unknown wire version {version}") from exc
         raise WireError(f"malformed envelope: {exc}") from exc
     if env.version != WIRE_VERSION:
         raise WireError(f"unknown wire version {env.version}")
-    devices = _frombuffer(env.devices, "<u8", "devices")
-    timestamps = _frombuffer(env.timestamps, "<i8", "timestamps")
+    devices = column_from_bytes(env.devices, "<u8", "devices")
+    timestamps = column_from_bytes(env.timestamps, "<i8", "timestamps")
     n = len(devices)
     if len(timestamps) != n:
         raise WireError(f"{n} devices but {len(timestamps)} timestamps")
@@ -156,7 +157,7 @@ def decode(data: bytes) -> DecodedBatch:
         if block.attribute in seen or block.attribute < 0:
             raise WireError(f"attribute {block.attribute} repeated or negative")
         seen.add(block.attribute)
-        rows = _frombuffer(block.rows, "<u4", "rows")
+        rows = column_from_bytes(block.rows, "<u4", "rows")
         if len(rows) and (rows[-1] >= n or (len(rows) > 1 and np.any(np.diff(rows.astype(np.int64)) <= 0))):
             raise WireError(f"attribute {block.attribute}: rows must be strictly increasing and < {n}")
         cols = {}
@@ -165,19 +166,20 @@ def decode(data: bytes) -> DecodedBatch:
                 raise WireError(f"attribute {block.attribute}: column {col.name!r} has dtype {col.dtype!r}")
             if col.name in cols:
                 raise WireError(f"attribute {block.attribute}: column {col.name!r} repeated")
-            cols[col.name] = _frombuffer(col.data, col.dtype, col.name)
+            cols[col.name] = column_from_bytes(col.data, col.dtype, col.name)
         blocks.append(AttributeReports(block.attribute, rows, cols))
     return DecodedBatch(env.collection, env.spec_version, devices, timestamps, tuple(blocks))
 
 
-def _frombuffer(data: bytes, dtype: str, what: str) -> np.ndarray:
+def column_from_bytes(data: bytes, dtype: str, what: str) -> np.ndarray:
+    """The numpy column in `data` (WireError if it is not a whole number of values)."""
     size = np.dtype(dtype).itemsize
     if len(data) % size:
         raise WireError(f"{what}: {len(data)} bytes is not a whole number of {dtype} values")
     return np.frombuffer(data, dtype=dtype)
 
 
-def _leading_version(data: bytes) -> int | None:
+def leading_version(data: bytes) -> int | None:
     """The first element of a msgpack array, if the message is one and it is an int (to name unknown versions)."""
     try:
         head = msgspec.msgpack.decode(data)

@@ -29,7 +29,7 @@ import msgspec
 import numpy as np
 
 from ldp.base import Reports
-from producer.wire import ALLOWED_DTYPES, WireColumn, WireError, _column, _frombuffer, _leading_version
+from producer.wire import ALLOWED_DTYPES, WireColumn, WireError, column_from_bytes, encode_column, leading_version
 from sgd_coordinator.training import TrainingJob
 
 GRADIENTS_TOPIC = "ldp.sgd.gradients"
@@ -122,7 +122,7 @@ def encode_gradients(batch: GradientBatch) -> bytes:
     """The msgpack bytes of one gradient envelope holding the whole batch."""
     if not isinstance(batch, GradientBatch):
         raise TypeError("only a GradientBatch (mechanism output) can be encoded")
-    columns = [_column(name, values) for name, values in sorted(batch.reports.items())]
+    columns = [encode_column(name, values) for name, values in sorted(batch.reports.items())]
     return _encoder.encode(GradientEnvelope(GRADIENT_WIRE_VERSION, batch.job, batch.model_version,
                                             np.ascontiguousarray(batch.devices, dtype="<u8").tobytes(), columns))
 
@@ -130,7 +130,7 @@ def encode_gradients(batch: GradientBatch) -> bytes:
 def decode_gradients(data: bytes) -> DecodedGradients:
     """Decode one gradient message; WireError with the reason if it is not a well-formed envelope."""
     env = _decode(data, _gradient_decoder, GRADIENT_WIRE_VERSION)
-    devices = _frombuffer(env.devices, "<u8", "devices")
+    devices = column_from_bytes(env.devices, "<u8", "devices")
     if len(devices) == 0:
         raise WireError("empty envelope")
     columns: dict[str, np.ndarray] = {}
@@ -139,7 +139,7 @@ def decode_gradients(data: bytes) -> DecodedGradients:
             raise WireError(f"column {col.name!r} has dtype {col.dtype!r}")
         if col.name in columns:
             raise WireError(f"column {col.name!r} repeated")
-        columns[col.name] = _frombuffer(col.data, col.dtype, col.name)
+        columns[col.name] = column_from_bytes(col.data, col.dtype, col.name)
     return DecodedGradients(env.job, env.model_version, devices, columns)
 
 
@@ -160,7 +160,7 @@ def decode_model(data: bytes) -> ModelVersion:
         raise WireError(f"invalid job spec: {exc}") from exc
     if job.job_id != env.job or job.projection_seed != env.projection_seed:
         raise WireError(f"model of job {env.job!r} carries the spec of job {job.job_id!r} or another projection")
-    params = _frombuffer(env.params, "<f8", "params")
+    params = column_from_bytes(env.params, "<f8", "params")
     if params.shape != (job.gradient_dims,) or not np.isfinite(params).all() or env.t < 0:
         raise WireError(f"model version {env.t}: expected {job.gradient_dims} finite parameters")
     return ModelVersion(job, env.t, params, env.done, env.stop_reason)
@@ -175,7 +175,7 @@ def _decode(data: bytes, decoder: msgspec.msgpack.Decoder[E], version: int) -> E
     try:
         env = decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        leading = _leading_version(data)
+        leading = leading_version(data)
         if leading is not None and leading != version:
             raise WireError(f"unknown wire version {leading}") from exc
         raise WireError(f"malformed envelope: {exc}") from exc

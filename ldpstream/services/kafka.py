@@ -13,17 +13,9 @@ import shutil
 import subprocess
 import uuid
 
+from ldpstream.services.base import LocalService
 from ldpstream.services.config import ServicesConfig
-from ldpstream.services.process import (
-    ServiceError,
-    ServiceStatus,
-    port_in_use,
-    read_pid,
-    spawn,
-    stop_pid,
-    tail,
-    wait_until,
-)
+from ldpstream.services.process import ServiceError, port_in_use, spawn, wait_until
 
 READY_LINE = "Kafka Server started"
 
@@ -47,47 +39,35 @@ def metadata_answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
     return len(md.brokers) > 0
 
 
-class KafkaService:
+class KafkaService(LocalService):
     """The local Kafka broker (or, with KAFKA_BOOTSTRAP set, an existing one that we only check)."""
 
     name = "kafka"
+    external_variable = "KAFKA_BOOTSTRAP"
+    probe = "a metadata request"
+    process = "broker"
+    stop_timeout_s = 60.0
 
     def __init__(self, config: ServicesConfig) -> None:
-        self.cfg = config
-        self.home = config.state_dir / "kafka"
+        super().__init__(config)
         self.lib = self.home / f"lib-{config.kafka_version}"
-        self.data = self.home / "data"
-        self.log = self.home / "broker.log"
-        self.pidfile = self.home / "broker.pid"
         self.properties = self.home / "server.properties"
 
     @property
-    def managed(self) -> bool:
-        return self.cfg.kafka_bootstrap is None
+    def external(self) -> str | None:
+        return self.cfg.kafka_bootstrap
 
     @property
     def address(self) -> str:
         return self.cfg.bootstrap
 
-    def status(self) -> ServiceStatus:
-        pid = read_pid(self.pidfile) if self.managed else None
-        answers = metadata_answers(self.address, timeout_s=2.0)
-        detail = (f"Kafka {self.cfg.kafka_version}, KRaft combined mode" if self.managed
-                  else "external (KAFKA_BOOTSTRAP)")
-        return ServiceStatus(self.name, self.address, self.managed, pid, answers, detail)
+    def answers(self, timeout_s: float) -> bool:
+        return metadata_answers(self.address, timeout_s)
 
-    def start(self) -> str:
-        """Start the broker if it is not running; return what was done."""
-        if not self.managed:
-            if not metadata_answers(self.address, timeout_s=10.0):
-                raise ServiceError(f"KAFKA_BOOTSTRAP={self.address} does not answer a metadata request")
-            return f"using external Kafka at {self.address}"
-        pid = read_pid(self.pidfile)
-        if pid is not None:
-            if metadata_answers(self.address):
-                return f"already running (pid {pid})"
-            raise ServiceError(f"Kafka process {pid} is running but does not answer at {self.address}; "
-                               f"run `ldp down` and retry. Last lines of {self.log}:\n{tail(self.log)}")
+    def describe(self) -> str:
+        return f"Kafka {self.cfg.kafka_version}, KRaft combined mode"
+
+    def launch(self) -> str:
         java = self._require("java", "Java 17+ (e.g. `apt-get install openjdk-17-jre-headless`)")
         for port in (self.cfg.kafka_port, self.cfg.kafka_controller_port):
             if port_in_use(port):
@@ -107,16 +87,6 @@ class KafkaService:
         wait_until(lambda: READY_LINE in self.log.read_text(errors="replace") and metadata_answers(self.address),
                    lambda: proc.poll() is None, self.cfg.start_timeout_s, "Kafka broker", self.log)
         return f"started (pid {proc.pid}) at {self.address}"
-
-    def stop(self) -> str:
-        if not self.managed:
-            return "external: not stopped"
-        pid = read_pid(self.pidfile)
-        if pid is None:
-            return "not running"
-        stop_pid(pid, timeout_s=60.0)
-        self.pidfile.unlink(missing_ok=True)
-        return f"stopped (pid {pid})"
 
     def fetch_jars(self) -> None:
         """Copy the broker's runtime jars from Maven Central into the per-version cache (once)."""

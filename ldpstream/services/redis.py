@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import redis as redis_client
 
+from ldpstream.services.base import LocalService
 from ldpstream.services.config import ServicesConfig
 from ldpstream.services.debian import debian_program
-from ldpstream.services.process import (
-    ServiceError,
-    ServiceStatus,
-    port_in_use,
-    read_pid,
-    spawn,
-    stop_pid,
-    wait_until,
-)
+from ldpstream.services.process import ServiceError, port_in_use, spawn, wait_until
 
 
 def redis_answers(url: str, timeout_s: float = 2.0) -> bool:
@@ -25,42 +18,33 @@ def redis_answers(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-class RedisService:
+class RedisService(LocalService):
     """The local Redis server (or, with REDIS_URL set, an existing one that we only check)."""
 
     name = "redis"
+    external_variable = "REDIS_URL"
+    probe = "PING"
+    process = "redis"
 
     def __init__(self, config: ServicesConfig) -> None:
-        self.cfg = config
-        self.home = config.state_dir / "redis"
-        self.data = self.home / "data"
-        self.log = self.home / "redis.log"
-        self.pidfile = self.home / "redis.pid"
+        super().__init__(config)
         self.conf = self.home / "redis.conf"
 
     @property
-    def managed(self) -> bool:
-        return self.cfg.redis_url is None
+    def external(self) -> str | None:
+        return self.cfg.redis_url
 
     @property
     def address(self) -> str:
         return self.cfg.redis
 
-    def status(self) -> ServiceStatus:
-        pid = read_pid(self.pidfile) if self.managed else None
-        detail = "append-only persistence" if self.managed else "external (REDIS_URL)"
-        return ServiceStatus(self.name, self.address, self.managed, pid, redis_answers(self.address), detail)
+    def answers(self, timeout_s: float) -> bool:
+        return redis_answers(self.address, timeout_s)
 
-    def start(self) -> str:
-        if not self.managed:
-            if not redis_answers(self.address, timeout_s=5.0):
-                raise ServiceError(f"REDIS_URL={self.address} does not answer PING")
-            return f"using external Redis at {self.address}"
-        pid = read_pid(self.pidfile)
-        if pid is not None:
-            if redis_answers(self.address):
-                return f"already running (pid {pid})"
-            raise ServiceError(f"Redis process {pid} is running but does not answer at {self.address}; run `ldp down`")
+    def describe(self) -> str:
+        return "append-only persistence"
+
+    def launch(self) -> str:
         server = self._redis_server()
         if port_in_use(self.cfg.redis_port):
             raise ServiceError(f"port {self.cfg.redis_port} on 127.0.0.1 is already in use by another process: stop "
@@ -71,16 +55,6 @@ class RedisService:
         proc = spawn([server, str(self.conf)], self.log, self.pidfile)
         wait_until(lambda: redis_answers(self.address), lambda: proc.poll() is None, 30.0, "Redis", self.log)
         return f"started (pid {proc.pid}) at {self.address}"
-
-    def stop(self) -> str:
-        if not self.managed:
-            return "external: not stopped"
-        pid = read_pid(self.pidfile)
-        if pid is None:
-            return "not running"
-        stop_pid(pid)
-        self.pidfile.unlink(missing_ok=True)
-        return f"stopped (pid {pid})"
 
     @staticmethod
     def _redis_server() -> str:

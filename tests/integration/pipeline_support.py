@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,11 +85,10 @@ def send_in_background(c: Collection, devices: int, rate: float | None = None, s
     return fleet
 
 
-def topic_messages(bootstrap: str, topic: str, timeout_s: float = 60.0) -> dict[int, list[Message]]:
-    """Every message of a topic, per partition in offset order."""
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> Iterator[Any]:
+    """Every message of a topic as it stands now (confluent-kafka Message objects), per partition in offset order."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"it-read-{uuid.uuid4().hex[:6]}",
                          "enable.auto.commit": False, "enable.partition.eof": True})
-    out: dict[int, list[Message]] = defaultdict(list)
     try:
         parts = range(topic_partitions(bootstrap, topic))
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
@@ -104,11 +103,18 @@ def topic_messages(bootstrap: str, topic: str, timeout_s: float = 60.0) -> dict[
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     pending.discard(msg.partition())
                 continue
-            out[msg.partition()].append(Message(msg.offset(), msg.value()))
+            yield msg
             if msg.offset() >= ends[msg.partition()] - 1:
                 pending.discard(msg.partition())
     finally:
         consumer.close()
+
+
+def topic_messages(bootstrap: str, topic: str) -> dict[int, list[Message]]:
+    """Every message of a topic, per partition in offset order, as the processor sees them."""
+    out: dict[int, list[Message]] = defaultdict(list)
+    for msg in read_topic(bootstrap, topic):
+        out[msg.partition()].append(Message(msg.offset(), msg.value()))
     return out
 
 

@@ -11,11 +11,12 @@ from collections import Counter
 import msgspec
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from pipeline_support import (
     Collection,
     assert_estimates_equal,
     assert_within_stderr,
+    read_topic,
     reference_run,
     send_in_background,
 )
@@ -201,25 +202,9 @@ def test_10k_bad_messages_go_to_the_dlq_and_every_good_one_is_counted(live_servi
 
 def dead_letters_of(bootstrap: str, topic: str) -> dict[tuple[int, int], str]:
     """(source partition, source offset) -> reason of every dead letter of `topic` in ldp.dlq."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"it-dlq-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
     out: dict[tuple[int, int], str] = {}
-    try:
-        md = consumer.list_topics("ldp.dlq", timeout=10).topics["ldp.dlq"]
-        consumer.assign([TopicPartition("ldp.dlq", p, 0) for p in md.partitions])
-        pending = set(md.partitions)
-        deadline = time.monotonic() + 60
-        while pending and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-                continue
-            headers = {k: v.decode() for k, v in (msg.headers() or [])}
-            if headers.get("source_topic") == topic:
-                out[(int(headers["source_partition"]), int(headers["source_offset"]))] = headers["reason"]
-    finally:
-        consumer.close()
+    for msg in read_topic(bootstrap, "ldp.dlq"):
+        headers = {k: v.decode() for k, v in (msg.headers() or [])}
+        if headers.get("source_topic") == topic:
+            out[(int(headers["source_partition"]), int(headers["source_offset"]))] = headers["reason"]
     return out
