@@ -10,8 +10,8 @@ For each message size (batched envelopes of `--batch` reports, and one report pe
    a. `preloaded`: the topic holds a new fleet's messages before the workers start: the consumer side alone;
    b. `concurrent`: a new fleet is produced as fast as possible while the workers consume: end to end, with the
       producer on the same machine;
-   c. `freshness`: a new fleet is produced at `--load-fractions` (default 0.5) of the lower of the two rates
-      above, for `--freshness-seconds`.
+   c. `freshness`: a new fleet is produced at each of `--load-fractions` (default 0.1 and 0.5) of the lower of
+      the two rates above, for `--freshness-seconds` each.
 Every fleet has its own seed, so its devices are new and none is a duplicate; every phase checks that the store's
 accepted count grows by exactly the fleet's reports and that nothing was rejected.
 
@@ -41,7 +41,7 @@ Everything the run makes is removed at the end: the specs and report topics, the
 sets are large), the consumer groups, faust's assignor topics and state directories.
 
 Run: .venv/bin/python benchmarks/bench_pipeline.py [--batched-reports 1000000] [--single-reports 25000] [--batch 1000]
-Prints one JSON object.
+Prints one JSON object; its `summary` holds the ratios the targets name.
 """
 
 from __future__ import annotations
@@ -600,19 +600,14 @@ def measure_size(run: Run, base_spec: CollectionSpec, single: bool) -> dict[str,
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
-    """The ratios the issue's targets name."""
+    """The ratios the issue's targets name, per worker count, from the preloaded and the concurrent phases."""
     batched, single = (result.get(k) if "error" not in result.get(k, {}) else None for k in ("batched", "single"))
     out: dict[str, Any] = {}
     if batched:
-        per_worker = {f"w{r['workers']}": _round(r["preloaded"]["reports_per_s"] / r["workers"])
-                      for r in batched["aggregator"] if r.get("preloaded", {}).get("reports_per_s")}
-        out["batched_reports_per_s_per_worker"] = per_worker
+        out["batched_reports_per_s_per_worker"] = per_worker(batched, 1.0)
         out["batched_target_reports_per_s_per_worker"] = 500_000
-    if single:
-        probe = single["raw"]["faust_do_nothing"]["messages_per_s"]
-        out["single_rate_over_do_nothing_faust"] = {
-            f"w{r['workers']}": round(r["preloaded"]["reports_per_s"] / r["workers"] / probe, 3)
-            for r in single["aggregator"] if probe and r.get("preloaded", {}).get("reports_per_s")}
+    if single and (probe := single["raw"]["faust_do_nothing"]["messages_per_s"]):
+        out["single_rate_per_worker_over_do_nothing_faust"] = per_worker(single, probe)
         out["single_target_fraction"] = 0.8
     out["p99_freshness_s_at_half_load"] = {f"{size}_w{r['workers']}": f.get("p99_s")
                                            for size, res in (("batched", batched), ("single", single)) if res
@@ -620,6 +615,14 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
                                            if f.get("load_fraction") == 0.5}
     out["p99_freshness_target_s"] = 2.0
     return out
+
+
+def per_worker(size: dict[str, Any], unit: float) -> dict[str, dict[str, float]]:
+    """{"w<n>": {phase: reports/s per worker / unit}} for the preloaded and concurrent phases that measured a rate."""
+    digits = 3 if unit != 1.0 else None
+    return {f"w{r['workers']}": {phase: round(r[phase]["reports_per_s"] / r["workers"] / unit, digits)
+                                 for phase in ("preloaded", "concurrent") if r.get(phase, {}).get("reports_per_s")}
+            for r in size["aggregator"] if "error" not in r}
 
 
 def _round(x: float | None) -> int | None:
@@ -631,22 +634,21 @@ def _rounded(d: dict[str, float]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-def run_worker(specs: str, group: str, max_messages: int) -> None:
-    """`python -m aggregator --group G --max-messages M`, reading the collection specs from `specs`."""
+def run_worker(specs: str, argv: list[str]) -> None:
+    """`python -m aggregator ARGV`, reading the collection specs from `specs`."""
     from aggregator.__main__ import main as worker_main
 
     with specs_topic(specs):
-        worker_main(["--group", group, "--max-messages", str(max_messages)])
+        worker_main(argv)
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
-        parser = argparse.ArgumentParser(description="one aggregator worker on a private specs topic")
+        parser = argparse.ArgumentParser(description="one aggregator worker on a private specs topic; the other "
+                                                     "arguments go to `python -m aggregator`")
         parser.add_argument("--specs-topic", required=True)
-        parser.add_argument("--group", required=True)
-        parser.add_argument("--max-messages", type=int, default=500)
-        w = parser.parse_args(sys.argv[2:])
-        run_worker(w.specs_topic, w.group, w.max_messages)
+        w, rest = parser.parse_known_args(sys.argv[2:])
+        run_worker(w.specs_topic, rest)
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spec", type=Path, default=Path("examples/diagnostics.yaml"))
@@ -655,7 +657,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="reports per batched envelope (>= 500)")
     parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
     parser.add_argument("--max-messages", type=int, default=500, help="the workers' micro-batch size")
-    parser.add_argument("--load-fractions", type=lambda v: [float(x) for x in v.split(",")], default=[0.5],
+    parser.add_argument("--load-fractions", type=lambda v: [float(x) for x in v.split(",")], default=[0.1, 0.5],
                         help="freshness phases at these fractions of the measured maximum (e.g. 0.1,0.5)")
     parser.add_argument("--freshness-seconds", type=float, default=8.0)
     parser.add_argument("--poll-ms", type=float, default=10.0)
