@@ -7,7 +7,8 @@ For each message size (batched envelopes of `--batch` reports, and one report pe
    same messages are then read back by a bare confluent-kafka consumer (no processing) and by the do-nothing
    faust agent (`aggregator.probe`, which only counts messages into Redis);
 2. for 1 and 2 aggregator worker processes (`python -m aggregator`, a fresh consumer group each):
-   a. `preloaded`: the topic holds a new fleet's messages before the workers start: the consumer side alone;
+   a. `preloaded`: the topic holds a new fleet's messages (one fleet per worker) before the workers start: the
+      consumer side alone;
    b. `concurrent`: a new fleet is produced as fast as possible while the workers consume: end to end, with the
       producer on the same machine;
    c. `freshness`: a new fleet is produced at each of `--load-fractions` (default 0.1 and 0.5) of the lower of
@@ -271,6 +272,7 @@ class KeyCounter:
 class Trace:
     """Samples of a counter during one phase, and when its consumer group was first Stable with all members."""
 
+    started: float = 0.0
     times: list[float] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     offsets: list[np.ndarray] = field(default_factory=list)
@@ -308,8 +310,8 @@ class Observer:
     def run(self, counter: Counter, target: int, timeout_s: float, *, sending: Sending | None = None,
             processes: Sequence[subprocess.Popen[bytes]] = (), group: str = "", members: int = 1) -> Trace:
         """Until the count reaches `target` and everything is sent, or `timeout_s` passes (trace.timed_out)."""
-        trace = Trace(stable_at=None if members > 1 else -np.inf)  # one member: no rebalance to wait out
         start = time.perf_counter()
+        trace = Trace(started=start, stable_at=None if members > 1 else -np.inf)  # one member: no rebalance
         deadline, next_sample, next_group = start + timeout_s, start, start
         while True:
             now = time.perf_counter()
@@ -512,6 +514,11 @@ def consume_phase(run: Run, counter: StoreCounter, base: int, messages: Fleet, p
     out: dict[str, Any] = {"reports": messages.total, "messages": len(messages.values), "accepted": accepted,
                            "reports_per_s": _round(trace.rate(base, messages.total)),
                            "timed_out": trace.timed_out, "load_average_1m": round(os.getloadavg()[0], 2)}
+    if members > 1:  # a rate needs samples after the group is Stable: when it was, and how far the count had got
+        stable_at = trace.stable_at
+        out["group_stable_after_s"] = None if stable_at is None else round(stable_at - trace.started, 2)
+        out["accepted_when_stable"] = None if stable_at is None else next(
+            (c - base for t, c in zip(trace.times, trace.counts, strict=True) if t >= stable_at), None)
     if trace.sample_errors:
         out["redis_unanswered_samples"] = trace.sample_errors
     if sending is not None and sending.started is not None:
@@ -533,8 +540,8 @@ def worker_phases(run: Run, spec: CollectionSpec, specs: str, counter: StoreCoun
     out: dict[str, Any] = {"workers": workers}
     base, _ = counter.sample()
     fleet_ = preloaded
-    if fleet_ is None:
-        fleet_ = encode_fleet(spec, devices, run.next_seed(), args.batch, single)
+    if fleet_ is None:  # more workers drain faster: a fleet per worker keeps the drain long after the group formed
+        fleet_ = encode_fleet(spec, devices * workers, run.next_seed(), args.batch, single)
         produce_timed(run.cfg.bootstrap, spec.topic, fleet_, args.phase_timeout)
     processes = run.workers(specs, group, workers)
     try:
