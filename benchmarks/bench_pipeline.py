@@ -661,7 +661,8 @@ def main() -> None:
     parser.add_argument("--spec", type=Path, default=Path("examples/diagnostics.yaml"))
     parser.add_argument("--batched-reports", type=int, default=1_000_000, help="reports per batched fleet")
     parser.add_argument("--single-reports", type=int, default=25_000, help="reports (= messages) per single fleet")
-    parser.add_argument("--batch", type=int, default=1000, help="reports per batched envelope (the target is stated for >= 500)")
+    parser.add_argument("--batch", type=int, default=1000,
+                        help="reports per batched envelope (the target is stated for >= 500)")
     parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
     parser.add_argument("--max-messages", type=int, default=500, help="the workers' micro-batch size")
     parser.add_argument("--load-fractions", type=lambda v: [float(x) for x in v.split(",")], default=[0.1, 0.5],
