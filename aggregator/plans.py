@@ -12,7 +12,7 @@ import numpy as np
 from confluent_kafka import KafkaException
 
 from aggregator.store import WindowStats
-from ldp.base import Estimate, Mechanism
+from ldp.base import Estimate, Mechanism, ReportSchema
 from ldp.mixed import MixedCollector
 from producer.collector import collector_for
 from producer.publish import read_specs
@@ -31,15 +31,20 @@ class Plan:
     def collector(self) -> MixedCollector:
         return collector_for(self.spec)
 
-    @property
+    @cached_property
     def mechanisms(self) -> tuple[Mechanism, ...]:
         return tuple(self.collector.mechanisms[a.name] for a in self.spec.attributes)
+
+    @cached_property
+    def schemas(self) -> tuple[ReportSchema, ...]:
+        """Each attribute's report schema (computed once: the hot path checks every message against it)."""
+        return tuple(m.schema for m in self.mechanisms)
 
     @property
     def attributes_per_device(self) -> int:
         return self.collector.k
 
-    @property
+    @cached_property
     def sizes(self) -> dict[int, int]:
         """Statistics length per attribute index in the store: [devices that sampled it, mechanism statistics]."""
         return {j: 1 + m.stats_size for j, m in enumerate(self.mechanisms)}

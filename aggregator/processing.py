@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from aggregator.store import ALL_TIME, BatchUpdate, WindowIncrement
-from ldp.base import Mechanism
+from ldp.base import Mechanism, ReportSchema
 from producer.spec import CollectionSpec, report_topic, window_seconds
 from producer.wire import DecodedBatch, WireError, decode
 
@@ -47,6 +47,9 @@ class CollectionPlan(Protocol):
 
     @property
     def mechanisms(self) -> Sequence[Mechanism]: ...
+
+    @property
+    def schemas(self) -> Sequence[ReportSchema]: ...
 
     @property
     def attributes_per_device(self) -> int: ...
@@ -179,8 +182,8 @@ class PartitionProcessor:
         details: dict[str, str] = {}
         # 3. range of every report, per device
         for attr, (grow, cols) in rows.attributes.items():
-            mech = plan.mechanisms[attr]
-            bad = mech.schema.violations(_shaped(cols, mech, len(grow)))
+            schema = plan.schemas[attr]
+            bad = schema.violations(_shaped(cols, schema, len(grow)))
             hit = bad != ""
             if hit.any():
                 _mark(reasons, grow[hit], OUT_OF_RANGE)
@@ -203,10 +206,9 @@ class PartitionProcessor:
         starts = window_starts(dwin, rows.timestamps)
         if spec.one_report_per_window:
             ok = np.flatnonzero(reasons == "")
-            keyed = np.rec.fromarrays([rows.devices[ok], starts[ok]])
-            _, first = np.unique(keyed, return_index=True)
-            dup = np.setdiff1d(np.arange(len(ok)), first)
-            _mark(reasons, ok[dup], DUPLICATE)
+            order = ok[np.lexsort((ok, rows.devices[ok], starts[ok]))]  # by window, device, then arrival
+            same = (rows.devices[order][1:] == rows.devices[order][:-1]) & (starts[order][1:] == starts[order][:-1])
+            _mark(reasons, order[1:][same], DUPLICATE)
             for (version, window, start), devices in seen.items():
                 if version == spec.version and window == dwin:
                     _mark(reasons, np.flatnonzero((starts == start) & np.isin(rows.devices, devices)), DUPLICATE)
@@ -237,7 +239,7 @@ class PartitionProcessor:
                     take = member[grow]
                     if take.any():  # the collector's block layout: [devices that sampled it, its statistics]
                         mech = plan.mechanisms[attr]
-                        sub = _shaped(cols, mech, len(grow))
+                        sub = _shaped(cols, plan.schemas[attr], len(grow))
                         counted = mech.accumulate({k: v[take] for k, v in sub.items()})
                         stats[attr] = np.concatenate([[float(take.sum())], counted])
                 dedupe = rows.devices[member] if (spec.one_report_per_window and window == dwin) else None
@@ -250,8 +252,7 @@ def _shape_problem(batch: DecodedBatch, plan: CollectionPlan) -> str:
     for block in batch.attributes:
         if block.attribute >= len(plan.mechanisms):
             return f"attribute index {block.attribute} >= {len(plan.mechanisms)}"
-        mech = plan.mechanisms[block.attribute]
-        expected = {c.name: c for c in mech.schema.columns}
+        expected = {c.name: c for c in plan.schemas[block.attribute].columns}
         if set(block.reports) != set(expected):
             return f"attribute {block.attribute}: columns {sorted(block.reports)} != {sorted(expected)}"
         for name, arr in block.reports.items():
@@ -261,8 +262,8 @@ def _shape_problem(batch: DecodedBatch, plan: CollectionPlan) -> str:
     return ""
 
 
-def _shaped(cols: dict[str, np.ndarray], mech: Mechanism, n: int) -> dict[str, np.ndarray]:
-    widths = {c.name: c.width for c in mech.schema.columns}
+def _shaped(cols: dict[str, np.ndarray], schema: ReportSchema, n: int) -> dict[str, np.ndarray]:
+    widths = {c.name: c.width for c in schema.columns}
     return {k: (v.reshape(n, widths[k]) if widths[k] != 1 else v) for k, v in cols.items()}
 
 

@@ -124,8 +124,8 @@ def _now_ms() -> int:
 # Redis
 # KEYS: 1 offsets, 2 outcomes, 3 windows index, 4 meta, then nd dedupe sets, then ns stats hashes.
 # ARGV: 1 source, 2 last offset, 3 nd, 4 ns, 5 newest report ms (or ''), 6 now ms, 7 first offset, then per dedupe
-#       set: ttl, m, m members; per stats hash: window member, f, f (field, increment) pairs; then c, c (outcome, n)
-#       pairs.
+#       set: ttl, m, the m members packed as 8-byte strings in one argument; per stats hash: window member, f,
+#       f (field, increment) pairs; then c, c (outcome, n) pairs.
 APPLY_SCRIPT = """
 local applied = redis.call('HGET', KEYS[1], ARGV[1])
 if applied and tonumber(applied) >= tonumber(ARGV[2]) then return {'skipped'} end
@@ -133,32 +133,38 @@ if applied and tonumber(applied) >= tonumber(ARGV[7]) then return {'overlap', ap
 local nd, ns = tonumber(ARGV[3]), tonumber(ARGV[4])
 local CHUNK = 4000
 local pos = 8
+local function members(packed, s, e)
+  local t = {}
+  for j = s, e - 1 do t[#t + 1] = string.sub(packed, 8 * j + 1, 8 * j + 8) end
+  return t
+end
 local sets = {}
 for i = 1, nd do
-  local ttl, m = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
-  sets[i] = {ttl, pos + 2, m}
-  pos = pos + 2 + m
+  sets[i] = {tonumber(ARGV[pos]), ARGV[pos + 2], tonumber(ARGV[pos + 1])}
+  pos = pos + 3
 end
 local dups = {'duplicates'}
 for i = 1, nd do
-  local first, m = sets[i][2], sets[i][3]
+  local packed, m = sets[i][2], sets[i][3]
   local s = 0
   while s < m do
     local e = math.min(s + CHUNK, m)
-    local found = redis.call('SMISMEMBER', KEYS[4 + i], unpack(ARGV, first + s, first + e - 1))
+    local found = redis.call('SMISMEMBER', KEYS[4 + i], unpack(members(packed, s, e)))
     for j = 1, #found do
-      if found[j] == 1 then table.insert(dups, i); table.insert(dups, ARGV[first + s + j - 1]) end
+      if found[j] == 1 then
+        table.insert(dups, i); table.insert(dups, string.sub(packed, 8 * (s + j - 1) + 1, 8 * (s + j)))
+      end
     end
     s = e
   end
 end
 if #dups > 1 then return dups end
 for i = 1, nd do
-  local ttl, first, m = sets[i][1], sets[i][2], sets[i][3]
+  local ttl, packed, m = sets[i][1], sets[i][2], sets[i][3]
   local s = 0
   while s < m do
     local e = math.min(s + CHUNK, m)
-    redis.call('SADD', KEYS[4 + i], unpack(ARGV, first + s, first + e - 1))
+    redis.call('SADD', KEYS[4 + i], unpack(members(packed, s, e)))
     s = e
   end
   if ttl > 0 and m > 0 then redis.call('EXPIRE', KEYS[4 + i], ttl) end
@@ -218,8 +224,7 @@ class RedisStore(StatsStore):
         for w in dedupe:
             keys.append(f"{p}:seen:{window_member(w.version, w.window, w.start_ms)}")
             members = np.ascontiguousarray(w.dedupe, dtype="<u8")
-            # 8-byte LE strings; numpy's S8 drops trailing NULs, which is injective and undone on the way back
-            args += [w.dedupe_ttl_s, len(members), *(members.view("S8").tolist() if len(members) else [])]
+            args += [w.dedupe_ttl_s, len(members), members.tobytes()]  # 8-byte LE members, split in the script
         for w in update.windows:
             member = window_member(w.version, w.window, w.start_ms)
             keys.append(f"{p}:{member}")
@@ -235,7 +240,7 @@ class RedisStore(StatsStore):
         found: dict[tuple[int, str, int], list[int]] = defaultdict(list)
         for i in range(1, len(reply), 2):
             w = dedupe[int(reply[i]) - 1]
-            device = np.frombuffer(reply[i + 1].ljust(8, b"\0"), dtype="<u8")[0]
+            device = np.frombuffer(reply[i + 1], dtype="<u8")[0]
             found[(w.version, w.window, w.start_ms)].append(int(device))
         return ApplyResult("duplicates", {k: np.asarray(v, dtype=np.uint64) for k, v in found.items()})
 
@@ -266,7 +271,7 @@ class RedisStore(StatsStore):
         """Delete every key of a collection (tests and `ldp` maintenance); returns how many."""
         keys = list(self.redis.scan_iter(match=f"{prefix(collection).replace('{', '[{]').replace('}', '[}]')}:*",
                                          count=1000))
-        return int(self.redis.delete(*keys)) if keys else 0
+        return int(self.redis.unlink(*keys)) if keys else 0  # UNLINK: big dedupe sets are freed in the background
 
 
 def _window_from_fields(fields: dict[str, float], sizes: dict[int, int]) -> WindowStats:

@@ -1,12 +1,13 @@
 """The aggregator worker: a faust-streaming app reading every `ldp.reports.<collection>` topic in micro-batches.
 
 Per micro-batch (`stream.take_events`), per partition, in offset order (see `aggregator.store` for the guard):
-1. drop messages at or below the partition's applied offset in the store (a replay after a rebalance);
-2. decode, validate and accumulate the rest (`aggregator.processing`, vectorised);
-3. send the dead letters to `ldp.dlq` and wait until Kafka has them (at-least-once: a crash before step 4 means
+1. decode, validate and accumulate the messages (`aggregator.processing`, vectorised);
+2. send the dead letters to `ldp.dlq` and wait until Kafka has them (at-least-once: a crash before step 3 means
    the batch, and so its dead letters, come again);
-4. apply the statistics, outcome counters and the new offset in one atomic Redis script; if the store finds
-   devices already counted in their window, they become dead letters and steps 2-4 run again without them.
+3. apply the statistics, outcome counters and the new offset in one atomic Redis script. If the script answers
+   `overlap` (part of the batch was applied: a replay after a rebalance), drop the messages at or below the
+   applied offset and go to 1; if it names devices already counted in their window, they become dead letters
+   and go to 1; `skipped` (all of it was applied) ends here.
 faust acks (and later commits) the events only after this returns. On every partition assignment the consumer
 seeks each partition to the offset after the one the store has applied (`StoreSeekingConsumer`), so Kafka's
 committed offsets are never trusted: a batch is counted once whatever faust committed.
@@ -58,7 +59,7 @@ class WorkerConfig:
     redis_url: str
     group: str = "ldp-aggregator"
     max_messages: int = 500
-    within_s: float = 0.2
+    within_s: float = 0.1
     metrics_port: int | None = None
 
 
@@ -99,9 +100,6 @@ class BatchHandler:
         seen: dict[tuple[int, str, int], Any] = {}
         sent: set[tuple[int, str, tuple[int, ...] | None]] = set()
         for _ in range(MAX_APPLY_ROUNDS):
-            applied = self.store.offsets(collection).get(f"{topic}:{partition}")
-            if applied is not None:
-                messages = [m for m in messages if m.offset > applied]
             if not messages:
                 metrics.BATCHES.labels("skipped").inc()
                 return
@@ -118,6 +116,9 @@ class BatchHandler:
                     metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
                 return
             metrics.BATCHES.labels(outcome.status).inc()
+            if outcome.status == "overlap":  # part of the batch is applied already (a replay): drop that part
+                applied = self.store.offsets(collection).get(f"{topic}:{partition}", -1)
+                messages = [m for m in messages if m.offset > applied]
             for key, devices in outcome.duplicates.items():
                 seen[key] = devices
         raise RuntimeError(f"{topic}:{partition}: batch not applied after {MAX_APPLY_ROUNDS} rounds")
@@ -214,7 +215,8 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     @app.agent(reports, concurrency=1)
     async def aggregate(stream: faust.StreamT) -> None:  # type: ignore[type-arg]
         async for events in stream.take_events(cfg.max_messages, within=cfg.within_s):  # type: ignore[attr-defined]
-            handler.handle(events)
+            # In a thread, so faust keeps fetching meanwhile; one batch at a time, acked only after it returns.
+            await asyncio.to_thread(handler.handle, events)
 
     if cfg.metrics_port is not None:
         @app.task

@@ -22,7 +22,7 @@ from aggregator.processing import (
 )
 from aggregator.store import MemoryStore
 from ldp import registry
-from ldp.base import Mechanism
+from ldp.base import Mechanism, ReportSchema
 from producer.spec import CollectionSpec, parse_spec
 from producer.wire import AttributeReports, encode, perturbed_batch
 
@@ -45,6 +45,10 @@ class Plan:
     spec: CollectionSpec
     mechanisms: tuple[Mechanism, ...]
     attributes_per_device: int = 1
+
+    @property
+    def schemas(self) -> tuple[ReportSchema, ...]:
+        return tuple(m.schema for m in self.mechanisms)
 
 
 PLAN = Plan(SPEC, (registry.make("pm", 2.0), registry.make("grr", 2.0, domain=3)))
