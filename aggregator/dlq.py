@@ -23,16 +23,16 @@ class DeadLetterProducer:
                                    "linger.ms": 20, "compression.type": "lz4"})
         self.failed = 0
 
-    def send(self, topic: str, partition: int, letters: list[DeadLetter], timeout_s: float = 30.0) -> None:
+    def send(self, topic: str, letters: list[DeadLetter], timeout_s: float = 30.0) -> None:
         """Send and wait until Kafka has them (so they are recorded before the batch counts as applied)."""
         if not letters:
             return
         for d in letters:
             headers = {"reason": d.reason, "detail": d.detail, "source_topic": topic,
-                       "source_partition": str(partition), "source_offset": str(d.offset)}
+                       "source_partition": str(d.partition), "source_offset": str(d.offset)}
             if d.rows is not None:
                 headers["rows"] = json.dumps(list(d.rows))
-            self._producer.produce(DLQ_TOPIC, d.value, key=f"{topic}:{partition}:{d.offset}".encode(),
+            self._producer.produce(DLQ_TOPIC, d.value, key=f"{topic}:{d.partition}:{d.offset}".encode(),
                                    headers=list(headers.items()), on_delivery=self._on_delivery)
         failed_before = self.failed
         remaining = self._producer.flush(timeout_s)

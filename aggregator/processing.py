@@ -1,4 +1,4 @@
-"""One micro-batch of one partition -> the store update and the dead-letter records. Pure: no Kafka, no Redis.
+"""One micro-batch of a topic's partitions -> the store update and the dead-letter records. Pure: no Kafka, no Redis.
 
 Steps, all vectorised over the batch's reports (messages are concatenated after decoding):
 1. decode each message (`producer.wire.decode`); an undecodable one is rejected whole;
@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from aggregator.store import ALL_TIME, BatchUpdate, WindowIncrement
+from aggregator.store import ALL_TIME, BatchUpdate, OffsetRange, WindowIncrement
 from ldp.base import Mechanism, ReportSchema
 from producer.spec import CollectionSpec, report_topic, window_seconds
 from producer.wire import DecodedBatch, WireError, decode
@@ -62,6 +62,7 @@ class Message:
     offset: int
     value: bytes
     timestamp_ms: int | None = None
+    partition: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class DeadLetter:
     reason: str
     detail: str
     rows: tuple[int, ...] | None = None
+    partition: int = 0
 
 
 @dataclass
@@ -118,9 +120,9 @@ class PartitionProcessor:
         self.plans = plans
         self.clock_ms = clock_ms
 
-    def process(self, topic: str, partition: int, messages: Sequence[Message],
+    def process(self, topic: str, messages: Sequence[Message],
                 seen: dict[tuple[int, str, int], np.ndarray] | None = None) -> PartitionResult:
-        """The update and dead letters of consecutive messages of one partition.
+        """The update and dead letters of a micro-batch of one topic: consecutive messages of one or more partitions.
 
         `seen`: devices the store reported as already counted in a (version, window, start): rejected as duplicates.
         """
@@ -149,8 +151,12 @@ class PartitionProcessor:
             windows += incs
             if newest_v is not None:
                 newest = newest_v if newest is None else max(newest, newest_v)
-        update = BatchUpdate(collection, f"{topic}:{partition}", messages[0].offset, messages[-1].offset,
-                             tuple(windows), dict(outcomes), newest)
+        ranges: dict[int, list[int]] = {}
+        for m in messages:
+            first_last = ranges.setdefault(m.partition, [m.offset, m.offset])
+            first_last[0], first_last[1] = min(first_last[0], m.offset), max(first_last[1], m.offset)
+        offsets = tuple(OffsetRange(f"{topic}:{p}", lo, hi) for p, (lo, hi) in sorted(ranges.items()))
+        update = BatchUpdate(collection, offsets, tuple(windows), dict(outcomes), newest)
         return PartitionResult(update, letters)
 
     def _decode(self, topic: str, msg: Message) -> tuple[DecodedBatch, CollectionPlan] | DeadLetter:
@@ -158,17 +164,18 @@ class PartitionProcessor:
             batch = decode(msg.value)
         except WireError as exc:
             reason = UNKNOWN_VERSION if str(exc).startswith("unknown wire version") else MALFORMED
-            return DeadLetter(msg.offset, msg.value, reason, str(exc))
+            return DeadLetter(msg.offset, msg.value, reason, str(exc), partition=msg.partition)
         if report_topic(batch.collection) != topic:
             return DeadLetter(msg.offset, msg.value, UNKNOWN_COLLECTION,
-                              f"collection {batch.collection!r} does not belong on topic {topic}")
+                              f"collection {batch.collection!r} does not belong on topic {topic}",
+                              partition=msg.partition)
         plan = self.plans(batch.collection, batch.spec_version)
         if plan is None:
             return DeadLetter(msg.offset, msg.value, UNKNOWN_COLLECTION,
-                              f"no published spec {batch.collection}@{batch.spec_version}")
+                              f"no published spec {batch.collection}@{batch.spec_version}", partition=msg.partition)
         problem = _shape_problem(batch, plan)
         if problem:
-            return DeadLetter(msg.offset, msg.value, WRONG_SHAPE, problem)
+            return DeadLetter(msg.offset, msg.value, WRONG_SHAPE, problem, partition=msg.partition)
         return batch, plan
 
     def _accumulate(self, items: list[tuple[Message, DecodedBatch, CollectionPlan]], outcomes: dict[str, int],
@@ -302,5 +309,5 @@ def _dead_letters(items: list[tuple[Message, DecodedBatch, CollectionPlan]], row
             sel = in_msg[reasons[in_msg] == code]
             whole = len(sel) == int((rows.message == m).sum())
             letters.append(DeadLetter(msg.offset, msg.value, str(code), details.get(str(code), str(code)),
-                                      None if whole else tuple(int(r) for r in rows.local_row[sel])))
+                                      None if whole else tuple(int(r) for r in rows.local_row[sel]), msg.partition))
     return letters

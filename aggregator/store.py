@@ -3,9 +3,9 @@
 One contract, two backends (`RedisStore`, `MemoryStore`), run through the same tests. `apply(update)` is the
 only write, and it is atomic (one Lua script in Redis):
 
-1. If the batch's last offset is <= the offset already applied for its partition, nothing is written: the batch
-   is a replay (after a crash or a rebalance) and is `skipped`. If only its first offset is, nothing is written
-   either (`overlap`): the caller drops the messages already applied and tries again.
+1. If, for every partition the batch read, its last offset is <= the offset already applied there, nothing is
+   written: the batch is a replay (after a crash or a rebalance) and is `skipped`. If for some partition its first
+   offset is, nothing is written either (`overlap`): the caller drops the messages already applied and tries again.
 2. If any device of the batch has already reported in its dedupe window, nothing is written and those devices
    are returned (`duplicates`); the caller moves them to the dead-letter topic and applies the rest.
 3. Otherwise, in one step: the devices join their dedupe sets, the statistics increments are added, the outcome
@@ -45,13 +45,20 @@ class WindowIncrement:
 
 
 @dataclass(frozen=True)
+class OffsetRange:
+    """The offsets a micro-batch read from one partition."""
+
+    source: str  # "topic:partition"
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
 class BatchUpdate:
-    """Everything one micro-batch of one partition adds to the store."""
+    """Everything one micro-batch adds to the store: from one or several partitions of one collection's topic."""
 
     collection: str
-    source: str  # "topic:partition"
-    first_offset: int
-    last_offset: int
+    ranges: tuple[OffsetRange, ...]
     windows: tuple[WindowIncrement, ...]
     outcomes: dict[str, int]
     newest_report_ms: int | None = None
@@ -59,8 +66,12 @@ class BatchUpdate:
 
 @dataclass(frozen=True)
 class ApplyResult:
-    status: str  # "applied" | "skipped" | "overlap" | "duplicates"
+    """`applied`, or why nothing was written: `skipped` (every range applied before), `overlap` (some range partly or
+    wholly applied: `applied` has those sources' applied offsets), `duplicates` (devices already counted)."""
+
+    status: str
     duplicates: dict[tuple[int, str, int], np.ndarray] = field(default_factory=dict)  # (version, window, start)
+    applied: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -123,16 +134,26 @@ def _now_ms() -> int:
 # ---------------------------------------------------------------------------------------------------------------
 # Redis
 # KEYS: 1 offsets, 2 outcomes, 3 windows index, 4 meta, then nd dedupe sets, then ns stats hashes.
-# ARGV: 1 source, 2 last offset, 3 nd, 4 ns, 5 newest report ms (or ''), 6 now ms, 7 first offset, then per dedupe
-#       set: ttl, m, the m members packed as 8-byte strings in one argument; per stats hash: window member, f,
-#       f (field, increment) pairs; then c, c (outcome, n) pairs.
+# ARGV: 1 r, then r (source, first offset, last offset) triples; then nd, ns, newest report ms (or ''), now ms; then
+#       per dedupe set: ttl, m, the m members packed as 8-byte strings in one argument; per stats hash: window
+#       member, f, f (field, increment) pairs; then c, c (outcome, n) pairs.
 APPLY_SCRIPT = """
-local applied = redis.call('HGET', KEYS[1], ARGV[1])
-if applied and tonumber(applied) >= tonumber(ARGV[2]) then return {'skipped'} end
-if applied and tonumber(applied) >= tonumber(ARGV[7]) then return {'overlap', applied} end
-local nd, ns = tonumber(ARGV[3]), tonumber(ARGV[4])
+local r = tonumber(ARGV[1])
+local pos = 2
+local hit, all_applied = {'overlap'}, true
+for i = 1, r do
+  local applied = redis.call('HGET', KEYS[1], ARGV[pos])
+  if applied and tonumber(applied) >= tonumber(ARGV[pos + 1]) then
+    table.insert(hit, ARGV[pos]); table.insert(hit, applied)
+  end
+  if not (applied and tonumber(applied) >= tonumber(ARGV[pos + 2])) then all_applied = false end
+  pos = pos + 3
+end
+if all_applied then return {'skipped'} end
+if #hit > 1 then return hit end
+local nd, ns, newest_report, now = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1]), ARGV[pos + 2], ARGV[pos + 3]
+pos = pos + 4
 local CHUNK = 4000
-local pos = 8
 local function members(packed, s, e)
   local t = {}
   for j = s, e - 1 do t[#t + 1] = string.sub(packed, 8 * j + 1, 8 * j + 8) end
@@ -184,14 +205,14 @@ pos = pos + 1
 for j = 0, c - 1 do
   redis.call('HINCRBY', KEYS[2], ARGV[pos + 2 * j], ARGV[pos + 2 * j + 1])
 end
-if ARGV[5] ~= '' then
+if newest_report ~= '' then
   local newest = redis.call('HGET', KEYS[4], 'newest_report_ms')
-  if (not newest) or tonumber(newest) < tonumber(ARGV[5]) then
-    redis.call('HSET', KEYS[4], 'newest_report_ms', ARGV[5])
+  if (not newest) or tonumber(newest) < tonumber(newest_report) then
+    redis.call('HSET', KEYS[4], 'newest_report_ms', newest_report)
   end
 end
-redis.call('HSET', KEYS[4], 'applied_ms', ARGV[6])
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[4], 'applied_ms', now)
+for i = 0, r - 1 do redis.call('HSET', KEYS[1], ARGV[2 + 3 * i], ARGV[4 + 3 * i]) end
 return {'applied'}
 """
 
@@ -218,9 +239,11 @@ class RedisStore(StatsStore):
         p = prefix(update.collection)
         keys = [f"{p}:offsets", f"{p}:outcomes", f"{p}:windows", f"{p}:meta"]
         dedupe = [w for w in update.windows if w.dedupe is not None]
-        args: list[str | bytes | int] = [update.source, update.last_offset, len(dedupe), len(update.windows),
-                                         "" if update.newest_report_ms is None else update.newest_report_ms, _now_ms(),
-                                         update.first_offset]
+        args: list[str | bytes | int] = [len(update.ranges)]
+        for r in update.ranges:
+            args += [r.source, r.first, r.last]
+        args += [len(dedupe), len(update.windows), "" if update.newest_report_ms is None else update.newest_report_ms,
+                 _now_ms()]
         for w in dedupe:
             keys.append(f"{p}:seen:{window_member(w.version, w.window, w.start_ms)}")
             members = np.ascontiguousarray(w.dedupe, dtype="<u8")
@@ -235,6 +258,8 @@ class RedisStore(StatsStore):
             args += [k, n]
         reply = self._apply(keys=keys, args=args)
         status = reply[0].decode()
+        if status == "overlap":
+            return ApplyResult(status, applied={reply[i].decode(): int(reply[i + 1]) for i in range(1, len(reply), 2)})
         if status != "duplicates":
             return ApplyResult(status)
         found: dict[tuple[int, str, int], list[int]] = defaultdict(list)
@@ -300,11 +325,13 @@ class MemoryStore(StatsStore):
     def apply(self, update: BatchUpdate) -> ApplyResult:
         c = update.collection
         with self._lock:
-            applied = self._offsets[c].get(update.source)
-            if applied is not None and applied >= update.last_offset:
+            done = {r.source: self._offsets[c][r.source] for r in update.ranges if r.source in self._offsets[c]}
+            if len(done) == len(update.ranges) and all(done[r.source] >= r.last for r in update.ranges):
                 return ApplyResult("skipped")
-            if applied is not None and applied >= update.first_offset:
-                return ApplyResult("overlap")
+            replayed = {r.source: done[r.source] for r in update.ranges
+                        if r.source in done and done[r.source] >= r.first}
+            if replayed:
+                return ApplyResult("overlap", applied=replayed)
             dups: dict[tuple[int, str, int], np.ndarray] = {}
             for w in update.windows:
                 if w.dedupe is None:
@@ -330,7 +357,8 @@ class MemoryStore(StatsStore):
                 self._meta[c]["newest_report_ms"] = max(self._meta[c].get("newest_report_ms", 0),
                                                         update.newest_report_ms)
             self._meta[c]["applied_ms"] = _now_ms()
-            self._offsets[c][update.source] = update.last_offset
+            for r in update.ranges:
+                self._offsets[c][r.source] = r.last
             return ApplyResult("applied")
 
     def read_window(self, collection: str, version: int, window: str, start_ms: int,

@@ -1,6 +1,7 @@
 """The aggregator worker: a faust-streaming app reading every `ldp.reports.<collection>` topic in micro-batches.
 
-Per micro-batch (`stream.take_events`), per partition, in offset order (see `aggregator.store` for the guard):
+Per micro-batch (`stream.take_events`), per topic (all its partitions together: one processing pass and one store
+write, so the fixed costs are paid once per micro-batch, not once per partition; see `aggregator.store`):
 1. decode, validate and accumulate the messages (`aggregator.processing`, vectorised);
 2. send the dead letters to `ldp.dlq` and wait until Kafka has them (at-least-once: a crash before step 3 means
    the batch, and so its dead letters, come again);
@@ -72,41 +73,43 @@ class BatchHandler:
         self.processor = PartitionProcessor(plans.get, lambda: int(time.time() * 1000))
 
     def handle(self, events: Sequence[Any]) -> None:
-        by_tp: dict[tuple[str, int], dict[int, Message]] = defaultdict(dict)
+        by_topic: dict[str, dict[tuple[int, int], Message]] = defaultdict(dict)
         for event in events:
             m = event.message
             # After a seek back (rebalance), faust's buffer can hold an offset twice: keep one of each.
-            by_tp[(m.topic, m.partition)].setdefault(m.offset, Message(m.offset, m.value, m.timestamp))
-        for (topic, partition), messages in by_tp.items():
-            self.with_retries(topic, partition, [messages[o] for o in sorted(messages)])
+            key = (m.partition, m.offset)
+            by_topic[m.topic].setdefault(key, Message(m.offset, m.value, m.timestamp, m.partition))
+        for topic, messages in by_topic.items():
+            self.with_retries(topic, [messages[k] for k in sorted(messages)])
 
-    def with_retries(self, topic: str, partition: int, messages: list[Message]) -> None:
-        """Handle a partition's batch, waiting out a Redis or Kafka outage (bounded): the batch is not acked
+    def with_retries(self, topic: str, messages: list[Message]) -> None:
+        """Handle a topic's micro-batch, waiting out a Redis or Kafka outage (bounded): the batch is not acked
         meanwhile, and each attempt is all-or-nothing, so nothing is lost or counted twice."""
         deadline = time.monotonic() + MAX_OUTAGE_S
         while True:
             try:
-                return self.handle_partition(topic, partition, messages)
+                return self.handle_topic(topic, messages)
             except (redis.ConnectionError, redis.TimeoutError, DeliveryTimeout) as exc:
                 if time.monotonic() > deadline:
                     raise
                 metrics.OUTAGE_RETRIES.inc()
-                log.warning("%s:%s: %s; retrying in %.1f s", topic, partition, exc, OUTAGE_RETRY_S)
+                log.warning("%s: %s; retrying in %.1f s", topic, exc, OUTAGE_RETRY_S)
                 time.sleep(OUTAGE_RETRY_S)
 
-    def handle_partition(self, topic: str, partition: int, messages: list[Message]) -> None:
+    def handle_topic(self, topic: str, messages: list[Message]) -> None:
+        """Steps 1-3 for the messages of one topic (any of its partitions), in one atomic store write."""
         started = time.perf_counter()
         collection = topic.removeprefix("ldp.reports.")
         seen: dict[tuple[int, str, int], Any] = {}
-        sent: set[tuple[int, str, tuple[int, ...] | None]] = set()
+        sent: set[tuple[int, int, str, tuple[int, ...] | None]] = set()
         for _ in range(MAX_APPLY_ROUNDS):
             if not messages:
                 metrics.BATCHES.labels("skipped").inc()
                 return
-            result = self.processor.process(topic, partition, messages, seen)
-            new = [d for d in result.dead_letters if (d.offset, d.reason, d.rows) not in sent]
-            self.dlq.send(topic, partition, new)
-            sent.update((d.offset, d.reason, d.rows) for d in new)
+            result = self.processor.process(topic, messages, seen)
+            new = [d for d in result.dead_letters if (d.partition, d.offset, d.reason, d.rows) not in sent]
+            self.dlq.send(topic, new)
+            sent.update((d.partition, d.offset, d.reason, d.rows) for d in new)
             outcome = self.store.apply(result.update) if result.update else None
             if outcome is None or outcome.status in ("applied", "skipped"):
                 status = outcome.status if outcome else "skipped"
@@ -116,12 +119,11 @@ class BatchHandler:
                     metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
                 return
             metrics.BATCHES.labels(outcome.status).inc()
-            if outcome.status == "overlap":  # part of the batch is applied already (a replay): drop that part
-                applied = self.store.offsets(collection).get(f"{topic}:{partition}", -1)
-                messages = [m for m in messages if m.offset > applied]
+            if outcome.status == "overlap":  # some partitions' messages are applied already (a replay): drop them
+                messages = [m for m in messages if m.offset > outcome.applied.get(f"{topic}:{m.partition}", -1)]
             for key, devices in outcome.duplicates.items():
                 seen[key] = devices
-        raise RuntimeError(f"{topic}:{partition}: batch not applied after {MAX_APPLY_ROUNDS} rounds")
+        raise RuntimeError(f"{topic}: micro-batch not applied after {MAX_APPLY_ROUNDS} rounds")
 
     @staticmethod
     def _count(collection: str, outcomes: Mapping[str, int], letters: list[DeadLetter]) -> None:

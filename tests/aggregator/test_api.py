@@ -102,7 +102,7 @@ def aggregated_store(cfg: ServicesConfig, spec: CollectionSpec) -> tuple[MemoryS
     plan = Plan(spec)
     processor = PartitionProcessor(lambda name, version: plan if (name, version) == (spec.name, spec.version)  # type: ignore[arg-type, return-value]
                                    else None, lambda: int(time.time() * 1000))
-    result = processor.process(spec.topic, 0, [Message(i, v) for i, v in enumerate(values[:3])])
+    result = processor.process(spec.topic, [Message(i, v) for i, v in enumerate(values[:3])])
     assert result.update is not None and store.apply(result.update).status == "applied"
     return store, now_ms
 

@@ -72,10 +72,10 @@ def message(devices: list[int], offset: int, seed: int = 0, ts: int = NOW, colle
 
 
 def test_good_messages_are_accumulated_per_window() -> None:
-    result = processor().process(TOPIC, 0, [message([1, 2, 3, 4], 10), message([5, 6], 11, seed=1)])
+    result = processor().process(TOPIC, [message([1, 2, 3, 4], 10), message([5, 6], 11, seed=1)])
     assert result.dead_letters == []
     u = result.update
-    assert u is not None and u.last_offset == 11 and u.source == f"{TOPIC}:0"
+    assert u is not None and [(r.source, r.first, r.last) for r in u.ranges] == [(f"{TOPIC}:0", 10, 11)]
     assert u.outcomes == {"accepted": 6}
     by_window = {w.window: w for w in u.windows}
     assert set(by_window) == {"1h", "all"}
@@ -90,7 +90,7 @@ def test_undecodable_messages_are_dead_letters_with_reasons() -> None:
            Message(4, msgspec.msgpack.encode([2, "unit", 1, b"", b"", []])),
            Message(5, message([7, 8], 0, collection="other").value),
            Message(6, message([7, 8], 0, version=9).value)]
-    result = processor().process(TOPIC, 0, [good, *bad])
+    result = processor().process(TOPIC, [good, *bad])
     reasons = {d.offset: d.reason for d in result.dead_letters}
     assert reasons == {2: MALFORMED, 3: MALFORMED, 4: UNKNOWN_VERSION, 5: UNKNOWN_COLLECTION, 6: UNKNOWN_COLLECTION}
     assert all(d.rows is None for d in result.dead_letters)
@@ -105,7 +105,7 @@ def test_out_of_range_reports_are_rejected_per_device() -> None:
     reports["value"][1] = 1e6  # outside [-C, C]
     batch = perturbed_batch("unit", 1, np.array([1, 2, 3], dtype=np.uint64), np.full(3, NOW, dtype=np.int64),
                             (AttributeReports(0, np.arange(3), reports),))
-    result = processor().process(TOPIC, 0, [Message(1, encode(batch))])
+    result = processor().process(TOPIC, [Message(1, encode(batch))])
     assert [(d.reason, d.rows) for d in result.dead_letters] == [(OUT_OF_RANGE, (1,))]
     assert result.update is not None and result.update.outcomes == {"accepted": 2, f"rejected:{OUT_OF_RANGE}": 1}
 
@@ -118,25 +118,25 @@ def test_wrong_shapes_are_rejected() -> None:
                             AttributeReports(1, np.array([0, 1]), grr_reports)))
     wide = perturbed_batch("unit", 1, np.array([3], dtype=np.uint64), np.full(1, NOW, dtype=np.int64),
                            (AttributeReports(0, np.array([0]), {"value": np.zeros(2)}),))
-    result = processor().process(TOPIC, 0, [Message(1, encode(both)), Message(2, encode(wide))])
+    result = processor().process(TOPIC, [Message(1, encode(both)), Message(2, encode(wide))])
     assert sorted((d.offset, d.reason) for d in result.dead_letters) == [(1, WRONG_SHAPE), (2, WRONG_SHAPE)]
 
 
 def test_report_times_are_checked() -> None:
-    result = processor().process(TOPIC, 0, [message([1, 2], 1, ts=NOW + 3_600_000),
+    result = processor().process(TOPIC, [message([1, 2], 1, ts=NOW + 3_600_000),
                                             message([3, 4], 2, ts=NOW - 2 * 3_600_000)])
     assert sorted(d.reason for d in result.dead_letters) == [FUTURE, STALE]
 
 
 def test_duplicates_within_a_batch_and_against_the_store() -> None:
     proc, store = processor(), MemoryStore()
-    first = proc.process(TOPIC, 0, [message([1, 2, 3], 1), message([3, 9], 2, seed=1)])
+    first = proc.process(TOPIC, [message([1, 2, 3], 1), message([3, 9], 2, seed=1)])
     assert [(d.offset, d.reason, d.rows) for d in first.dead_letters] == [(2, DUPLICATE, (0,))]
     assert store.apply(first.update).status == "applied"  # type: ignore[arg-type]
-    second = proc.process(TOPIC, 0, [message([2, 10], 3, seed=2)])
+    second = proc.process(TOPIC, [message([2, 10], 3, seed=2)])
     result = store.apply(second.update)  # type: ignore[arg-type]
     assert result.status == "duplicates"
-    again = proc.process(TOPIC, 0, [message([2, 10], 3, seed=2)], seen=result.duplicates)
+    again = proc.process(TOPIC, [message([2, 10], 3, seed=2)], seen=result.duplicates)
     assert [(d.reason, d.rows) for d in again.dead_letters] == [(DUPLICATE, (0,))]
     assert store.apply(again.update).status == "applied"  # type: ignore[arg-type]
     assert store.outcomes("unit") == {"accepted": 5, f"rejected:{DUPLICATE}": 2}
@@ -145,7 +145,7 @@ def test_duplicates_within_a_batch_and_against_the_store() -> None:
 @pytest.mark.parametrize("n", [1, 1000])
 def test_statistics_equal_the_mechanisms_own(n: int) -> None:
     msg = message(list(range(1, n + 1)), 1, seed=3)
-    result = processor().process(TOPIC, 0, [msg])
+    result = processor().process(TOPIC, [msg])
     rng = np.random.default_rng(3)
     values = rng.uniform(-1, 1, len(range(0, n, 2)))
     expected = PLAN.mechanisms[0].accumulate(PLAN.mechanisms[0].perturb(values, rng))

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from aggregator.store import BatchUpdate, MemoryStore, RedisStore, StatsStore, WindowIncrement
+from aggregator.store import BatchUpdate, MemoryStore, OffsetRange, RedisStore, StatsStore, WindowIncrement
 from ldpstream.services import ServicesConfig
 
 SIZES = {0: 3, 1: 4}
@@ -30,7 +30,7 @@ def update(collection: str, offset: int, devices: list[int], source: str = "t:0"
            scale: float = 1.0) -> BatchUpdate:
     d = np.asarray(devices, dtype=np.uint64)
     stats = {0: np.array([len(d), 0.5, 0.25]) * scale, 1: np.array([0.0, 1.0, 2.0, 3.0]) * scale}
-    return BatchUpdate(collection, source, offset, offset,
+    return BatchUpdate(collection, (OffsetRange(source, offset, offset),),
                        (WindowIncrement(1, "1h", start, len(d), stats, dedupe=d, dedupe_ttl_s=7200),
                         WindowIncrement(1, "all", 0, len(d), stats)),
                        {"accepted": len(d), "rejected:out_of_range": 2}, newest_report_ms=1000 + offset)
@@ -63,9 +63,24 @@ def test_a_replayed_batch_is_skipped_and_changes_nothing(store: tuple[StatsStore
 def test_a_batch_overlapping_the_applied_offset_writes_nothing(store: tuple[StatsStore, str]) -> None:
     s, c = store
     s.apply(update(c, 10, [1, 2, 3]))
-    overlapping = BatchUpdate(c, "t:0", 10, 12, update(c, 12, [4]).windows, {"accepted": 1})
-    assert s.apply(overlapping).status == "overlap"
+    overlapping = BatchUpdate(c, (OffsetRange("t:0", 10, 12),), update(c, 12, [4]).windows, {"accepted": 1})
+    result = s.apply(overlapping)
+    assert (result.status, result.applied) == ("overlap", {"t:0": 10})
     assert s.offsets(c) == {"t:0": 10} and s.outcomes(c)["accepted"] == 3
+
+
+def test_one_write_covers_several_partitions_each_guarded(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    s.apply(update(c, 10, [1], source="t:0"))
+    windows = update(c, 0, [2, 3]).windows
+    both = BatchUpdate(c, (OffsetRange("t:0", 11, 15), OffsetRange("t:1", 0, 4)), windows, {"accepted": 2})
+    assert s.apply(both).status == "applied"
+    assert s.offsets(c) == {"t:0": 15, "t:1": 4} and s.outcomes(c)["accepted"] == 3
+    assert s.apply(both).status == "skipped"
+    partly = BatchUpdate(c, (OffsetRange("t:0", 16, 20), OffsetRange("t:1", 3, 9)), windows, {"accepted": 2})
+    result = s.apply(partly)
+    assert (result.status, result.applied) == ("overlap", {"t:1": 4})
+    assert s.offsets(c) == {"t:0": 15, "t:1": 4} and s.outcomes(c)["accepted"] == 3
 
 
 def test_offsets_are_per_partition(store: tuple[StatsStore, str]) -> None:

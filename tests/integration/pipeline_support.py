@@ -114,7 +114,7 @@ def topic_messages(bootstrap: str, topic: str) -> dict[int, list[Message]]:
     """Every message of a topic, per partition in offset order, as the processor sees them."""
     out: dict[int, list[Message]] = defaultdict(list)
     for msg in read_topic(bootstrap, topic):
-        out[msg.partition()].append(Message(msg.offset(), msg.value()))
+        out[msg.partition()].append(Message(msg.offset(), msg.value(), partition=msg.partition()))
     return out
 
 
@@ -128,7 +128,7 @@ def reference_run(c: Collection, chunk: int = 40) -> MemoryStore:
             part = messages[i:i + chunk]
             seen: dict[tuple[int, str, int], np.ndarray] = {}
             while True:
-                result = processor.process(c.spec.topic, partition, part, seen)
+                result = processor.process(c.spec.topic, part, seen)
                 outcome = store.apply(result.update)  # type: ignore[arg-type]
                 if outcome.status != "duplicates":
                     break
