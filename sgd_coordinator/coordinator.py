@@ -93,7 +93,7 @@ class _Candidates:
 
 def _letter(message: Message, reason: str, detail: str, rows: np.ndarray | None = None) -> DeadLetter:
     return DeadLetter(message.offset, message.value, reason, detail,
-                      None if rows is None else tuple(int(r) for r in rows))
+                      None if rows is None else tuple(int(r) for r in rows), message.partition)
 
 
 class GradientGatherer:
@@ -321,7 +321,7 @@ class Coordinator:
                         log.warning("%s: %s", GRADIENTS_TOPIC, msg.error())
                         continue
                     by_partition.setdefault(msg.partition() or 0, []).append(
-                        Message(msg.offset() or 0, msg.value() or b""))
+                        Message(msg.offset() or 0, msg.value() or b"", partition=msg.partition() or 0))
                 before = self.state.t, self.state.done  # type: ignore[union-attr]
                 for partition, messages in sorted(by_partition.items()):
                     self._waiting_out_outages(self.handle_partition, partition, messages)
@@ -381,7 +381,7 @@ class Coordinator:
             gathered = self.gatherer.gather(state, source, messages, rejected)
             new = [d for d in gathered.dead_letters if (d.offset, d.reason, d.rows) not in sent]
             if new:
-                self._dead_letter_producer().send(GRADIENTS_TOPIC, partition, new)
+                self._dead_letter_producer().send(GRADIENTS_TOPIC, new)
             sent.update((d.offset, d.reason, d.rows) for d in new)
             result = self.checkpoint.accumulate(gathered.update)
             if result.status == "applied":
