@@ -14,7 +14,7 @@ JSON contracts (`--json`):
 from __future__ import annotations
 
 import json
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import numpy as np
 import typer
@@ -25,6 +25,7 @@ from ldp import registry
 from ldp.audit import audit_mechanism
 from ldp.base import LDPError, Mechanism
 from ldp.multidim import VectorMechanism, make_vector_mechanism
+from ldpstream.cli.output import print_fields
 
 console = Console()
 mechanisms_app = typer.Typer(no_args_is_help=True, add_completion=False, help="LDP mechanisms: variances, simulation.")
@@ -52,16 +53,6 @@ def build_mechanism(name: str, epsilon: float, dims: int = 1, domain: int | None
 def _fail(exc: Exception) -> NoReturn:
     typer.echo(f"error: {exc}", err=True)
     raise typer.Exit(2) from exc
-
-
-def _print(payload: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        typer.echo(json.dumps(payload))
-        return
-    table = Table("field", "value")
-    for key, value in payload.items():
-        table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
-    console.print(table)
 
 
 @mechanisms_app.command("list")
@@ -106,7 +97,7 @@ def variance(
         worst = float(mech.worst_case_variance())  # type: ignore[attr-defined]
     except LDPError as exc:
         _fail(exc)
-    _print(
+    print_fields(
         {"mechanism": mechanism, "epsilon": epsilon, "dims": dims, "domain": domain, "worst_case_variance": worst},
         as_json,
     )
@@ -163,7 +154,7 @@ def simulate(
         "empirical_mse": empirical,
         "theoretical_mse": theoretical,
     }
-    _print(payload, as_json)
+    print_fields(payload, as_json)
 
 
 def audit(
@@ -193,7 +184,7 @@ def audit(
         **result.to_dict(),
         "within_epsilon": within,
     }
-    _print(payload, as_json)
+    print_fields(payload, as_json)
     if not within:
         raise typer.Exit(1)
 

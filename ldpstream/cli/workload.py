@@ -26,6 +26,7 @@ from ldp.workload.mechanism import FactorizationMechanism
 from ldp.workload.optimize import optimize_strategy
 from ldp.workload.strategy import evaluate, sample_complexity, svd_lower_bound
 from ldp.workload.workloads import WORKLOAD_NAMES, Workload, workload_by_name
+from ldpstream.cli.output import print_fields
 
 console = Console()
 workload_app = typer.Typer(
@@ -103,13 +104,7 @@ def optimize(
         **evaluate(result.q, target).as_dict(),
         "seconds": round(time.perf_counter() - start, 3),
     }
-    if as_json:
-        typer.echo(json.dumps(payload))
-        return
-    table = Table("field", "value")
-    for key, value in payload.items():
-        table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
-    console.print(table)
+    print_fields(payload, as_json)
 
 
 def register(app: typer.Typer) -> None:
