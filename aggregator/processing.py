@@ -4,9 +4,11 @@ Steps, all vectorised over the batch's reports (messages are concatenated after 
 1. decode each message (`producer.wire.decode`); an undecodable one is rejected whole;
 2. check the collection (it must match the topic) and the spec version (it must be published);
 3. check every attribute block against its mechanism's declared report schema (shape: whole message; range:
-   per device) and that each device reports exactly the spec's number of attributes;
+   per device), that each device reports exactly the spec's number of attributes, and that each device's report
+   is on the device's partition (`producer.pseudonym.device_partitions`: what makes dedupe partition-local);
 4. check the report times (not older than the dedupe window, not from the future);
-5. drop later reports of a device already seen in the same dedupe window within the batch;
+5. drop later reports of a device already seen in the same dedupe window within the batch, or counted before by
+   its partition (`SeenLookup`, the worker's `aggregator.dedupe.SeenDevices`);
 6. accumulate each attribute's additive statistics per window (the spec's tumbling windows and all-time).
 A rejected device's report goes to the dead-letter topic with its reason; nothing of it is counted.
 """
@@ -20,8 +22,10 @@ from typing import Protocol
 
 import numpy as np
 
-from aggregator.store import ALL_TIME, BatchUpdate, OffsetRange, WindowIncrement
+from aggregator.dedupe import sorted_contains
+from aggregator.store import ALL_TIME, BatchUpdate, OffsetRange, WindowIncrement, WindowKey
 from ldp.base import Mechanism, ReportSchema
+from producer.pseudonym import device_partitions
 from producer.spec import CollectionSpec, report_topic, window_seconds
 from producer.wire import DecodedBatch, WireError, decode
 
@@ -34,7 +38,9 @@ OUT_OF_RANGE = "out_of_range"
 DUPLICATE = "duplicate"
 STALE = "stale_timestamp"
 FUTURE = "future_timestamp"
-REASONS = (MALFORMED, UNKNOWN_VERSION, UNKNOWN_COLLECTION, WRONG_SHAPE, OUT_OF_RANGE, DUPLICATE, STALE, FUTURE)
+WRONG_PARTITION = "wrong_partition"
+REASONS = (MALFORMED, UNKNOWN_VERSION, UNKNOWN_COLLECTION, WRONG_SHAPE, OUT_OF_RANGE, DUPLICATE, STALE, FUTURE,
+           WRONG_PARTITION)
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
 DEFAULT_MAX_AGE_MS = 24 * 3600 * 1000
 
@@ -53,6 +59,18 @@ class CollectionPlan(Protocol):
 
     @property
     def attributes_per_device(self) -> int: ...
+
+
+class SeenLookup(Protocol):
+    """The devices each partition has counted per dedupe window, and the applied offset they are read at."""
+
+    def devices(self, topic: str, partition: int, key: WindowKey) -> np.ndarray:
+        """Sorted uint64 devices the partition has counted in the window `key` = (version, window, start ms)."""
+        ...
+
+    def synced(self, topic: str, partition: int) -> int:
+        """The applied offset of the partition that the lists returned by `devices` match."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -121,10 +139,11 @@ class PartitionProcessor:
         self.clock_ms = clock_ms
 
     def process(self, topic: str, messages: Sequence[Message],
-                seen: dict[tuple[int, str, int], np.ndarray] | None = None) -> PartitionResult:
+                seen: SeenLookup | None = None) -> PartitionResult:
         """The update and dead letters of a micro-batch of one topic: consecutive messages of one or more partitions.
 
-        `seen`: devices the store reported as already counted in a (version, window, start): rejected as duplicates.
+        `seen`: the devices each partition counted before; their reports in the same window are duplicates, and the
+        update's offset ranges expect the applied offsets `seen` is synced at. None: only the batch is deduplicated.
         """
         if not messages:
             return PartitionResult(None)
@@ -146,7 +165,7 @@ class PartitionProcessor:
         windows: list[WindowIncrement] = []
         newest: int | None = None
         for _, items in sorted(by_version.items()):
-            incs, rejected, newest_v = self._accumulate(items, outcomes, seen or {})
+            incs, rejected, newest_v = self._accumulate(topic, items, outcomes, seen)
             letters += rejected
             windows += incs
             if newest_v is not None:
@@ -155,7 +174,8 @@ class PartitionProcessor:
         for m in messages:
             first_last = ranges.setdefault(m.partition, [m.offset, m.offset])
             first_last[0], first_last[1] = min(first_last[0], m.offset), max(first_last[1], m.offset)
-        offsets = tuple(OffsetRange(f"{topic}:{p}", lo, hi) for p, (lo, hi) in sorted(ranges.items()))
+        offsets = tuple(OffsetRange(f"{topic}:{p}", lo, hi, None if seen is None else seen.synced(topic, p))
+                        for p, (lo, hi) in sorted(ranges.items()))
         update = BatchUpdate(collection, offsets, tuple(windows), dict(outcomes), newest)
         return PartitionResult(update, letters)
 
@@ -178,9 +198,9 @@ class PartitionProcessor:
             return DeadLetter(msg.offset, msg.value, WRONG_SHAPE, problem, partition=msg.partition)
         return batch, plan
 
-    def _accumulate(self, items: list[tuple[Message, DecodedBatch, CollectionPlan]], outcomes: dict[str, int],
-                    seen: dict[tuple[int, str, int], np.ndarray]) -> tuple[list[WindowIncrement], list[DeadLetter],
-                                                                          int | None]:
+    def _accumulate(self, topic: str, items: list[tuple[Message, DecodedBatch, CollectionPlan]],
+                    outcomes: dict[str, int], seen: SeenLookup | None) -> tuple[list[WindowIncrement],
+                                                                                list[DeadLetter], int | None]:
         plan = items[0][2]
         spec = plan.spec
         rows = _concatenate([b for _, b, _ in items])
@@ -202,6 +222,11 @@ class PartitionProcessor:
         if wrong.any():
             _mark(reasons, np.flatnonzero(wrong), WRONG_SHAPE)
             details.setdefault(WRONG_SHAPE, f"a device must report {plan.attributes_per_device} attribute(s)")
+        partitions = np.array([m.partition for m, _, _ in items], dtype=np.int64)[rows.message]
+        misplaced = device_partitions(rows.devices, spec.partitions) != partitions
+        if misplaced.any():
+            _mark(reasons, np.flatnonzero(misplaced), WRONG_PARTITION)
+            details.setdefault(WRONG_PARTITION, f"a device's reports go to partition (pseudonym mod {spec.partitions})")
         # 4. report times
         now = self.clock_ms()
         _mark(reasons, np.flatnonzero(rows.timestamps > now + MAX_FUTURE_SKEW_MS), FUTURE)
@@ -216,9 +241,10 @@ class PartitionProcessor:
             order = ok[np.lexsort((ok, rows.devices[ok], starts[ok]))]  # by window, device, then arrival
             same = (rows.devices[order][1:] == rows.devices[order][:-1]) & (starts[order][1:] == starts[order][:-1])
             _mark(reasons, order[1:][same], DUPLICATE)
-            for (version, window, start), devices in seen.items():
-                if version == spec.version and window == dwin:
-                    _mark(reasons, np.flatnonzero((starts == start) & np.isin(rows.devices, devices)), DUPLICATE)
+            if seen is not None:
+                for (part, start), group in _groups(reasons == "", partitions, starts):
+                    known = seen.devices(topic, part, (spec.version, dwin, start))
+                    _mark(reasons, group[sorted_contains(known, rows.devices[group])], DUPLICATE)
             details.setdefault(DUPLICATE, "device already reported in this window")
         letters = _dead_letters(items, rows, reasons, details)
         accepted = reasons == ""
@@ -227,13 +253,15 @@ class PartitionProcessor:
             k = int((reasons == code).sum())
             if k:
                 outcomes[f"rejected:{code}"] += k
-        incs = self.window_increments(plan, rows, accepted, dwin)
+        incs = self.window_increments(plan, rows, accepted, dwin, partitions)
         newest = int(rows.timestamps[accepted].max()) if accepted.any() else None
         return incs, letters, newest
 
     @staticmethod
-    def window_increments(plan: CollectionPlan, rows: _Rows, accepted: np.ndarray, dwin: str) -> list[WindowIncrement]:
-        """6. Additive statistics of the accepted reports per window and window start."""
+    def window_increments(plan: CollectionPlan, rows: _Rows, accepted: np.ndarray, dwin: str,
+                          partitions: np.ndarray) -> list[WindowIncrement]:
+        """6. Additive statistics of the accepted reports per window and window start; in the dedupe window, the
+        devices counted, per partition (`partitions`: each row's)."""
         spec = plan.spec
         incs: list[WindowIncrement] = []
         ttl = 2 * (window_seconds(dwin) if dwin != ALL_TIME else 0)
@@ -249,7 +277,9 @@ class PartitionProcessor:
                         sub = _shaped(cols, plan.schemas[attr], len(grow))
                         counted = mech.accumulate({k: v[take] for k, v in sub.items()})
                         stats[attr] = np.concatenate([[float(take.sum())], counted])
-                dedupe = rows.devices[member] if (spec.one_report_per_window and window == dwin) else None
+                dedupe = None
+                if spec.one_report_per_window and window == dwin:
+                    dedupe = {int(p): rows.devices[member & (partitions == p)] for p in _distinct(partitions[member])}
                 incs.append(WindowIncrement(spec.version, window, int(start), int(member.sum()), stats, dedupe, ttl))
         return incs
 
@@ -289,6 +319,25 @@ def _concatenate(batches: list[DecodedBatch]) -> _Rows:
     attributes = {a: (np.concatenate(g), {k: np.concatenate(v) for k, v in c.items()}) for a, (g, c) in attrs.items()}
     return _Rows(message, local, np.concatenate([b.devices for b in batches]),
                  np.concatenate([b.timestamps_ms for b in batches]), attributes)
+
+
+def _groups(mask: np.ndarray, *keys: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray]]:
+    """The rows where `mask` holds, grouped by their values of the key columns (few distinct values each)."""
+    rows = np.flatnonzero(mask)
+    groups: list[tuple[tuple[int, ...], np.ndarray]] = [((), rows)]
+    for key in keys:
+        groups = [(k + (int(v),), g[key[g] == v]) for k, g in groups for v in _distinct(key[g])]
+    return groups
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of an array, cheaply when they are all equal (the usual case in a micro-batch)."""
+    if not len(values):
+        return values
+    low, high = values.min(), values.max()
+    if high - low < 4096:  # partitions, or a single window start
+        return np.flatnonzero(np.bincount(values - low)) + low
+    return np.unique(values)
 
 
 def _mark(reasons: np.ndarray, rows: np.ndarray, code: str) -> None:

@@ -6,10 +6,18 @@ only write, and it is atomic (one Lua script in Redis):
 1. If, for every partition the batch read, its last offset is <= the offset already applied there, nothing is
    written: the batch is a replay (after a crash or a rebalance) and is `skipped`. If for some partition its first
    offset is, nothing is written either (`overlap`): the caller drops the messages already applied and tries again.
-2. If any device of the batch has already reported in its dedupe window, nothing is written and those devices
-   are returned (`duplicates`); the caller moves them to the dead-letter topic and applies the rest.
-3. Otherwise, in one step: the devices join their dedupe sets, the statistics increments are added, the outcome
-   counters are added, the window index and freshness are updated, and the partition's offset is recorded.
+2. If for some partition the applied offset is not the one the caller's dedupe state was read at (`expected`:
+   another worker applied batches since), nothing is written (`stale`): the caller reloads and tries again.
+3. Otherwise, in one step: the batch's new devices are appended to their partition's dedupe list of the window,
+   the statistics increments are added, the outcome counters are added, the window index and freshness are
+   updated, and the partition's offset is recorded.
+
+Dedupe is partition-local: a device's reports all go to one partition of the topic (`producer.pseudonym.
+device_partitions`, enforced by the aggregator), so whether a device has reported in a window is a question about
+one partition, which one worker owns at a time. The worker keeps each partition's devices per window in memory
+(`aggregator.dedupe`), loaded with `seen_devices` together with the applied offset they match; the store keeps
+them as one string of 8-byte words per (window, partition), appended to atomically with the offset. Step 2 makes
+the in-memory copy safe when the partition has moved between workers meanwhile.
 
 What happens if the worker dies: before the script runs, nothing of the batch is in the store and the partition
 resumes (seek) after the recorded offset, so the batch is read and applied again; after it ran, the batch is all
@@ -29,6 +37,9 @@ import numpy as np
 import redis
 
 ALL_TIME = "all"
+NOT_APPLIED = -1  # the applied offset of a partition nothing was applied from
+
+WindowKey = tuple[int, str, int]  # (spec version, window, start ms)
 
 
 @dataclass(frozen=True)
@@ -40,17 +51,19 @@ class WindowIncrement:
     start_ms: int
     devices: int
     stats: dict[int, np.ndarray]
-    dedupe: np.ndarray | None = None  # uint64 devices that must not have reported in this window before
+    dedupe: dict[int, np.ndarray] | None = None  # partition -> uint64 devices counted now in this dedupe window
     dedupe_ttl_s: int = 0
 
 
 @dataclass(frozen=True)
 class OffsetRange:
-    """The offsets a micro-batch read from one partition."""
+    """The offsets a micro-batch read from one partition, and the applied offset its dedupe was checked against
+    (None: not checked)."""
 
     source: str  # "topic:partition"
     first: int
     last: int
+    expected: int | None = None
 
 
 @dataclass(frozen=True)
@@ -66,11 +79,11 @@ class BatchUpdate:
 
 @dataclass(frozen=True)
 class ApplyResult:
-    """`applied`, or why nothing was written: `skipped` (every range applied before), `overlap` (some range partly or
-    wholly applied: `applied` has those sources' applied offsets), `duplicates` (devices already counted)."""
+    """`applied`, or why nothing was written: `skipped` (every range applied before), `overlap` (some range partly
+    or wholly applied) or `stale` (some partition's applied offset is not the expected one); for the last two,
+    `applied` has those sources' applied offsets."""
 
     status: str
-    duplicates: dict[tuple[int, str, int], np.ndarray] = field(default_factory=dict)  # (version, window, start)
     applied: dict[str, int] = field(default_factory=dict)
 
 
@@ -87,7 +100,13 @@ class StatsStore(ABC):
 
     @abstractmethod
     def apply(self, update: BatchUpdate) -> ApplyResult:
-        """Apply a batch atomically unless it is a replay or holds devices already seen in their window."""
+        """Apply a batch atomically unless it is a replay or was deduplicated against a stale state."""
+
+    @abstractmethod
+    def seen_devices(self, collection: str, source: str, partition: int,
+                     windows: list[WindowKey]) -> tuple[int, dict[WindowKey, np.ndarray]]:
+        """A partition's applied offset (NOT_APPLIED if none) and, read at that same offset, the devices counted
+        from it in each of the dedupe windows (uint64, in the order they were counted)."""
 
     @abstractmethod
     def read_window(self, collection: str, version: int, window: str, start_ms: int,
@@ -120,6 +139,20 @@ def window_member(version: int, window: str, start_ms: int) -> str:
     return f"v{version}:{window}:{start_ms}"
 
 
+def seen_member(key: WindowKey, partition: int) -> str:
+    """The name of a partition's dedupe list in a window (under the collection's prefix)."""
+    return f"seen:{window_member(*key)}:p{partition}"
+
+
+def packed(devices: np.ndarray) -> bytes:
+    """Devices as the store keeps them: 8-byte little-endian words."""
+    return np.ascontiguousarray(devices, dtype="<u8").tobytes()
+
+
+def unpacked(data: bytes | None) -> np.ndarray:
+    return np.frombuffer(data or b"", dtype="<u8").astype(np.uint64)
+
+
 def parse_window_member(member: str) -> tuple[int, str, int]:
     v, window, start = member.split(":")
     return int(v[1:]), window, int(start)
@@ -133,62 +166,34 @@ def _now_ms() -> int:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Redis
-# KEYS: 1 offsets, 2 outcomes, 3 windows index, 4 meta, then nd dedupe sets, then ns stats hashes.
-# ARGV: 1 r, then r (source, first offset, last offset) triples; then nd, ns, newest report ms (or ''), now ms; then
-#       per dedupe set: ttl, m, the m members packed as 8-byte strings in one argument; per stats hash: window
-#       member, f, f (field, increment) pairs; then c, c (outcome, n) pairs.
+# KEYS: 1 offsets, 2 outcomes, 3 windows index, 4 meta, then nd dedupe strings, then ns stats hashes.
+# ARGV: 1 r, then r (source, first offset, last offset, expected applied offset or '') quadruples; then nd, ns,
+#       newest report ms (or ''), now ms; then per dedupe string: ttl, the new devices packed as 8-byte LE words;
+#       per stats hash: window member, f, f (field, increment) pairs; then c, c (outcome, n) pairs.
 APPLY_SCRIPT = """
 local r = tonumber(ARGV[1])
 local pos = 2
-local hit, all_applied = {'overlap'}, true
+local overlap, stale, all_applied = {'overlap'}, {'stale'}, true
 for i = 1, r do
-  local applied = redis.call('HGET', KEYS[1], ARGV[pos])
-  if applied and tonumber(applied) >= tonumber(ARGV[pos + 1]) then
-    table.insert(hit, ARGV[pos]); table.insert(hit, applied)
+  local source, first, last, expected = ARGV[pos], tonumber(ARGV[pos + 1]), tonumber(ARGV[pos + 2]), ARGV[pos + 3]
+  local applied = tonumber(redis.call('HGET', KEYS[1], source) or '-1')
+  if applied >= first then table.insert(overlap, source); table.insert(overlap, applied) end
+  if applied < last then all_applied = false end
+  if expected ~= '' and applied ~= tonumber(expected) then
+    table.insert(stale, source); table.insert(stale, applied)
   end
-  if not (applied and tonumber(applied) >= tonumber(ARGV[pos + 2])) then all_applied = false end
-  pos = pos + 3
+  pos = pos + 4
 end
 if all_applied then return {'skipped'} end
-if #hit > 1 then return hit end
+if #overlap > 1 then return overlap end
+if #stale > 1 then return stale end
 local nd, ns, newest_report, now = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1]), ARGV[pos + 2], ARGV[pos + 3]
 pos = pos + 4
-local CHUNK = 4000
-local function members(packed, s, e)
-  local t = {}
-  for j = s, e - 1 do t[#t + 1] = string.sub(packed, 8 * j + 1, 8 * j + 8) end
-  return t
-end
-local sets = {}
 for i = 1, nd do
-  sets[i] = {tonumber(ARGV[pos]), ARGV[pos + 2], tonumber(ARGV[pos + 1])}
-  pos = pos + 3
-end
-local dups = {'duplicates'}
-for i = 1, nd do
-  local packed, m = sets[i][2], sets[i][3]
-  local s = 0
-  while s < m do
-    local e = math.min(s + CHUNK, m)
-    local found = redis.call('SMISMEMBER', KEYS[4 + i], unpack(members(packed, s, e)))
-    for j = 1, #found do
-      if found[j] == 1 then
-        table.insert(dups, i); table.insert(dups, string.sub(packed, 8 * (s + j - 1) + 1, 8 * (s + j)))
-      end
-    end
-    s = e
-  end
-end
-if #dups > 1 then return dups end
-for i = 1, nd do
-  local ttl, packed, m = sets[i][1], sets[i][2], sets[i][3]
-  local s = 0
-  while s < m do
-    local e = math.min(s + CHUNK, m)
-    redis.call('SADD', KEYS[4 + i], unpack(members(packed, s, e)))
-    s = e
-  end
-  if ttl > 0 and m > 0 then redis.call('EXPIRE', KEYS[4 + i], ttl) end
+  local ttl = tonumber(ARGV[pos])
+  redis.call('APPEND', KEYS[4 + i], ARGV[pos + 1])
+  if ttl > 0 then redis.call('EXPIRE', KEYS[4 + i], ttl) end
+  pos = pos + 2
 end
 for i = 1, ns do
   local key = KEYS[4 + nd + i]
@@ -212,7 +217,7 @@ if newest_report ~= '' then
   end
 end
 redis.call('HSET', KEYS[4], 'applied_ms', now)
-for i = 0, r - 1 do redis.call('HSET', KEYS[1], ARGV[2 + 3 * i], ARGV[4 + 3 * i]) end
+for i = 0, r - 1 do redis.call('HSET', KEYS[1], ARGV[2 + 4 * i], ARGV[4 + 4 * i]) end
 return {'applied'}
 """
 
@@ -238,16 +243,16 @@ class RedisStore(StatsStore):
     def apply(self, update: BatchUpdate) -> ApplyResult:
         p = prefix(update.collection)
         keys = [f"{p}:offsets", f"{p}:outcomes", f"{p}:windows", f"{p}:meta"]
-        dedupe = [w for w in update.windows if w.dedupe is not None]
+        appends = [(f"{p}:{seen_member((w.version, w.window, w.start_ms), part)}", w.dedupe_ttl_s, packed(devices))
+                   for w in update.windows for part, devices in sorted((w.dedupe or {}).items()) if len(devices)]
         args: list[str | bytes | int] = [len(update.ranges)]
         for r in update.ranges:
-            args += [r.source, r.first, r.last]
-        args += [len(dedupe), len(update.windows), "" if update.newest_report_ms is None else update.newest_report_ms,
+            args += [r.source, r.first, r.last, "" if r.expected is None else r.expected]
+        args += [len(appends), len(update.windows), "" if update.newest_report_ms is None else update.newest_report_ms,
                  _now_ms()]
-        for w in dedupe:
-            keys.append(f"{p}:seen:{window_member(w.version, w.window, w.start_ms)}")
-            members = np.ascontiguousarray(w.dedupe, dtype="<u8")
-            args += [w.dedupe_ttl_s, len(members), members.tobytes()]  # 8-byte LE members, split in the script
+        for key, ttl, data in appends:
+            keys.append(key)
+            args += [ttl, data]
         for w in update.windows:
             member = window_member(w.version, w.window, w.start_ms)
             keys.append(f"{p}:{member}")
@@ -257,17 +262,18 @@ class RedisStore(StatsStore):
         for k, n in sorted(update.outcomes.items()):
             args += [k, n]
         reply = self._apply(keys=keys, args=args)
-        status = reply[0].decode()
-        if status == "overlap":
-            return ApplyResult(status, applied={reply[i].decode(): int(reply[i + 1]) for i in range(1, len(reply), 2)})
-        if status != "duplicates":
-            return ApplyResult(status)
-        found: dict[tuple[int, str, int], list[int]] = defaultdict(list)
-        for i in range(1, len(reply), 2):
-            w = dedupe[int(reply[i]) - 1]
-            device = np.frombuffer(reply[i + 1], dtype="<u8")[0]
-            found[(w.version, w.window, w.start_ms)].append(int(device))
-        return ApplyResult("duplicates", {k: np.asarray(v, dtype=np.uint64) for k, v in found.items()})
+        return ApplyResult(reply[0].decode(), {reply[i].decode(): int(reply[i + 1]) for i in range(1, len(reply), 2)})
+
+    def seen_devices(self, collection: str, source: str, partition: int,
+                     windows: list[WindowKey]) -> tuple[int, dict[WindowKey, np.ndarray]]:
+        p = prefix(collection)
+        with self.redis.pipeline(transaction=True) as pipe:  # MULTI/EXEC: the lists as of that offset
+            pipe.hget(f"{p}:offsets", source)
+            for key in windows:
+                pipe.get(f"{p}:{seen_member(key, partition)}")
+            applied, *lists = pipe.execute()
+        return (NOT_APPLIED if applied is None else int(applied)), {
+            key: unpacked(data) for key, data in zip(windows, lists, strict=True)}
 
     def read_window(self, collection: str, version: int, window: str, start_ms: int,
                     sizes: dict[int, int]) -> WindowStats:
@@ -317,7 +323,7 @@ class MemoryStore(StatsStore):
         self._lock = threading.Lock()
         self._offsets: dict[str, dict[str, int]] = defaultdict(dict)
         self._outcomes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self._seen: dict[tuple[str, str], set[int]] = defaultdict(set)
+        self._seen: dict[tuple[str, str], bytearray] = defaultdict(bytearray)
         self._fields: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._windows: dict[str, set[str]] = defaultdict(set)
         self._meta: dict[str, dict[str, int]] = defaultdict(dict)
@@ -325,27 +331,18 @@ class MemoryStore(StatsStore):
     def apply(self, update: BatchUpdate) -> ApplyResult:
         c = update.collection
         with self._lock:
-            done = {r.source: self._offsets[c][r.source] for r in update.ranges if r.source in self._offsets[c]}
-            if len(done) == len(update.ranges) and all(done[r.source] >= r.last for r in update.ranges):
+            applied = {r.source: self._offsets[c].get(r.source, NOT_APPLIED) for r in update.ranges}
+            if all(applied[r.source] >= r.last for r in update.ranges):
                 return ApplyResult("skipped")
-            replayed = {r.source: done[r.source] for r in update.ranges
-                        if r.source in done and done[r.source] >= r.first}
-            if replayed:
-                return ApplyResult("overlap", applied=replayed)
-            dups: dict[tuple[int, str, int], np.ndarray] = {}
-            for w in update.windows:
-                if w.dedupe is None:
-                    continue
-                seen = self._seen[(c, window_member(w.version, w.window, w.start_ms))]
-                hit = np.asarray([d for d in w.dedupe.tolist() if d in seen], dtype=np.uint64)
-                if len(hit):
-                    dups[(w.version, w.window, w.start_ms)] = hit
-            if dups:
-                return ApplyResult("duplicates", dups)
+            for status, hit in (("overlap", lambda r: applied[r.source] >= r.first),
+                                ("stale", lambda r: r.expected is not None and applied[r.source] != r.expected)):
+                found = {r.source: applied[r.source] for r in update.ranges if hit(r)}
+                if found:
+                    return ApplyResult(status, found)
             for w in update.windows:
                 member = window_member(w.version, w.window, w.start_ms)
-                if w.dedupe is not None:
-                    self._seen[(c, member)].update(w.dedupe.tolist())
+                for part, devices in (w.dedupe or {}).items():
+                    self._seen[(c, seen_member((w.version, w.window, w.start_ms), part))] += packed(devices)
                 self._windows[c].add(member)
                 fields = stats_fields(w.devices, w.stats)
                 target = self._fields[(c, member)]
@@ -360,6 +357,13 @@ class MemoryStore(StatsStore):
             for r in update.ranges:
                 self._offsets[c][r.source] = r.last
             return ApplyResult("applied")
+
+    def seen_devices(self, collection: str, source: str, partition: int,
+                     windows: list[WindowKey]) -> tuple[int, dict[WindowKey, np.ndarray]]:
+        with self._lock:
+            lists = {key: unpacked(bytes(self._seen.get((collection, seen_member(key, partition)), b"")))
+                     for key in windows}
+            return self._offsets[collection].get(source, NOT_APPLIED), lists
 
     def read_window(self, collection: str, version: int, window: str, start_ms: int,
                     sizes: dict[int, int]) -> WindowStats:

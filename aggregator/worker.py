@@ -2,13 +2,15 @@
 
 Per micro-batch (`stream.take_events`), per topic (all its partitions together: one processing pass and one store
 write, so the fixed costs are paid once per micro-batch, not once per partition; see `aggregator.store`):
-1. decode, validate and accumulate the messages (`aggregator.processing`, vectorised);
+1. decode, validate and accumulate the messages (`aggregator.processing`, vectorised), deduplicating against the
+   devices each partition counted before (`aggregator.dedupe.SeenDevices`, in memory, loaded from Redis);
 2. send the dead letters to `ldp.dlq` and wait until Kafka has them (at-least-once: a crash before step 3 means
    the batch, and so its dead letters, come again);
-3. apply the statistics, outcome counters and the new offset in one atomic Redis script. If the script answers
-   `overlap` (part of the batch was applied: a replay after a rebalance), drop the messages at or below the
-   applied offset and go to 1; if it names devices already counted in their window, they become dead letters
-   and go to 1; `skipped` (all of it was applied) ends here.
+3. apply the statistics, outcome counters, new devices and the new offset in one atomic Redis script. If the script
+   answers `overlap` (part of the batch was applied: a replay after a rebalance), drop the messages at or below
+   the applied offset, forget those partitions' dedupe lists and go to 1; if it answers `stale` (another worker
+   applied batches of a partition since its lists were loaded), forget them and go to 1; `skipped` (all of it was
+   applied) ends here.
 faust acks (and later commits) the events only after this returns. On every partition assignment the consumer
 seeks each partition to the offset after the one the store has applied (`StoreSeekingConsumer`), so Kafka's
 committed offsets are never trusted: a batch is counted once whatever faust committed.
@@ -38,6 +40,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from aggregator import metrics
+from aggregator.dedupe import SeenDevices
 from aggregator.dlq import DeadLetterProducer, DeliveryTimeout
 from aggregator.plans import PlanRegistry
 from aggregator.processing import DeadLetter, Message, PartitionProcessor
@@ -67,10 +70,12 @@ class WorkerConfig:
 class BatchHandler:
     """Steps 1-4 for the events of one micro-batch (synchronous: nothing else runs in the loop meanwhile)."""
 
-    def __init__(self, store: StatsStore, plans: PlanRegistry, dlq: DeadLetterProducer) -> None:
+    def __init__(self, store: StatsStore, plans: PlanRegistry, dlq: DeadLetterProducer,
+                 seen: SeenDevices | None = None) -> None:
         self.store = store
         self.dlq = dlq
-        self.processor = PartitionProcessor(plans.get, lambda: int(time.time() * 1000))
+        self.seen = seen if seen is not None else SeenDevices(store)
+        self.processor = PartitionProcessor(plans.get, _now_ms)
 
     def handle(self, events: Sequence[Any]) -> None:
         by_topic: dict[str, dict[tuple[int, int], Message]] = defaultdict(dict)
@@ -100,29 +105,30 @@ class BatchHandler:
         """Steps 1-3 for the messages of one topic (any of its partitions), in one atomic store write."""
         started = time.perf_counter()
         collection = topic.removeprefix("ldp.reports.")
-        seen: dict[tuple[int, str, int], Any] = {}
         sent: set[tuple[int, int, str, tuple[int, ...] | None]] = set()
         for _ in range(MAX_APPLY_ROUNDS):
             if not messages:
                 metrics.BATCHES.labels("skipped").inc()
                 return
-            result = self.processor.process(topic, messages, seen)
+            result = self.processor.process(topic, messages, self.seen)
             new = [d for d in result.dead_letters if (d.partition, d.offset, d.reason, d.rows) not in sent]
             self.dlq.send(topic, new)
             sent.update((d.partition, d.offset, d.reason, d.rows) for d in new)
             outcome = self.store.apply(result.update) if result.update else None
-            if outcome is None or outcome.status in ("applied", "skipped"):
-                status = outcome.status if outcome else "skipped"
-                metrics.BATCHES.labels(status).inc()
-                if status == "applied":
-                    self._count(collection, result.update.outcomes if result.update else {}, result.dead_letters)
-                    metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
+            status = outcome.status if outcome else "skipped"
+            metrics.BATCHES.labels(status).inc()
+            if status == "applied" and result.update:
+                self.seen.commit(topic, result.update, _now_ms())
+                self._count(collection, result.update.outcomes, result.dead_letters)
+                metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
                 return
-            metrics.BATCHES.labels(outcome.status).inc()
-            if outcome.status == "overlap":  # some partitions' messages are applied already (a replay): drop them
+            if status == "skipped":  # applied before, maybe by another worker: this worker's lists may be behind
+                self.seen.invalidate(topic, sorted({m.partition for m in messages}))
+                return
+            assert outcome is not None
+            self.seen.invalidate(topic, [int(source.rpartition(":")[2]) for source in outcome.applied])
+            if status == "overlap":  # some partitions' messages are applied already (a replay): drop them
                 messages = [m for m in messages if m.offset > outcome.applied.get(f"{topic}:{m.partition}", -1)]
-            for key, devices in outcome.duplicates.items():
-                seen[key] = devices
         raise RuntimeError(f"{topic}: micro-batch not applied after {MAX_APPLY_ROUNDS} rounds")
 
     @staticmethod
@@ -134,12 +140,15 @@ class BatchHandler:
 
 
 class StoreSeekingConsumer(faust_aiokafka.Consumer):
-    """faust's aiokafka consumer, but every seek-to-committed goes to the offset after the store's applied one."""
+    """faust's aiokafka consumer, but every seek-to-committed goes to the offset after the store's applied one (and
+    the worker's dedupe lists are dropped, to be reloaded for the partitions it now has)."""
 
     store: StatsStore
+    seen: SeenDevices
 
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed = dict(await super().seek_to_committed())
+        self.seen.clear()
         applied: dict[str, dict[str, int]] = {}
         for tp in self.assignment():
             if not tp.topic.startswith("ldp.reports."):
@@ -164,6 +173,10 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(OUTAGE_RETRY_S)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def report_topics(plans: PlanRegistry, bootstrap: str) -> list[str]:
@@ -191,11 +204,12 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
                     stream_buffer_maxsize=max(4096, 4 * cfg.max_messages), broker_commit_every=cfg.max_messages,
                     consumer_max_fetch_size=8 * 1024 * 1024)
     store = store or RedisStore(cfg.redis_url)
-    consumer_cls = type("BoundStoreSeekingConsumer", (StoreSeekingConsumer,), {"store": store})
+    seen = SeenDevices(store)
+    consumer_cls = type("BoundStoreSeekingConsumer", (StoreSeekingConsumer,), {"store": store, "seen": seen})
     transport_cls = type("StoreSeekingTransport", (faust_aiokafka.Transport,), {"Consumer": consumer_cls})
     app.transport = transport_cls(app.conf.broker_consumer, app)
     plans = PlanRegistry(cfg.bootstrap)
-    handler = BatchHandler(store, plans, DeadLetterProducer(cfg.bootstrap))
+    handler = BatchHandler(store, plans, DeadLetterProducer(cfg.bootstrap), seen)
     # faust's aiokafka driver cannot subscribe to a pattern, and changing a running subscription races in its
     # fetcher; so a worker subscribes to the report topics of the collections published when it starts, and when
     # another is published it stops cleanly (like SIGTERM) and `python -m aggregator` starts it again (re-exec).

@@ -82,11 +82,15 @@ class ReportProducer:
         """Messages produced but not yet acknowledged or failed."""
         return self.sent - self.counts.delivered - self.counts.failed
 
-    def produce(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        """Queue one message; when the local queue is full, serve delivery reports until there is room."""
+    def produce(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None) -> None:
+        """Queue one message (to `partition`, else where the key hashes); when the local queue is full, serve
+        delivery reports until there is room."""
         while True:
             try:
-                self._producer.produce(topic, value, key)
+                if partition is None:
+                    self._producer.produce(topic, value, key)
+                else:
+                    self._producer.produce(topic, value, key, partition=partition)
                 break
             except BufferError:
                 self._producer.poll(0.05)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ldp.base import LDPError
 from producer.collector import collector_for
+from producer.pseudonym import device_partitions
 from producer.spec import CategoricalAttribute, CollectionSpec, NumericAttribute
 from producer.wire import AttributeReports, PerturbedBatch, perturbed_batch
 
@@ -115,11 +116,27 @@ def row_range(batch: PerturbedBatch, lo: int, hi: int) -> PerturbedBatch:
     """The devices lo..hi-1 of a batch as a batch of their own (rows renumbered from 0)."""
     if not 0 <= lo < hi <= len(batch):
         raise ValueError(f"row range [{lo}, {hi}) is not inside a batch of {len(batch)}")
+    return select_rows(batch, np.arange(lo, hi))
+
+
+def select_rows(batch: PerturbedBatch, rows: np.ndarray) -> PerturbedBatch:
+    """The devices at `rows` (strictly increasing) as a batch of their own (rows renumbered from 0)."""
     blocks = []
     for block in batch.attributes:
-        first, last = np.searchsorted(block.rows, [lo, hi])
-        if last > first:
-            reports = {name: col[first:last] for name, col in block.reports.items()}
-            blocks.append(AttributeReports(block.attribute, (block.rows[first:last] - lo).astype(np.uint32), reports))
-    return perturbed_batch(batch.collection, batch.spec_version, batch.devices[lo:hi], batch.timestamps_ms[lo:hi],
+        at = np.searchsorted(rows, block.rows)
+        keep = rows[np.minimum(at, len(rows) - 1)] == block.rows
+        if keep.any():
+            reports = {name: col[keep] for name, col in block.reports.items()}
+            blocks.append(AttributeReports(block.attribute, at[keep].astype(np.uint32), reports))
+    return perturbed_batch(batch.collection, batch.spec_version, batch.devices[rows], batch.timestamps_ms[rows],
                            tuple(blocks))
+
+
+def by_partition(batch: PerturbedBatch, partitions: int) -> Iterator[tuple[int, PerturbedBatch]]:
+    """The batch split by the report-topic partition of its devices (`device_partitions`), lowest first."""
+    owner = device_partitions(batch.devices, partitions)
+    order = np.argsort(owner, kind="stable")  # rows of one partition stay in their order
+    bounds = np.searchsorted(owner[order], np.arange(partitions + 1))
+    for p in range(partitions):
+        if bounds[p + 1] > bounds[p]:
+            yield p, select_rows(batch, order[bounds[p]:bounds[p + 1]])

@@ -7,7 +7,8 @@ The hash is keyed by the collection's name, so one device has unlinkable pseudon
   bijection of 64-bit words, so distinct ids always get distinct pseudonyms (the fleet simulator relies on it);
 - a string id: the first 8 bytes (little endian) of blake2b(UTF-8 id, key=collection name, person=b"ldp-device").
 
-A single report's Kafka key is its pseudonym as 8 little-endian bytes (`pseudonym_key`).
+A single report's Kafka key is its pseudonym as 8 little-endian bytes (`pseudonym_key`); every report of a device goes
+to the partition `device_partitions` names.
 """
 
 from __future__ import annotations
@@ -80,3 +81,19 @@ def pseudonym_key(pseudonym: int) -> bytes:
     b'\\x02\\x01\\x00\\x00\\x00\\x00\\x00\\x00'
     """
     return int(pseudonym).to_bytes(8, "little")
+
+
+def device_partitions(pseudonyms: np.ndarray, partitions: int) -> np.ndarray:
+    """The partition of the report topic that each device's reports go to: its pseudonym mod the partition count.
+
+    All of a device's reports then meet in one partition, so one worker can tell alone whether the device has
+    already reported in a window (`aggregator.dedupe`).
+
+    Examples
+    --------
+    >>> device_partitions(np.array([7, 8, 2**64 - 1], dtype=np.uint64), 8).tolist()
+    [7, 0, 7]
+    """
+    if partitions < 1:
+        raise ValueError(f"a topic has at least one partition, got {partitions}")
+    return (np.asarray(pseudonyms, dtype=np.uint64) % np.uint64(partitions)).astype(np.int64)

@@ -3,7 +3,8 @@
 `Device.report(record)` (1) validates and perturbs the record as a batch of one (`producer.perturb`), (2) charges
 the privacy-budget ledger, which refuses a report that would exceed the spec's epsilon in its window, (3) encodes
 the perturbed batch (`producer.wire`, which accepts nothing else) and (4) produces it keyed by the device's
-pseudonym. The raw record goes no further than step (1); the device id never leaves as such (`producer.pseudonym`).
+pseudonym, to the device's partition (`producer.pseudonym.device_partitions`). The raw record goes no further
+than step (1); the device id never leaves as such (`producer.pseudonym`).
 A record that fails validation or is refused by the ledger charges nothing and sends nothing.
 """
 
@@ -18,7 +19,7 @@ import numpy as np
 from producer.kafka import ReportProducer
 from producer.ledger import PrivacyLedger
 from producer.perturb import perturb
-from producer.pseudonym import device_pseudonym, pseudonym_key
+from producer.pseudonym import device_partitions, device_pseudonym, pseudonym_key
 from producer.spec import CollectionSpec
 from producer.wire import encode
 
@@ -35,6 +36,7 @@ class Device:
         self.rng = rng if rng is not None else np.random.default_rng()
         self._devices = np.array([self.pseudonym], dtype=np.uint64)
         self._key = pseudonym_key(self.pseudonym)
+        self._partition = int(device_partitions(self._devices, spec.partitions)[0])
 
     def report(self, record: Mapping[str, object], timestamp: int | datetime | None = None) -> bytes:
         """Perturb, charge, encode and (with a producer) send one report; return the encoded message.
@@ -49,7 +51,7 @@ class Device:
         self.ledger.charge(self.spec, now)
         message = encode(batch)
         if self.producer is not None:
-            self.producer.produce(self.spec.topic, message, self._key)
+            self.producer.produce(self.spec.topic, message, self._key, self._partition)
         return message
 
 

@@ -1,9 +1,10 @@
 """The device fleet simulator: N devices with a known population, perturbed in vectorised chunks, into Kafka.
 
-Each chunk of B devices (1) draws the devices' true records (`producer.population`, 000 Sec. VI) and adds them to
-the exact truth, (2) perturbs them in one vectorised call (`producer.perturb`) and (3) encodes the chunk as one
-envelope keyed by a batch id (halved until each envelope fits in MAX_MESSAGE_BYTES), or with `single` as B
-one-report envelopes keyed by the device pseudonym.
+Each chunk of B x P devices (P: the spec's partitions) (1) draws the devices' true records (`producer.population`,
+000 Sec. VI) and adds them to the exact truth, (2) perturbs them in one vectorised call (`producer.perturb`) and
+(3) sends each device's report to its own partition (`producer.pseudonym.device_partitions`): per partition one
+envelope of about B reports keyed by a batch id (halved until each envelope fits in MAX_MESSAGE_BYTES), or with
+`single` one-report envelopes keyed by the device pseudonym.
 Device i of a run has the integer id seed * 2^32 + i, so pseudonyms are unique within a run and across runs with
 different seeds; every simulated device reports once, so no ledger is needed. Report times come from `clock_ms`.
 """
@@ -17,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from producer.kafka import ReportProducer
-from producer.perturb import perturb, row_range, single_reports
+from producer.perturb import by_partition, perturb, row_range, single_reports
 from producer.population import Population, PopulationTruth, Records
-from producer.pseudonym import integer_pseudonyms
+from producer.pseudonym import device_partitions, integer_pseudonyms
 from producer.spec import CollectionSpec
 from producer.wire import PerturbedBatch, encode
 
@@ -73,34 +74,43 @@ def encode_within(batch: PerturbedBatch, limit: int) -> list[bytes]:
     return encode_within(row_range(batch, 0, mid), limit) + encode_within(row_range(batch, mid, len(batch)), limit)
 
 
+def chunk_messages(spec: CollectionSpec, reports: PerturbedBatch, key_prefix: str,
+                   single: bool = False) -> Iterator[tuple[int, bytes, bytes]]:
+    """The Kafka messages (partition, key, value) of a chunk's reports, each on its devices' partition: an envelope
+    per partition (keyed `key_prefix/partition/part`), or with `single` one per device (keyed by its pseudonym)."""
+    if single:
+        owners = device_partitions(reports.devices, spec.partitions).tolist()
+        for owner, one in zip(owners, single_reports(reports), strict=True):
+            yield owner, one.devices.astype("<u8", copy=False).tobytes(), encode(one)  # key = pseudonym_key
+        return
+    for owner, mine in by_partition(reports, spec.partitions):
+        for part, message in enumerate(encode_within(mine, MAX_MESSAGE_BYTES)):
+            yield owner, f"{key_prefix}/{owner}/{part}".encode(), message
+
+
 def simulate(spec: CollectionSpec, devices: int, producer: ReportProducer, *, seed: int = 0, batch: int = 1000,
              rate: float | None = None, single: bool = False, clock_ms: Callable[[], int] = wall_clock_ms,
              on_progress: Callable[[int], None] | None = None, topic: str | None = None) -> SimulationResult:
     """Send one report for each of `devices` simulated devices to `topic` (default: the spec's report topic).
 
-    `rate` caps reports per second; `on_progress(k)` is told after each chunk that k more reports were queued.
+    `batch`: reports per envelope (about); `rate` caps reports per second; `on_progress(k)` is told after each
+    chunk that k more reports were queued.
     Returns once Kafka has acknowledged every message (DeliveryError otherwise).
     """
     if rate is not None and not rate > 0:
         raise ValueError(f"rate must be > 0 reports/s, got {rate}")
-    chunk = batch if rate is None else max(1, min(batch, int(rate / CHUNKS_PER_SECOND)))
+    chunk = batch * spec.partitions
+    chunk = chunk if rate is None else max(1, min(chunk, int(rate / CHUNKS_PER_SECOND)))
     topic = topic or spec.topic
     truth = PopulationTruth(spec)
     sent = messages = size = 0
     start = time.perf_counter()
     for index, (records, reports) in enumerate(fleet(spec, devices, seed=seed, chunk=chunk, clock_ms=clock_ms)):
         truth.add(records)
-        if single:
-            for one in single_reports(reports):
-                message = encode(one)
-                producer.produce(topic, message, one.devices.astype("<u8", copy=False).tobytes())  # = pseudonym_key
-                size += len(message)
-            messages += len(reports)
-        else:
-            for part, message in enumerate(encode_within(reports, MAX_MESSAGE_BYTES)):
-                producer.produce(topic, message, f"{spec.key}/{seed}/{index}/{part}".encode())
-                size += len(message)
-                messages += 1
+        for partition, key, message in chunk_messages(spec, reports, f"{spec.key}/{seed}/{index}", single):
+            producer.produce(topic, message, key, partition)
+            size += len(message)
+            messages += 1
         sent += len(reports)
         if on_progress is not None:
             on_progress(len(reports))

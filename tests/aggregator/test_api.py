@@ -110,7 +110,7 @@ def aggregated_store(cfg: ServicesConfig, spec: CollectionSpec) -> tuple[MemoryS
 @pytest.fixture(scope="module")
 def served(live_services: ServicesConfig) -> Iterator[Served]:
     spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
-        update={"name": f"test-api-{uuid.uuid4().hex[:10]}"})
+        update={"name": f"test-api-{uuid.uuid4().hex[:10]}", "partitions": 1})  # everything on partition 0
     publish_spec(spec, live_services.bootstrap)
     store, now_ms = aggregated_store(live_services, spec)
     health = {"kafka": lambda: metadata_answers(live_services.bootstrap, 5.0),

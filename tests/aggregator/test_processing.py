@@ -16,10 +16,12 @@ from aggregator.processing import (
     STALE,
     UNKNOWN_COLLECTION,
     UNKNOWN_VERSION,
+    WRONG_PARTITION,
     WRONG_SHAPE,
     Message,
     PartitionProcessor,
 )
+from aggregator.dedupe import SeenDevices
 from aggregator.store import MemoryStore
 from ldp import registry
 from ldp.base import Mechanism, ReportSchema
@@ -33,6 +35,7 @@ version: 1
 epsilon: 2
 sampling: 1
 windows: [1h]
+partitions: 1
 attributes:
   - {name: battery, type: numeric, range: [0, 100], mechanism: pm}
   - {name: mode, type: categorical, values: [a, b, c], mechanism: grr}
@@ -59,7 +62,7 @@ def processor() -> PartitionProcessor:
 
 
 def message(devices: list[int], offset: int, seed: int = 0, ts: int = NOW, collection: str = "unit",
-            version: int = 1) -> Message:
+            version: int = 1, partition: int = 0) -> Message:
     """Half the devices report the numeric attribute, half the categorical one (k = 1)."""
     rng = np.random.default_rng(seed)
     d = np.asarray(devices, dtype=np.uint64)
@@ -68,7 +71,7 @@ def message(devices: list[int], offset: int, seed: int = 0, ts: int = NOW, colle
     blocks = (AttributeReports(0, num, PLAN.mechanisms[0].perturb(rng.uniform(-1, 1, len(num)), rng)),
               AttributeReports(1, cat, PLAN.mechanisms[1].perturb(rng.integers(0, 3, len(cat)), rng)))
     batch = perturbed_batch(collection, version, d, np.full(len(d), ts, dtype=np.int64), blocks)
-    return Message(offset, encode(batch))
+    return Message(offset, encode(batch), partition=partition)
 
 
 def test_good_messages_are_accumulated_per_window() -> None:
@@ -128,18 +131,35 @@ def test_report_times_are_checked() -> None:
     assert sorted(d.reason for d in result.dead_letters) == [FUTURE, STALE]
 
 
-def test_duplicates_within_a_batch_and_against_the_store() -> None:
+def test_duplicates_within_a_batch_and_against_what_the_partition_counted() -> None:
     proc, store = processor(), MemoryStore()
-    first = proc.process(TOPIC, [message([1, 2, 3], 1), message([3, 9], 2, seed=1)])
+    seen = SeenDevices(store)
+    first = proc.process(TOPIC, [message([1, 2, 3], 1), message([3, 9], 2, seed=1)], seen)
     assert [(d.offset, d.reason, d.rows) for d in first.dead_letters] == [(2, DUPLICATE, (0,))]
-    assert store.apply(first.update).status == "applied"  # type: ignore[arg-type]
-    second = proc.process(TOPIC, [message([2, 10], 3, seed=2)])
-    result = store.apply(second.update)  # type: ignore[arg-type]
-    assert result.status == "duplicates"
-    again = proc.process(TOPIC, [message([2, 10], 3, seed=2)], seen=result.duplicates)
-    assert [(d.reason, d.rows) for d in again.dead_letters] == [(DUPLICATE, (0,))]
-    assert store.apply(again.update).status == "applied"  # type: ignore[arg-type]
+    assert first.update is not None and [r.expected for r in first.update.ranges] == [-1]
+    assert store.apply(first.update).status == "applied"
+    seen.commit(TOPIC, first.update, NOW)
+    second = proc.process(TOPIC, [message([2, 10], 3, seed=2)], seen)
+    assert [(d.reason, d.rows) for d in second.dead_letters] == [(DUPLICATE, (0,))]
+    assert second.update is not None and [r.expected for r in second.update.ranges] == [2]
+    assert store.apply(second.update).status == "applied"
     assert store.outcomes("unit") == {"accepted": 5, f"rejected:{DUPLICATE}": 2}
+    # another hour is another dedupe window
+    later = proc.process(TOPIC, [message([2], 4, ts=NOW - 3_600_000)], seen)
+    assert later.dead_letters == []
+
+
+def test_reports_off_their_devices_partition_are_rejected() -> None:
+    spec8 = parse_spec(SPEC.model_dump_json().replace('"partitions":1', '"partitions":8'))
+    plan8 = Plan(spec8, PLAN.mechanisms)
+    proc = PartitionProcessor(lambda name, version: plan8, lambda: NOW)
+    devices = [8, 3, 16, 11, 24]  # partitions 0, 3, 0, 3, 0
+    result = proc.process(TOPIC, [message(devices, 1, partition=0), message(devices, 2, partition=3)])
+    letters = sorted((d.offset, d.reason, d.rows) for d in result.dead_letters)
+    assert letters == [(1, WRONG_PARTITION, (1, 3)), (2, WRONG_PARTITION, (0, 2, 4))]
+    assert result.update is not None and result.update.outcomes["accepted"] == 5
+    hour = next(w for w in result.update.windows if w.window == "1h")
+    assert {p: d.tolist() for p, d in (hour.dedupe or {}).items()} == {0: [8, 16, 24], 3: [3, 11]}
 
 
 @pytest.mark.parametrize("n", [1, 1000])

@@ -8,7 +8,15 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from aggregator.store import BatchUpdate, MemoryStore, OffsetRange, RedisStore, StatsStore, WindowIncrement
+from aggregator.store import (
+    NOT_APPLIED,
+    BatchUpdate,
+    MemoryStore,
+    OffsetRange,
+    RedisStore,
+    StatsStore,
+    WindowIncrement,
+)
 from ldpstream.services import ServicesConfig
 
 SIZES = {0: 3, 1: 4}
@@ -27,11 +35,12 @@ def store(request: pytest.FixtureRequest) -> Iterator[tuple[StatsStore, str]]:
 
 
 def update(collection: str, offset: int, devices: list[int], source: str = "t:0", start: int = 0,
-           scale: float = 1.0) -> BatchUpdate:
+           scale: float = 1.0, expected: int | None = None) -> BatchUpdate:
     d = np.asarray(devices, dtype=np.uint64)
     stats = {0: np.array([len(d), 0.5, 0.25]) * scale, 1: np.array([0.0, 1.0, 2.0, 3.0]) * scale}
-    return BatchUpdate(collection, (OffsetRange(source, offset, offset),),
-                       (WindowIncrement(1, "1h", start, len(d), stats, dedupe=d, dedupe_ttl_s=7200),
+    partition = int(source.rpartition(":")[2])
+    return BatchUpdate(collection, (OffsetRange(source, offset, offset, expected),),
+                       (WindowIncrement(1, "1h", start, len(d), stats, dedupe={partition: d}, dedupe_ttl_s=7200),
                         WindowIncrement(1, "all", 0, len(d), stats)),
                        {"accepted": len(d), "rejected:out_of_range": 2}, newest_report_ms=1000 + offset)
 
@@ -90,16 +99,31 @@ def test_offsets_are_per_partition(store: tuple[StatsStore, str]) -> None:
     assert s.offsets(c) == {"t:0": 10, "t:1": 3}
 
 
-def test_duplicates_in_a_window_write_nothing_and_are_named(store: tuple[StatsStore, str]) -> None:
+def test_dedupe_lists_are_read_with_the_offset_they_match(store: tuple[StatsStore, str]) -> None:
     s, c = store
-    s.apply(update(c, 10, [1, 2, 2**64 - 1, 256]))
-    result = s.apply(update(c, 11, [3, 2**64 - 1, 256, 4]))
-    assert result.status == "duplicates"
-    assert sorted(result.duplicates[(1, "1h", 0)].tolist()) == [256, 2**64 - 1]
-    assert s.offsets(c) == {"t:0": 10} and s.read_window(c, 1, "all", 0, SIZES).devices == 4
-    assert s.apply(update(c, 11, [3, 4])).status == "applied"
-    # another window start is another dedupe set
-    assert s.apply(update(c, 12, [1, 2], start=3_600_000)).status == "applied"
+    hour = (1, "1h", 0)
+    assert s.seen_devices(c, "t:0", 0, [hour]) == (NOT_APPLIED, {hour: pytest.approx(np.zeros(0))})
+    s.apply(update(c, 10, [5, 2**64 - 1, 256]))
+    s.apply(update(c, 11, [3]))
+    s.apply(update(c, 4, [7], source="t:1"))
+    s.apply(update(c, 12, [9], start=3_600_000))
+    applied, lists = s.seen_devices(c, "t:0", 0, [hour, (1, "1h", 3_600_000), (1, "1h", 7_200_000)])
+    assert applied == 12
+    assert lists[hour].dtype == np.uint64 and lists[hour].tolist() == [5, 2**64 - 1, 256, 3]  # in counted order
+    assert lists[(1, "1h", 3_600_000)].tolist() == [9] and lists[(1, "1h", 7_200_000)].tolist() == []
+    assert s.seen_devices(c, "t:1", 1, [hour]) == (4, {hour: pytest.approx(np.array([7.0]))})
+
+
+def test_a_write_deduplicated_at_another_offset_is_stale(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    assert s.apply(update(c, 10, [1, 2], expected=NOT_APPLIED)).status == "applied"
+    stale = s.apply(update(c, 11, [2, 3], expected=NOT_APPLIED))  # another worker applied offset 10 meanwhile
+    assert (stale.status, stale.applied) == ("stale", {"t:0": 10})
+    assert s.outcomes(c)["accepted"] == 2 and s.seen_devices(c, "t:0", 0, [(1, "1h", 0)])[1][(1, "1h", 0)].size == 2
+    assert s.apply(update(c, 11, [3], expected=10)).status == "applied"
+    assert s.apply(update(c, 11, [3], expected=3)).status == "skipped"  # a replay is skipped whatever it expected
+    overlap = s.apply(BatchUpdate(c, (OffsetRange("t:0", 11, 13, 3),), update(c, 0, [4]).windows, {"accepted": 1}))
+    assert (overlap.status, overlap.applied) == ("overlap", {"t:0": 11})
 
 
 def test_reading_an_unknown_window_gives_zeros(store: tuple[StatsStore, str]) -> None:
@@ -108,9 +132,9 @@ def test_reading_an_unknown_window_gives_zeros(store: tuple[StatsStore, str]) ->
     assert w.devices == 0 and all(not v.any() for v in w.stats.values())
 
 
-def test_large_batches_cross_the_script_chunk_size(store: tuple[StatsStore, str]) -> None:
+def test_large_dedupe_lists_round_trip(store: tuple[StatsStore, str]) -> None:
     s, c = store
-    devices = list(range(1, 10_001))
-    assert s.apply(update(c, 1, devices)).status == "applied"
-    again = s.apply(update(c, 2, devices[-5:] + [20_000]))
-    assert sorted(again.duplicates[(1, "1h", 0)].tolist()) == devices[-5:]
+    devices = np.random.default_rng(0).integers(0, 2**64, 200_000, dtype=np.uint64)
+    assert s.apply(update(c, 1, devices.tolist())).status == "applied"
+    _, lists = s.seen_devices(c, "t:0", 0, [(1, "1h", 0)])
+    np.testing.assert_array_equal(lists[(1, "1h", 0)], devices)

@@ -49,7 +49,7 @@ def test_publish_then_simulate_with_truth(live_services: ServicesConfig, tmp_pat
                                  "--json"])
     assert result.exit_code == 0, result.output
     numbers = json.loads(result.output.strip().splitlines()[-1])
-    assert numbers["reports"] == 2500 and numbers["messages"] == 3
+    assert numbers["reports"] == 2500 and numbers["messages"] == 4  # chunks of 2 x 1000: an envelope per partition
     times = np.concatenate([decode(v).timestamps_ms for _, v in read_to_end(live_services.bootstrap, numbers["topic"])])  # type: ignore[arg-type]
     assert len(times) == 2500 and (times == 1_700_000_000_000).all()
     written = json.loads(truth.read_text())

@@ -70,7 +70,8 @@ def test_simulated_fleet_arrives_whole(live_services: ServicesConfig, single: bo
     spec = fresh_spec(live_services.bootstrap, "fleet", topics)
     producer = ReportProducer(live_services.bootstrap)
     result = simulate(spec, 3000, producer, seed=4, batch=700, single=single)
-    assert result.reports == 3000 and producer.delivered == result.messages == (3000 if single else 5)
+    # batched: chunks of 700 x 2 partitions (1400, 1400, 200), each an envelope per partition
+    assert result.reports == 3000 and producer.delivered == result.messages == (3000 if single else 6)
     devices = np.concatenate([decode(v).devices for _, v in read_to_end(live_services.bootstrap, spec.topic)])  # type: ignore[arg-type]
     assert len(devices) == 3000 and len(np.unique(devices)) == 3000
     assert result.truth["devices"] == 3000
@@ -80,7 +81,7 @@ def test_a_rate_limit_sends_smaller_chunks(live_services: ServicesConfig, topics
     """With --rate R a chunk holds at most R/10 devices, so the fleet is paced in tenths of a second."""
     spec = fresh_spec(live_services.bootstrap, "rate", topics)
     result = simulate(spec, 50, ReportProducer(live_services.bootstrap), batch=1000, rate=200)
-    assert result.messages == 3 and result.reports == 50  # chunks of 20, 20, 10
+    assert result.messages == 6 and result.reports == 50  # chunks of 20, 20, 10, each an envelope per partition
     with pytest.raises(ValueError, match="rate must be > 0"):
         simulate(spec, 50, ReportProducer(live_services.bootstrap), rate=0)
 

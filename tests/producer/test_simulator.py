@@ -1,4 +1,4 @@
-"""The fleet simulator's population: exact truth, the distributions of 000 Sec. VI, unique pseudonyms."""
+"""The fleet simulator: exact truth, the distributions of 000 Sec. VI, unique pseudonyms, reports on their partition."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import pytest
 from scipy import integrate
 
 from producer.collector import collector_for
-from producer.perturb import row_range
+from producer.perturb import row_range, select_rows
 from producer.population import POWER_LAW_EXPONENT, Population, PopulationTruth, power_law, truncated_gaussian
-from producer.pseudonym import device_pseudonym, integer_pseudonyms, mix64
-from producer.simulator import encode_within, fleet
+from producer.pseudonym import device_partitions, device_pseudonym, integer_pseudonyms, mix64
+from producer.sdk import Device
+from producer.simulator import chunk_messages, encode_within, fleet
 from producer.wire import decode, encode
 from tests.producer.specs import as_mixed, mixed_spec
 
@@ -110,3 +111,50 @@ def test_envelopes_over_the_size_limit_are_halved_without_losing_a_report() -> N
     assert encode_within(batch, len(whole)) == [whole]
     with pytest.raises(ValueError, match="not inside"):
         row_range(batch, 5, 5)
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_every_report_goes_to_its_devices_partition_once(single: bool) -> None:
+    spec = mixed_spec(sampling="split")  # 2 partitions
+    collector = collector_for(spec)
+    (_, batch), = fleet(spec, 301, seed=4, chunk=301)
+    messages = list(chunk_messages(spec, batch, "k", single))
+    assert len(messages) == (301 if single else spec.partitions)
+    decoded = [(p, decode(v)) for p, _, v in messages]
+    for p, d in decoded:
+        assert (device_partitions(d.devices, spec.partitions) == p).all()
+    devices = np.concatenate([d.devices for _, d in decoded])
+    assert sorted(devices.tolist()) == sorted(batch.devices.tolist())
+    total = sum(collector.accumulate(as_mixed(spec, d)) for _, d in decoded)
+    np.testing.assert_allclose(total, collector.accumulate(as_mixed(spec, decode(encode(batch)))), rtol=1e-12)
+
+
+def test_selected_rows_keep_their_reports() -> None:
+    spec = mixed_spec(sampling="split")
+    (_, batch), = fleet(spec, 50, seed=5, chunk=50)
+    rows = np.array([0, 3, 4, 17, 49])
+    picked = decode(encode(select_rows(batch, rows)))
+    whole = decode(encode(batch))
+    assert picked.devices.tolist() == whole.devices[rows].tolist()
+    for block, full in zip(picked.attributes, whole.attributes, strict=True):
+        mine = np.isin(full.rows, rows)
+        assert block.rows.tolist() == np.searchsorted(rows, full.rows[mine]).tolist()
+        for name, column in block.reports.items():
+            assert column.tolist() == full.reports[name][mine].tolist()
+
+
+def test_a_device_sends_to_its_partition() -> None:
+    sent: list[tuple[str, bytes, bytes | None, int | None]] = []
+
+    class Capture:
+        def produce(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None) -> None:
+            sent.append((topic, value, key, partition))
+
+    spec = mixed_spec()
+    for device_id in ["a", "b", "c", "d", "e"]:
+        device = Device(spec, device_id, Capture())  # type: ignore[arg-type]
+        device.report({"battery_level": 50.0, "memory_used": 100.0, "screen_minutes": 3.0, "display_mode": "dark",
+                       "network": "wifi"})
+    for _, value, _, partition in sent:
+        assert device_partitions(decode(value).devices, spec.partitions).tolist() == [partition]
+    assert len({p for *_, p in sent}) == spec.partitions

@@ -1,0 +1,108 @@
+"""The worker's in-memory dedupe lists: loaded at an offset, refused when stale, reloaded, and kept in step."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pytest
+
+import aggregator.dedupe
+from aggregator.dedupe import CONFLICT, SeenDevices, sorted_contains, sorted_union
+from aggregator.processing import DUPLICATE, PartitionProcessor
+from aggregator.store import BatchUpdate, MemoryStore, OffsetRange, WindowIncrement
+from test_processing import NOW, TOPIC, message, processor
+
+HOUR = (1, "1h", NOW // 3_600_000 * 3_600_000)
+
+
+def test_doctests() -> None:
+    result = doctest.testmod(aggregator.dedupe)
+    assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sorted_helpers_equal_set_operations(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    known = np.unique(rng.integers(0, 2**64, rng.integers(0, 50), dtype=np.uint64))
+    values = np.concatenate([known[: len(known) // 2], rng.integers(0, 2**64, 20, dtype=np.uint64),
+                             np.array([0, 2**64 - 1], dtype=np.uint64)])
+    assert sorted_contains(known, values).tolist() == [v in set(known.tolist()) for v in values.tolist()]
+    new = np.setdiff1d(values, known)
+    assert sorted_union(known, new).tolist() == sorted(set(known.tolist()) | set(new.tolist()))
+
+
+def run(proc: PartitionProcessor, store: MemoryStore, seen: SeenDevices, devices: list[int], offset: int,
+        seed: int = 0) -> tuple[str, list[str]]:
+    """One worker round: process, apply, and commit or invalidate as the worker does."""
+    result = proc.process(TOPIC, [message(devices, offset, seed=seed)], seen)
+    assert result.update is not None
+    outcome = store.apply(result.update)
+    if outcome.status == "applied":
+        seen.commit(TOPIC, result.update, NOW)
+    else:
+        seen.invalidate(TOPIC, [0])
+    return outcome.status, [d.reason for d in result.dead_letters]
+
+
+def test_a_worker_whose_lists_are_stale_is_refused_then_catches_the_duplicate() -> None:
+    store, proc = MemoryStore(), processor()
+    a, b = SeenDevices(store), SeenDevices(store)  # two workers; the partition moved from a to b and back
+    assert run(proc, store, a, [1, 2], 1) == ("applied", [])
+    assert run(proc, store, b, [3, 4], 2) == ("applied", [])
+    assert run(proc, store, a, [4, 5], 3) == ("stale", [])  # a's lists lack b's devices: nothing written
+    assert run(proc, store, a, [4, 5], 3, seed=1) == ("applied", [DUPLICATE])  # reloaded: 4 is a duplicate
+    assert store.outcomes("unit") == {"accepted": 5, f"rejected:{DUPLICATE}": 1}
+    assert sorted(store.seen_devices("unit", f"{TOPIC}:0", 0, [HOUR])[1][HOUR].tolist()) == [1, 2, 3, 4, 5]
+
+
+def test_lists_loaded_at_different_offsets_force_a_reload() -> None:
+    store = MemoryStore()
+    seen = SeenDevices(store)
+    assert seen.devices(TOPIC, 0, HOUR).size == 0 and seen.synced(TOPIC, 0) == -1
+    windows = (WindowIncrement(1, "1h", HOUR[2] + 3_600_000, 1, {}, {0: np.array([7], dtype=np.uint64)}),)
+    store.apply(BatchUpdate("unit", (OffsetRange(f"{TOPIC}:0", 0, 0),), windows, {}))
+    assert seen.devices(TOPIC, 0, (1, "1h", HOUR[2] + 3_600_000)).tolist() == [7]
+    assert seen.synced(TOPIC, 0) == CONFLICT  # the hour list was read at -1, the next one at 0
+    seen.invalidate(TOPIC)
+    assert seen.devices(TOPIC, 0, HOUR).size == 0 and seen.synced(TOPIC, 0) == 0
+
+
+def test_commit_keeps_lists_in_step_and_drops_expired_windows() -> None:
+    store = MemoryStore()
+    seen = SeenDevices(store)
+    seen.devices(TOPIC, 0, HOUR)
+    seen.devices(TOPIC, 0, (1, "all", 0))
+    windows = (WindowIncrement(1, "1h", HOUR[2], 2, {}, {0: np.array([9, 3], dtype=np.uint64)}),)
+    update = BatchUpdate("unit", (OffsetRange(f"{TOPIC}:0", 0, 4, -1),), windows, {})
+    seen.commit(TOPIC, update, NOW)
+    assert seen.devices(TOPIC, 0, HOUR).tolist() == [3, 9] and seen.synced(TOPIC, 0) == 4
+    seen.commit(TOPIC, update, NOW)  # expected -1 no longer matches: the lists are not trusted any more
+    assert seen.synced(TOPIC, 0) == CONFLICT
+    seen.clear()
+    seen.devices(TOPIC, 0, HOUR)
+    seen.devices(TOPIC, 0, (1, "all", 0))
+    seen.commit(TOPIC, BatchUpdate("unit", (), (), {}), HOUR[2] + 2 * 3_600_000 + 1)
+    held = seen._partitions[(TOPIC, 0)].windows  # the hour is past its two hours; all-time stays
+    assert list(held) == [(1, "all", 0)]
+
+
+def test_processing_without_lists_dedupes_within_the_batch_only() -> None:
+    result = processor().process(TOPIC, [message([1, 1, 2], 0)])
+    assert [d.rows for d in result.dead_letters] == [(1,)]
+    assert result.update is not None and [r.expected for r in result.update.ranges] == [None]
+
+
+def test_the_store_is_read_once_per_partition_and_window() -> None:
+    class Counting(MemoryStore):
+        reads = 0
+
+        def seen_devices(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            Counting.reads += 1
+            return super().seen_devices(*args, **kwargs)
+
+    store, proc = Counting(), processor()
+    seen = SeenDevices(store)
+    for offset in range(5):
+        assert run(proc, store, seen, [10 + offset], offset)[0] == "applied"
+    assert Counting.reads == 1
