@@ -41,6 +41,7 @@ FUTURE = "future_timestamp"
 WRONG_PARTITION = "wrong_partition"
 REASONS = (MALFORMED, UNKNOWN_VERSION, UNKNOWN_COLLECTION, WRONG_SHAPE, OUT_OF_RANGE, DUPLICATE, STALE, FUTURE,
            WRONG_PARTITION)
+_CODES = {reason: i + 1 for i, reason in enumerate(REASONS)}  # per row: 0 accepted, else the reason's code
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
 DEFAULT_MAX_AGE_MS = 24 * 3600 * 1000
 
@@ -205,7 +206,7 @@ class PartitionProcessor:
         spec = plan.spec
         rows = _concatenate([b for _, b, _ in items])
         n = len(rows.devices)
-        reasons = np.full(n, "", dtype=object)
+        reasons = np.zeros(n, dtype=np.int8)
         details: dict[str, str] = {}
         # 3. range of every report, per device
         for attr, (grow, cols) in rows.attributes.items():
@@ -233,26 +234,26 @@ class PartitionProcessor:
         _mark(reasons, np.flatnonzero(rows.timestamps < now - max_age_ms(spec)), STALE)
         details.setdefault(FUTURE, "report time is in the future")
         details.setdefault(STALE, "report time is older than the dedupe window")
-        # 5. duplicates within the batch (first report of a device in a window wins)
+        # 5. duplicates, per partition and window: within the batch (the first report of a device wins), and
+        # against what the partition counted before (a device's accepted rows are all on its own partition)
         dwin = dedupe_window(spec)
         starts = window_starts(dwin, rows.timestamps)
         if spec.one_report_per_window:
-            ok = np.flatnonzero(reasons == "")
-            order = ok[np.lexsort((ok, rows.devices[ok], starts[ok]))]  # by window, device, then arrival
-            same = (rows.devices[order][1:] == rows.devices[order][:-1]) & (starts[order][1:] == starts[order][:-1])
-            _mark(reasons, order[1:][same], DUPLICATE)
-            if seen is not None:
-                for (part, start), group in _groups(reasons == "", partitions, starts):
+            for (part, start), group in _groups(reasons == 0, partitions, starts):
+                order = group[np.argsort(rows.devices[group], kind="stable")]  # by device, then arrival
+                devices = rows.devices[order]
+                _mark(reasons, order[1:][devices[1:] == devices[:-1]], DUPLICATE)
+                if seen is not None:
                     known = seen.devices(topic, part, (spec.version, dwin, start))
-                    _mark(reasons, group[sorted_contains(known, rows.devices[group])], DUPLICATE)
+                    _mark(reasons, order[sorted_contains(known, devices)], DUPLICATE)
             details.setdefault(DUPLICATE, "device already reported in this window")
         letters = _dead_letters(items, rows, reasons, details)
-        accepted = reasons == ""
-        outcomes["accepted"] += int(accepted.sum())
-        for code in REASONS:
-            k = int((reasons == code).sum())
+        accepted = reasons == 0
+        counts = np.bincount(reasons, minlength=len(REASONS) + 1)
+        outcomes["accepted"] += int(counts[0])
+        for reason, k in zip(REASONS, counts[1:].tolist(), strict=True):
             if k:
-                outcomes[f"rejected:{code}"] += k
+                outcomes[f"rejected:{reason}"] += k
         incs = self.window_increments(plan, rows, accepted, dwin, partitions)
         newest = int(rows.timestamps[accepted].max()) if accepted.any() else None
         return incs, letters, newest
@@ -267,7 +268,7 @@ class PartitionProcessor:
         ttl = 2 * (window_seconds(dwin) if dwin != ALL_TIME else 0)
         for window in [*spec.windows, ALL_TIME]:
             starts = window_starts(window, rows.timestamps)
-            for start in np.unique(starts[accepted]):
+            for start in _distinct(starts[accepted]):
                 member = accepted & (starts == start)
                 stats = {}
                 for attr, (grow, cols) in rows.attributes.items():
@@ -340,23 +341,26 @@ def _distinct(values: np.ndarray) -> np.ndarray:
     return np.unique(values)
 
 
-def _mark(reasons: np.ndarray, rows: np.ndarray, code: str) -> None:
-    """Give `code` to the rows that have no reason yet (the first reason found is the one reported)."""
+def _mark(reasons: np.ndarray, rows: np.ndarray, reason: str) -> None:
+    """Give `reason` to the rows that have none yet (the first reason found is the one reported)."""
     if len(rows):
-        free = rows[reasons[rows] == ""]
-        reasons[free] = code
+        free = rows[reasons[rows] == 0]
+        reasons[free] = _CODES[reason]
 
 
 def _dead_letters(items: list[tuple[Message, DecodedBatch, CollectionPlan]], rows: _Rows, reasons: np.ndarray,
                   details: dict[str, str]) -> list[DeadLetter]:
+    """One dead letter per message and reason: the whole message (rows None) or its rejected rows."""
+    bad = np.flatnonzero(reasons != 0)
+    if not len(bad):
+        return []
+    sizes = np.bincount(rows.message, minlength=len(items))
+    order = bad[np.lexsort((bad, reasons[bad], rows.message[bad]))]  # by message, reason, then row
+    key = rows.message[order] * (len(REASONS) + 1) + reasons[order]
     letters = []
-    bad = np.flatnonzero(reasons != "")
-    for m in np.unique(rows.message[bad]):
-        msg = items[int(m)][0]
-        in_msg = bad[rows.message[bad] == m]
-        for code in np.unique(reasons[in_msg]):
-            sel = in_msg[reasons[in_msg] == code]
-            whole = len(sel) == int((rows.message == m).sum())
-            letters.append(DeadLetter(msg.offset, msg.value, str(code), details.get(str(code), str(code)),
-                                      None if whole else tuple(int(r) for r in rows.local_row[sel]), msg.partition))
+    for sel in np.split(order, np.flatnonzero(np.diff(key)) + 1):
+        msg, reason = items[int(rows.message[sel[0]])][0], REASONS[int(reasons[sel[0]]) - 1]
+        whole = len(sel) == sizes[rows.message[sel[0]]]
+        letters.append(DeadLetter(msg.offset, msg.value, reason, details.get(reason, reason),
+                                  None if whole else tuple(rows.local_row[sel].tolist()), msg.partition))
     return letters

@@ -73,11 +73,10 @@ from aggregator.store import RedisStore, prefix
 from ldpstream.services import ServicesConfig
 from ldpstream.services.process import ServiceError, stop_pid
 from producer.kafka import TopicError, delete_topic
-from producer.perturb import single_reports
 from producer.publish import publish_spec
-from producer.simulator import MAX_MESSAGE_BYTES, fleet
+from producer.simulator import chunk_messages, fleet
 from producer.spec import CollectionSpec, load_spec, report_topic
-from producer.wire import encode
+from producer.wire import decode
 
 # the device producer's settings (producer.kafka.ReportProducer)
 PRODUCER_CONFIG = {"enable.idempotence": True, "acks": "all", "linger.ms": 10, "batch.size": 1_000_000,
@@ -113,8 +112,9 @@ def unlink_collection(client: redis.Redis, collection: str) -> int:
 # fleets
 @dataclass(frozen=True)
 class Fleet:
-    """Pre-encoded Kafka messages of one simulated fleet: keys, values and the number of reports in each."""
+    """Pre-encoded Kafka messages of one simulated fleet: partitions, keys, values and the reports in each."""
 
+    partitions: list[int]
     keys: list[bytes]
     values: list[bytes]
     reports: np.ndarray
@@ -129,23 +129,16 @@ class Fleet:
 
 
 def encode_fleet(spec: CollectionSpec, devices: int, seed: int, batch: int, single: bool) -> Fleet:
-    """The messages `producer.simulator.simulate` would send for this fleet (same keys), encoded ahead of time."""
-    keys, values, reports = [], [], []
-    for index, (_, perturbed) in enumerate(fleet(spec, devices, seed=seed, chunk=batch)):
-        if single:
-            for one in single_reports(perturbed):
-                keys.append(one.devices.astype("<u8", copy=False).tobytes())
-                values.append(encode(one))
-                reports.append(1)
-            continue
-        message = encode(perturbed)
-        if len(message) > MAX_MESSAGE_BYTES:
-            raise ValueError(f"an envelope of {batch} reports has {len(message)} bytes > {MAX_MESSAGE_BYTES}: "
-                             f"lower --batch")
-        keys.append(f"{spec.key}/{seed}/{index}/0".encode())
-        values.append(message)
-        reports.append(len(perturbed))
-    return Fleet(keys, values, np.asarray(reports, dtype=np.int64))
+    """The messages `producer.simulator.simulate` would send for this fleet (same partitions and keys), encoded
+    ahead of time: envelopes of about `batch` reports, or one report each."""
+    partitions, keys, values, reports = [], [], [], []
+    for index, (_, perturbed) in enumerate(fleet(spec, devices, seed=seed, chunk=batch * spec.partitions)):
+        for partition, key, value in chunk_messages(spec, perturbed, f"{spec.key}/{seed}/{index}", single):
+            partitions.append(partition)
+            keys.append(key)
+            values.append(value)
+            reports.append(1 if single else len(decode(value)))
+    return Fleet(partitions, keys, values, np.asarray(reports, dtype=np.int64))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -199,7 +192,7 @@ class Sending:
             while True:
                 try:
                     self.producer.produce(self.topic, self.fleet.values[i], self.fleet.keys[i],
-                                          on_delivery=functools.partial(self._on_delivery, i))
+                                          self.fleet.partitions[i], on_delivery=functools.partial(self._on_delivery, i))
                     break
                 except BufferError:
                     self.producer.poll(0.01)

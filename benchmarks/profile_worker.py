@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_pipeline import encode_fleet, specs_topic, unlink_collection  # noqa: E402
+from bench_pipeline import Fleet, encode_fleet, specs_topic, unlink_collection  # noqa: E402
 
 from aggregator.dlq import DeadLetterProducer  # noqa: E402
 from aggregator.plans import PlanRegistry  # noqa: E402
@@ -68,9 +68,15 @@ class KafkaMessage:
     timestamp: int | None = None
 
 
-def micro_batches(topic: str, values: list[bytes], partitions: int, size: int) -> list[list[Event]]:
-    """The messages spread round-robin over the partitions with increasing offsets, cut into micro-batches."""
-    events = [Event(KafkaMessage(topic, i % partitions, i // partitions, v)) for i, v in enumerate(values)]
+def micro_batches(topic: str, fleets: list[Fleet], size: int) -> list[list[Event]]:
+    """The fleets' messages on their partitions with increasing offsets there, in sending order, cut into
+    micro-batches."""
+    offsets: dict[int, int] = defaultdict(int)
+    events = []
+    for f in fleets:
+        for partition, value in zip(f.partitions, f.values, strict=True):
+            events.append(Event(KafkaMessage(topic, partition, offsets[partition], value)))
+            offsets[partition] += 1
     return [events[i:i + size] for i in range(0, len(events), size)]
 
 
@@ -143,7 +149,7 @@ def profile(spec: CollectionSpec, cfg: ServicesConfig, store: RedisStore, args: 
     """Run the handler over the fleet's micro-batches under cProfile; the summary and the top functions."""
     warm = encode_fleet(spec, args.batch, 1, args.batch, args.single)
     fleet = encode_fleet(spec, args.reports, 2, args.batch, args.single)
-    batches = micro_batches(spec.topic, [*warm.values, *fleet.values], spec.partitions, args.max_messages)
+    batches = micro_batches(spec.topic, [warm, fleet], args.max_messages)
     handler = BatchHandler(store, PlanRegistry(cfg.bootstrap), DeadLetterProducer(cfg.bootstrap))
     handler.handle(batches[0][:len(warm.values)])  # plans loaded, script registered
     batches[0] = batches[0][len(warm.values):]

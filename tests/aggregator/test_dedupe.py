@@ -6,12 +6,12 @@ import doctest
 
 import numpy as np
 import pytest
+from test_processing import NOW, TOPIC, message, processor
 
 import aggregator.dedupe
 from aggregator.dedupe import CONFLICT, SeenDevices, sorted_contains, sorted_union
 from aggregator.processing import DUPLICATE, PartitionProcessor
 from aggregator.store import BatchUpdate, MemoryStore, OffsetRange, WindowIncrement
-from test_processing import NOW, TOPIC, message, processor
 
 HOUR = (1, "1h", NOW // 3_600_000 * 3_600_000)
 

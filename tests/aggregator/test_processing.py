@@ -8,6 +8,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from aggregator.dedupe import SeenDevices
 from aggregator.processing import (
     DUPLICATE,
     FUTURE,
@@ -21,7 +22,6 @@ from aggregator.processing import (
     Message,
     PartitionProcessor,
 )
-from aggregator.dedupe import SeenDevices
 from aggregator.store import MemoryStore
 from ldp import registry
 from ldp.base import Mechanism, ReportSchema

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from aggregator.dedupe import SeenDevices
 from aggregator.estimates import collection_estimates
 from aggregator.plans import Plan
 from aggregator.processing import Message, PartitionProcessor
@@ -123,16 +124,12 @@ def reference_run(c: Collection, chunk: int = 40) -> MemoryStore:
     store = MemoryStore()
     processor = PartitionProcessor(lambda n, v: c.plan if (n, v) == (c.spec.name, c.spec.version) else None,
                                    lambda: int(time.time() * 1000))
-    for partition, messages in sorted(topic_messages(c.cfg.bootstrap, c.spec.topic).items()):
+    seen = SeenDevices(store)
+    for _, messages in sorted(topic_messages(c.cfg.bootstrap, c.spec.topic).items()):
         for i in range(0, len(messages), chunk):
-            part = messages[i:i + chunk]
-            seen: dict[tuple[int, str, int], np.ndarray] = {}
-            while True:
-                result = processor.process(c.spec.topic, part, seen)
-                outcome = store.apply(result.update)  # type: ignore[arg-type]
-                if outcome.status != "duplicates":
-                    break
-                seen.update(outcome.duplicates)
+            result = processor.process(c.spec.topic, messages[i:i + chunk], seen)
+            assert result.update is not None and store.apply(result.update).status == "applied"
+            seen.commit(c.spec.topic, result.update, int(time.time() * 1000))
     return store
 
 

@@ -22,11 +22,11 @@ from pipeline_support import (
 )
 
 from aggregator.processes import start_worker, stop_worker
-from aggregator.processing import DUPLICATE, MALFORMED, OUT_OF_RANGE, UNKNOWN_VERSION, WRONG_SHAPE
+from aggregator.processing import DUPLICATE, MALFORMED, OUT_OF_RANGE, UNKNOWN_VERSION, WRONG_PARTITION, WRONG_SHAPE
 from aggregator.store import RedisStore
 from ldpstream.services import KafkaService, RedisService
 from producer.perturb import perturb, single_reports
-from producer.pseudonym import integer_pseudonyms
+from producer.pseudonym import device_partitions, integer_pseudonyms
 from producer.publish import publish_spec
 from producer.spec import parse_spec
 from producer.wire import AttributeReports, encode, perturbed_batch
@@ -159,14 +159,19 @@ def test_10k_bad_messages_go_to_the_dlq_and_every_good_one_is_counted(live_servi
         WRONG_SHAPE: [one(int(d), AttributeReports(0, np.zeros(1, dtype=np.uint32), {"value": np.zeros(2)}))
                       for d in extra[per_kind:]],
     }
+    misplaced = integer_pseudonyms(spec.name, np.arange(good_n + 2 * per_kind, good_n + 3 * per_kind, dtype=np.uint64))
     producer = Producer({"bootstrap.servers": live_services.bootstrap, "enable.idempotence": True, "linger.ms": 5})
     partitions = spec.partitions
+    owner = device_partitions(np.concatenate([devices, extra, misplaced]), partitions).tolist()
     expected: dict[tuple[int, int], str] = {}
-    # Good messages first, each duplicate after its original in the same partition, bad kinds mixed in between.
-    order = [(None, m, i % partitions) for i, m in enumerate(good)]
-    order += [(DUPLICATE, good[i], i % partitions) for i in range(per_kind)]
+    # Good messages first (each on its device's partition), each duplicate after its original in the same
+    # partition, bad kinds mixed in between; a good-looking report on another partition than its device's.
+    order = [(None, m, owner[i]) for i, m in enumerate(good)]
+    order += [(DUPLICATE, good[i], owner[i]) for i in range(per_kind)]
     for reason, messages in bad.items():
         order += [(reason, m, int(rng.integers(0, partitions))) for m in messages]
+    order += [(WRONG_PARTITION, one(int(d), AttributeReports(0, np.zeros(1, dtype=np.uint32), {"value": np.zeros(1)})),
+               (owner[good_n + 2 * per_kind + i] + 1) % partitions) for i, d in enumerate(misplaced)]
     head, tail = order[:good_n], order[good_n:]
     tail = [tail[i] for i in rng.permutation(len(tail))]
     positions: dict[int, int] = Counter()
@@ -180,7 +185,7 @@ def test_10k_bad_messages_go_to_the_dlq_and_every_good_one_is_counted(live_servi
         if reason is not None:
             expected[(partition, positions[partition])] = reason
         positions[partition] += 1
-    assert len(expected) == 5 * per_kind == 10_000
+    assert len(expected) == 6 * per_kind == 12_000
     worker = start_worker(f"it-bad-{spec.name}")
     try:
         total = len(sent)
