@@ -2,8 +2,8 @@
 
 Labels and their values (no device ids, no free text):
 - collection: a published collection name (as many as there are collections);
-- outcome: accepted | rejected; reason: '' or one of `aggregator.processing.REASONS` (8 values);
-- status: applied | skipped | overlap | duplicates (a micro-batch's fate in the store);
+- outcome: accepted | rejected; reason: '' or one of `aggregator.processing.REASONS` (9 values);
+- status: applied | skipped | overlap | stale (a micro-batch's fate in the store);
 - attribute / value: a spec's attribute names and categorical values, or a factorization attribute's workload
   queries (e.g. "<= v" for a prefix workload: K per attribute; bounded by the published specs);
 - window: all (the all-time window), or a window length such as 1h for the newest window of that length.
@@ -14,7 +14,7 @@ Worker processes serve the per-process metrics (batches, latency, rejects seen b
 the store-wide ones (`StoreCollector`: exact report totals, consumer lag, freshness, estimates, computed from
 Redis and Kafka at scrape time, for the newest published version of each collection).
 
-Series per collection of the store-wide metrics: reports 1 + (reasons seen, <= 8); lag one per partition;
+Series per collection of the store-wide metrics: reports 1 + (reasons seen, <= 9); lag one per partition;
 freshness 1; estimates and their standard errors (1 + tumbling windows) x (numeric attributes + categorical
 values) each. The diagnostics example: 9 reports, 8 lag, 1 freshness, 2 x 2 x 25 = 100 estimate series.
 """

@@ -96,8 +96,8 @@ def worker_row() -> Row:
             unit="reqps"),
         Panel("Micro-batches by fate", (Query(f"sum by (status) (rate(ldp_worker_batches_total[{RATE}]))",
                                               "{{status}}"),), unit="ops",
-              description="applied; skipped (a replay); overlap and duplicates (retried without the offending "
-                          "part)"),
+              description="applied; skipped (a replay); overlap (retried without the replayed part) and stale "
+                          "(retried after reloading the dedupe lists)"),
         Panel("Dead letters per second", (Query(f"sum(rate(ldp_worker_dead_letters_total[{RATE}]))", "dead letters"),),
               unit="ops"),
     ))
