@@ -1,11 +1,15 @@
 """One micro-batch of a topic's partitions -> the store update and the dead-letter records. Pure: no Kafka, no Redis.
 
-Steps, all vectorised over the batch's reports (messages are concatenated after decoding):
-1. decode each message (`producer.wire.decode`); an undecodable one is rejected whole;
+Steps, all vectorised over the batch's reports:
+1. decode each message and check its structure as far as byte lengths tell (`producer.wire.decode_envelope`,
+   `check_envelope`); an undecodable one is rejected whole;
 2. check the collection (it must match the topic) and the spec version (it must be published);
-3. check every attribute block against its mechanism's declared report schema (shape: whole message; range:
-   per device), that each device reports exactly the spec's number of attributes, and that each device's report
-   is on the device's partition (`producer.pseudonym.device_partitions`: what makes dedupe partition-local);
+3. check every attribute block against its mechanism's declared report schema (shape, from byte lengths: whole
+   message), concatenate the messages of each spec version into numpy columns (`producer.wire.concatenate`:
+   one `np.frombuffer` per column; a message whose rows are malformed is rejected whole), then check the range
+   of every report (per device), that each device reports exactly the spec's number of attributes, and that each
+   device's report is on the device's partition (`producer.pseudonym.device_partitions`: what makes dedupe
+   partition-local);
 4. check the report times (not older than the dedupe window, not from the future);
 5. drop later reports of a device already seen in the same dedupe window within the batch, or counted before by
    its partition (`SeenLookup`, the worker's `aggregator.dedupe.SeenDevices`);
@@ -16,7 +20,7 @@ A rejected device's report goes to the dead-letter topic with its reason; nothin
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -27,7 +31,7 @@ from aggregator.store import ALL_TIME, BatchUpdate, OffsetRange, WindowIncrement
 from ldp.base import Mechanism, ReportSchema
 from producer.pseudonym import device_partitions
 from producer.spec import CollectionSpec, report_topic, window_seconds
-from producer.wire import DecodedBatch, WireError, decode
+from producer.wire import ITEMSIZE, AttributeBlock, Envelope, WireError, check_envelope, concatenate, decode_envelope
 
 # Reason codes: a bounded set (they are metric labels); the detail goes in the dead-letter record.
 MALFORMED = "malformed"
@@ -149,24 +153,27 @@ class PartitionProcessor:
         if not messages:
             return PartitionResult(None)
         letters: list[DeadLetter] = []
-        decoded: list[tuple[Message, DecodedBatch, CollectionPlan]] = []
+        by_version: dict[int, list[tuple[Message, Envelope, CollectionPlan]]] = defaultdict(list)
         for msg in messages:
             plan_or_letter = self._decode(topic, msg)
             if isinstance(plan_or_letter, DeadLetter):
                 letters.append(plan_or_letter)
             else:
-                decoded.append((msg, *plan_or_letter))
+                by_version[plan_or_letter[0].spec_version].append((msg, *plan_or_letter))
+        versions: list[tuple[list[tuple[Message, Envelope, CollectionPlan]], _Rows]] = []
+        for _, items in sorted(by_version.items()):
+            rows, malformed = _concatenate(items)
+            letters += malformed
+            if len(rows.devices):
+                versions.append((items, rows))
         collection = topic.removeprefix("ldp.reports.")
         outcomes: dict[str, int] = defaultdict(int)
         for letter in letters:
             outcomes[f"rejected:{letter.reason}"] += 1
-        by_version: dict[int, list[tuple[Message, DecodedBatch, CollectionPlan]]] = defaultdict(list)
-        for item in decoded:
-            by_version[item[1].spec_version].append(item)
         windows: list[WindowIncrement] = []
         newest: int | None = None
-        for _, items in sorted(by_version.items()):
-            incs, rejected, newest_v = self._accumulate(topic, items, outcomes, seen)
+        for items, rows in versions:
+            incs, rejected, newest_v = self._accumulate(topic, items, rows, outcomes, seen)
             letters += rejected
             windows += incs
             if newest_v is not None:
@@ -180,31 +187,29 @@ class PartitionProcessor:
         update = BatchUpdate(collection, offsets, tuple(windows), dict(outcomes), newest)
         return PartitionResult(update, letters)
 
-    def _decode(self, topic: str, msg: Message) -> tuple[DecodedBatch, CollectionPlan] | DeadLetter:
+    def _decode(self, topic: str, msg: Message) -> tuple[Envelope, CollectionPlan] | DeadLetter:
+        """The message's envelope, checked as far as byte lengths tell, and its plan; or why it is rejected whole."""
         try:
-            batch = decode(msg.value)
+            env = decode_envelope(msg.value)
+            check_envelope(env)
         except WireError as exc:
             reason = UNKNOWN_VERSION if str(exc).startswith("unknown wire version") else MALFORMED
-            return DeadLetter(msg.offset, msg.value, reason, str(exc), partition=msg.partition)
-        if report_topic(batch.collection) != topic:
-            return DeadLetter(msg.offset, msg.value, UNKNOWN_COLLECTION,
-                              f"collection {batch.collection!r} does not belong on topic {topic}",
-                              partition=msg.partition)
-        plan = self.plans(batch.collection, batch.spec_version)
+            return _whole(msg, reason, str(exc))
+        if report_topic(env.collection) != topic:
+            return _whole(msg, UNKNOWN_COLLECTION, f"collection {env.collection!r} does not belong on topic {topic}")
+        plan = self.plans(env.collection, env.spec_version)
         if plan is None:
-            return DeadLetter(msg.offset, msg.value, UNKNOWN_COLLECTION,
-                              f"no published spec {batch.collection}@{batch.spec_version}", partition=msg.partition)
-        problem = _shape_problem(batch, plan)
+            return _whole(msg, UNKNOWN_COLLECTION, f"no published spec {env.collection}@{env.spec_version}")
+        problem = _shape_problem(env, plan)
         if problem:
-            return DeadLetter(msg.offset, msg.value, WRONG_SHAPE, problem, partition=msg.partition)
-        return batch, plan
+            return _whole(msg, WRONG_SHAPE, problem)
+        return env, plan
 
-    def _accumulate(self, topic: str, items: list[tuple[Message, DecodedBatch, CollectionPlan]],
+    def _accumulate(self, topic: str, items: list[tuple[Message, Envelope, CollectionPlan]], rows: _Rows,
                     outcomes: dict[str, int], seen: SeenLookup | None) -> tuple[list[WindowIncrement],
                                                                                 list[DeadLetter], int | None]:
         plan = items[0][2]
         spec = plan.spec
-        rows = _concatenate([b for _, b, _ in items])
         n = len(rows.devices)
         reasons = np.zeros(n, dtype=np.int8)
         details: dict[str, str] = {}
@@ -285,19 +290,28 @@ class PartitionProcessor:
         return incs
 
 
-def _shape_problem(batch: DecodedBatch, plan: CollectionPlan) -> str:
+def _shape_problem(env: Envelope, plan: CollectionPlan) -> str:
     """'' if every attribute block has the columns and row shapes its mechanism declares, else the problem."""
-    for block in batch.attributes:
+    for block in env.attributes:
         if block.attribute >= len(plan.mechanisms):
             return f"attribute index {block.attribute} >= {len(plan.mechanisms)}"
-        expected = {c.name: c for c in plan.schemas[block.attribute].columns}
-        if set(block.reports) != set(expected):
-            return f"attribute {block.attribute}: columns {sorted(block.reports)} != {sorted(expected)}"
-        for name, arr in block.reports.items():
-            if arr.size != len(block.rows) * expected[name].width:
-                return (f"attribute {block.attribute}: column {name!r} has {arr.size} values for {len(block.rows)} "
-                        f"rows of width {expected[name].width}")
+        widths = plan.schemas[block.attribute].widths
+        if len(block.columns) != len(widths):
+            return _columns_problem(block, widths)
+        n = len(block.rows) // ITEMSIZE["<u4"]
+        for col in block.columns:
+            width = widths.get(col.name)
+            if width is None:  # as many columns as declared (names are unique), but not the same ones
+                return _columns_problem(block, widths)
+            values = len(col.data) // ITEMSIZE[col.dtype]
+            if values != n * width:
+                return (f"attribute {block.attribute}: column {col.name!r} has {values} values for {n} rows of width "
+                        f"{width}")
     return ""
+
+
+def _columns_problem(block: AttributeBlock, widths: Mapping[str, int]) -> str:
+    return f"attribute {block.attribute}: columns {sorted(col.name for col in block.columns)} != {sorted(widths)}"
 
 
 def _shaped(cols: dict[str, np.ndarray], schema: ReportSchema, n: int) -> dict[str, np.ndarray]:
@@ -305,21 +319,21 @@ def _shaped(cols: dict[str, np.ndarray], schema: ReportSchema, n: int) -> dict[s
     return {k: (v.reshape(n, widths[k]) if widths[k] != 1 else v) for k, v in cols.items()}
 
 
-def _concatenate(batches: list[DecodedBatch]) -> _Rows:
-    sizes = np.array([len(b) for b in batches])
-    bases = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    message = np.repeat(np.arange(len(batches)), sizes)
-    local = np.arange(int(sizes.sum())) - np.repeat(bases, sizes)
-    attrs: dict[int, tuple[list[np.ndarray], dict[str, list[np.ndarray]]]] = {}
-    for base, b in zip(bases, batches, strict=True):
-        for block in b.attributes:
-            grows, cols = attrs.setdefault(block.attribute, ([], defaultdict(list)))
-            grows.append(block.rows.astype(np.int64) + base)
-            for k, v in block.reports.items():
-                cols[k].append(v)
-    attributes = {a: (np.concatenate(g), {k: np.concatenate(v) for k, v in c.items()}) for a, (g, c) in attrs.items()}
-    return _Rows(message, local, np.concatenate([b.devices for b in batches]),
-                 np.concatenate([b.timestamps_ms for b in batches]), attributes)
+def _concatenate(items: list[tuple[Message, Envelope, CollectionPlan]]) -> tuple[_Rows, list[DeadLetter]]:
+    """The reports of a spec version's messages as rows, and a dead letter for each message whose rows are malformed
+    (none of its rows is among them)."""
+    joined = concatenate([env for _, env, _ in items])
+    letters = [_whole(items[m][0], MALFORMED, reason) for m, reason in joined.rejected.items()]
+    bases = np.cumsum(joined.sizes) - joined.sizes
+    local = np.arange(len(joined.devices)) - np.repeat(bases, joined.sizes)
+    attributes = {a: (c.rows, c.columns) for a, c in joined.attributes.items()}
+    rows = _Rows(np.repeat(joined.messages, joined.sizes), local, joined.devices, joined.timestamps_ms, attributes)
+    return rows, letters
+
+
+def _whole(msg: Message, reason: str, detail: str) -> DeadLetter:
+    """A whole message rejected."""
+    return DeadLetter(msg.offset, msg.value, reason, detail, partition=msg.partition)
 
 
 def _groups(mask: np.ndarray, *keys: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray]]:
@@ -348,7 +362,7 @@ def _mark(reasons: np.ndarray, rows: np.ndarray, reason: str) -> None:
         reasons[free] = _CODES[reason]
 
 
-def _dead_letters(items: list[tuple[Message, DecodedBatch, CollectionPlan]], rows: _Rows, reasons: np.ndarray,
+def _dead_letters(items: list[tuple[Message, Envelope, CollectionPlan]], rows: _Rows, reasons: np.ndarray,
                   details: dict[str, str]) -> list[DeadLetter]:
     """One dead letter per message and reason: the whole message (rows None) or its rejected rows."""
     bad = np.flatnonzero(reasons != 0)

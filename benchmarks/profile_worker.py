@@ -42,7 +42,9 @@ from producer.spec import CollectionSpec, load_spec  # noqa: E402
 
 # the handler's steps, by the functions that do them (cumulative time of each, as a share of handle())
 STEPS = {
-    "decode (producer.wire.decode)": ("wire.py", "decode"),
+    "decode and check each message (PartitionProcessor._decode)": ("processing.py", "_decode"),
+    "  of which msgspec (producer.wire.decode_envelope)": ("wire.py", "decode_envelope"),
+    "concatenate each spec version's messages (producer.wire.concatenate)": ("wire.py", "concatenate"),
     "validate+accumulate (PartitionProcessor._accumulate)": ("processing.py", "_accumulate"),
     "  of which window_increments": ("processing.py", "window_increments"),
     "store.apply (args + Lua)": ("store.py", "apply"),

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar
 
 import numpy as np
@@ -57,6 +59,11 @@ class ReportSchema:
     """The declared shape and range of a valid report batch, so an aggregator can reject impossible reports."""
 
     columns: tuple[Column, ...]
+
+    @cached_property
+    def widths(self) -> Mapping[str, int]:
+        """Values per row of each column, by name."""
+        return {c.name: c.width for c in self.columns}
 
     def violations(self, reports: Reports) -> np.ndarray:
         """Per row, '' if the report is valid, else the reason it is not (vectorised over rows).

@@ -2,7 +2,10 @@
 
 An envelope carries the reports of n devices (n = 1 for a single device using the SDK; hundreds or thousands for
 the fleet simulator or an ingestion gateway) as columns of little-endian numpy bytes, so that decoding a whole
-message is a handful of `np.frombuffer` calls. One format for both sizes keeps one decode and validation path.
+message is a handful of `np.frombuffer` calls. One format for both sizes keeps one decode and validation path:
+`decode_envelope` and `check_envelope` take one message as far as byte lengths tell, and `concatenate` turns any
+number of checked messages into one set of numpy columns (checking their rows), which is how a consumer decodes a
+micro-batch of small messages; `decode` is the three for a single message.
 
     Envelope  = [version, collection, spec_version, devices, timestamps, attributes]
     devices     uint64 LE device pseudonyms, one per row (never a raw identifier)
@@ -20,7 +23,8 @@ Only mechanism output can be encoded: `encode` takes a `PerturbedBatch`, which o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import msgspec
 import numpy as np
@@ -28,7 +32,8 @@ import numpy as np
 from ldp.base import Reports
 
 WIRE_VERSION = 1
-ALLOWED_DTYPES = frozenset({"<f8", "<f4", "<i8", "<i4", "<u8", "<u4", "|u1", "|i1", "<u2", "<i2"})
+ITEMSIZE = {d: np.dtype(d).itemsize for d in ("<f8", "<f4", "<i8", "<i4", "<u8", "<u4", "|u1", "|i1", "<u2", "<i2")}
+ALLOWED_DTYPES = frozenset(ITEMSIZE)
 
 
 class WireError(ValueError):
@@ -133,8 +138,43 @@ class DecodedBatch:
         return len(self.devices)
 
 
+@dataclass(frozen=True)
+class AttributeColumns:
+    """One attribute's reports in a concatenation: their rows in it and the mechanism's columns for them (flat)."""
+
+    rows: np.ndarray
+    columns: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Concatenation:
+    """The reports of several envelopes as one set of columns, in message order, rows numbered across messages.
+
+    `messages` are the indices (in the envelopes given) of the messages it holds and `sizes` their numbers of rows;
+    `rejected` gives, for each message left out whole, the reason.
+    """
+
+    messages: np.ndarray
+    sizes: np.ndarray
+    devices: np.ndarray
+    timestamps_ms: np.ndarray
+    attributes: dict[int, AttributeColumns]
+    rejected: dict[int, str]
+
+
 def decode(data: bytes) -> DecodedBatch:
     """Decode one message; WireError with the reason if it is not a well-formed envelope of a known version."""
+    env = decode_envelope(data)
+    check_envelope(env)
+    joined = concatenate([env])
+    if joined.rejected:
+        raise WireError(joined.rejected[0])
+    return DecodedBatch(env.collection, env.spec_version, joined.devices, joined.timestamps_ms,
+                        tuple(AttributeReports(a, c.rows, c.columns) for a, c in joined.attributes.items()))
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """The envelope of one message; WireError with the reason if it is not an envelope of a known version."""
     try:
         env = _decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -144,39 +184,113 @@ def decode(data: bytes) -> DecodedBatch:
         raise WireError(f"malformed envelope: {exc}") from exc
     if env.version != WIRE_VERSION:
         raise WireError(f"unknown wire version {env.version}")
-    devices = column_from_bytes(env.devices, "<u8", "devices")
-    timestamps = column_from_bytes(env.timestamps, "<i8", "timestamps")
-    n = len(devices)
-    if len(timestamps) != n:
-        raise WireError(f"{n} devices but {len(timestamps)} timestamps")
+    return env
+
+
+def check_envelope(env: Envelope) -> int:
+    """The number of rows n of an envelope; WireError with the reason unless it is well formed as far as the byte
+    lengths tell (the values of its rows are checked by `concatenate`)."""
+    if len(env.devices) % 8:
+        raise WireError(_not_whole(env.devices, "<u8", "devices"))
+    if len(env.timestamps) % 8:
+        raise WireError(_not_whole(env.timestamps, "<i8", "timestamps"))
+    n = len(env.devices) // 8
+    if len(env.timestamps) != len(env.devices):
+        raise WireError(f"{n} devices but {len(env.timestamps) // 8} timestamps")
     if n == 0:
         raise WireError("empty envelope")
-    blocks = []
     seen: set[int] = set()
     for block in env.attributes:
         if block.attribute in seen or block.attribute < 0:
             raise WireError(f"attribute {block.attribute} repeated or negative")
         seen.add(block.attribute)
-        rows = column_from_bytes(block.rows, "<u4", "rows")
-        if len(rows) and (rows[-1] >= n or (len(rows) > 1 and np.any(np.diff(rows.astype(np.int64)) <= 0))):
-            raise WireError(f"attribute {block.attribute}: rows must be strictly increasing and < {n}")
-        cols = {}
+        if len(block.rows) % 4:
+            raise WireError(_not_whole(block.rows, "<u4", "rows"))
+        if len(block.rows) > 4 * n:
+            raise WireError(_rows_problem(block.attribute, n))
+        names: set[str] = set()
         for col in block.columns:
-            if col.dtype not in ALLOWED_DTYPES:
+            size = ITEMSIZE.get(col.dtype)
+            if size is None:
                 raise WireError(f"attribute {block.attribute}: column {col.name!r} has dtype {col.dtype!r}")
-            if col.name in cols:
+            if col.name in names:
                 raise WireError(f"attribute {block.attribute}: column {col.name!r} repeated")
-            cols[col.name] = column_from_bytes(col.data, col.dtype, col.name)
-        blocks.append(AttributeReports(block.attribute, rows, cols))
-    return DecodedBatch(env.collection, env.spec_version, devices, timestamps, tuple(blocks))
+            names.add(col.name)
+            if len(col.data) % size:
+                raise WireError(_not_whole(col.data, col.dtype, col.name))
+    return n
+
+
+def concatenate(envelopes: Sequence[Envelope]) -> Concatenation:
+    """The reports of envelopes that passed `check_envelope` as one set of columns. A message whose rows of an
+    attribute are not strictly increasing and < its n is left out whole, with the reason in `rejected`.
+    WireError if messages carry different columns for the same attribute (their rows could not be matched)."""
+    sizes = np.fromiter((len(env.devices) for env in envelopes), dtype=np.int64, count=len(envelopes)) // 8
+    by_attribute: dict[int, list[tuple[int, AttributeBlock]]] = {}
+    for i, env in enumerate(envelopes):
+        for block in env.attributes:
+            by_attribute.setdefault(block.attribute, []).append((i, block))
+    placed = [pair for pairs in by_attribute.values() for pair in pairs]  # by attribute, then message
+    counts = np.fromiter((len(block.rows) for _, block in placed), dtype=np.int64, count=len(placed)) // 4
+    block_of = np.repeat(np.arange(len(placed)), counts)
+    message = np.fromiter((i for i, _ in placed), dtype=np.int64, count=len(placed))[block_of]
+    local = np.frombuffer(b"".join([block.rows for _, block in placed]), dtype="<u4").astype(np.int64)
+    bad = local >= sizes[message]
+    bad[1:] |= (local[1:] <= local[:-1]) & (block_of[1:] == block_of[:-1])
+    if bad.any():
+        rejected: dict[int, str] = {}
+        for j in np.unique(block_of[bad]).tolist():
+            i, block = placed[j]
+            rejected.setdefault(i, _rows_problem(block.attribute, int(sizes[i])))
+        keep = np.array([i for i in range(len(envelopes)) if i not in rejected], dtype=np.int64)
+        return replace(concatenate([envelopes[i] for i in keep]), messages=keep, rejected=rejected)
+    rows = local + (np.cumsum(sizes) - sizes)[message]
+    edges = [0, *np.cumsum(counts).tolist()]
+    attributes: dict[int, AttributeColumns] = {}
+    first = 0
+    for attribute, pairs in by_attribute.items():
+        last = first + len(pairs)
+        attributes[attribute] = AttributeColumns(rows[edges[first]:edges[last]],
+                                                 _attribute_columns(attribute, [block for _, block in pairs]))
+        first = last
+    return Concatenation(np.arange(len(envelopes)), sizes,
+                         np.frombuffer(b"".join([env.devices for env in envelopes]), dtype="<u8"),
+                         np.frombuffer(b"".join([env.timestamps for env in envelopes]), dtype="<i8"),
+                         attributes, {})
+
+
+def _rows_problem(attribute: int, n: int) -> str:
+    return f"attribute {attribute}: rows must be strictly increasing and < {n}"
+
+
+def _attribute_columns(attribute: int, blocks: list[AttributeBlock]) -> dict[str, np.ndarray]:
+    """Each column of an attribute's blocks, concatenated (WireError if the blocks carry different columns)."""
+    by_name: dict[str, list[WireColumn]] = {}
+    for block in blocks:
+        for col in block.columns:
+            by_name.setdefault(col.name, []).append(col)
+    if any(len(cols) != len(blocks) for cols in by_name.values()):
+        raise WireError(f"attribute {attribute}: the messages carry different columns")
+    return {name: _joined(cols) for name, cols in by_name.items()}
+
+
+def _joined(cols: list[WireColumn]) -> np.ndarray:
+    """The values of the columns one after the other (promoted to a common dtype where the messages differ)."""
+    dtypes = {col.dtype for col in cols}
+    if len(dtypes) == 1:
+        return np.frombuffer(b"".join([col.data for col in cols]), dtype=dtypes.pop())
+    return np.concatenate([np.frombuffer(col.data, dtype=col.dtype) for col in cols])
 
 
 def column_from_bytes(data: bytes, dtype: str, what: str) -> np.ndarray:
-    """The numpy column in `data` (WireError if it is not a whole number of values)."""
-    size = np.dtype(dtype).itemsize
-    if len(data) % size:
-        raise WireError(f"{what}: {len(data)} bytes is not a whole number of {dtype} values")
+    """The numpy column in `data` of a dtype the wire carries (WireError if it is not a whole number of values)."""
+    if len(data) % ITEMSIZE[dtype]:
+        raise WireError(_not_whole(data, dtype, what))
     return np.frombuffer(data, dtype=dtype)
+
+
+def _not_whole(data: bytes, dtype: str, what: str) -> str:
+    return f"{what}: {len(data)} bytes is not a whole number of {dtype} values"
 
 
 def leading_version(data: bytes) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from unittest.mock import ANY
 
 import msgspec
 import numpy as np
@@ -19,6 +20,7 @@ from aggregator.processing import (
     UNKNOWN_VERSION,
     WRONG_PARTITION,
     WRONG_SHAPE,
+    DeadLetter,
     Message,
     PartitionProcessor,
 )
@@ -171,3 +173,49 @@ def test_statistics_equal_the_mechanisms_own(n: int) -> None:
     expected = PLAN.mechanisms[0].accumulate(PLAN.mechanisms[0].perturb(values, rng))
     all_time = next(w for w in result.update.windows if w.window == "all")  # type: ignore[union-attr]
     np.testing.assert_allclose(all_time.stats[0], [len(values), *expected])
+
+
+def numeric_message(offset: int, devices: list[int], rows: list[int], values: int | None = None) -> Message:
+    """Every device reports the numeric attribute at `rows` (any rows, any number of values: to break them)."""
+    rng = np.random.default_rng(offset)
+    reports = PLAN.mechanisms[0].perturb(rng.uniform(-1, 1, len(rows) if values is None else values), rng)
+    batch = perturbed_batch("unit", 1, np.asarray(devices, dtype=np.uint64), np.full(len(devices), NOW, dtype=np.int64),
+                            (AttributeReports(0, np.asarray(rows), reports),))
+    return Message(offset, encode(batch))
+
+
+def test_messages_with_malformed_rows_are_rejected_whole_and_change_nothing_else() -> None:
+    good = [message([1, 2, 3, 4], 10), numeric_message(12, [5], [0]), message([6, 7, 1], 14, seed=2)]
+    bad = [numeric_message(11, [101, 102], [1, 0]),  # rows out of order
+           numeric_message(13, [103, 104], [0, 2]),  # a row >= n: it would be the next message's first device
+           numeric_message(15, [105, 106], [0, 1], values=1)]  # a column too short for its rows
+    alone = processor().process(TOPIC, good)
+    mixed = processor().process(TOPIC, [good[0], bad[0], good[1], bad[1], good[2], bad[2]])
+    assert alone.dead_letters == [DeadLetter(14, good[2].value, DUPLICATE, ANY, (2,))]  # device 1 again
+    letters = sorted(mixed.dead_letters, key=lambda d: d.offset)
+    assert [(d.offset, d.reason, d.rows, d.value) for d in letters] == [
+        (11, MALFORMED, None, bad[0].value), (13, MALFORMED, None, bad[1].value),
+        (14, DUPLICATE, (2,), good[2].value), (15, WRONG_SHAPE, None, bad[2].value)]
+    rows_problem = "attribute 0: rows must be strictly increasing and < 2"
+    assert [d.detail for d in letters if d.reason != DUPLICATE] == [
+        rows_problem, rows_problem, "attribute 0: column 'value' has 1 values for 2 rows of width 1"]
+    assert alone.update is not None and mixed.update is not None
+    assert alone.update.outcomes == {"accepted": 7, f"rejected:{DUPLICATE}": 1}
+    assert mixed.update.outcomes == {**alone.update.outcomes, f"rejected:{MALFORMED}": 2, f"rejected:{WRONG_SHAPE}": 1}
+    assert mixed.update.newest_report_ms == alone.update.newest_report_ms
+    assert len(mixed.update.windows) == len(alone.update.windows) == 2
+    for got, expected in zip(mixed.update.windows, alone.update.windows, strict=True):
+        assert (got.window, got.start_ms, got.devices) == (expected.window, expected.start_ms, expected.devices)
+        assert got.stats.keys() == expected.stats.keys()
+        for attr, stats in expected.stats.items():
+            np.testing.assert_array_equal(got.stats[attr], stats)
+        assert (got.dedupe or {}).keys() == (expected.dedupe or {}).keys()
+        for part, devices in (expected.dedupe or {}).items():
+            np.testing.assert_array_equal(got.dedupe[part], devices)  # type: ignore[index]
+
+
+def test_a_spec_version_whose_messages_are_all_malformed_adds_nothing() -> None:
+    result = processor().process(TOPIC, [numeric_message(1, [1, 2], [1, 1])])
+    assert [(d.reason, d.rows) for d in result.dead_letters] == [(MALFORMED, None)]
+    assert result.update is not None
+    assert result.update.outcomes == {f"rejected:{MALFORMED}": 1} and result.update.windows == ()
