@@ -14,6 +14,7 @@ Run: .venv/bin/python benchmarks/profile_worker.py [--reports 1000000] [--batch 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import io
 import json
@@ -80,6 +81,15 @@ def micro_batches(topic: str, fleets: list[Fleet], size: int) -> list[list[Event
             events.append(Event(KafkaMessage(topic, partition, offsets[partition], value)))
             offsets[partition] += 1
     return [events[i:i + size] for i in range(0, len(events), size)]
+
+
+def handle_all(handler: BatchHandler, batches: list[list[Event]]) -> None:
+    """The micro-batches through the handler, one after the other, as the worker's agent does."""
+    async def run() -> None:
+        for events in batches:
+            await handler.handle(events)
+
+    asyncio.run(run())
 
 
 def timed_steps(handler: BatchHandler) -> dict[str, float]:
@@ -153,15 +163,14 @@ def profile(spec: CollectionSpec, cfg: ServicesConfig, store: RedisStore, args: 
     fleet = encode_fleet(spec, args.reports, 2, args.batch, args.single)
     batches = micro_batches(spec.topic, [warm, fleet], args.max_messages)
     handler = BatchHandler(store, PlanRegistry(cfg.bootstrap), DeadLetterProducer(cfg.bootstrap))
-    handler.handle(batches[0][:len(warm.values)])  # plans loaded, script registered
+    handle_all(handler, [batches[0][:len(warm.values)]])  # plans loaded, script registered
     batches[0] = batches[0][len(warm.values):]
     timers = timed_steps(handler) if args.plain else {}
     profiler = cProfile.Profile()
     start = time.perf_counter()
     if not args.plain:
         profiler.enable()
-    for events in batches:
-        handler.handle(events)
+    handle_all(handler, batches)
     profiler.disable()
     seconds = time.perf_counter() - start
     if args.plain:
