@@ -387,7 +387,8 @@ class Run:
         self.redis = redis.Redis.from_url(cfg.redis)
         self.store = RedisStore(cfg.redis)
         self.observer = Observer(cfg, args.poll_ms / 1000)
-        self.logs = Path(tempfile.mkdtemp(prefix=f"bench-pipeline-{self.id}-"))
+        self.logs = args.logs or Path(tempfile.mkdtemp(prefix=f"bench-pipeline-{self.id}-"))
+        self.logs.mkdir(parents=True, exist_ok=True)
         self.seed = int.from_bytes(os.urandom(3), "little") * 64  # fleets' seeds: new devices every run
         self.topics: list[str] = []
         self.collections: list[str] = []
@@ -406,7 +407,7 @@ class Run:
 
     def workers(self, specs: str, group: str, n: int) -> list[subprocess.Popen[bytes]]:
         argv = [str(Path(__file__).resolve()), "worker", "--specs-topic", specs, "--group", group,
-                "--max-messages", str(self.args.max_messages)]
+                "--max-messages", str(self.args.max_messages), "--loglevel", self.args.worker_loglevel]
         return [self.start(f"{group}-{i}", argv, group) for i in range(n)]
 
     def worker_group(self, single: bool, workers: int) -> str:
@@ -450,7 +451,8 @@ class Run:
                 self.redis.unlink(*self.keys)
         except redis.RedisError as exc:
             warnings.append(f"redis keys of {self.collections} not removed: {exc}")
-        shutil.rmtree(self.logs, ignore_errors=True)
+        if self.args.logs is None:
+            shutil.rmtree(self.logs, ignore_errors=True)
         return warnings
 
 
@@ -664,6 +666,8 @@ def main() -> None:
     parser.add_argument("--poll-ms", type=float, default=10.0)
     parser.add_argument("--phase-timeout", type=float, default=90.0, help="seconds any one phase may take")
     parser.add_argument("--sizes", default="batched,single", help="which message sizes to run")
+    parser.add_argument("--logs", type=Path, default=None, help="keep the worker processes' logs in this directory")
+    parser.add_argument("--worker-loglevel", default="warn", help="the workers' --loglevel")
     args = parser.parse_args()
     cfg = ServicesConfig.from_env()
     run = Run(cfg, args)
