@@ -79,7 +79,7 @@ class PlanRegistry:
         with self._lock:
             self._last_refresh = time.monotonic()
             try:
-                specs = read_specs(self.bootstrap)
+                specs = read_specs(self.bootstrap, known={k: p.spec for k, p in self._plans.items()})
             except (SpecError, RuntimeError, KafkaException) as exc:
                 log.error("cannot read published specs: %s", exc)
                 return

@@ -225,7 +225,8 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     @app.timer(SPEC_POLL_S)
     async def follow_published_collections() -> None:
         try:
-            new = sorted(set(report_topics(plans, cfg.bootstrap)) - set(topics))
+            # in a thread: reading the specs topic and the cluster's topics must not stall the loop's batches
+            new = sorted(set(await asyncio.to_thread(report_topics, plans, cfg.bootstrap)) - set(topics))
         except KafkaException as exc:  # Kafka unreachable: look again at the next tick
             log.warning("cannot list published collections: %s", exc)
             return

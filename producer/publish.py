@@ -8,6 +8,7 @@ serialised by Kafka; publishing is an operator's act, done once per version.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from producer.collector import sampled_count
@@ -30,13 +31,15 @@ class Published:
     spec: CollectionSpec  # as published (factorization strategies pinned by hash)
 
 
-def read_specs(bootstrap: str, invalid: list[str] | None = None) -> dict[str, CollectionSpec]:
+def read_specs(bootstrap: str, invalid: list[str] | None = None,
+               known: Mapping[str, CollectionSpec] | None = None) -> dict[str, CollectionSpec]:
     """Every published spec by "name@version" (the topic read to its end; an empty dict if it does not exist yet).
 
     The first message of a key is authoritative (a later, different one can only come from a race); deletions
     (empty values) are ignored, since a published version is never withdrawn. A message that is not a valid spec
     under its key is skipped, and its reason appended to `invalid` when given: one bad message must not stop
-    the readers of every good one.
+    the readers of every good one. A key in `known` keeps the spec given there without parsing the message again
+    (published versions are immutable; parsing is most of the cost of a re-read).
     """
     ensure_topic(bootstrap, SPECS_TOPIC, 1, compacted=True)
     specs: dict[str, CollectionSpec] = {}
@@ -45,6 +48,9 @@ def read_specs(bootstrap: str, invalid: list[str] | None = None) -> dict[str, Co
             continue
         name = key.decode(errors="replace")
         if name in specs:
+            continue
+        if known is not None and name in known:
+            specs[name] = known[name]
             continue
         try:
             spec = parse_spec(value.decode(errors="replace"), f"{SPECS_TOPIC}[{name}]")
