@@ -11,8 +11,11 @@ For each message size (batched envelopes of `--batch` reports, and one report pe
       consumer side alone;
    b. `concurrent`: a new fleet is produced as fast as possible while the workers consume: end to end, with the
       producer on the same machine;
-   c. `freshness`: a new fleet is produced at each of `--load-fractions` (default 0.1 and 0.5) of the lower of
-      the two rates above, for `--freshness-seconds` each.
+   c. `freshness`: a new fleet is produced at each of `--load-fractions` (default 0.1 and 0.5) of the maximum
+      load, for `--freshness-seconds` each. The maximum is the lower of the preloaded rate and the concurrent
+      phase's end-to-end rate (its reports over the time from the first send to the last report applied): what
+      the machine sustains with the producer on it. The concurrent phase's consumer-side slope is reported too,
+      but it is not sustainable (it includes catching up on what the producer queued ahead).
 Every fleet has its own seed, so its devices are new and none is a duplicate; every phase checks that the store's
 accepted count grows by exactly the fleet's reports and that nothing was rejected.
 
@@ -41,7 +44,7 @@ data would mix into the measurement, and other sessions' workers would consume (
 Everything the run makes is removed at the end: the specs and report topics, the Redis keys (UNLINK: the dedupe
 sets are large), the consumer groups, faust's assignor topics and state directories.
 
-Run: .venv/bin/python benchmarks/bench_pipeline.py [--batched-reports 1000000] [--single-reports 25000] [--batch 1000]
+Run: .venv/bin/python benchmarks/bench_pipeline.py [--batched-reports 4000000] [--single-reports 25000] [--batch 1000]
 Prints one JSON object; its `summary` holds the ratios the targets name.
 """
 
@@ -483,18 +486,29 @@ def raw_consume(run: Run, topic: str, partitions: int, messages: int, timeout_s:
     return {"messages_per_s": steady / seconds, "megabytes_per_s": size / seconds / 1e6}
 
 
-def probe_rate(run: Run, topic: str, messages: int) -> dict[str, Any]:
-    """The do-nothing faust agent (`aggregator.probe`) counting the topic's messages into Redis: messages/s."""
-    group, key = f"bench-probe-{run.id}-{topic.rsplit('-', 1)[-1]}", f"ldp:bench:probe:{run.id}:{topic}"
+def topic_size(bootstrap: str, topic: str, partitions: int) -> int:
+    """The number of messages in a topic (the sum of its partitions' end offsets; nothing is ever deleted here)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-size-{uuid.uuid4().hex[:8]}"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions))
+    finally:
+        consumer.close()
+
+
+def probe_rate(run: Run, topic: str, messages: int, processes: int = 1) -> dict[str, Any]:
+    """The do-nothing faust agent (`aggregator.probe`) in `processes` processes of one group counting the topic's
+    first `messages` messages into Redis: messages/s in all (with 2+, once the group is Stable)."""
+    group = f"bench-probe-{run.id}-{topic.rsplit('-', 1)[-1]}-p{processes}"
+    key = f"ldp:bench:probe:{run.id}:{topic}:p{processes}"
     run.keys.append(key)
     argv = ["-m", "aggregator.probe", "--topic", topic, "--redis-key", key, "--group", group]
-    probe = run.start(f"{group}-0", argv, group)
+    probes = [run.start(f"{group}-{i}", argv, group) for i in range(processes)]
     try:
-        trace = run.observer.run(KeyCounter(run.redis, key), messages, run.args.phase_timeout, processes=[probe],
-                                 group=group, members=1)
+        trace = run.observer.run(KeyCounter(run.redis, key), messages, run.args.phase_timeout, processes=probes,
+                                 group=group, members=processes)
     finally:
-        run.stop([probe])
-    return {"messages_per_s": _round(trace.rate(0, messages)), "counted": trace.counts[-1],
+        run.stop(probes)
+    return {"processes": processes, "messages_per_s": _round(trace.rate(0, messages)), "counted": trace.counts[-1],
             "timed_out": trace.timed_out, "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
@@ -547,7 +561,8 @@ def worker_phases(run: Run, spec: CollectionSpec, specs: str, counter: StoreCoun
         out["concurrent"], _ = consume_phase(run, counter, base, fleet_, processes, group, workers, sending)
         sending.finish(args.phase_timeout)
         base += fleet_.total
-        rates = [r for r in (out["preloaded"]["reports_per_s"], out["concurrent"]["reports_per_s"]) if r]
+        rates = [r for r in (out["preloaded"]["reports_per_s"], out["concurrent"].get("end_to_end_reports_per_s"))
+                 if r]
         if not rates:
             out["freshness"] = [{"error": "no maximum rate was measured"}]
             return out
@@ -597,6 +612,10 @@ def measure_size(run: Run, base_spec: CollectionSpec, single: bool) -> dict[str,
             log = run.log_tail(run.worker_group(single, workers))
             rounds.append({"workers": workers, "error": f"{type(exc).__name__}: {exc}", "log": log})
     out["aggregator"] = rounds
+    # the do-nothing agent in as many processes as the workers, over everything the topic holds by now (the
+    # group's start-up leaves out the first messages, so the whole topic keeps enough after it is Stable)
+    total = topic_size(run.cfg.bootstrap, spec.topic, spec.partitions)
+    out["raw"]["faust_do_nothing_processes"] = [probe_rate(run, spec.topic, total, n) for n in args.workers if n > 1]
     out["rejected"] = counter.rejected()
     return out
 
@@ -608,8 +627,15 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     if batched:
         out["batched_reports_per_s_per_worker"] = per_worker(batched, 1.0)
         out["batched_target_reports_per_s_per_worker"] = 500_000
-    if single and (probe := single["raw"]["faust_do_nothing"]["messages_per_s"]):
-        out["single_rate_per_worker_over_do_nothing_faust"] = per_worker(single, probe)
+    if single and single["raw"]["faust_do_nothing"]["messages_per_s"]:
+        probes = {p["processes"]: p["messages_per_s"]
+                  for p in [single["raw"]["faust_do_nothing"], *single["raw"].get("faust_do_nothing_processes", [])]}
+        out["single_rate_over_do_nothing_faust_in_as_many_processes"] = {
+            f"w{r['workers']}": {phase: round(r[phase]["reports_per_s"] / probes[r["workers"]], 3)
+                                 for phase in ("preloaded", "concurrent") if r.get(phase, {}).get("reports_per_s")}
+            for r in single["aggregator"] if "error" not in r and probes.get(r["workers"])}
+        out["single_rate_per_worker_over_one_do_nothing_faust_process"] = per_worker(
+            single, single["raw"]["faust_do_nothing"]["messages_per_s"])
         out["single_target_fraction"] = 0.8
     out["p99_freshness_s_at_half_load"] = {f"{size}_w{r['workers']}": f.get("p99_s")
                                            for size, res in (("batched", batched), ("single", single)) if res
@@ -620,10 +646,13 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def per_worker(size: dict[str, Any], unit: float) -> dict[str, dict[str, float]]:
-    """{"w<n>": {phase: reports/s per worker / unit}} for the preloaded and concurrent phases that measured a rate."""
+    """{"w<n>": {phase: reports/s per worker / unit}} for the preloaded and concurrent phases that measured a rate
+    (the concurrent phase's consumer-side slope, and its end-to-end rate)."""
     digits = 3 if unit != 1.0 else None
-    return {f"w{r['workers']}": {phase: round(r[phase]["reports_per_s"] / r["workers"] / unit, digits)
-                                 for phase in ("preloaded", "concurrent") if r.get(phase, {}).get("reports_per_s")}
+    rates = (("preloaded", "preloaded", "reports_per_s"), ("concurrent", "concurrent", "reports_per_s"),
+             ("concurrent_end_to_end", "concurrent", "end_to_end_reports_per_s"))
+    return {f"w{r['workers']}": {label: round(r[phase][key] / r["workers"] / unit, digits)
+                                 for label, phase, key in rates if r.get(phase, {}).get(key)}
             for r in size["aggregator"] if "error" not in r}
 
 
@@ -654,7 +683,7 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spec", type=Path, default=Path("examples/diagnostics.yaml"))
-    parser.add_argument("--batched-reports", type=int, default=1_000_000, help="reports per batched fleet")
+    parser.add_argument("--batched-reports", type=int, default=4_000_000, help="reports per batched fleet")
     parser.add_argument("--single-reports", type=int, default=25_000, help="reports (= messages) per single fleet")
     parser.add_argument("--batch", type=int, default=1000,
                         help="reports per batched envelope (the target is stated for >= 500)")
