@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from aggregator.worker import RESTART, WorkerConfig, build_app
+from aggregator.worker import DEFAULT_MAX_MESSAGES, RESTART, WorkerConfig, build_app
 from ldpstream.services import ServicesConfig
 
 
@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--group", default="ldp-aggregator")
     parser.add_argument("--metrics-port", type=int, default=None)
-    parser.add_argument("--max-messages", type=int, default=500)
+    parser.add_argument("--max-messages", type=int, default=DEFAULT_MAX_MESSAGES)
     parser.add_argument("--loglevel", default="warn", choices=["crit", "error", "warn", "info", "debug"])
     args = parser.parse_args(argv)
     cfg = ServicesConfig.from_env()

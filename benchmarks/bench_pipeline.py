@@ -73,6 +73,7 @@ from confluent_kafka.admin import AdminClient
 
 import producer.publish
 from aggregator.store import RedisStore, prefix
+from aggregator.worker import DEFAULT_MAX_MESSAGES
 from ldpstream.services import ServicesConfig
 from ldpstream.services.process import ServiceError, stop_pid
 from producer.kafka import TopicError, delete_topic
@@ -688,7 +689,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000,
                         help="reports per batched envelope (the target is stated for >= 500)")
     parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
-    parser.add_argument("--max-messages", type=int, default=500, help="the workers' micro-batch size")
+    parser.add_argument("--max-messages", type=int, default=DEFAULT_MAX_MESSAGES, help="the workers' micro-batch size")
     parser.add_argument("--load-fractions", type=lambda v: [float(x) for x in v.split(",")], default=[0.1, 0.5],
                         help="freshness phases at these fractions of the measured maximum (e.g. 0.1,0.5)")
     parser.add_argument("--freshness-seconds", type=float, default=8.0)

@@ -8,7 +8,7 @@ by cumulative and own time. `--no-dedupe` turns the spec's one-report-per-window
 cost; `--plain` times the handler without the profiler. Needs the services (`ldp up`); the collection is published
 on a private specs topic (see bench_pipeline), and its Redis keys, report topic and specs topic are removed at the
 end.
-Run: .venv/bin/python benchmarks/profile_worker.py [--reports 1000000] [--batch 1000] [--single] [--max-messages 500]
+Run: .venv/bin/python benchmarks/profile_worker.py [--reports 1000000] [--batch 1000] [--single] [--max-messages 2000]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from bench_pipeline import Fleet, encode_fleet, specs_topic, unlink_collection  
 from aggregator.dlq import DeadLetterProducer  # noqa: E402
 from aggregator.plans import PlanRegistry  # noqa: E402
 from aggregator.store import RedisStore  # noqa: E402
-from aggregator.worker import BatchHandler  # noqa: E402
+from aggregator.worker import DEFAULT_MAX_MESSAGES, BatchHandler  # noqa: E402
 from ldpstream.services import ServicesConfig  # noqa: E402
 from producer.kafka import delete_topic  # noqa: E402
 from producer.publish import publish_spec  # noqa: E402
@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--reports", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--single", action="store_true")
-    parser.add_argument("--max-messages", type=int, default=500)
+    parser.add_argument("--max-messages", type=int, default=DEFAULT_MAX_MESSAGES)
     parser.add_argument("--no-dedupe", action="store_true", help="one_report_per_window off: no dedupe sets")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--plain", action="store_true", help="time the handler without the profiler")
