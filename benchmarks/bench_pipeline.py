@@ -38,11 +38,11 @@ Targets (issue 4), per worker process: >= 500k reports/s with batched envelopes;
 of the do-nothing faust agent's message rate; p99 freshness <= 2 s at half the maximum load.
 
 Isolation. Each collection is published to a specs topic of its own (`ldp.bench.specs.<run>-<size>`) instead of
-the shared `ldp.collections`, and the worker processes (`python -m aggregator` through the `worker` sub-command
-below) read that one: a worker follows every collection of its specs topic, so with the shared one other sessions'
+the shared `ldp.collections`, and the worker processes (`python -m aggregator` with `LDP_SPECS_TOPIC` set to it)
+read that one: a worker follows every collection of its specs topic, so with the shared one other sessions'
 data would mix into the measurement, and other sessions' workers would consume (and count) this run's topics.
 Everything the run makes is removed at the end: the specs and report topics, the Redis keys (UNLINK: the dedupe
-sets are large), the consumer groups, faust's assignor topics and state directories.
+lists are large), the consumer groups, faust's assignor topics and state directories.
 
 Run: .venv/bin/python benchmarks/bench_pipeline.py [--batched-reports 4000000] [--single-reports 25000] [--batch 1000]
 Prints one JSON object; its `summary` holds the ratios the targets name.
@@ -71,7 +71,6 @@ import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-import producer.publish
 from aggregator.store import RedisStore, prefix
 from aggregator.worker import DEFAULT_MAX_MESSAGES
 from ldpstream.services import ServicesConfig
@@ -96,13 +95,17 @@ class BenchError(RuntimeError):
 
 @contextmanager
 def specs_topic(topic: str) -> Iterator[None]:
-    """Publish and read collection specs on `topic` instead of `ldp.collections` (this run's private registry)."""
-    shared = producer.publish.SPECS_TOPIC
-    setattr(producer.publish, "SPECS_TOPIC", topic)  # noqa: B010  (a module constant: no setting exists for it)
+    """Publish and read collection specs on `topic` instead of `ldp.collections` (this run's private registry):
+    `LDP_SPECS_TOPIC`, for this process and the workers it starts meanwhile."""
+    shared = os.environ.get("LDP_SPECS_TOPIC")
+    os.environ["LDP_SPECS_TOPIC"] = topic
     try:
         yield
     finally:
-        setattr(producer.publish, "SPECS_TOPIC", shared)  # noqa: B010
+        if shared is None:
+            del os.environ["LDP_SPECS_TOPIC"]
+        else:
+            os.environ["LDP_SPECS_TOPIC"] = shared
 
 
 def unlink_collection(client: redis.Redis, collection: str) -> int:
@@ -410,9 +413,10 @@ class Run:
                                 start_new_session=True)
 
     def workers(self, specs: str, group: str, n: int) -> list[subprocess.Popen[bytes]]:
-        argv = [str(Path(__file__).resolve()), "worker", "--specs-topic", specs, "--group", group,
-                "--max-messages", str(self.args.max_messages), "--loglevel", self.args.worker_loglevel]
-        return [self.start(f"{group}-{i}", argv, group) for i in range(n)]
+        argv = ["-m", "aggregator", "--group", group, "--max-messages", str(self.args.max_messages),
+                "--loglevel", self.args.worker_loglevel]
+        with specs_topic(specs):
+            return [self.start(f"{group}-{i}", argv, group) for i in range(n)]
 
     def worker_group(self, single: bool, workers: int) -> str:
         return f"bench-pipeline-{self.id}-{'single' if single else 'batched'}-w{workers}"
@@ -665,23 +669,7 @@ def _rounded(d: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 1) for k, v in d.items()}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-def run_worker(specs: str, argv: list[str]) -> None:
-    """`python -m aggregator ARGV`, reading the collection specs from `specs`."""
-    from aggregator.__main__ import main as worker_main
-
-    with specs_topic(specs):
-        worker_main(argv)
-
-
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "worker":
-        parser = argparse.ArgumentParser(description="one aggregator worker on a private specs topic; the other "
-                                                     "arguments go to `python -m aggregator`")
-        parser.add_argument("--specs-topic", required=True)
-        w, rest = parser.parse_known_args(sys.argv[2:])
-        run_worker(w.specs_topic, rest)
-        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spec", type=Path, default=Path("examples/diagnostics.yaml"))
     parser.add_argument("--batched-reports", type=int, default=4_000_000, help="reports per batched fleet")

@@ -8,6 +8,7 @@ serialised by Kafka; publishing is an operator's act, done once per version.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ from producer.kafka import ReportProducer, ensure_topic, read_to_end
 from producer.spec import CollectionSpec, SpecError, parse_spec
 from producer.strategies import with_strategies
 
-SPECS_TOPIC = "ldp.collections"
+SPECS_TOPIC = "ldp.collections"  # the default; `LDP_SPECS_TOPIC` names another (e.g. a private test registry)
 DLQ_TOPIC = "ldp.dlq"
 DLQ_PARTITIONS = 1  # when this call creates it; an existing one is used as it is
 
@@ -31,6 +32,11 @@ class Published:
     spec: CollectionSpec  # as published (factorization strategies pinned by hash)
 
 
+def specs_topic() -> str:
+    """The topic the collection specs are published to: `LDP_SPECS_TOPIC`, else `ldp.collections`."""
+    return os.environ.get("LDP_SPECS_TOPIC") or SPECS_TOPIC
+
+
 def read_specs(bootstrap: str, invalid: list[str] | None = None,
                known: Mapping[str, CollectionSpec] | None = None) -> dict[str, CollectionSpec]:
     """Every published spec by "name@version" (the topic read to its end; an empty dict if it does not exist yet).
@@ -41,9 +47,10 @@ def read_specs(bootstrap: str, invalid: list[str] | None = None,
     the readers of every good one. A key in `known` keeps the spec given there without parsing the message again
     (published versions are immutable; parsing is most of the cost of a re-read).
     """
-    ensure_topic(bootstrap, SPECS_TOPIC, 1, compacted=True)
+    topic = specs_topic()
+    ensure_topic(bootstrap, topic, 1, compacted=True)
     specs: dict[str, CollectionSpec] = {}
-    for key, value in read_to_end(bootstrap, SPECS_TOPIC):
+    for key, value in read_to_end(bootstrap, topic):
         if key is None or value is None:
             continue
         name = key.decode(errors="replace")
@@ -53,9 +60,9 @@ def read_specs(bootstrap: str, invalid: list[str] | None = None,
             specs[name] = known[name]
             continue
         try:
-            spec = parse_spec(value.decode(errors="replace"), f"{SPECS_TOPIC}[{name}]")
+            spec = parse_spec(value.decode(errors="replace"), f"{topic}[{name}]")
             if spec.key != name:
-                raise SpecError(f"{SPECS_TOPIC}: the message keyed {name!r} holds the spec {spec.key!r}")
+                raise SpecError(f"{topic}: the message keyed {name!r} holds the spec {spec.key!r}")
         except SpecError as exc:
             if invalid is not None:
                 invalid.append(str(exc))
@@ -81,6 +88,6 @@ def publish_spec(spec: CollectionSpec, bootstrap: str) -> Published:
     ensure_topic(bootstrap, DLQ_TOPIC, DLQ_PARTITIONS, exact=False)
     if existing is None:
         producer = ReportProducer(bootstrap, linger_ms=0)
-        producer.produce(SPECS_TOPIC, spec.canonical_json().encode(), spec.key.encode())
+        producer.produce(specs_topic(), spec.canonical_json().encode(), spec.key.encode())
         producer.flush()
     return Published(spec.key, existing is None, spec.topic, spec)
