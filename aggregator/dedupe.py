@@ -1,8 +1,10 @@
 """The devices each partition has counted per dedupe window, held by the worker that owns the partition.
 
 A device's reports all go to one partition (`producer.pseudonym.device_partitions`), so "has this device reported
-in this window?" is answered from its partition's list alone. `SeenDevices` keeps those lists in memory as sorted
-uint64 arrays, loaded from the store on first use together with the applied offset they match (`synced`). A
+in this window?" is answered from its partition's list alone. `SeenDevices` keeps those lists in memory as
+`SortedRuns` (sorted uint64 arrays of geometrically growing sizes, so adding a micro-batch's devices costs
+O(log n) copies per device, not a copy of the whole list), loaded from the store on first use together with the
+applied offset they match (`synced`). A
 micro-batch is checked against them and written with that offset as its `expected` one; the store refuses the
 write (`stale`) if another worker applied batches from the partition since, and the caller then `invalidate`s it
 and tries again on a fresh load. After a write is applied, `commit` adds its devices and moves `synced` on.
@@ -50,10 +52,46 @@ def sorted_union(known: np.ndarray, new: np.ndarray) -> np.ndarray:
     return np.insert(known, np.searchsorted(known, new), new)
 
 
+class SortedRuns:
+    """A set of uint64 values as sorted runs, each more than twice the size of the next newer one: O(log n) runs,
+    and each value is copied O(log n) times over all the additions.
+
+    Examples
+    --------
+    >>> runs = SortedRuns(np.array([9, 2], dtype=np.uint64))
+    >>> runs.add(np.array([5], dtype=np.uint64))
+    >>> runs.contains(np.array([5, 6, 9], dtype=np.uint64)).tolist(), len(runs)
+    ([True, False, True], 3)
+    """
+
+    def __init__(self, values: np.ndarray | None = None) -> None:
+        self.runs: list[np.ndarray] = []
+        if values is not None and len(values):
+            self.add(np.unique(values))
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.runs)
+
+    def contains(self, values: np.ndarray) -> np.ndarray:
+        """Per value, whether it is in the set (faster when `values` is sorted)."""
+        hit = np.zeros(len(values), dtype=bool)
+        for run in self.runs:
+            hit |= sorted_contains(run, values)
+        return hit
+
+    def add(self, new: np.ndarray) -> None:
+        """Add values that are distinct and not in the set yet."""
+        run = np.sort(new)
+        while self.runs and len(self.runs[-1]) <= 2 * len(run):
+            run = sorted_union(self.runs.pop(), run)
+        if len(run):
+            self.runs.append(run)
+
+
 @dataclass
 class _Partition:
     synced: int  # the applied offset the lists match
-    windows: dict[WindowKey, np.ndarray] = field(default_factory=dict)  # sorted uint64
+    windows: dict[WindowKey, SortedRuns] = field(default_factory=dict)
 
 
 class SeenDevices:
@@ -64,8 +102,8 @@ class SeenDevices:
         self._lock = threading.Lock()
         self._partitions: dict[tuple[str, int], _Partition] = {}
 
-    def devices(self, topic: str, partition: int, key: WindowKey) -> np.ndarray:
-        """The devices (sorted) the partition has counted in the dedupe window `key`, loading them on first use."""
+    def devices(self, topic: str, partition: int, key: WindowKey) -> SortedRuns:
+        """The devices the partition has counted in the dedupe window `key`, loaded on first use."""
         with self._lock:
             state = self._partitions.get((topic, partition))
             if state is not None and key in state.windows:
@@ -75,8 +113,12 @@ class SeenDevices:
             state = self._partitions.setdefault((topic, partition), _Partition(applied))
             if state.synced != applied:
                 state.synced = CONFLICT
-            state.windows[key] = np.unique(lists[key])
+            state.windows[key] = SortedRuns(lists[key])
             return state.windows[key]
+
+    def contains(self, topic: str, partition: int, key: WindowKey, devices: np.ndarray) -> np.ndarray:
+        """Per device, whether the partition has counted it in the dedupe window `key`."""
+        return self.devices(topic, partition, key).contains(devices)
 
     def synced(self, topic: str, partition: int) -> int:
         """The applied offset the partition's lists match (loaded from the store if nothing is held)."""
@@ -105,7 +147,7 @@ class SeenDevices:
                 for part, new in (w.dedupe or {}).items():
                     state = self._partitions.get((topic, part))
                     if part in synced and state is not None and key in state.windows:
-                        state.windows[key] = sorted_union(state.windows[key], new)
+                        state.windows[key].add(new)
             for state in self._partitions.values():
                 for old in [k for k in state.windows if k[1] != ALL_TIME and k[2] + 2 * _length_ms(k[1]) < now_ms]:
                     del state.windows[old]

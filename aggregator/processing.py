@@ -26,7 +26,6 @@ from typing import Protocol
 
 import numpy as np
 
-from aggregator.dedupe import sorted_contains
 from aggregator.store import ALL_TIME, BatchUpdate, OffsetRange, WindowIncrement, WindowKey
 from ldp.base import Mechanism, ReportSchema
 from producer.pseudonym import device_partitions
@@ -69,12 +68,13 @@ class CollectionPlan(Protocol):
 class SeenLookup(Protocol):
     """The devices each partition has counted per dedupe window, and the applied offset they are read at."""
 
-    def devices(self, topic: str, partition: int, key: WindowKey) -> np.ndarray:
-        """Sorted uint64 devices the partition has counted in the window `key` = (version, window, start ms)."""
+    def contains(self, topic: str, partition: int, key: WindowKey, devices: np.ndarray) -> np.ndarray:
+        """Per device (uint64, sorted), whether the partition has counted it in the window `key` = (version,
+        window, start ms)."""
         ...
 
     def synced(self, topic: str, partition: int) -> int:
-        """The applied offset of the partition that the lists returned by `devices` match."""
+        """The applied offset of the partition that the answers of `contains` match."""
         ...
 
 
@@ -249,8 +249,7 @@ class PartitionProcessor:
                 devices = rows.devices[order]
                 _mark(reasons, order[1:][devices[1:] == devices[:-1]], DUPLICATE)
                 if seen is not None:
-                    known = seen.devices(topic, part, (spec.version, dwin, start))
-                    _mark(reasons, order[sorted_contains(known, devices)], DUPLICATE)
+                    _mark(reasons, order[seen.contains(topic, part, (spec.version, dwin, start), devices)], DUPLICATE)
             details.setdefault(DUPLICATE, "device already reported in this window")
         letters = _dead_letters(items, rows, reasons, details)
         accepted = reasons == 0

@@ -9,7 +9,7 @@ import pytest
 from test_processing import NOW, TOPIC, message, processor
 
 import aggregator.dedupe
-from aggregator.dedupe import CONFLICT, SeenDevices, sorted_contains, sorted_union
+from aggregator.dedupe import CONFLICT, SeenDevices, SortedRuns, sorted_contains, sorted_union
 from aggregator.processing import DUPLICATE, PartitionProcessor
 from aggregator.store import BatchUpdate, MemoryStore, OffsetRange, WindowIncrement
 
@@ -30,6 +30,23 @@ def test_sorted_helpers_equal_set_operations(seed: int) -> None:
     assert sorted_contains(known, values).tolist() == [v in set(known.tolist()) for v in values.tolist()]
     new = np.setdiff1d(values, known)
     assert sorted_union(known, new).tolist() == sorted(set(known.tolist()) | set(new.tolist()))
+
+
+def test_sorted_runs_stay_few_and_equal_a_set() -> None:
+    rng = np.random.default_rng(7)
+    runs, truth = SortedRuns(), set[int]()
+    for size in rng.integers(1, 3000, 200):
+        values = np.setdiff1d(rng.integers(0, 2**64, int(size), dtype=np.uint64), np.array(sorted(truth), np.uint64))
+        runs.add(values)
+        truth |= set(values.tolist())
+        assert len(runs.runs) <= np.log2(len(truth)) + 1  # each run more than twice the next newer one
+    probe = np.concatenate([np.array(sorted(truth)[::97], dtype=np.uint64), rng.integers(0, 2**64, 500, np.uint64)])
+    assert runs.contains(probe).tolist() == [v in truth for v in probe.tolist()]
+    assert len(runs) == len(truth) and all((np.diff(r.astype(object)) > 0).all() for r in runs.runs)
+
+
+def devices(seen: SeenDevices, key: tuple[int, str, int]) -> list[int]:
+    return sorted(np.concatenate([np.zeros(0, np.uint64), *seen.devices(TOPIC, 0, key).runs]).tolist())
 
 
 def run(proc: PartitionProcessor, store: MemoryStore, seen: SeenDevices, devices: list[int], offset: int,
@@ -59,13 +76,13 @@ def test_a_worker_whose_lists_are_stale_is_refused_then_catches_the_duplicate() 
 def test_lists_loaded_at_different_offsets_force_a_reload() -> None:
     store = MemoryStore()
     seen = SeenDevices(store)
-    assert seen.devices(TOPIC, 0, HOUR).size == 0 and seen.synced(TOPIC, 0) == -1
+    assert devices(seen, HOUR) == [] and seen.synced(TOPIC, 0) == -1
     windows = (WindowIncrement(1, "1h", HOUR[2] + 3_600_000, 1, {}, {0: np.array([7], dtype=np.uint64)}),)
     store.apply(BatchUpdate("unit", (OffsetRange(f"{TOPIC}:0", 0, 0),), windows, {}))
-    assert seen.devices(TOPIC, 0, (1, "1h", HOUR[2] + 3_600_000)).tolist() == [7]
+    assert devices(seen, (1, "1h", HOUR[2] + 3_600_000)) == [7]
     assert seen.synced(TOPIC, 0) == CONFLICT  # the hour list was read at -1, the next one at 0
     seen.invalidate(TOPIC)
-    assert seen.devices(TOPIC, 0, HOUR).size == 0 and seen.synced(TOPIC, 0) == 0
+    assert devices(seen, HOUR) == [] and seen.synced(TOPIC, 0) == 0
 
 
 def test_commit_keeps_lists_in_step_and_drops_expired_windows() -> None:
@@ -76,7 +93,7 @@ def test_commit_keeps_lists_in_step_and_drops_expired_windows() -> None:
     windows = (WindowIncrement(1, "1h", HOUR[2], 2, {}, {0: np.array([9, 3], dtype=np.uint64)}),)
     update = BatchUpdate("unit", (OffsetRange(f"{TOPIC}:0", 0, 4, -1),), windows, {})
     seen.commit(TOPIC, update, NOW)
-    assert seen.devices(TOPIC, 0, HOUR).tolist() == [3, 9] and seen.synced(TOPIC, 0) == 4
+    assert devices(seen, HOUR) == [3, 9] and seen.synced(TOPIC, 0) == 4
     seen.commit(TOPIC, update, NOW)  # expected -1 no longer matches: the lists are not trusted any more
     assert seen.synced(TOPIC, 0) == CONFLICT
     seen.clear()
