@@ -29,6 +29,7 @@ Keys share one hash tag per collection (`ldp:{NAME}:...`) so one script touches 
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -158,9 +159,8 @@ def parse_window_member(member: str) -> tuple[int, str, int]:
     return int(v[1:]), window, int(start)
 
 
-def _now_ms() -> int:
-    import time
-
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch."""
     return int(time.time() * 1000)
 
 
@@ -249,7 +249,7 @@ class RedisStore(StatsStore):
         for r in update.ranges:
             args += [r.source, r.first, r.last, "" if r.expected is None else r.expected]
         args += [len(appends), len(update.windows), "" if update.newest_report_ms is None else update.newest_report_ms,
-                 _now_ms()]
+                 now_ms()]
         for key, ttl, data in appends:
             keys.append(key)
             args += [ttl, data]
@@ -353,7 +353,7 @@ class MemoryStore(StatsStore):
             if update.newest_report_ms is not None:
                 self._meta[c]["newest_report_ms"] = max(self._meta[c].get("newest_report_ms", 0),
                                                         update.newest_report_ms)
-            self._meta[c]["applied_ms"] = _now_ms()
+            self._meta[c]["applied_ms"] = now_ms()
             for r in update.ranges:
                 self._offsets[c][r.source] = r.last
             return ApplyResult("applied")

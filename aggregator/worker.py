@@ -44,7 +44,7 @@ from aggregator.dedupe import SeenDevices
 from aggregator.dlq import DeadLetterProducer, DeliveryTimeout
 from aggregator.plans import PlanRegistry
 from aggregator.processing import DeadLetter, Message, PartitionProcessor
-from aggregator.store import RedisStore, StatsStore
+from aggregator.store import RedisStore, StatsStore, now_ms
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class BatchHandler:
         self.store = store
         self.dlq = dlq
         self.seen = seen if seen is not None else SeenDevices(store)
-        self.processor = PartitionProcessor(plans.get, _now_ms)
+        self.processor = PartitionProcessor(plans.get, now_ms)
 
     async def handle(self, events: Sequence[Any]) -> None:
         """Handle a micro-batch's events, topic by topic."""
@@ -128,7 +128,7 @@ class BatchHandler:
             status = outcome.status if outcome else "skipped"
             metrics.BATCHES.labels(status).inc()
             if status == "applied" and result.update:
-                self.seen.commit(topic, result.update, _now_ms())
+                self.seen.commit(topic, result.update, now_ms())
                 self._count(collection, result.update.outcomes, result.dead_letters)
                 metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
                 return
@@ -183,10 +183,6 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(OUTAGE_RETRY_S)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def report_topics(plans: PlanRegistry, bootstrap: str) -> list[str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import msgspec
 import numpy as np
@@ -70,9 +71,31 @@ class AttributeReports:
     reports: Reports
 
 
+class SealedBatch:
+    """Base of the batches that can be encoded: only the factory holding the class's seal builds one, so what
+    reaches the wire is mechanism output, never raw values. A subclass is a frozen dataclass whose last field is
+    `_token: object = None`, and names its maker and a seal of its own."""
+
+    made_by: ClassVar[str]
+    _seal: ClassVar[object]
+    _token: object
+    devices: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self._token is not self._seal:
+            raise TypeError(f"a {type(self).__name__} is made only by {self.made_by} (mechanism output, never raw "
+                            "values)")
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+
 @dataclass(frozen=True)
-class PerturbedBatch:
+class PerturbedBatch(SealedBatch):
     """Mechanism output for n devices, ready to encode. Built only by `producer.perturb`, never from raw values."""
+
+    made_by: ClassVar[str] = "producer.perturb"
+    _seal: ClassVar[object] = object()
 
     collection: str
     spec_version: int
@@ -81,21 +104,11 @@ class PerturbedBatch:
     attributes: tuple[AttributeReports, ...]
     _token: object = None
 
-    def __post_init__(self) -> None:
-        if self._token is not _PERTURBED:
-            raise TypeError("a PerturbedBatch is made only by producer.perturb (mechanism output, never raw values)")
-
-    def __len__(self) -> int:
-        return len(self.devices)
-
-
-_PERTURBED = object()
-
 
 def perturbed_batch(collection: str, spec_version: int, devices: np.ndarray, timestamps_ms: np.ndarray,
                     attributes: tuple[AttributeReports, ...]) -> PerturbedBatch:
     """For `producer.perturb` only: wrap mechanism output as an encodable batch."""
-    return PerturbedBatch(collection, spec_version, devices, timestamps_ms, attributes, _PERTURBED)
+    return PerturbedBatch(collection, spec_version, devices, timestamps_ms, attributes, PerturbedBatch._seal)
 
 
 def encode_column(name: str, values: np.ndarray) -> WireColumn:

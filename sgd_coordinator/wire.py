@@ -23,13 +23,21 @@ append-only, as in `producer.wire`. Only mechanism output can be encoded: `encod
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import msgspec
 import numpy as np
 
 from ldp.base import Reports
-from producer.wire import ALLOWED_DTYPES, WireColumn, WireError, column_from_bytes, encode_column, leading_version
+from producer.wire import (
+    ALLOWED_DTYPES,
+    SealedBatch,
+    WireColumn,
+    WireError,
+    column_from_bytes,
+    encode_column,
+    leading_version,
+)
 from sgd_coordinator.training import TrainingJob
 
 GRADIENTS_TOPIC = "ldp.sgd.gradients"
@@ -61,11 +69,14 @@ E = TypeVar("E", GradientEnvelope, ModelEnvelope)
 
 
 @dataclass(frozen=True)
-class GradientBatch:
+class GradientBatch(SealedBatch):
     """The perturbed gradients of n devices for one job and model version, ready to encode.
 
     Made only by `sgd_coordinator.devices` (the vector mechanism's `perturb` output), never from raw gradients.
     """
+
+    made_by: ClassVar[str] = "sgd_coordinator.devices"
+    _seal: ClassVar[object] = object()
 
     job: str
     model_version: int
@@ -73,20 +84,10 @@ class GradientBatch:
     reports: Reports
     _token: object = None
 
-    def __post_init__(self) -> None:
-        if self._token is not _PERTURBED:
-            raise TypeError("a GradientBatch is made only by sgd_coordinator.devices (mechanism output)")
-
-    def __len__(self) -> int:
-        return len(self.devices)
-
-
-_PERTURBED = object()
-
 
 def gradient_batch(job: str, model_version: int, devices: np.ndarray, reports: Reports) -> GradientBatch:
     """For `sgd_coordinator.devices` only: wrap a vector mechanism's reports as an encodable batch."""
-    return GradientBatch(job, model_version, devices, reports, _PERTURBED)
+    return GradientBatch(job, model_version, devices, reports, GradientBatch._seal)
 
 
 @dataclass(frozen=True)

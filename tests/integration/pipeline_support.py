@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from aggregator.dedupe import SeenDevices
 from aggregator.estimates import collection_estimates
 from aggregator.plans import Plan
+from aggregator.processes import start_worker, stop_worker
 from aggregator.processing import Message, PartitionProcessor
 from aggregator.store import MemoryStore, RedisStore, StatsStore
 from ldpstream.services import ServicesConfig
@@ -84,6 +85,17 @@ def send_in_background(c: Collection, devices: int, rate: float | None = None, s
     fleet.thread = threading.Thread(target=run, daemon=True)
     fleet.thread.start()
     return fleet
+
+
+def aggregate_fleet(c: Collection, devices: int, seed: int, timeout_s: float = 240) -> SimulationResult:
+    """One worker aggregating a fleet sent meanwhile; the fleet's result once every report is accepted."""
+    worker = start_worker(c.group)
+    try:
+        result = send_in_background(c, devices, seed=seed).join()
+        assert c.wait_accepted(devices, timeout_s, lambda: worker.poll() is None) == devices
+    finally:
+        stop_worker(worker)
+    return result
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> Iterator[Any]:

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Producer
 from pipeline_support import (
     Collection,
+    aggregate_fleet,
     assert_estimates_equal,
     assert_within_stderr,
     read_topic,
@@ -35,12 +36,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_200k_devices_every_estimate_within_4_standard_errors(collection: Collection) -> None:
-    worker = start_worker(collection.group)
-    try:
-        result = send_in_background(collection, 200_000, seed=1).join()
-        assert collection.wait_accepted(200_000, 240, lambda: worker.poll() is None) == 200_000
-    finally:
-        stop_worker(worker)
+    result = aggregate_fleet(collection, 200_000, seed=1)
     assert_within_stderr(collection.estimates(), result.truth)
 
 

@@ -6,9 +6,8 @@ import uuid
 
 import numpy as np
 import pytest
-from pipeline_support import Collection, send_in_background
+from pipeline_support import Collection, aggregate_fleet
 
-from aggregator.processes import start_worker, stop_worker
 from aggregator.store import RedisStore
 from ldpstream.services import ServicesConfig
 from producer.kafka import delete_topic
@@ -42,12 +41,7 @@ def test_prefix_workload_answers_within_4_standard_errors(live_services: Service
     assert load_strategy(pinned, live_services.bootstrap).hash == pinned
     store = RedisStore(live_services.redis)
     collection = Collection(live_services, published.spec, store, f"it-group-{spec.name}")
-    worker = start_worker(collection.group)
-    try:
-        result = send_in_background(collection, 100_000, seed=9).join()
-        assert collection.wait_accepted(100_000, 240, lambda: worker.poll() is None) == 100_000
-    finally:
-        stop_worker(worker)
+    result = aggregate_fleet(collection, 100_000, seed=9)
     entry = collection.estimates()["attributes"]["latency"]
     assert entry["workload"] == "prefix" and list(entry["answers"]) == [f"<= {v}" for v in VALUES]
     freqs = result.truth["attributes"]["latency"]["frequencies"]  # type: ignore[index]
