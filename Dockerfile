@@ -3,6 +3,8 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY ldp ldp
+COPY collection collection
+COPY runtime runtime
 COPY producer producer
 COPY aggregator aggregator
 COPY sgd_coordinator sgd_coordinator

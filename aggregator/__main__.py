@@ -9,7 +9,7 @@ import os
 import sys
 
 from aggregator.worker import DEFAULT_MAX_MESSAGES, RESTART, WorkerConfig, build_app
-from ldpstream.services import ServicesConfig
+from runtime.settings import Settings
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-messages", type=int, default=DEFAULT_MAX_MESSAGES)
     parser.add_argument("--loglevel", default="warn", choices=["crit", "error", "warn", "info", "debug"])
     args = parser.parse_args(argv)
-    cfg = ServicesConfig.from_env()
+    cfg = Settings.from_env()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = build_app(WorkerConfig(cfg.bootstrap, cfg.redis, group=args.group, max_messages=args.max_messages,
                                  metrics_port=args.metrics_port))

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from redis import RedisError
 
@@ -29,10 +29,10 @@ from aggregator.estimates import POSTPROCESS, collection_estimates
 from aggregator.metrics import EndOffsets, StoreCollector, store_registry
 from aggregator.plans import Plan, PlanRegistry
 from aggregator.store import ALL_TIME, RedisStore, StatsStore
-from ldpstream.services import ServicesConfig
-from ldpstream.services.kafka import metadata_answers
-from ldpstream.services.redis import redis_answers
-from producer.spec import CategoricalAttribute, CollectionSpec, SpecError, window_seconds
+from collection.spec import CategoricalAttribute, CollectionSpec, SpecError, window_seconds
+from runtime.kafka import admin_client, metadata_answers
+from runtime.redis import redis_answers
+from runtime.settings import Settings
 
 T = TypeVar("T")
 KAFKA_TIMEOUT_S = 5.0
@@ -68,7 +68,7 @@ class TopicEnds:
     """High watermarks of every partition of some topics, with one reused Kafka admin client."""
 
     def __init__(self, bootstrap: str, timeout_s: float = KAFKA_TIMEOUT_S) -> None:
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+        self.admin = admin_client(bootstrap)
         self.timeout_s = timeout_s
 
     def __call__(self, topics: Sequence[str]) -> dict[tuple[str, int], int]:
@@ -109,7 +109,7 @@ def create_app(store: StatsStore, plans: PublishedPlans, end_offsets: EndOffsets
     return app
 
 
-def app_for_services(cfg: ServicesConfig) -> web.Application:
+def app_for_services(cfg: Settings) -> web.Application:
     """The application over the project's Redis and Kafka."""
     return create_app(RedisStore(cfg.redis), PublishedPlans(PlanRegistry(cfg.bootstrap)), TopicEnds(cfg.bootstrap),
                       {"kafka": lambda: metadata_answers(cfg.bootstrap, 2.0),
@@ -242,7 +242,7 @@ def version_summary(store: StatsStore, plan: Plan, windows: list[tuple[int, str,
             "attributes": attributes}
 
 
-def serve(cfg: ServicesConfig, host: str = "127.0.0.1", port: int = 8000,
+def serve(cfg: Settings, host: str = "127.0.0.1", port: int = 8000,
           on_start: Callable[[str], None] | None = None) -> None:
     """Serve the API in the foreground until SIGINT or SIGTERM (aiohttp stops cleanly on both)."""
     web.run_app(app_for_services(cfg), host=host, port=port, print=on_start, handle_signals=True)

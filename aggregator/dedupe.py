@@ -1,6 +1,6 @@
 """The devices each partition has counted per dedupe window, held by the worker that owns the partition.
 
-A device's reports all go to one partition (`producer.pseudonym.device_partitions`), so "has this device reported
+A device's reports all go to one partition (`collection.pseudonym.device_partitions`), so "has this device reported
 in this window?" is answered from its partition's list alone. `SeenDevices` keeps those lists in memory as
 `SortedRuns` (sorted uint64 arrays of geometrically growing sizes, so adding a micro-batch's devices costs
 O(log n) copies per device, not a copy of the whole list), loaded from the store on first use together with the
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aggregator.store import ALL_TIME, BatchUpdate, StatsStore, WindowKey
-from producer.spec import window_seconds
+from collection.spec import window_seconds
+from collection.topics import collection_of, source, source_partition
 
 CONFLICT = -2  # never an applied offset: a write expecting it is refused as stale
 
@@ -108,7 +109,7 @@ class SeenDevices:
             state = self._partitions.get((topic, partition))
             if state is not None and key in state.windows:
                 return state.windows[key]
-        applied, lists = self.store.seen_devices(_collection(topic), f"{topic}:{partition}", partition, [key])
+        applied, lists = self.store.seen_devices(collection_of(topic), source(topic, partition), partition, [key])
         with self._lock:
             state = self._partitions.setdefault((topic, partition), _Partition(applied))
             if state.synced != applied:
@@ -126,7 +127,7 @@ class SeenDevices:
             state = self._partitions.get((topic, partition))
             if state is not None:
                 return state.synced
-        applied, _ = self.store.seen_devices(_collection(topic), f"{topic}:{partition}", partition, [])
+        applied, _ = self.store.seen_devices(collection_of(topic), source(topic, partition), partition, [])
         with self._lock:
             return self._partitions.setdefault((topic, partition), _Partition(applied)).synced
 
@@ -136,7 +137,7 @@ class SeenDevices:
         with self._lock:
             synced = set()
             for r in update.ranges:
-                part = _partition(r.source)
+                part = source_partition(r.source)
                 if (topic, part) in self._partitions:
                     held = self._partitions[(topic, part)]
                     fresh = held.synced == r.expected  # else it was reloaded meanwhile
@@ -163,14 +164,6 @@ class SeenDevices:
         """Forget everything (on a new partition assignment)."""
         with self._lock:
             self._partitions.clear()
-
-
-def _collection(topic: str) -> str:
-    return topic.removeprefix("ldp.reports.")
-
-
-def _partition(source: str) -> int:
-    return int(source.rpartition(":")[2])
 
 
 def _length_ms(window: str) -> int:

@@ -12,8 +12,8 @@ import numpy as np
 
 from aggregator.plans import Plan
 from aggregator.store import ALL_TIME, StatsStore
+from collection.spec import CategoricalAttribute, SpecError
 from ldp.postprocess import clip_mean, norm_sub, project_simplex
-from producer.spec import CategoricalAttribute, SpecError
 
 PostProcess = Literal["none", "clip", "norm_sub", "project"]
 POSTPROCESS = ("none", "clip", "norm_sub", "project")

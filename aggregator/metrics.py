@@ -1,4 +1,5 @@
-"""Every Prometheus metric of the system, defined once. Prefix `ldp_`, base units, bounded label values.
+"""The store-wide Prometheus metrics the API serves, and the labels of every metric of the system (the
+per-process ones are defined in `runtime.metrics`). Prefix `ldp_`, base units, bounded label values.
 
 Labels and their values (no device ids, no free text):
 - collection: a published collection name (as many as there are collections);
@@ -22,44 +23,21 @@ values) each. The diagnostics example: 9 reports, 8 lag, 1 freshness, 2 x 2 x 25
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from aggregator.estimates import collection_estimates
 from aggregator.plans import Plan
 from aggregator.store import ALL_TIME, StatsStore
+from collection.topics import source
 
 log = logging.getLogger(__name__)
-
-REPORTS = Counter("ldp_worker_reports", "Reports processed by this worker, by outcome",
-                  ["collection", "outcome", "reason"])
-BATCHES = Counter("ldp_worker_batches", "Partition micro-batches by their fate in the store", ["status"])
-BATCH_SECONDS = Histogram("ldp_worker_batch_duration_seconds", "Decode+validate+accumulate+apply time of an "
-                          "applied partition micro-batch", buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                                    0.25, 0.5, 1.0, 2.5))
-DEAD_LETTERS = Counter("ldp_worker_dead_letters", "Dead letters sent to ldp.dlq by this worker")
-OUTAGE_RETRIES = Counter("ldp_worker_outage_retries", "Batch attempts retried because Redis or Kafka was unreachable")
-
-# The SGD coordinator process (one per training job) serves these.
-SGD_ITERATION = Gauge("ldp_sgd_iteration", "Current model version t of a training job", ["job"])
-SGD_GRADIENTS = Counter("ldp_sgd_gradients", "Device gradients by outcome (accepted, dropped: stale, rejected: "
-                        "sent to ldp.dlq) as checkpointed by this coordinator", ["job", "outcome", "reason"])
-SGD_HELD_OUT_LOSS = Gauge("ldp_sgd_held_out_loss", "Mean loss of the current model on held-out rows (simulated "
-                          "jobs only)", ["job"])
-SGD_MODEL_NORM = Gauge("ldp_sgd_model_norm", "L2 norm of the current model's parameters beta", ["job"])
-
-
-def serve(port: int) -> None:
-    """Serve this process's metrics on port `port` of 127.0.0.1, or of LDP_METRICS_ADDR (a background thread)."""
-    start_http_server(port, addr=os.environ.get("LDP_METRICS_ADDR", "127.0.0.1"))
-
 
 EndOffsets = Callable[[Sequence[str]], Mapping[tuple[str, int], int]]
 ESTIMATE_LABELS = ["collection", "attribute", "value", "window"]
@@ -136,7 +114,7 @@ class StoreCollector(Collector):
             name = names[topic]
             if name not in applied:
                 applied[name] = self.store.offsets(name)
-            family.add_metric([name, str(partition)], end - (applied[name].get(f"{topic}:{partition}", -1) + 1))
+            family.add_metric([name, str(partition)], end - (applied[name].get(source(topic, partition), -1) + 1))
 
     def _estimates(self, estimate: GaugeMetricFamily, stderr: GaugeMetricFamily, plan: Plan) -> None:
         """All-time and newest-tumbling-window estimates of windows with reports (unbiased, no post-processing)."""

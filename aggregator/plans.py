@@ -1,22 +1,25 @@
-"""Published collection specs as aggregation plans: the spec, its collector, one mechanism per attribute."""
+"""Published collection specs as aggregation plans: the spec, its collector, one mechanism per attribute.
+
+A plan is built when its spec is first read: the factorization strategies the spec pins are loaded then
+(`runtime.strategies`), so the collector itself is pure (`collection.collector`)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
-import numpy as np
 from confluent_kafka import KafkaException
 
 from aggregator.store import WindowStats
-from ldp.base import Estimate, Mechanism, ReportSchema
-from ldp.mixed import MixedCollector
-from producer.collector import collector_for
-from producer.publish import read_specs
-from producer.spec import CollectionSpec, SpecError
+from collection.collector import Strategies, collector_for
+from collection.spec import CollectionSpec, SpecError
+from ldp.base import Estimate, LDPError, Mechanism, ReportSchema
+from ldp.mixed import MixedCollector, block_size, joined_stats
+from runtime.specs import read_specs
+from runtime.strategies import strategies_for
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +29,16 @@ class Plan:
     """How to aggregate and estimate one published spec version (the same collector the devices use)."""
 
     spec: CollectionSpec
+    strategies: Strategies = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def load(cls, spec: CollectionSpec, bootstrap: str | None = None) -> Plan:
+        """The plan of a published spec, with the strategies it pins (read from Kafka if not cached locally)."""
+        return cls(spec, strategies_for(spec, bootstrap))
 
     @cached_property
     def collector(self) -> MixedCollector:
-        return collector_for(self.spec)
+        return collector_for(self.spec, self.strategies)
 
     @cached_property
     def mechanisms(self) -> tuple[Mechanism, ...]:
@@ -47,12 +56,12 @@ class Plan:
     @cached_property
     def sizes(self) -> dict[int, int]:
         """Statistics length per attribute index in the store: [devices that sampled it, mechanism statistics]."""
-        return {j: 1 + m.stats_size for j, m in enumerate(self.mechanisms)}
+        return {j: block_size(m) for j, m in enumerate(self.mechanisms)}
 
     def estimate(self, window: WindowStats) -> dict[str, Estimate]:
         """Per attribute, the collector's unbiased estimate from a window's statistics."""
-        stats = np.concatenate([[window.devices], *(window.stats[j] for j in range(len(self.spec.attributes)))])
-        return self.collector.estimate(stats)
+        blocks = [window.stats[j] for j in range(len(self.spec.attributes))]
+        return self.collector.estimate(joined_stats(window.devices, blocks))
 
 
 class PlanRegistry:
@@ -85,7 +94,10 @@ class PlanRegistry:
                 return
             for key, spec in specs.items():
                 if key not in self._plans:
-                    self._plans[key] = Plan(spec)
+                    try:
+                        self._plans[key] = Plan.load(spec, self.bootstrap)
+                    except (SpecError, LDPError, RuntimeError, KafkaException) as exc:
+                        log.error("published spec %s left out: %s", key, exc)
 
     def plans(self) -> list[Plan]:
         """Every known plan (refreshing first)."""

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from ldpstream.services.process import stop_pid
+from runtime.process import stop_pid
 
 log = logging.getLogger(__name__)
 

@@ -1,14 +1,14 @@
 """One micro-batch of a topic's partitions -> the store update and the dead-letter records. Pure: no Kafka, no Redis.
 
 Steps, all vectorised over the batch's reports:
-1. decode each message and check its structure as far as byte lengths tell (`producer.wire.decode_envelope`,
+1. decode each message and check its structure as far as byte lengths tell (`collection.wire.decode_envelope`,
    `check_envelope`); an undecodable one is rejected whole;
 2. check the collection (it must match the topic) and the spec version (it must be published);
 3. check every attribute block against its mechanism's declared report schema (shape, from byte lengths: whole
-   message), concatenate the messages of each spec version into numpy columns (`producer.wire.concatenate`:
+   message), concatenate the messages of each spec version into numpy columns (`collection.wire.concatenate`:
    one `np.frombuffer` per column; a message whose rows are malformed is rejected whole), then check the range
    of every report (per device), that each device reports exactly the spec's number of attributes, and that each
-   device's report is on the device's partition (`producer.pseudonym.device_partitions`: what makes dedupe
+   device's report is on the device's partition (`collection.pseudonym.device_partitions`: what makes dedupe
    partition-local);
 4. check the report times (not older than the dedupe window, not from the future);
 5. drop later reports of a device already seen in the same dedupe window within the batch, or counted before by
@@ -27,10 +27,13 @@ from typing import Protocol
 import numpy as np
 
 from aggregator.store import ALL_TIME, BatchUpdate, OffsetRange, WindowIncrement, WindowKey
+from collection.pseudonym import device_partitions
+from collection.spec import CollectionSpec, window_seconds
+from collection.topics import collection_of, report_topic, source
+from collection.wire import ITEMSIZE, AttributeBlock, Envelope, WireError, check_envelope, concatenate, decode_envelope
 from ldp.base import Mechanism, ReportSchema
-from producer.pseudonym import device_partitions
-from producer.spec import CollectionSpec, report_topic, window_seconds
-from producer.wire import ITEMSIZE, AttributeBlock, Envelope, WireError, check_envelope, concatenate, decode_envelope
+from ldp.mixed import attribute_block
+from runtime.dlq import DeadLetter, Message
 
 # Reason codes: a bounded set (they are metric labels); the detail goes in the dead-letter record.
 MALFORMED = "malformed"
@@ -76,28 +79,6 @@ class SeenLookup(Protocol):
     def synced(self, topic: str, partition: int) -> int:
         """The applied offset of the partition that the answers of `contains` match."""
         ...
-
-
-@dataclass(frozen=True)
-class Message:
-    """A Kafka message as the processor sees it."""
-
-    offset: int
-    value: bytes
-    timestamp_ms: int | None = None
-    partition: int = 0
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """A rejected message (rows None) or the rejected device rows of a message, with the reason."""
-
-    offset: int
-    value: bytes
-    reason: str
-    detail: str
-    rows: tuple[int, ...] | None = None
-    partition: int = 0
 
 
 @dataclass
@@ -166,7 +147,7 @@ class PartitionProcessor:
             letters += malformed
             if len(rows.devices):
                 versions.append((items, rows))
-        collection = topic.removeprefix("ldp.reports.")
+        collection = collection_of(topic)
         outcomes: dict[str, int] = defaultdict(int)
         for letter in letters:
             outcomes[f"rejected:{letter.reason}"] += 1
@@ -182,7 +163,7 @@ class PartitionProcessor:
         for m in messages:
             first_last = ranges.setdefault(m.partition, [m.offset, m.offset])
             first_last[0], first_last[1] = min(first_last[0], m.offset), max(first_last[1], m.offset)
-        offsets = tuple(OffsetRange(f"{topic}:{p}", lo, hi, None if seen is None else seen.synced(topic, p))
+        offsets = tuple(OffsetRange(source(topic, p), lo, hi, None if seen is None else seen.synced(topic, p))
                         for p, (lo, hi) in sorted(ranges.items()))
         update = BatchUpdate(collection, offsets, tuple(windows), dict(outcomes), newest)
         return PartitionResult(update, letters)
@@ -277,11 +258,10 @@ class PartitionProcessor:
                 stats = {}
                 for attr, (grow, cols) in rows.attributes.items():
                     take = member[grow]
-                    if take.any():  # the collector's block layout: [devices that sampled it, its statistics]
-                        mech = plan.mechanisms[attr]
+                    if take.any():
                         sub = _shaped(cols, plan.schemas[attr], len(grow))
-                        counted = mech.accumulate({k: v[take] for k, v in sub.items()})
-                        stats[attr] = np.concatenate([[float(take.sum())], counted])
+                        counted = plan.mechanisms[attr].accumulate({k: v[take] for k, v in sub.items()})
+                        stats[attr] = attribute_block(take.sum(), counted)
                 dedupe = None
                 if spec.one_report_per_window and window == dwin:
                     dedupe = {int(p): rows.devices[member & (partitions == p)] for p in _distinct(partitions[member])}

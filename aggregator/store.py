@@ -12,7 +12,7 @@ only write, and it is atomic (one Lua script in Redis):
    the statistics increments are added, the outcome counters are added, the window index and freshness are
    updated, and the partition's offset is recorded.
 
-Dedupe is partition-local: a device's reports all go to one partition of the topic (`producer.pseudonym.
+Dedupe is partition-local: a device's reports all go to one partition of the topic (`collection.pseudonym.
 device_partitions`, enforced by the aggregator), so whether a device has reported in a window is a question about
 one partition, which one worker owns at a time. The worker keeps each partition's devices per window in memory
 (`aggregator.dedupe`), loaded with `seen_devices` together with the applied offset they match; the store keeps
@@ -29,13 +29,14 @@ Keys share one hash tag per collection (`ldp:{NAME}:...`) so one script touches 
 from __future__ import annotations
 
 import threading
-import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
-import redis
+
+from runtime.clock import now_ms
+from runtime.redis import redis_client
 
 ALL_TIME = "all"
 NOT_APPLIED = -1  # the applied offset of a partition nothing was applied from
@@ -159,11 +160,6 @@ def parse_window_member(member: str) -> tuple[int, str, int]:
     return int(v[1:]), window, int(start)
 
 
-def now_ms() -> int:
-    """Wall-clock milliseconds since the epoch."""
-    return int(time.time() * 1000)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Redis
 # KEYS: 1 offsets, 2 outcomes, 3 windows index, 4 meta, then nd dedupe strings, then ns stats hashes.
@@ -236,8 +232,7 @@ class RedisStore(StatsStore):
     """The statistics in Redis; `apply` is one Lua script (atomic, single slot per collection)."""
 
     def __init__(self, url: str, timeout_s: float = 30.0) -> None:
-        self.redis = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=5.0,
-                                          retry_on_timeout=False)
+        self.redis = redis_client(url, timeout_s, retry_on_timeout=False)
         self._apply = self.redis.register_script(APPLY_SCRIPT)
 
     def apply(self, update: BatchUpdate) -> ApplyResult:

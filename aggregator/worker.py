@@ -35,16 +35,19 @@ from typing import Any
 import faust
 import redis
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from aggregator import metrics
 from aggregator.dedupe import SeenDevices
-from aggregator.dlq import DeadLetterProducer, DeliveryTimeout
 from aggregator.plans import PlanRegistry
-from aggregator.processing import DeadLetter, Message, PartitionProcessor
-from aggregator.store import RedisStore, StatsStore, now_ms
+from aggregator.processing import PartitionProcessor
+from aggregator.store import RedisStore, StatsStore
+from collection.topics import collection_of, is_report_topic, source, source_partition
+from runtime import metrics
+from runtime.clock import now_ms
+from runtime.dlq import DeadLetter, DeadLetterProducer, DeliveryTimeout, Message
+from runtime.kafka import existing_topics
+from runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +117,7 @@ class BatchHandler:
     def handle_topic(self, topic: str, messages: list[Message]) -> None:
         """Steps 1-3 for the messages of one topic (any of its partitions), in one atomic store write."""
         started = time.perf_counter()
-        collection = topic.removeprefix("ldp.reports.")
+        collection = collection_of(topic)
         sent: set[tuple[int, int, str, tuple[int, ...] | None]] = set()
         for _ in range(MAX_APPLY_ROUNDS):
             if not messages:
@@ -136,9 +139,9 @@ class BatchHandler:
                 self.seen.invalidate(topic, sorted({m.partition for m in messages}))
                 return
             assert outcome is not None
-            self.seen.invalidate(topic, [int(source.rpartition(":")[2]) for source in outcome.applied])
+            self.seen.invalidate(topic, [source_partition(name) for name in outcome.applied])
             if status == "overlap":  # some partitions' messages are applied already (a replay): drop them
-                messages = [m for m in messages if m.offset > outcome.applied.get(f"{topic}:{m.partition}", -1)]
+                messages = [m for m in messages if m.offset > outcome.applied.get(source(topic, m.partition), -1)]
         raise RuntimeError(f"{topic}: micro-batch not applied after {MAX_APPLY_ROUNDS} rounds")
 
     @staticmethod
@@ -161,12 +164,12 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
         self.seen.clear()
         applied: dict[str, dict[str, int]] = {}
         for tp in self.assignment():
-            if not tp.topic.startswith("ldp.reports."):
+            if not is_report_topic(tp.topic):
                 continue
-            collection = tp.topic.removeprefix("ldp.reports.")
+            collection = collection_of(tp.topic)
             if collection not in applied:
                 applied[collection] = await self._applied_offsets(collection)
-            last = applied[collection].get(f"{tp.topic}:{tp.partition}")
+            last = applied[collection].get(source(tp.topic, tp.partition))
             position = 0 if last is None else last + 1
             await self._seek(tp, position)
             committed[tp] = position
@@ -187,8 +190,7 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
 
 def report_topics(plans: PlanRegistry, bootstrap: str) -> list[str]:
     """The report topics of the published collections that exist in the cluster."""
-    existing = set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
-    return sorted({p.spec.topic for p in plans.plans()} & existing)
+    return sorted({p.spec.topic for p in plans.plans()} & existing_topics(bootstrap))
 
 
 def wait_for_report_topics(plans: PlanRegistry, bootstrap: str, poll_s: float = 2.0) -> list[str]:
@@ -201,9 +203,8 @@ def wait_for_report_topics(plans: PlanRegistry, bootstrap: str, poll_s: float = 
 
 def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     """The faust app of one worker process."""
-    from ldpstream.services import ServicesConfig
-
-    state = ServicesConfig.from_env().state_dir / "faust"
+    settings = Settings.from_env()
+    state = settings.state_dir / "faust"
     state.mkdir(parents=True, exist_ok=True)
     app = faust.App(cfg.group, broker=f"kafka://{cfg.bootstrap}", store="memory://", web_enabled=False,
                     datadir=str(state / cfg.group), consumer_auto_offset_reset="earliest", topic_partitions=8,
@@ -243,6 +244,6 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     if cfg.metrics_port is not None:
         @app.task
         async def serve_metrics() -> None:
-            metrics.serve(cfg.metrics_port)  # type: ignore[arg-type]
+            metrics.serve(cfg.metrics_port, settings.metrics_addr)  # type: ignore[arg-type]
 
     return app

@@ -5,7 +5,7 @@ For each message size (batched envelopes of `--batch` reports, and one report pe
 1. raw ceiling: the pre-encoded messages are produced with the device producer's settings (confluent-kafka,
    idempotent, acks=all, lz4, linger 10 ms) into the empty report topic, timed to the last acknowledgement; the
    same messages are then read back by a bare confluent-kafka consumer (no processing) and by the do-nothing
-   faust agent (`aggregator.probe`, which only counts messages into Redis);
+   faust agent (`benchmarks/faust_probe.py`, which only counts messages into Redis);
 2. for 1 and 2 aggregator worker processes (`python -m aggregator`, a fresh consumer group each):
    a. `preloaded`: the topic holds a new fleet's messages (one fleet per worker) before the workers start: the
       consumer side alone;
@@ -68,20 +68,20 @@ from typing import Any, Protocol
 
 import numpy as np
 import redis
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from aggregator.store import RedisStore, prefix
+from aggregator.store import RedisStore
 from aggregator.worker import DEFAULT_MAX_MESSAGES
-from ldpstream.services import ServicesConfig
-from ldpstream.services.process import ServiceError, stop_pid
-from producer.kafka import TopicError, delete_topic
-from producer.publish import publish_spec
+from collection.spec import CollectionSpec, load_spec, report_topic
+from collection.wire import decode
 from producer.simulator import chunk_messages, fleet
-from producer.spec import CollectionSpec, load_spec, report_topic
-from producer.wire import decode
+from runtime.kafka import TopicError, admin_client, consumer_client, delete_topic, producer_client
+from runtime.process import ServiceError, stop_pid
+from runtime.redis import redis_client
+from runtime.settings import Settings
+from runtime.specs import publish_spec
 
-# the device producer's settings (producer.kafka.ReportProducer)
+# the device producer's settings (runtime.kafka.ReportProducer)
 PRODUCER_CONFIG = {"enable.idempotence": True, "acks": "all", "linger.ms": 10, "batch.size": 1_000_000,
                    "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000}
 GROUP_CHECK_S = 0.5
@@ -106,13 +106,6 @@ def specs_topic(topic: str) -> Iterator[None]:
             del os.environ["LDP_SPECS_TOPIC"]
         else:
             os.environ["LDP_SPECS_TOPIC"] = shared
-
-
-def unlink_collection(client: redis.Redis, collection: str) -> int:
-    """`RedisStore.delete_collection`, but with UNLINK: DEL of a dedupe set of millions blocks Redis for seconds."""
-    pattern = f"{prefix(collection).replace('{', '[{]').replace('}', '[}]')}:*"
-    keys = list(client.scan_iter(match=pattern, count=1000))
-    return int(client.unlink(*keys)) if keys else 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -216,7 +209,7 @@ class Sending:
 
 
 def producer_for(bootstrap: str) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+    return producer_client(bootstrap, **PRODUCER_CONFIG)
 
 
 def produce_timed(bootstrap: str, topic: str, messages: Fleet, timeout_s: float) -> dict[str, float]:
@@ -303,8 +296,8 @@ class Trace:
 class Observer:
     """Drives a phase: sends what is due, samples the counter every `poll_s`, watches the workers and the group."""
 
-    def __init__(self, cfg: ServicesConfig, poll_s: float) -> None:
-        self.admin = AdminClient({"bootstrap.servers": cfg.bootstrap, "log_level": 4})
+    def __init__(self, cfg: Settings, poll_s: float) -> None:
+        self.admin = admin_client(cfg.bootstrap)
         self.poll_s = poll_s
 
     def run(self, counter: Counter, target: int, timeout_s: float, *, sending: Sending | None = None,
@@ -388,10 +381,10 @@ def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: list[float])
 class Run:
     """One benchmark run: its services, unique names, and everything to remove at the end."""
 
-    def __init__(self, cfg: ServicesConfig, args: argparse.Namespace) -> None:
+    def __init__(self, cfg: Settings, args: argparse.Namespace) -> None:
         self.cfg, self.args = cfg, args
         self.id = uuid.uuid4().hex[:8]
-        self.redis = redis.Redis.from_url(cfg.redis)
+        self.redis = redis_client(cfg.redis)
         self.store = RedisStore(cfg.redis)
         self.observer = Observer(cfg, args.poll_ms / 1000)
         self.logs = args.logs or Path(tempfile.mkdtemp(prefix=f"bench-pipeline-{self.id}-"))
@@ -436,7 +429,7 @@ class Run:
     def cleanup(self) -> list[str]:
         """Remove everything the run made; what could not be removed, as warnings (the run's result still prints)."""
         warnings: list[str] = []
-        admin = AdminClient({"bootstrap.servers": self.cfg.bootstrap, "log_level": 4})
+        admin = admin_client(self.cfg.bootstrap)
         for group in self.groups:
             try:
                 admin.delete_consumer_groups([group], request_timeout=10)[group].result()
@@ -454,7 +447,7 @@ class Run:
                         warnings.append(str(exc))
         try:
             for collection in self.collections:
-                unlink_collection(self.redis, collection)
+                self.store.delete_collection(collection)
             if self.keys:
                 self.redis.unlink(*self.keys)
         except redis.RedisError as exc:
@@ -467,8 +460,7 @@ class Run:
 def raw_consume(run: Run, topic: str, partitions: int, messages: int, timeout_s: float) -> dict[str, float]:
     """A bare confluent-kafka consumer reading `messages` from the start of the topic, no processing: its rate from
     the arrival of its first fetch to its last message (the connection and the first fetch's wait left out)."""
-    consumer = Consumer({"bootstrap.servers": run.cfg.bootstrap, "group.id": f"bench-raw-{run.id}",
-                         "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024})
+    consumer = consumer_client(run.cfg.bootstrap, f"bench-raw-{run.id}", **{"fetch.max.bytes": 64 * 1024 * 1024})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         count = steady = size = 0
@@ -493,7 +485,7 @@ def raw_consume(run: Run, topic: str, partitions: int, messages: int, timeout_s:
 
 def topic_size(bootstrap: str, topic: str, partitions: int) -> int:
     """The number of messages in a topic (the sum of its partitions' end offsets; nothing is ever deleted here)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-size-{uuid.uuid4().hex[:8]}"})
+    consumer = consumer_client(bootstrap, f"bench-size-{uuid.uuid4().hex[:8]}")
     try:
         return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions))
     finally:
@@ -501,12 +493,12 @@ def topic_size(bootstrap: str, topic: str, partitions: int) -> int:
 
 
 def probe_rate(run: Run, topic: str, messages: int, processes: int = 1) -> dict[str, Any]:
-    """The do-nothing faust agent (`aggregator.probe`) in `processes` processes of one group counting the topic's
+    """The do-nothing faust agent (`faust_probe.py`) in `processes` processes of one group counting the topic's
     first `messages` messages into Redis: messages/s in all (with 2+, once the group is Stable)."""
     group = f"bench-probe-{run.id}-{topic.rsplit('-', 1)[-1]}-p{processes}"
     key = f"ldp:bench:probe:{run.id}:{topic}:p{processes}"
     run.keys.append(key)
-    argv = ["-m", "aggregator.probe", "--topic", topic, "--redis-key", key, "--group", group]
+    argv = [str(Path(__file__).with_name("faust_probe.py")), "--topic", topic, "--redis-key", key, "--group", group]
     probes = [run.start(f"{group}-{i}", argv, group) for i in range(processes)]
     try:
         trace = run.observer.run(KeyCounter(run.redis, key), messages, run.args.phase_timeout, processes=probes,
@@ -687,7 +679,7 @@ def main() -> None:
     parser.add_argument("--logs", type=Path, default=None, help="keep the worker processes' logs in this directory")
     parser.add_argument("--worker-loglevel", default="warn", help="the workers' --loglevel")
     args = parser.parse_args()
-    cfg = ServicesConfig.from_env()
+    cfg = Settings.from_env()
     run = Run(cfg, args)
     base_spec = load_spec(args.spec)
     started = time.perf_counter()

@@ -16,10 +16,10 @@ import time
 import uuid
 from pathlib import Path
 
-from ldpstream.services import ServicesConfig
-from producer.kafka import ReportProducer, delete_topic, ensure_topic
+from collection.spec import CollectionSpec, load_spec
 from producer.simulator import simulate
-from producer.spec import CollectionSpec, load_spec
+from runtime.kafka import ReportProducer, delete_topic, ensure_topic
+from runtime.settings import Settings
 
 
 def raw_ceiling(bootstrap: str, topic: str, messages: int, size: int) -> float:
@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    spec, bootstrap = load_spec(args.spec), ServicesConfig.from_env().bootstrap
+    spec, bootstrap = load_spec(args.spec), Settings.from_env().bootstrap
     runs = []
     for single, devices in ((False, args.devices), (True, args.single_devices)):
         tries = [run(spec, bootstrap, devices, single, args.batch) for _ in range(args.repeats)]

@@ -15,15 +15,15 @@ import json
 import os
 import uuid
 
-from ldpstream.cli.train_kafka import run_with_fleet
-from ldpstream.services import ServicesConfig
+from runtime.settings import Settings
 from sgd_coordinator.checkpoint import RedisCheckpoint
 from sgd_coordinator.devices import Simulation
+from sgd_coordinator.jobs import run_with_fleet
 from sgd_coordinator.offline import train_offline
 from sgd_coordinator.training import GRADIENT_MECHANISMS, TrainingJob
 
 
-def run(cfg: ServicesConfig, mechanism: str, devices: int, dims: int, epsilon: float, g: int) -> dict[str, object]:
+def run(cfg: Settings, mechanism: str, devices: int, dims: int, epsilon: float, g: int) -> dict[str, object]:
     job = TrainingJob(job_id=f"bench-sgd-{mechanism}-{uuid.uuid4().hex[:8]}", model="logistic", dims=dims,
                       epsilon=epsilon, mechanism=mechanism, batch_size=g, gamma0=2.0,  # type: ignore[arg-type]
                       expected_population=devices)
@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("--mechanisms", nargs="+", default=["hm", "pm", "duchi", "laplace"],
                         choices=GRADIENT_MECHANISMS)
     args = parser.parse_args()
-    cfg = ServicesConfig.from_env()
+    cfg = Settings.from_env()
     runs = [run(cfg, m, args.devices, args.dims, args.epsilon, args.batch_size) for m in args.mechanisms]
     print(json.dumps({"devices": args.devices, "dims": args.dims, "epsilon": args.epsilon,
                       "batch_size": args.batch_size, "load_average": os.getloadavg()[0], "runs": runs}, indent=1))

@@ -32,20 +32,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_pipeline import Fleet, encode_fleet, specs_topic, unlink_collection  # noqa: E402
 
-from aggregator.dlq import DeadLetterProducer  # noqa: E402
 from aggregator.plans import PlanRegistry  # noqa: E402
 from aggregator.store import RedisStore  # noqa: E402
 from aggregator.worker import DEFAULT_MAX_MESSAGES, BatchHandler  # noqa: E402
-from ldpstream.services import ServicesConfig  # noqa: E402
-from producer.kafka import delete_topic  # noqa: E402
-from producer.publish import publish_spec  # noqa: E402
-from producer.spec import CollectionSpec, load_spec  # noqa: E402
+from collection.spec import CollectionSpec, load_spec  # noqa: E402
+from ldpstream.services import Settings  # noqa: E402
+from runtime.dlq import DeadLetterProducer  # noqa: E402
+from runtime.kafka import delete_topic  # noqa: E402
+from runtime.specs import publish_spec  # noqa: E402
 
 # the handler's steps, by the functions that do them (cumulative time of each, as a share of handle())
 STEPS = {
     "decode and check each message (PartitionProcessor._decode)": ("processing.py", "_decode"),
-    "  of which msgspec (producer.wire.decode_envelope)": ("wire.py", "decode_envelope"),
-    "concatenate each spec version's messages (producer.wire.concatenate)": ("wire.py", "concatenate"),
+    "  of which msgspec (collection.wire.decode_envelope)": ("wire.py", "decode_envelope"),
+    "concatenate each spec version's messages (collection.wire.concatenate)": ("wire.py", "concatenate"),
     "validate+accumulate (PartitionProcessor._accumulate)": ("processing.py", "_accumulate"),
     "  of which window_increments": ("processing.py", "window_increments"),
     "store.apply (args + Lua)": ("store.py", "apply"),
@@ -140,7 +140,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--plain", action="store_true", help="time the handler without the profiler")
     args = parser.parse_args()
-    cfg = ServicesConfig.from_env()
+    cfg = Settings.from_env()
     run = uuid.uuid4().hex[:8]
     spec = load_spec(args.spec).model_copy(update={"name": f"bench-profile-{run}"})
     if args.no_dedupe:
@@ -157,7 +157,7 @@ def main() -> None:
             delete_topic(cfg.bootstrap, topic)
 
 
-def profile(spec: CollectionSpec, cfg: ServicesConfig, store: RedisStore, args: argparse.Namespace) -> dict[str, Any]:
+def profile(spec: CollectionSpec, cfg: Settings, store: RedisStore, args: argparse.Namespace) -> dict[str, Any]:
     """Run the handler over the fleet's micro-batches under cProfile; the summary and the top functions."""
     warm = encode_fleet(spec, args.batch, 1, args.batch, args.single)
     fleet = encode_fleet(spec, args.reports, 2, args.batch, args.single)

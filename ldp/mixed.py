@@ -51,6 +51,27 @@ from ldp.numeric.scaling import RangeScaler
 from ldp.workload.mechanism import FactorizationMechanism
 
 
+def attribute_block(sampled: float, stats: np.ndarray) -> np.ndarray:
+    """An attribute's block of the collector's statistics: [n_j, the attribute mechanism's statistics]."""
+    return np.concatenate([[float(sampled)], np.asarray(stats, dtype=np.float64)])
+
+
+def block_size(mechanism: Mechanism) -> int:
+    """The length of an attribute's block of statistics when `mechanism` reports it."""
+    return 1 + mechanism.stats_size
+
+
+def joined_stats(devices: float, blocks: Sequence[np.ndarray]) -> np.ndarray:
+    """The collector's statistics: [N, then each attribute's block in order].
+
+    Examples
+    --------
+    >>> joined_stats(3, [attribute_block(2, np.array([0.5, 1.0]))]).tolist()
+    [3.0, 2.0, 0.5, 1.0]
+    """
+    return np.concatenate([[float(devices)], *blocks])
+
+
 @dataclass(frozen=True)
 class NumericAttribute:
     """A numeric attribute with values in [lo, hi], perturbed by a numeric mechanism name or "auto"."""
@@ -113,7 +134,7 @@ class MixedCollector:
         self.scale = self.dims / self.k
         self.mechanisms: dict[str, Mechanism] = {a.name: self._mechanism(a) for a in self.attributes}
         self.scalers = {a.name: RangeScaler(a.lo, a.hi) for a in self.attributes if isinstance(a, NumericAttribute)}
-        sizes = [1 + self.mechanisms[name].stats_size for name in names]
+        sizes = [block_size(self.mechanisms[name]) for name in names]
         starts = 1 + np.concatenate([[0], np.cumsum(sizes)[:-1]])
         self.stats_slices = {
             name: slice(int(s), int(s) + size) for name, s, size in zip(names, starts, sizes, strict=True)
@@ -180,12 +201,8 @@ class MixedCollector:
 
     def accumulate(self, batch: MixedBatch) -> np.ndarray:
         """Additive statistics of a batch (layout in the module docstring)."""
-        stats = self.empty_stats()
-        stats[0] = batch.n
-        for name, mech in self.mechanisms.items():
-            block = self.stats_slices[name]
-            stats[block] = np.concatenate([[len(batch.rows[name])], mech.accumulate(batch.reports[name])])
-        return stats
+        return joined_stats(batch.n, [attribute_block(len(batch.rows[name]), mech.accumulate(batch.reports[name]))
+                                      for name, mech in self.mechanisms.items()])
 
     def estimate(self, stats: np.ndarray) -> dict[str, Estimate]:
         """Per attribute: the mean on its [lo, hi], or the frequency vector; unbiased, with standard errors."""

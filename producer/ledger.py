@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from producer.spec import CollectionSpec, window_seconds
+from collection.spec import CollectionSpec, window_seconds
 
 ALL_TIME_WINDOW = -1  # the window number of a spec without tumbling windows
 EPSILON_SLACK = 1e-9  # relative tolerance on sums of floating-point budgets

@@ -2,7 +2,8 @@
 
 `perturb` validates the records (every attribute present and no other, numeric values finite and inside the
 attribute's range, categories known), maps categorical values to their codes, runs the spec's collector
-(`producer.collector`, 000 Sec. IV-C) and wraps its output, and only its output, with `producer.wire.perturbed_batch`.
+(`collection.collector`, 000 Sec. IV-C) and wraps its output, and only its output, with
+`collection.wire.perturbed_batch`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from collection.collector import Strategies, collector_for
+from collection.pseudonym import device_partitions
+from collection.spec import CategoricalAttribute, CollectionSpec, NumericAttribute
+from collection.wire import AttributeReports, PerturbedBatch, perturbed_batch
 from ldp.base import LDPError
-from producer.collector import collector_for
-from producer.pseudonym import device_partitions
-from producer.spec import CategoricalAttribute, CollectionSpec, NumericAttribute
-from producer.wire import AttributeReports, PerturbedBatch, perturbed_batch
 
 
 class RecordError(LDPError):
@@ -24,11 +25,13 @@ class RecordError(LDPError):
 
 
 def perturb(spec: CollectionSpec, devices: np.ndarray, timestamps_ms: np.ndarray,
-            records: Mapping[str, np.ndarray], rng: np.random.Generator) -> PerturbedBatch:
+            records: Mapping[str, np.ndarray], rng: np.random.Generator,
+            strategies: Strategies | None = None) -> PerturbedBatch:
     """Perturbed reports of n devices (pseudonyms `devices`, report times in ms) for the true `records`.
 
     `records` maps every attribute name to a column of n true values: numeric ones inside the attribute's range,
-    categorical ones as value strings or integer codes 0..K-1. RecordError if anything is malformed.
+    categorical ones as value strings or integer codes 0..K-1; `strategies` holds the factorization strategies
+    the spec pins (`runtime.strategies.strategies_for`). RecordError if anything is malformed.
     """
     ids = np.asarray(devices)
     if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or (ids.dtype.kind == "i" and ids.min() < 0):
@@ -37,7 +40,7 @@ def perturb(spec: CollectionSpec, devices: np.ndarray, timestamps_ms: np.ndarray
     if times.shape != ids.shape or times.dtype.kind not in "iu":
         raise RecordError(f"timestamps_ms must be {len(ids)} integer milliseconds, got {times.dtype} {times.shape}")
     columns = true_columns(spec, records, len(ids))
-    batch = collector_for(spec).perturb(columns, rng)
+    batch = collector_for(spec, strategies).perturb(columns, rng)
     blocks = tuple(AttributeReports(index, batch.rows[a.name].astype(np.uint32), batch.reports[a.name])
                    for index, a in enumerate(spec.attributes) if len(batch.rows[a.name]))
     return perturbed_batch(spec.name, spec.version, ids.astype(np.uint64, copy=False),

@@ -19,7 +19,7 @@ import math
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from producer.spec import CategoricalAttribute, CollectionSpec, NumericAttribute
+from collection.spec import CategoricalAttribute, CollectionSpec, NumericAttribute
 
 GAUSSIAN_SD = 0.25
 GAUSSIAN_MU_RANGE = 0.5

@@ -2,34 +2,38 @@
 
 `Device.report(record)` (1) validates and perturbs the record as a batch of one (`producer.perturb`), (2) charges
 the privacy-budget ledger, which refuses a report that would exceed the spec's epsilon in its window, (3) encodes
-the perturbed batch (`producer.wire`, which accepts nothing else) and (4) produces it keyed by the device's
-pseudonym, to the device's partition (`producer.pseudonym.device_partitions`). The raw record goes no further
-than step (1); the device id never leaves as such (`producer.pseudonym`).
+the perturbed batch (`collection.wire`, which accepts nothing else) and (4) produces it keyed by the device's
+pseudonym, to the device's partition (`collection.pseudonym.device_partitions`). The raw record goes no further
+than step (1); the device id never leaves as such (`collection.pseudonym`).
 A record that fails validation or is refused by the ledger charges nothing and sends nothing.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from datetime import datetime
 
 import numpy as np
 
-from producer.kafka import ReportProducer
+from collection.collector import Strategies
+from collection.pseudonym import device_partitions, device_pseudonym, pseudonym_key
+from collection.spec import CollectionSpec
+from collection.wire import encode
 from producer.ledger import PrivacyLedger
 from producer.perturb import perturb
-from producer.pseudonym import device_partitions, device_pseudonym, pseudonym_key
-from producer.spec import CollectionSpec
-from producer.wire import encode
+from runtime.clock import now_ms
+from runtime.kafka import ReportProducer
+from runtime.strategies import strategies_for
 
 
 class Device:
     """One device reporting to one collection (see the module docstring for the steps of a report)."""
 
     def __init__(self, spec: CollectionSpec, device_id: int | str, producer: ReportProducer | None = None,
-                 ledger: PrivacyLedger | None = None, rng: np.random.Generator | None = None) -> None:
+                 ledger: PrivacyLedger | None = None, rng: np.random.Generator | None = None,
+                 strategies: Strategies | None = None) -> None:
         self.spec = spec
+        self.strategies = strategies_for(spec) if strategies is None else strategies
         self.pseudonym = device_pseudonym(spec.name, device_id)
         self.producer = producer
         self.ledger = ledger if ledger is not None else PrivacyLedger()
@@ -47,7 +51,7 @@ class Device:
         now = report_time_ms(timestamp)
         self.ledger.check(self.spec, now)
         columns = {name: np.array([value]) for name, value in record.items()}
-        batch = perturb(self.spec, self._devices, np.array([now], dtype=np.int64), columns, self.rng)
+        batch = perturb(self.spec, self._devices, np.array([now], dtype=np.int64), columns, self.rng, self.strategies)
         self.ledger.charge(self.spec, now)
         message = encode(batch)
         if self.producer is not None:
@@ -58,7 +62,7 @@ class Device:
 def report_time_ms(timestamp: int | datetime | None) -> int:
     """Milliseconds since the epoch of a report time given as ms, an aware datetime, or None (now)."""
     if timestamp is None:
-        return int(time.time() * 1000)
+        return now_ms()
     if isinstance(timestamp, datetime):
         if timestamp.tzinfo is None:
             raise ValueError("a report time given as a datetime must carry its time zone")

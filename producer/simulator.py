@@ -2,7 +2,7 @@
 
 Each chunk of B x P devices (P: the spec's partitions) (1) draws the devices' true records (`producer.population`,
 000 Sec. VI) and adds them to the exact truth, (2) perturbs them in one vectorised call (`producer.perturb`) and
-(3) sends each device's report to its own partition (`producer.pseudonym.device_partitions`): per partition one
+(3) sends each device's report to its own partition (`collection.pseudonym.device_partitions`): per partition one
 envelope of about B reports keyed by a batch id (halved until each envelope fits in MAX_MESSAGE_BYTES), or with
 `single` one-report envelopes keyed by the device pseudonym.
 Device i of a run has the integer id seed * 2^32 + i, so pseudonyms are unique within a run and across runs with
@@ -17,12 +17,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from producer.kafka import ReportProducer
+from collection.collector import Strategies
+from collection.pseudonym import device_partitions, integer_pseudonyms
+from collection.spec import CollectionSpec
+from collection.wire import PerturbedBatch, encode
 from producer.perturb import by_partition, perturb, row_range, single_reports
 from producer.population import Population, PopulationTruth, Records
-from producer.pseudonym import device_partitions, integer_pseudonyms
-from producer.spec import CollectionSpec
-from producer.wire import PerturbedBatch, encode
+from runtime.clock import now_ms
+from runtime.kafka import ReportProducer
+from runtime.strategies import strategies_for
 
 MAX_DEVICES = 2**32
 MAX_MESSAGE_BYTES = 1_000_000  # under Kafka's default message.max.bytes (1 MiB with the record overhead)
@@ -44,13 +47,11 @@ class SimulationResult:
         return self.reports / self.seconds if self.seconds > 0 else float("inf")
 
 
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def fleet(spec: CollectionSpec, devices: int, *, seed: int = 0, chunk: int = 1000,
-          clock_ms: Callable[[], int] = wall_clock_ms) -> Iterator[tuple[Records, PerturbedBatch]]:
-    """The fleet's chunks, in order: the true records of up to `chunk` devices and their perturbed reports."""
+          clock_ms: Callable[[], int] = now_ms,
+          strategies: Strategies | None = None) -> Iterator[tuple[Records, PerturbedBatch]]:
+    """The fleet's chunks, in order: the true records of up to `chunk` devices and their perturbed reports
+    (`strategies`: those the spec pins; loaded with `runtime.strategies.strategies_for` when None)."""
     if not 1 <= devices <= MAX_DEVICES or not 1 <= chunk <= MAX_DEVICES:
         raise ValueError(f"devices and the chunk size must lie in [1, 2^32], got {devices} and {chunk}")
     if not 0 <= seed < 2**31:
@@ -58,11 +59,12 @@ def fleet(spec: CollectionSpec, devices: int, *, seed: int = 0, chunk: int = 100
     population = Population(spec, seed)
     population_rng, noise_rng = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])
     first_id = seed * MAX_DEVICES
+    strategies = strategies_for(spec) if strategies is None else strategies
     for lo in range(0, devices, chunk):
         n = min(chunk, devices - lo)
         records = population.sample(n, population_rng)
         ids = integer_pseudonyms(spec.name, np.arange(first_id + lo, first_id + lo + n, dtype=np.uint64))
-        yield records, perturb(spec, ids, np.full(n, clock_ms(), dtype=np.int64), records, noise_rng)
+        yield records, perturb(spec, ids, np.full(n, clock_ms(), dtype=np.int64), records, noise_rng, strategies)
 
 
 def encode_within(batch: PerturbedBatch, limit: int) -> list[bytes]:
@@ -89,7 +91,7 @@ def chunk_messages(spec: CollectionSpec, reports: PerturbedBatch, key_prefix: st
 
 
 def simulate(spec: CollectionSpec, devices: int, producer: ReportProducer, *, seed: int = 0, batch: int = 1000,
-             rate: float | None = None, single: bool = False, clock_ms: Callable[[], int] = wall_clock_ms,
+             rate: float | None = None, single: bool = False, clock_ms: Callable[[], int] = now_ms,
              on_progress: Callable[[int], None] | None = None, topic: str | None = None) -> SimulationResult:
     """Send one report for each of `devices` simulated devices to `topic` (default: the spec's report topic).
 

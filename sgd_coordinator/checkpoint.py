@@ -34,8 +34,8 @@ from dataclasses import dataclass, field, replace
 from typing import cast
 
 import numpy as np
-import redis
 
+from runtime.redis import redis_client
 from sgd_coordinator.training import Trainer, TrainingJob
 from sgd_coordinator.wire import job_spec
 
@@ -240,7 +240,7 @@ class RedisCheckpoint(Checkpoint):
     """The checkpoint in Redis; each write is one Lua script (atomic, one slot per job)."""
 
     def __init__(self, url: str) -> None:
-        self.redis = redis.Redis.from_url(url)
+        self.redis = redis_client(url)
         self._accumulate = self.redis.register_script(ACCUMULATE_SCRIPT)
         self._advance = self.redis.register_script(ADVANCE_SCRIPT)
         self._create = self.redis.register_script(CREATE_SCRIPT)

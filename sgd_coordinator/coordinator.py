@@ -34,15 +34,15 @@ from typing import Any
 
 import numpy as np
 import redis
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from aggregator import metrics
-from aggregator.dlq import DLQ_TOPIC, DeadLetterProducer, DeliveryTimeout
-from aggregator.processing import DeadLetter, Message
+from collection.topics import DLQ_TOPIC, source
+from collection.wire import WireError
 from ldp.base import LDPError
 from ldp.multidim import VectorMechanism
-from producer.kafka import DeliveryError, ReportProducer, ensure_topic, topic_partitions
-from producer.wire import WireError
+from runtime import metrics
+from runtime.dlq import DeadLetter, DeadLetterProducer, DeliveryTimeout, Message
+from runtime.kafka import DeliveryError, ReportProducer, consumer_client, end_offsets, ensure_topic, topic_partitions
 from sgd_coordinator.checkpoint import Checkpoint, GradientUpdate, JobState
 from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
 from sgd_coordinator.wire import (
@@ -219,12 +219,7 @@ class GradientGatherer:
 
 def start_offsets(bootstrap: str, topic: str = GRADIENTS_TOPIC) -> dict[str, int]:
     """The applied offset that makes a new job start at each partition's current end: "topic:p" -> end - 1."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ldp-sgd-watermarks"})
-    try:
-        return {f"{topic}:{p}": consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] - 1
-                for p in range(topic_partitions(bootstrap, topic))}
-    finally:
-        consumer.close()
+    return {source(topic, p): end - 1 for p, end in end_offsets(bootstrap, topic, "ldp-sgd-watermarks").items()}
 
 
 class ModelPublisher:
@@ -306,12 +301,11 @@ class Coordinator:
             on_version(state, self.last_evaluation)
         if state.done:
             return CoordinatorResult(state, "done")
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"ldp-sgd-{self.job.job_id}",
-                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        consumer = consumer_client(self.bootstrap, f"ldp-sgd-{self.job.job_id}", **{"auto.offset.reset": "earliest"})
         try:
             applied = self.checkpoint.offsets(self.job.job_id)
-            consumer.assign([TopicPartition(GRADIENTS_TOPIC, p, applied[f"{GRADIENTS_TOPIC}:{p}"] + 1
-                                            if f"{GRADIENTS_TOPIC}:{p}" in applied else OFFSET_BEGINNING)
+            consumer.assign([TopicPartition(GRADIENTS_TOPIC, p, applied[source(GRADIENTS_TOPIC, p)] + 1
+                                            if source(GRADIENTS_TOPIC, p) in applied else OFFSET_BEGINNING)
                              for p in range(topic_partitions(self.bootstrap, GRADIENTS_TOPIC))])
             while not should_stop():
                 batch = consumer.consume(self.max_messages, 0.2)
@@ -367,18 +361,18 @@ class Coordinator:
 
     def handle_partition(self, partition: int, messages: list[Message]) -> None:
         """Gather, dead-letter and checkpoint one partition's micro-batch (module docstring)."""
-        source = f"{GRADIENTS_TOPIC}:{partition}"
+        source_name = source(GRADIENTS_TOPIC, partition)
         rejected: frozenset[int] = frozenset()
         sent: set[tuple[int, str, tuple[int, ...] | None]] = set()
         for _ in range(MAX_APPLY_ROUNDS):
             state = self.checkpoint.load(self.job.job_id)
             assert state is not None
-            applied = self.checkpoint.offsets(self.job.job_id).get(source)
+            applied = self.checkpoint.offsets(self.job.job_id).get(source_name)
             if applied is not None:
                 messages = [m for m in messages if m.offset > applied]
             if not messages:
                 return
-            gathered = self.gatherer.gather(state, source, messages, rejected)
+            gathered = self.gatherer.gather(state, source_name, messages, rejected)
             new = [d for d in gathered.dead_letters if (d.offset, d.reason, d.rows) not in sent]
             if new:
                 self._dead_letter_producer().send(GRADIENTS_TOPIC, new)
@@ -393,7 +387,7 @@ class Coordinator:
                 return
             if result.status == "duplicates":
                 rejected = rejected | frozenset(int(d) for d in result.duplicates.tolist())
-        raise RuntimeError(f"{source}: batch not applied after {MAX_APPLY_ROUNDS} rounds")
+        raise RuntimeError(f"{source_name}: batch not applied after {MAX_APPLY_ROUNDS} rounds")
 
     def devices_left(self, state: JobState) -> int | None:
         """Devices of the expected population that have not sent a gradient yet (None: population unknown)."""

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from pydantic import BaseModel, ConfigDict, Field
 
+from collection.pseudonym import integer_pseudonyms
+from collection.wire import WireError
 from ldp.multidim import VectorMechanism
-from producer.kafka import ReportProducer
-from producer.pseudonym import integer_pseudonyms
-from producer.wire import WireError
+from runtime.kafka import ReportProducer, consumer_client
 from sgd_coordinator.datasets import Dataset, adult, synthetic
 from sgd_coordinator.models import TrainingError
 from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
@@ -86,8 +86,7 @@ class ModelFollower:
     def __init__(self, bootstrap: str, job_id: str, topic: str = MODELS_TOPIC) -> None:
         self.key = job_id.encode()
         self.latest: ModelVersion | None = None
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ldp-sgd-devices",
-                                  "enable.auto.commit": False})
+        self.consumer = consumer_client(bootstrap, "ldp-sgd-devices")
         self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
 
     def poll(self, timeout_s: float) -> ModelVersion | None:

@@ -1,7 +1,7 @@
 """The SGD wire formats: gradient envelopes on `ldp.sgd.gradients`, model versions on `ldp.sgd.models`.
 
 Both are msgspec msgpack arrays led by their version, with numbers as little-endian numpy bytes (as
-`producer.wire`), so that decoding a message is a few `np.frombuffer` calls.
+`collection.wire`), so that decoding a message is a few `np.frombuffer` calls.
 
     GradientEnvelope = [version, job, model_version, devices, columns]
     job            the training job's id
@@ -16,7 +16,7 @@ Both are msgspec msgpack arrays led by their version, with numbers as little-end
     done           the final version: devices stop; stop_reason says why ('' while training)
 
 A gradient envelope holds one or many devices (a fleet simulator sends a group per message). Evolution is
-append-only, as in `producer.wire`. Only mechanism output can be encoded: `encode_gradients` takes a
+append-only, as in `collection.wire`. Only mechanism output can be encoded: `encode_gradients` takes a
 `GradientBatch`, which only `sgd_coordinator.devices` makes from its vector mechanism's `perturb`.
 """
 
@@ -28,8 +28,7 @@ from typing import ClassVar, TypeVar
 import msgspec
 import numpy as np
 
-from ldp.base import Reports
-from producer.wire import (
+from collection.wire import (
     ALLOWED_DTYPES,
     SealedBatch,
     WireColumn,
@@ -38,6 +37,7 @@ from producer.wire import (
     encode_column,
     leading_version,
 )
+from ldp.base import Reports
 from sgd_coordinator.training import TrainingJob
 
 GRADIENTS_TOPIC = "ldp.sgd.gradients"

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from ldpstream.services import ServicesConfig
-from ldpstream.services.kafka import metadata_answers
-from ldpstream.services.redis import redis_answers
+from runtime.kafka import TopicError, delete_topic, metadata_answers
+from runtime.redis import redis_answers
+from runtime.settings import Settings
 
 
 @pytest.fixture(scope="session")
-def live_services() -> ServicesConfig:
+def live_services() -> Settings:
     """The Kafka and Redis the project points at; fails (not skips) with a hint if they do not answer."""
-    cfg = ServicesConfig.from_env()
+    cfg = Settings.from_env()
     missing = [name for name, ok in (("Kafka at " + cfg.bootstrap, metadata_answers(cfg.bootstrap, 10.0)),
                                      ("Redis at " + cfg.redis, redis_answers(cfg.redis))) if not ok]
     if missing:
         pytest.fail(f"{' and '.join(missing)} not answering: run `ldp up` (or `make test`, which does it)")
     return cfg
+
+
+@pytest.fixture
+def topics(live_services: Settings) -> Iterator[list[str]]:
+    """Names of topics a test creates; deleted after the test."""
+    created: list[str] = []
+    yield created
+    for name in created:
+        try:
+            delete_topic(live_services.bootstrap, name)
+        except TopicError:
+            pass  # already gone, or never created because the test failed first

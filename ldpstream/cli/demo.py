@@ -25,15 +25,14 @@ from rich.progress import Progress
 
 from aggregator.processes import start_worker, stop_worker
 from aggregator.store import RedisStore
-from ldpstream.cli.pipeline import estimates_table
-from ldpstream.cli.train_kafka import train_over_kafka_demo
-from ldpstream.services import ServicesConfig
-from ldpstream.services.config import PROJECT_ROOT
-from ldpstream.services.process import stop_pid
-from producer.kafka import ReportProducer
-from producer.publish import publish_spec
+from collection.spec import load_spec
+from ldpstream.cli.output import estimates_table
 from producer.simulator import simulate
-from producer.spec import load_spec
+from runtime.kafka import ReportProducer
+from runtime.process import stop_pid
+from runtime.settings import PROJECT_ROOT, Settings
+from runtime.specs import publish_spec
+from sgd_coordinator.jobs import train_over_kafka_demo
 
 console = Console(width=None if Console().is_terminal else 120)
 DEFAULT_SPEC = PROJECT_ROOT / "examples" / "diagnostics.yaml"
@@ -89,7 +88,7 @@ def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, on
          train_devices: int = typer.Option(200_000, min=0, help="devices of the LDP SGD demo over Kafka (0: skip)"),
          as_json: bool = typer.Option(False, "--json", help="print the estimates and truth as JSON")) -> None:
     """Publish a spec, aggregate a simulated fleet's reports through Kafka into Redis, compare with the truth."""
-    cfg = ServicesConfig.from_env()
+    cfg = Settings.from_env()
     base = load_spec(spec_file)
     spec = base.model_copy(update={"name": f"{base.name}-demo-{time.strftime('%Y%m%d-%H%M%S')}"})
     publish_spec(spec, cfg.bootstrap)

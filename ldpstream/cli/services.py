@@ -9,14 +9,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ldpstream.services import ServiceError, ServicesConfig, services
+from ldpstream.services import ServiceError, services
+from runtime.settings import Settings
 
 console = Console()
 
 
 def up() -> None:
     """Start the local Kafka broker and Redis server (idempotent)."""
-    cfg = ServicesConfig.from_env()
+    cfg = Settings.from_env()
     try:
         for svc in services(cfg):
             with console.status(f"starting {svc.name} ..."):
@@ -28,7 +29,7 @@ def up() -> None:
 
 def down(purge: bool = typer.Option(False, "--purge", help="also delete the services' data")) -> None:
     """Stop the local services that `ldp up` started."""
-    cfg = ServicesConfig.from_env()
+    cfg = Settings.from_env()
     failed = False
     for svc in reversed(services(cfg)):
         try:
@@ -44,7 +45,7 @@ def down(purge: bool = typer.Option(False, "--purge", help="also delete the serv
 
 def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Show each service, its address and whether it answers; exit 1 if one does not."""
-    rows = [svc.status() for svc in services(ServicesConfig.from_env())]
+    rows = [svc.status() for svc in services(Settings.from_env())]
     if as_json:
         typer.echo(json.dumps([r.__dict__ for r in rows]))
     else:

@@ -1,30 +1,33 @@
-"""`ldp train`: LDP mini-batch SGD. `ldp train --offline ...` runs the in-process driver over simulated devices.
-
-`train` is a command group, so that the Kafka commands (`ldp train --job FILE`, `ldp train status JOB`) sit beside
-the offline mode.
+"""`ldp train`: LDP mini-batch SGD. `ldp train --offline ...` runs the in-process driver over simulated devices;
+`ldp train --job FILE [--devices N]` runs a training job's coordinator over Kafka (with N simulated devices in this
+process), `ldp train status JOB` shows a job's progress and `ldp train devices --job FILE` runs a job's simulated
+fleet alone, for a coordinator running elsewhere (`sgd_coordinator.jobs`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ldpstream.cli import train_kafka
+from runtime import metrics
+from runtime.settings import Settings
+from sgd_coordinator.checkpoint import JobState, RedisCheckpoint
+from sgd_coordinator.coordinator import Coordinator
 from sgd_coordinator.datasets import Dataset, adult, synthetic
+from sgd_coordinator.devices import Fleet, Simulation
+from sgd_coordinator.jobs import held_out_evaluator, held_out_rows, load_job_file, run_with_fleet, state_summary
 from sgd_coordinator.offline import compare_offline
 from sgd_coordinator.training import GRADIENT_MECHANISMS, TrainingJob
 
-MAX_TEST_ROWS = 100_000
-
-
-def held_out_rows(devices: int) -> int:
-    """Rows kept apart for evaluation next to N training devices: N/5, at least 1,000, at most 100,000."""
-    return min(max(devices // 5, 1000), MAX_TEST_ROWS)
+console = Console(width=None if Console().is_terminal else 120)
 
 
 def _data(model: str, use_synthetic: bool, census: bool, devices: int, dims: int, seed: int) -> tuple[Dataset, Dataset]:
@@ -61,7 +64,7 @@ def train(
     if ctx.invoked_subcommand is not None:
         return
     if job_file is not None:
-        return train_kafka.train_job(ctx, job_file, metrics_port)
+        return train_job(ctx, job_file, metrics_port)
     if not offline:
         raise typer.BadParameter("pass --offline (in process) or --job FILE (over Kafka)")
     try:
@@ -92,9 +95,104 @@ def train(
         )
 
 
+def train_job(ctx: typer.Context, job_file: Path, metrics_port: int | None) -> None:
+    """`ldp train --job FILE [--devices N] [--seed S] [--json]`: run the job's coordinator in the foreground."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        spec = load_job_file(job_file)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    cfg = Settings.from_env()
+    checkpoint = RedisCheckpoint(cfg.redis)
+    if metrics_port is not None:
+        metrics.serve(metrics_port, cfg.metrics_addr)
+    as_json = bool(ctx.params.get("as_json"))
+    source = ctx.get_parameter_source("devices")  # typer's own click: compare the enum member by name
+    with_fleet = source is not None and source.name == "COMMANDLINE"
+    simulation = spec.simulation
+    if with_fleet:
+        simulation = (simulation or Simulation()).model_copy(update={"devices": ctx.params["devices"]})
+    total = spec.job.max_iterations
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} versions"),
+                  TimeElapsedColumn(), console=console, disable=as_json) as progress:
+        task = progress.add_task(f"job {spec.job.job_id}", total=total)
+
+        def on_version(state: JobState, evaluation: dict[str, float]) -> None:
+            note = "".join(f", held-out {k} {v:.4f}" for k, v in evaluation.items() if not k.endswith("_stderr"))
+            progress.update(task, completed=state.t, description=f"job {spec.job.job_id}: version {state.t}{note}")
+
+        if with_fleet:
+            assert simulation is not None
+            run = run_with_fleet(spec.job, simulation, cfg, checkpoint, on_version=on_version)
+            result = run.result
+        else:
+            coordinator = Coordinator(spec.job, cfg.bootstrap, checkpoint,
+                                      simulation.model_dump_json() if simulation else "",
+                                      held_out_evaluator(simulation.data(spec.job)[1]) if simulation else None)
+            result = coordinator.run(on_version=on_version)
+    summary = state_summary(result.state, checkpoint) | {"status": result.status}
+    if as_json:
+        typer.echo(json.dumps(summary))
+        return
+    console.print(_summary_text(summary))
+    if result.status != "done":
+        raise typer.Exit(1)
+
+
+def _summary_text(summary: dict[str, Any]) -> str:
+    lines = [f"job {summary['job']} ({summary['model']}, {summary['mechanism']}, eps = {summary['epsilon']}): "
+             f"version {summary['iteration']} of g = {summary['batch_size']}, "
+             + (f"done ({summary['stop_reason']})" if summary["done"] else "not done"),
+             f"gradients: {summary['accepted']:,} accepted; dropped {summary['dropped'] or 'none'}; "
+             f"rejected {summary['rejected'] or 'none'}"]
+    if "evaluation" in summary:
+        ev = summary["evaluation"]
+        lines.append(f"held-out ({ev['held_out_rows']:,} rows): " + ", ".join(
+            f"{k} {v:.4f} (stderr {ev[k + '_stderr']:.4f})" for k, v in ev.items() if k + "_stderr" in ev))
+    return "\n".join(lines)
+
+
+def status(job: str = typer.Argument(..., help="training job id"),
+           as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """A job's iteration, gradients accepted and dropped by reason, parameters and held-out evaluation."""
+    cfg = Settings.from_env()
+    checkpoint = RedisCheckpoint(cfg.redis)
+    state = checkpoint.load(job)
+    if state is None:
+        console.print(f"[red]error:[/] no training job {job!r}")
+        raise typer.Exit(1)
+    summary = state_summary(state, checkpoint)
+    if as_json:
+        typer.echo(json.dumps(summary))
+        return
+    console.print(_summary_text(summary))
+
+
+def devices(job_file: Path = typer.Option(..., "--job", help="the job file (its simulation section)"),
+            count: int = typer.Option(None, "--devices", min=1, help="devices (default: the simulation's)"),
+            timeout_s: float = typer.Option(3600.0, help="give up after this many seconds")) -> None:
+    """Run a job's simulated fleet (for a coordinator running elsewhere) until the job's final version."""
+    try:
+        spec = load_job_file(job_file)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    simulation = spec.simulation or Simulation()
+    if count is not None:
+        simulation = simulation.model_copy(update={"devices": count})
+    train, _ = simulation.data(spec.job)
+    cfg = Settings.from_env()
+    fleet = Fleet(spec.job, train.x, train.y, cfg.bootstrap, seed=simulation.seed)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"{len(train.y):,} devices of job {spec.job.job_id}", total=len(train.y))
+        result = fleet.run(timeout_s=timeout_s, on_sent=lambda n: progress.advance(task, n))
+    console.print(f"{result.sent:,} devices sent their gradient in {result.messages:,} messages; last version "
+                  f"{result.last_version}" + (" (final)" if result.done else ""))
+
+
 def register(app: typer.Typer) -> None:
     """Add the `train` command group to the `ldp` app."""
     group = typer.Typer(help="Train models by LDP mini-batch SGD.")
     group.callback(invoke_without_command=True)(train)
-    train_kafka.register(group)
+    group.command("status")(status)
+    group.command("devices")(devices)
     app.add_typer(group, name="train")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from ldpstream.services.config import ServicesConfig
-from ldpstream.services.process import ServiceError, ServiceStatus, read_pid, stop_pid, tail
+from runtime.process import ServiceError, ServiceStatus, read_pid, stop_pid, tail
+from runtime.settings import Settings
 
 
 class LocalService(ABC):
@@ -19,7 +19,7 @@ class LocalService(ABC):
     process: ClassVar[str]  # base name of the pid and log files
     stop_timeout_s: ClassVar[float] = 30.0
 
-    def __init__(self, config: ServicesConfig) -> None:
+    def __init__(self, config: Settings) -> None:
         self.cfg = config
         self.home = config.state_dir / self.name
         self.data = self.home / "data"

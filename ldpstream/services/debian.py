@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ldpstream.services.process import ServiceError
+from runtime.process import ServiceError
 
 
 def debian_program(program: str, package: str, alternative: str = "") -> str:

@@ -14,8 +14,9 @@ import subprocess
 import uuid
 
 from ldpstream.services.base import LocalService
-from ldpstream.services.config import ServicesConfig
-from ldpstream.services.process import ServiceError, port_in_use, spawn, wait_until
+from runtime.kafka import metadata_answers
+from runtime.process import ServiceError, port_in_use, spawn, wait_until
+from runtime.settings import Settings
 
 READY_LINE = "Kafka Server started"
 
@@ -28,17 +29,6 @@ def kafka_cluster_id() -> str:
             return s
 
 
-def metadata_answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
-    """True if the broker at `bootstrap` answers a metadata request."""
-    from confluent_kafka.admin import AdminClient
-
-    try:
-        md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=timeout_s)
-    except Exception:
-        return False
-    return len(md.brokers) > 0
-
-
 class KafkaService(LocalService):
     """The local Kafka broker (or, with KAFKA_BOOTSTRAP set, an existing one that we only check)."""
 
@@ -48,7 +38,7 @@ class KafkaService(LocalService):
     process = "broker"
     stop_timeout_s = 60.0
 
-    def __init__(self, config: ServicesConfig) -> None:
+    def __init__(self, config: Settings) -> None:
         super().__init__(config)
         self.lib = self.home / f"lib-{config.kafka_version}"
         self.properties = self.home / "server.properties"

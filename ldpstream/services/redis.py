@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import redis as redis_client
-
 from ldpstream.services.base import LocalService
-from ldpstream.services.config import ServicesConfig
 from ldpstream.services.debian import debian_program
-from ldpstream.services.process import ServiceError, port_in_use, spawn, wait_until
-
-
-def redis_answers(url: str, timeout_s: float = 2.0) -> bool:
-    """True if the Redis server at `url` answers PING."""
-    try:
-        return bool(redis_client.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s).ping())
-    except redis_client.RedisError:
-        return False
+from runtime.process import ServiceError, port_in_use, spawn, wait_until
+from runtime.redis import redis_answers
+from runtime.settings import Settings
 
 
 class RedisService(LocalService):
@@ -26,7 +17,7 @@ class RedisService(LocalService):
     probe = "PING"
     process = "redis"
 
-    def __init__(self, config: ServicesConfig) -> None:
+    def __init__(self, config: Settings) -> None:
         super().__init__(config)
         self.conf = self.home / "redis.conf"
 

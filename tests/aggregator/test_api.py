@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from aggregator.api import PublishedPlans, TopicEnds, create_app
@@ -29,16 +28,14 @@ from aggregator.estimates import collection_estimates
 from aggregator.plans import Plan, PlanRegistry
 from aggregator.processing import Message, PartitionProcessor
 from aggregator.store import MemoryStore, RedisStore
-from ldpstream.services import ServicesConfig
-from ldpstream.services.config import PROJECT_ROOT
-from ldpstream.services.kafka import metadata_answers
-from ldpstream.services.redis import redis_answers
-from producer.collector import resolved_mechanisms
-from producer.kafka import delete_topic
-from producer.publish import publish_spec
+from collection.collector import resolved_mechanisms
+from collection.spec import CollectionSpec, load_spec
+from collection.wire import encode
 from producer.simulator import fleet
-from producer.spec import CollectionSpec, load_spec
-from producer.wire import encode
+from runtime.kafka import delete_topic, metadata_answers, producer_client
+from runtime.redis import redis_answers
+from runtime.settings import PROJECT_ROOT, Settings
+from runtime.specs import publish_spec
 
 CHUNK = 700
 GARBAGE = b"\x93not an envelope"
@@ -89,12 +86,12 @@ def serving(app: web.Application) -> Iterator[str]:
         loop.close()
 
 
-def aggregated_store(cfg: ServicesConfig, spec: CollectionSpec) -> tuple[MemoryStore, int]:
+def aggregated_store(cfg: Settings, spec: CollectionSpec) -> tuple[MemoryStore, int]:
     """Produce [chunk, garbage, chunk, chunk] to partition 0 and apply the first three; (store, report time)."""
     now_ms = int(time.time() * 1000)
     chunks = [encode(reports) for _, reports in fleet(spec, 3 * CHUNK, chunk=CHUNK, clock_ms=lambda: now_ms)]
     values = [chunks[0], GARBAGE, chunks[1], chunks[2]]
-    producer = Producer({"bootstrap.servers": cfg.bootstrap, "enable.idempotence": True, "acks": "all"})
+    producer = producer_client(cfg.bootstrap)
     for value in values:
         producer.produce(spec.topic, value, partition=0)
     assert producer.flush(30) == 0
@@ -108,7 +105,7 @@ def aggregated_store(cfg: ServicesConfig, spec: CollectionSpec) -> tuple[MemoryS
 
 
 @pytest.fixture(scope="module")
-def served(live_services: ServicesConfig) -> Iterator[Served]:
+def served(live_services: Settings) -> Iterator[Served]:
     spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
         update={"name": f"test-api-{uuid.uuid4().hex[:10]}", "partitions": 1})  # everything on partition 0
     publish_spec(spec, live_services.bootstrap)
@@ -162,7 +159,7 @@ def test_a_window_without_reports_answers_with_no_estimates(served: Served) -> N
 
 
 def test_a_collection_published_while_serving_is_found_within_a_second(served: Served,
-                                                                       live_services: ServicesConfig) -> None:
+                                                                       live_services: Settings) -> None:
     served.json("/collections")  # the published plans are read now
     spec = served.spec.model_copy(update={"name": f"test-api-{uuid.uuid4().hex[:10]}"})
     publish_spec(spec, live_services.bootstrap)
@@ -227,7 +224,7 @@ def test_healthz_says_what_answers(served: Served) -> None:
     assert served.json("/healthz") == {"ok": True, "kafka": True, "redis": True}
 
 
-def test_healthz_is_503_when_a_service_does_not_answer(live_services: ServicesConfig) -> None:
+def test_healthz_is_503_when_a_service_does_not_answer(live_services: Settings) -> None:
     app = create_app(MemoryStore(), PublishedPlans(PlanRegistry(live_services.bootstrap)),
                      TopicEnds(live_services.bootstrap), {"redis": lambda: redis_answers("redis://127.0.0.1:1/0", 1.0)})
 
@@ -236,7 +233,7 @@ def test_healthz_is_503_when_a_service_does_not_answer(live_services: ServicesCo
     assert (status, content_type, json.loads(body)) == (503, "application/json", {"ok": False, "redis": False})
 
 
-def test_a_store_that_does_not_answer_is_503_with_a_json_error(live_services: ServicesConfig, served: Served) -> None:
+def test_a_store_that_does_not_answer_is_503_with_a_json_error(live_services: Settings, served: Served) -> None:
     app = create_app(RedisStore("redis://127.0.0.1:1/0"), PublishedPlans(PlanRegistry(live_services.bootstrap)),
                      TopicEnds(live_services.bootstrap), {})
     with serving(app) as url:

@@ -25,10 +25,10 @@ from aggregator.processing import (
     PartitionProcessor,
 )
 from aggregator.store import MemoryStore
+from collection.spec import CollectionSpec, parse_spec
+from collection.wire import AttributeReports, encode, perturbed_batch
 from ldp import registry
 from ldp.base import Mechanism, ReportSchema
-from producer.spec import CollectionSpec, parse_spec
-from producer.wire import AttributeReports, encode, perturbed_batch
 
 NOW = 1_800_000_000_000
 SPEC = parse_spec("""

@@ -17,7 +17,7 @@ from aggregator.store import (
     StatsStore,
     WindowIncrement,
 )
-from ldpstream.services import ServicesConfig
+from runtime.settings import Settings
 
 SIZES = {0: 3, 1: 4}
 
@@ -28,7 +28,7 @@ def store(request: pytest.FixtureRequest) -> Iterator[tuple[StatsStore, str]]:
     if request.param == "memory":
         yield MemoryStore(), collection
         return
-    cfg: ServicesConfig = request.getfixturevalue("live_services")
+    cfg: Settings = request.getfixturevalue("live_services")
     s = RedisStore(cfg.redis)
     yield s, collection
     s.delete_collection(collection)

@@ -1,5 +1,6 @@
 """The Grafana dashboard, checked without Grafana: it is what deploy/grafana/dashboard.py generates, every query
-is balanced PromQL naming metrics (and labels) that aggregator/metrics.py defines, and provisioning fits compose."""
+is balanced PromQL naming metrics (and labels) that runtime/metrics.py
+and aggregator/metrics.py define, and provisioning fits compose."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from aggregator import metrics
 from aggregator.store import MemoryStore
+from aggregator.metrics import StoreCollector
+from runtime import metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 GRAFANA = DEPLOY / "grafana"
@@ -42,10 +44,10 @@ def load_generator() -> ModuleType:
 
 
 def defined_series() -> dict[str, set[str]]:
-    """Every series name aggregator/metrics.py exposes, with its label names."""
+    """Every series name runtime/metrics.py and aggregator/metrics.py expose, with its label names."""
     wrappers = [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)]
     families = [(m._name, str(m._type), set(m._labelnames)) for m in wrappers]
-    store_wide = metrics.StoreCollector(MemoryStore(), lambda: [], lambda topics: {})
+    store_wide = StoreCollector(MemoryStore(), lambda: [], lambda topics: {})
     families += [(f.name, str(f.type), set(f._labelnames)) for f in store_wide.describe()]  # type: ignore[attr-defined]
     out = {}
     for name, kind, labels in families:

@@ -9,15 +9,14 @@ import pytest
 from pipeline_support import Collection
 
 from aggregator.store import RedisStore
-from ldpstream.services import ServicesConfig
-from ldpstream.services.config import PROJECT_ROOT
-from producer.kafka import delete_topic
-from producer.publish import publish_spec
-from producer.spec import load_spec
+from collection.spec import load_spec
+from runtime.kafka import delete_topic
+from runtime.settings import PROJECT_ROOT, Settings
+from runtime.specs import publish_spec
 
 
 @pytest.fixture
-def collection(live_services: ServicesConfig) -> Iterator[Collection]:
+def collection(live_services: Settings) -> Iterator[Collection]:
     """The diagnostics spec published under a unique name; its Redis keys and topic are removed afterwards."""
     base = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml")
     name = f"it-{uuid.uuid4().hex[:10]}"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from aggregator.dedupe import SeenDevices
 from aggregator.estimates import collection_estimates
@@ -19,24 +19,24 @@ from aggregator.plans import Plan
 from aggregator.processes import start_worker, stop_worker
 from aggregator.processing import Message, PartitionProcessor
 from aggregator.store import MemoryStore, RedisStore, StatsStore
-from ldpstream.services import ServicesConfig
-from producer.kafka import ReportProducer, topic_partitions
+from collection.spec import CollectionSpec
 from producer.simulator import SimulationResult, simulate
-from producer.spec import CollectionSpec
+from runtime.kafka import ReportProducer, consumer_client, topic_partitions
+from runtime.settings import Settings
 
 
 @dataclass
 class Collection:
     """A collection published for one test, with its store and helpers."""
 
-    cfg: ServicesConfig
+    cfg: Settings
     spec: CollectionSpec
     store: RedisStore
     group: str
 
     @property
     def plan(self) -> Plan:
-        return Plan(self.spec)
+        return Plan.load(self.spec, self.cfg.bootstrap)
 
     def accepted(self) -> int:
         return self.store.outcomes(self.spec.name).get("accepted", 0)
@@ -100,8 +100,7 @@ def aggregate_fleet(c: Collection, devices: int, seed: int, timeout_s: float = 2
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> Iterator[Any]:
     """Every message of a topic as it stands now (confluent-kafka Message objects), per partition in offset order."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"it-read-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer = consumer_client(bootstrap, f"it-read-{uuid.uuid4().hex[:6]}", **{"enable.partition.eof": True})
     try:
         parts = range(topic_partitions(bootstrap, topic))
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}

@@ -9,12 +9,12 @@ import sys
 import pytest
 from pipeline_support import assert_within_stderr
 
-from ldpstream.services import ServicesConfig
+from runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 
 
-def test_ldp_demo_runs_end_to_end(live_services: ServicesConfig) -> None:
+def test_ldp_demo_runs_end_to_end(live_services: Settings) -> None:
     out = subprocess.run([sys.executable, "-m", "ldpstream", "demo", "--devices", "30000", "--train-devices",
                           "30000", "--json"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -11,7 +11,6 @@ from collections import Counter
 import msgspec
 import numpy as np
 import pytest
-from confluent_kafka import Producer
 from pipeline_support import (
     Collection,
     aggregate_fleet,
@@ -25,12 +24,13 @@ from pipeline_support import (
 from aggregator.processes import start_worker, stop_worker
 from aggregator.processing import DUPLICATE, MALFORMED, OUT_OF_RANGE, UNKNOWN_VERSION, WRONG_PARTITION, WRONG_SHAPE
 from aggregator.store import RedisStore
+from collection.pseudonym import device_partitions, integer_pseudonyms
+from collection.spec import parse_spec
+from collection.wire import AttributeReports, encode, perturbed_batch
 from ldpstream.services import KafkaService, RedisService
 from producer.perturb import perturb, single_reports
-from producer.pseudonym import device_partitions, integer_pseudonyms
-from producer.publish import publish_spec
-from producer.spec import parse_spec
-from producer.wire import AttributeReports, encode, perturbed_batch
+from runtime.kafka import producer_client
+from runtime.specs import publish_spec
 
 pytestmark = pytest.mark.integration
 
@@ -156,7 +156,7 @@ def test_10k_bad_messages_go_to_the_dlq_and_every_good_one_is_counted(live_servi
                       for d in extra[per_kind:]],
     }
     misplaced = integer_pseudonyms(spec.name, np.arange(good_n + 2 * per_kind, good_n + 3 * per_kind, dtype=np.uint64))
-    producer = Producer({"bootstrap.servers": live_services.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    producer = producer_client(live_services.bootstrap, **{"linger.ms": 5})
     partitions = spec.partitions
     owner = device_partitions(np.concatenate([devices, extra, misplaced]), partitions).tolist()
     expected: dict[tuple[int, int], str] = {}

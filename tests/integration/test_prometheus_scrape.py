@@ -24,14 +24,14 @@ from typing import Any
 import pytest
 
 from aggregator.store import RedisStore
-from ldpstream.services import ServiceError, ServicesConfig
-from ldpstream.services.config import PROJECT_ROOT
+from collection.spec import load_spec
+from ldpstream.services import ServiceError, Settings
 from ldpstream.services.debian import debian_program
-from ldpstream.services.process import stop_pid
-from producer.kafka import ReportProducer, delete_topic
-from producer.publish import publish_spec
 from producer.simulator import simulate
-from producer.spec import load_spec
+from runtime.kafka import ReportProducer, delete_topic
+from runtime.process import stop_pid
+from runtime.settings import PROJECT_ROOT
+from runtime.specs import publish_spec
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def prometheus_program() -> str:
 
 
 def test_prometheus_scrapes_report_totals_estimates_and_worker_latency(
-        live_services: ServicesConfig, prometheus_program: str, tmp_path: Path) -> None:
+        live_services: Settings, prometheus_program: str, tmp_path: Path) -> None:
     name = f"it-prom-{uuid.uuid4().hex[:10]}"
     spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(update={"name": name})
     publish_spec(spec, live_services.bootstrap)

@@ -9,11 +9,11 @@ import pytest
 from pipeline_support import Collection, aggregate_fleet
 
 from aggregator.store import RedisStore
-from ldpstream.services import ServicesConfig
-from producer.kafka import delete_topic
-from producer.publish import publish_spec, read_specs
-from producer.spec import parse_spec
-from producer.strategies import load_strategy
+from collection.spec import parse_spec
+from runtime.kafka import delete_topic
+from runtime.settings import Settings
+from runtime.specs import publish_spec, read_specs
+from runtime.strategies import load_strategy
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ attributes:
 """
 
 
-def test_prefix_workload_answers_within_4_standard_errors(live_services: ServicesConfig,
+def test_prefix_workload_answers_within_4_standard_errors(live_services: Settings,
                                                           tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     spec = parse_spec(SPEC.replace("NAME", f"it-cdf-{uuid.uuid4().hex[:8]}").replace("VALUES", str(VALUES)))
     published = publish_spec(spec, live_services.bootstrap)

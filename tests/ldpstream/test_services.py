@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ldpstream.services import KafkaService, RedisService, ServiceError, ServicesConfig
+from ldpstream.services import KafkaService, RedisService, ServiceError, Settings
 from ldpstream.services.kafka import kafka_cluster_id
-from ldpstream.services.process import port_in_use, read_pid
+from runtime.process import port_in_use, read_pid
 
 
 @pytest.fixture
@@ -28,8 +28,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def config(tmp_path: Path, **env: str) -> ServicesConfig:
-    return ServicesConfig.from_env({"LDP_STATE_DIR": str(tmp_path / "state"), **env})
+def config(tmp_path: Path, **env: str) -> Settings:
+    return Settings.from_env({"LDP_STATE_DIR": str(tmp_path / "state"), **env})
 
 
 def test_defaults_and_environment(tmp_path: Path) -> None:

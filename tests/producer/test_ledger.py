@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from collection.spec import parse_spec
 from producer.ledger import ALL_TIME_WINDOW, BudgetExceeded, PrivacyLedger, window_of
-from producer.spec import parse_spec
 
 HOUR_MS = 3_600_000
 SPEC = parse_spec("""

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from producer.collector import collector_for, resolved_mechanisms, sampled_count
+from collection.collector import collector_for, resolved_mechanisms, sampled_count
+from collection.spec import CollectionSpec
+from collection.wire import decode, encode
 from producer.perturb import RecordError, perturb, single_reports
-from producer.spec import CollectionSpec
-from producer.wire import decode, encode
-from tests.producer.specs import as_mixed, mixed_spec
+from tests.specs import as_mixed, mixed_spec
 
 N = 4
 

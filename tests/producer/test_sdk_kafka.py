@@ -9,16 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ldpstream.services import ServicesConfig
-from producer.kafka import DeliveryError, ReportProducer, ensure_topic, read_to_end
+from collection.pseudonym import device_pseudonym, pseudonym_key
+from collection.spec import CollectionSpec
+from collection.wire import decode
 from producer.ledger import BudgetExceeded, PrivacyLedger
 from producer.perturb import RecordError
-from producer.pseudonym import device_pseudonym, pseudonym_key
 from producer.sdk import Device
 from producer.simulator import simulate
-from producer.spec import CollectionSpec
-from producer.wire import decode
-from tests.producer.specs import mixed_spec
+from runtime.kafka import DeliveryError, ReportProducer, ensure_topic, read_to_end
+from runtime.settings import Settings
+from tests.specs import mixed_spec
 
 pytestmark = pytest.mark.integration
 HOUR_MS = 3_600_000
@@ -34,7 +34,7 @@ def fresh_spec(bootstrap: str, kind: str, topics: list[str]) -> CollectionSpec:
     return spec
 
 
-def test_device_reports_round_trip_and_the_ledger_refuses_a_second_one(live_services: ServicesConfig,
+def test_device_reports_round_trip_and_the_ledger_refuses_a_second_one(live_services: Settings,
                                                                         tmp_path: Path, topics: list[str]) -> None:
     spec = fresh_spec(live_services.bootstrap, "sdk", topics)
     producer = ReportProducer(live_services.bootstrap)
@@ -66,7 +66,7 @@ def test_device_reports_round_trip_and_the_ledger_refuses_a_second_one(live_serv
 
 
 @pytest.mark.parametrize("single", [False, True])
-def test_simulated_fleet_arrives_whole(live_services: ServicesConfig, single: bool, topics: list[str]) -> None:
+def test_simulated_fleet_arrives_whole(live_services: Settings, single: bool, topics: list[str]) -> None:
     spec = fresh_spec(live_services.bootstrap, "fleet", topics)
     producer = ReportProducer(live_services.bootstrap)
     result = simulate(spec, 3000, producer, seed=4, batch=700, single=single)
@@ -77,7 +77,7 @@ def test_simulated_fleet_arrives_whole(live_services: ServicesConfig, single: bo
     assert result.truth["devices"] == 3000
 
 
-def test_a_rate_limit_sends_smaller_chunks(live_services: ServicesConfig, topics: list[str]) -> None:
+def test_a_rate_limit_sends_smaller_chunks(live_services: Settings, topics: list[str]) -> None:
     """With --rate R a chunk holds at most R/10 devices, so the fleet is paced in tenths of a second."""
     spec = fresh_spec(live_services.bootstrap, "rate", topics)
     result = simulate(spec, 50, ReportProducer(live_services.bootstrap), batch=1000, rate=200)

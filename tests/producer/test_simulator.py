@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from producer.collector import collector_for
+from collection.collector import collector_for
+from collection.pseudonym import device_partitions, device_pseudonym, integer_pseudonyms, mix64
+from collection.wire import decode, encode
 from producer.perturb import row_range, select_rows
 from producer.population import POWER_LAW_EXPONENT, Population, PopulationTruth, power_law, truncated_gaussian
-from producer.pseudonym import device_partitions, device_pseudonym, integer_pseudonyms, mix64
 from producer.sdk import Device
 from producer.simulator import chunk_messages, encode_within, fleet
-from producer.wire import decode, encode
-from tests.producer.specs import as_mixed, mixed_spec
+from tests.specs import as_mixed, mixed_spec
 
 
 def test_truth_is_exactly_the_generated_population() -> None:

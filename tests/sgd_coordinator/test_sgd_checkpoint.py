@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from ldpstream.services import ServicesConfig
+from runtime.settings import Settings
 from sgd_coordinator.checkpoint import Checkpoint, CheckpointError, GradientUpdate, MemoryCheckpoint, RedisCheckpoint
 from sgd_coordinator.training import TrainingJob
 
@@ -24,7 +24,7 @@ def store(request: pytest.FixtureRequest) -> Iterator[tuple[Checkpoint, Training
     if request.param == "memory":
         yield MemoryCheckpoint(), job
         return
-    cfg: ServicesConfig = request.getfixturevalue("live_services")
+    cfg: Settings = request.getfixturevalue("live_services")
     s = RedisCheckpoint(cfg.redis)
     yield s, job
     s.delete(job.job_id)

@@ -19,26 +19,27 @@ import msgspec
 import numpy as np
 import pytest
 import yaml
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
+from collection.topics import DLQ_TOPIC
 from ldpstream.cli import app
-from ldpstream.cli.train_kafka import run_with_fleet
-from ldpstream.services import ServicesConfig
-from producer.kafka import ReportProducer, read_to_end
+from runtime.kafka import ReportProducer, consumer_client, read_to_end
+from runtime.settings import Settings
 from sgd_coordinator.checkpoint import RedisCheckpoint
 from sgd_coordinator.coordinator import Coordinator, ensure_sgd_topics, start_offsets
 from sgd_coordinator.devices import Fleet, Simulation, device_pseudonyms, perturb_gradients
+from sgd_coordinator.jobs import run_with_fleet
 from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
 from sgd_coordinator.wire import GRADIENTS_TOPIC, MODELS_TOPIC, decode_gradients, decode_model, encode_gradients
 
 pytestmark = pytest.mark.integration
-DLQ_TOPIC = "ldp.dlq"
+
 
 
 @pytest.fixture
-def checkpoint(live_services: ServicesConfig) -> Iterator[RedisCheckpoint]:
+def checkpoint(live_services: Settings) -> Iterator[RedisCheckpoint]:
     store = RedisCheckpoint(live_services.redis)
     created: list[str] = []
     store.created = created  # type: ignore[attr-defined]
@@ -68,7 +69,7 @@ def models_of(bootstrap: str, job_id: str) -> list[tuple[int, np.ndarray, bool]]
 
 def gradients_of(bootstrap: str, job_id: str, since: dict[str, int]) -> list[bytes]:
     """Every gradient message of the job sent after `since` (applied offsets per partition at its creation)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-sgd-read", "enable.auto.commit": False})
+    consumer = consumer_client(bootstrap, "test-sgd-read")
     out = []
     try:
         for source, applied in since.items():
@@ -90,7 +91,7 @@ def gradients_of(bootstrap: str, job_id: str, since: dict[str, int]) -> list[byt
 
 
 def test_a_200k_device_logistic_job_converges_and_the_wire_carries_only_mechanism_output(
-        live_services: ServicesConfig, checkpoint: RedisCheckpoint) -> None:
+        live_services: Settings, checkpoint: RedisCheckpoint) -> None:
     # 100 versions of g = 2000: 200k accepted gradients; 5% more devices, for the fleet's top-up groups that a
     # slow round can turn into stale gradients on a busy machine
     job = new_job(checkpoint, model="logistic", dims=10, epsilon=2.0, mechanism="hm", batch_size=2000, gamma0=2.0,
@@ -139,7 +140,7 @@ def write_job_file(path: Path, job: TrainingJob, simulation: Simulation) -> Path
 
 
 def test_a_killed_coordinator_resumes_at_its_version_and_no_device_takes_part_twice(
-        live_services: ServicesConfig, checkpoint: RedisCheckpoint, tmp_path: Path) -> None:
+        live_services: Settings, checkpoint: RedisCheckpoint, tmp_path: Path) -> None:
     job = new_job(checkpoint, model="logistic", dims=5, epsilon=2.0, batch_size=500, gamma0=2.0,
                   max_iterations=40)
     simulation = Simulation(devices=30_000, test_rows=1000, seed=4)
@@ -198,7 +199,7 @@ def test_a_killed_coordinator_resumes_at_its_version_and_no_device_takes_part_tw
 
 
 def test_bad_gradients_go_to_the_dead_letter_topic_with_their_reason_and_stale_ones_are_counted(
-        live_services: ServicesConfig, checkpoint: RedisCheckpoint) -> None:
+        live_services: Settings, checkpoint: RedisCheckpoint) -> None:
     job = new_job(checkpoint, model="logistic", dims=3, epsilon=1.0, batch_size=4, max_iterations=10)
     bootstrap = live_services.bootstrap
     ensure_sgd_topics(bootstrap)
@@ -263,7 +264,7 @@ def test_bad_gradients_go_to_the_dead_letter_topic_with_their_reason_and_stale_o
 
 
 def dlq_ends(bootstrap: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-sgd-dlq"})
+    consumer = consumer_client(bootstrap, "test-sgd-dlq")
     try:
         md = consumer.list_topics(DLQ_TOPIC, timeout=10).topics[DLQ_TOPIC]
         return {p: consumer.get_watermark_offsets(TopicPartition(DLQ_TOPIC, p), timeout=10)[1]
@@ -275,7 +276,7 @@ def dlq_ends(bootstrap: str) -> dict[int, int]:
 def dead_letters(bootstrap: str, start: dict[int, int], values: set[bytes]) -> list[tuple[bytes, str, str | None]]:
     """(value, reason, rows header) of the dead letters since `start` whose value is one of `values`."""
     ends = dlq_ends(bootstrap)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-sgd-dlq", "enable.auto.commit": False})
+    consumer = consumer_client(bootstrap, "test-sgd-dlq")
     out = []
     try:
         consumer.assign([TopicPartition(DLQ_TOPIC, p, start.get(p, 0)) for p in ends if ends[p] > start.get(p, 0)])
@@ -296,7 +297,7 @@ def dead_letters(bootstrap: str, start: dict[int, int], values: set[bytes]) -> l
 
 
 def test_ldp_train_devices_runs_a_fleet_for_a_coordinator_elsewhere(
-        live_services: ServicesConfig, checkpoint: RedisCheckpoint, tmp_path: Path) -> None:
+        live_services: Settings, checkpoint: RedisCheckpoint, tmp_path: Path) -> None:
     job = new_job(checkpoint, model="svm", dims=4, epsilon=4.0, mechanism="pm", batch_size=300, max_iterations=6)
     job_file = write_job_file(tmp_path / "job.yaml", job, Simulation(devices=5000, test_rows=500, seed=2))
     coordinator = Coordinator(job, live_services.bootstrap, checkpoint)

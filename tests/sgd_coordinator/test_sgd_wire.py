@@ -6,7 +6,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from producer.wire import WireError
+from collection.wire import WireError
 from sgd_coordinator.devices import perturb_gradients
 from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
 from sgd_coordinator.wire import (

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ldpstream.cli.train_kafka import load_job_file, state_summary
-from ldpstream.services.config import PROJECT_ROOT
+from runtime.settings import PROJECT_ROOT
 from sgd_coordinator.checkpoint import GradientUpdate, MemoryCheckpoint
 from sgd_coordinator.devices import Simulation
+from sgd_coordinator.jobs import load_job_file, state_summary
 from sgd_coordinator.models import TrainingError
 from sgd_coordinator.training import TrainingJob
 

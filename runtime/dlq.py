@@ -1,14 +1,37 @@
-"""The dead-letter topic `ldp.dlq`: each rejected message (or its rejected rows) with the reason, as headers."""
+"""Messages as consumers see them, the dead letters they reject, and the dead-letter topic `ldp.dlq` that keeps
+each rejected message (or its rejected rows) with the reason, as headers."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-from confluent_kafka import Producer
+from collection.topics import DLQ_TOPIC
+from runtime.kafka import producer_client
 
-from aggregator.processing import DeadLetter
+DLQ_PARTITIONS = 1  # when a call creates the topic; an existing one is used as it is
 
-DLQ_TOPIC = "ldp.dlq"
+
+@dataclass(frozen=True)
+class Message:
+    """A Kafka message as a consumer's pure processing sees it."""
+
+    offset: int
+    value: bytes
+    timestamp_ms: int | None = None
+    partition: int = 0
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A rejected message (rows None) or the rejected device rows of a message, with the reason."""
+
+    offset: int
+    value: bytes
+    reason: str
+    detail: str
+    rows: tuple[int, ...] | None = None
+    partition: int = 0
 
 
 class DeliveryTimeout(RuntimeError):
@@ -19,8 +42,7 @@ class DeadLetterProducer:
     """Sends dead letters: value = the original message bytes; headers = reason, detail, source, offset, rows."""
 
     def __init__(self, bootstrap: str) -> None:
-        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                   "linger.ms": 20, "compression.type": "lz4"})
+        self._producer = producer_client(bootstrap, **{"linger.ms": 20, "compression.type": "lz4"})
         self.failed = 0
 
     def send(self, topic: str, letters: list[DeadLetter], timeout_s: float = 30.0) -> None:

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from collection.wire import decode
 from ldpstream.cli import app
-from ldpstream.services import ServicesConfig
-from producer.kafka import read_to_end
-from producer.wire import decode
-from tests.producer.specs import MIXED
+from runtime.kafka import read_to_end
+from runtime.settings import Settings
+from tests.specs import MIXED
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
@@ -37,7 +37,7 @@ def test_validate_refuses_a_bad_spec_with_exit_1(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_publish_then_simulate_with_truth(live_services: ServicesConfig, tmp_path: Path) -> None:
+def test_publish_then_simulate_with_truth(live_services: Settings, tmp_path: Path) -> None:
     spec_file, truth = tmp_path / "spec.yaml", tmp_path / "truth.json"
     spec_file.write_text(MIXED.format(name=f"test-cli-{uuid.uuid4().hex[:10]}", epsilon=2.0, sampling="auto"))
     published = runner.invoke(app, ["spec", "publish", str(spec_file)])

@@ -24,6 +24,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from collection.topics import report_topic
 from ldp import registry
 from ldp.workload.workloads import WORKLOAD_NAMES
 
@@ -164,11 +165,6 @@ class CollectionSpec(BaseModel):
             if a.name == name:
                 return i
         raise SpecError(f"collection {self.key} has no attribute {name!r}")
-
-
-def report_topic(collection: str) -> str:
-    """ldp.reports.<collection>."""
-    return f"ldp.reports.{collection}"
 
 
 def window_seconds(window: str) -> int:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from producer.spec import SpecError, load_spec, parse_spec, report_topic, window_seconds
+from collection.spec import SpecError, load_spec, parse_spec, window_seconds
+from collection.topics import report_topic
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -72,12 +73,3 @@ def test_not_a_mapping_and_unreadable_files(tmp_path: Path) -> None:
         parse_spec("name: [unclosed")
     with pytest.raises(SpecError, match="cannot read spec"):
         load_spec(tmp_path / "missing.yaml")
-
-
-def test_the_specs_topic_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from producer.publish import SPECS_TOPIC, specs_topic
-
-    monkeypatch.delenv("LDP_SPECS_TOPIC", raising=False)
-    assert specs_topic() == SPECS_TOPIC == "ldp.collections"
-    monkeypatch.setenv("LDP_SPECS_TOPIC", "ldp.test.registry")
-    assert specs_topic() == "ldp.test.registry"

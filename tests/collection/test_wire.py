@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from producer.wire import (
+from collection.wire import (
     WIRE_VERSION,
     AttributeColumns,
     AttributeReports,

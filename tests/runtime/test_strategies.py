@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producer.collector import collector_for
-from producer.spec import SpecError, parse_spec
-from producer.strategies import with_strategies
+from collection.collector import collector_for
+from collection.spec import SpecError, parse_spec
+from runtime.strategies import strategies_for, with_strategies
 
 BASE = """
 name: cdf
@@ -46,12 +46,25 @@ def test_strategies_are_deterministic_and_pinned_by_hash(tmp_path: Path, monkeyp
     pinned = first.attributes[0].strategy  # type: ignore[union-attr]
     assert pinned is not None and pinned == second.attributes[0].strategy  # type: ignore[union-attr]
     assert (tmp_path / "strategies" / f"{pinned}.npz").exists()
-    assert collector_for(first).mechanisms["level"].hash == pinned  # type: ignore[attr-defined]
+    assert collector_for(first, strategies_for(first)).mechanisms["level"].hash == pinned  # type: ignore[attr-defined]
+
+
+def test_the_collector_is_pure_it_builds_only_from_the_strategies_given(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LDP_STATE_DIR", str(tmp_path))
+    spec = spec_with("mechanism: factorization, workload: prefix")
+    with pytest.raises(SpecError, match="pins no strategy"):
+        collector_for(spec)  # unpublished: nothing is optimised behind the caller's back
+    pinned = with_strategies(spec, 2.0, bootstrap=None)
+    with pytest.raises(SpecError, match="not loaded"):
+        collector_for(pinned)
+    assert collector_for(pinned, strategies_for(pinned)) is collector_for(pinned, strategies_for(pinned))
 
 
 def test_a_collector_answers_the_workload_unbiasedly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LDP_STATE_DIR", str(tmp_path))
-    collector = collector_for(spec_with("mechanism: factorization, workload: prefix"))
+    spec = with_strategies(spec_with("mechanism: factorization, workload: prefix"), 2.0, bootstrap=None)
+    collector = collector_for(spec, strategies_for(spec))
     rng = np.random.default_rng(3)
     n = 200_000
     codes = rng.choice(8, n, p=np.arange(1, 9) / 36)

@@ -2,7 +2,7 @@
 
 It is the smallest end-to-end proof of the path Kafka -> faust -> Redis (`count_through_faust`, the integration
 test of the foundation) and the do-nothing baseline of the pipeline benchmark. Run as
-`python -m aggregator.probe --topic T --redis-key K [--group G]`.
+`python benchmarks/faust_probe.py --topic T --redis-key K [--group G]`.
 """
 
 from __future__ import annotations
@@ -16,20 +16,21 @@ import uuid
 
 import faust
 import redis
-from confluent_kafka import Producer
 
-from ldpstream.services import ServicesConfig
-from ldpstream.services.process import stop_pid
+from runtime.kafka import producer_client
+from runtime.process import stop_pid
+from runtime.redis import redis_client
+from runtime.settings import Settings
 
 
-def build_app(topic: str, redis_key: str, group: str, cfg: ServicesConfig, batch: int = 2000) -> faust.App:
+def build_app(topic: str, redis_key: str, group: str, cfg: Settings, batch: int = 2000) -> faust.App:
     """A faust app whose one agent adds the size of every micro-batch of `topic` to `redis_key`."""
     (cfg.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = faust.App(group, broker=f"kafka://{cfg.bootstrap}", store="memory://", web_enabled=False,
                     datadir=str(cfg.state_dir / "faust" / group),
                     topic_partitions=8, consumer_auto_offset_reset="earliest", producer_acks=-1)
     source = app.topic(topic, value_type=bytes, value_serializer="raw", key_serializer="raw")
-    store = redis.Redis.from_url(cfg.redis)
+    store = redis_client(cfg.redis)
 
     @app.agent(source)
     async def count(stream: faust.StreamT) -> None:  # type: ignore[type-arg]
@@ -41,8 +42,8 @@ def build_app(topic: str, redis_key: str, group: str, cfg: ServicesConfig, batch
 
 def produce_messages(bootstrap: str, topic: str, count: int, size: int = 100) -> float:
     """Produce `count` messages of `size` bytes (idempotent, acks=all); return the seconds it took."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 1000000})
+    producer = producer_client(bootstrap, **{"linger.ms": 5, "batch.num.messages": 10000,
+                                             "queue.buffering.max.messages": 1000000})
     failures: list[str] = []
 
     def on_delivery(err: object, _msg: object) -> None:
@@ -61,12 +62,12 @@ def produce_messages(bootstrap: str, topic: str, count: int, size: int = 100) ->
     return time.perf_counter() - start
 
 
-def count_through_faust(cfg: ServicesConfig, count: int, timeout_s: float = 120.0) -> dict[str, float]:
+def count_through_faust(cfg: Settings, count: int, timeout_s: float = 120.0) -> dict[str, float]:
     """Produce `count` messages to a fresh topic, let the faust probe agent count them into Redis, and measure."""
     run = uuid.uuid4().hex[:8]
     topic, key = f"ldp.probe.{run}", f"ldp:probe:{run}"
-    store = redis.Redis.from_url(cfg.redis)
-    worker = subprocess.Popen([sys.executable, "-m", "aggregator.probe", "--topic", topic, "--redis-key", key,
+    store = redis_client(cfg.redis)
+    worker = subprocess.Popen([sys.executable, __file__, "--topic", topic, "--redis-key", key,
                                "--group", f"ldp-probe-{run}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               start_new_session=True)
     try:
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--redis-key", required=True)
     parser.add_argument("--group", default="ldp-probe")
     args = parser.parse_args(argv)
-    cfg = ServicesConfig.from_env()
+    cfg = Settings.from_env()
     logging.basicConfig(level=logging.WARNING)
     app = build_app(args.topic, args.redis_key, args.group, cfg)
     sys.argv = [sys.argv[0], "worker", "--loglevel", "warn", "--without-web"]

@@ -1,17 +1,21 @@
-"""Where the local services live and listen; every field can be set from the environment."""
+"""Settings from the environment: where Kafka and Redis are, where local state lives, the local services' ports and
+versions. Every process reads them once with `Settings.from_env()`."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from collection.topics import SPECS_TOPIC
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
-class ServicesConfig:
-    """Ports, directories and versions of the local services.
+class Settings:
+    """Ports, directories and versions of the local services, and the addresses every client uses.
 
     `kafka_bootstrap` / `redis_url` (env `KAFKA_BOOTSTRAP` / `REDIS_URL`) point the project at existing services:
     then nothing is started for that service.
@@ -27,12 +31,15 @@ class ServicesConfig:
     redis_port: int = 6379
     kafka_bootstrap: str | None = None
     redis_url: str | None = None
+    specs_topic: str = SPECS_TOPIC
+    metrics_addr: str = "127.0.0.1"
     start_timeout_s: float = 90.0
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> ServicesConfig:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read LDP_STATE_DIR, LDP_DEPLOY_DIR, KAFKA_PORT, KAFKA_CONTROLLER_PORT, KAFKA_VERSION, LOG4J2_VERSION,
-        KAFKA_HEAP, REDIS_PORT, KAFKA_BOOTSTRAP, REDIS_URL (defaults: `.local/` and `deploy/local/` of the project)."""
+        KAFKA_HEAP, REDIS_PORT, KAFKA_BOOTSTRAP, REDIS_URL, LDP_SPECS_TOPIC, LDP_METRICS_ADDR (defaults: `.local/`
+        and `deploy/local/` of the project)."""
         e = os.environ if env is None else env
         return cls(
             state_dir=Path(e.get("LDP_STATE_DIR", PROJECT_ROOT / ".local")).resolve(),
@@ -45,6 +52,8 @@ class ServicesConfig:
             redis_port=int(e.get("REDIS_PORT", 6379)),
             kafka_bootstrap=e.get("KAFKA_BOOTSTRAP") or None,
             redis_url=e.get("REDIS_URL") or None,
+            specs_topic=e.get("LDP_SPECS_TOPIC") or SPECS_TOPIC,
+            metrics_addr=e.get("LDP_METRICS_ADDR") or "127.0.0.1",
         )
 
     @property

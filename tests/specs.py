@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from collection.collector import collector_for
+from collection.spec import CollectionSpec, parse_spec
+from collection.wire import DecodedBatch
 from ldp.mixed import MixedBatch
-from producer.collector import collector_for
-from producer.spec import CollectionSpec, parse_spec
-from producer.wire import DecodedBatch
 
 MIXED = """
 name: {name}

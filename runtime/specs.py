@@ -8,18 +8,16 @@ serialised by Kafka; publishing is an operator's act, done once per version.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from producer.collector import sampled_count
-from producer.kafka import ReportProducer, ensure_topic, read_to_end
-from producer.spec import CollectionSpec, SpecError, parse_spec
-from producer.strategies import with_strategies
-
-SPECS_TOPIC = "ldp.collections"  # the default; `LDP_SPECS_TOPIC` names another (e.g. a private test registry)
-DLQ_TOPIC = "ldp.dlq"
-DLQ_PARTITIONS = 1  # when this call creates it; an existing one is used as it is
+from collection.collector import sampled_count
+from collection.spec import CollectionSpec, SpecError, parse_spec
+from collection.topics import DLQ_TOPIC
+from runtime.dlq import DLQ_PARTITIONS
+from runtime.kafka import ReportProducer, ensure_topic, read_to_end
+from runtime.settings import Settings
+from runtime.strategies import with_strategies
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,7 @@ class Published:
 
 def specs_topic() -> str:
     """The topic the collection specs are published to: `LDP_SPECS_TOPIC`, else `ldp.collections`."""
-    return os.environ.get("LDP_SPECS_TOPIC") or SPECS_TOPIC
+    return Settings.from_env().specs_topic
 
 
 def read_specs(bootstrap: str, invalid: list[str] | None = None,

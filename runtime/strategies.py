@@ -4,7 +4,8 @@ A categorical attribute with `mechanism: factorization` answers its `workload` w
 the attribute's epsilon (the spec's epsilon / k). `with_strategies` optimises the strategies a spec lacks
 (deterministic: seed 0), stores each in the compacted topic `ldp.strategies` (key = the sha256 content hash of
 Q, W and epsilon; value = the .npz bytes) and returns the spec with the hashes filled in, so a published spec
-version pins its strategies. `load_strategy(hash)` reads one back (a local cache first), verified against its hash.
+version pins its strategies. `load_strategy(hash)` reads one back (a local cache first), verified against its
+hash; `strategies_for(spec)` loads every strategy a spec pins, for `collection.collector.collector_for`.
 """
 
 from __future__ import annotations
@@ -13,20 +14,20 @@ import os
 import tempfile
 from pathlib import Path
 
+from collection.collector import Strategies, pinned_strategies
+from collection.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, SpecError
+from collection.topics import STRATEGIES_TOPIC
 from ldp.workload.mechanism import FactorizationMechanism
 from ldp.workload.workloads import workload_by_name
-from producer.kafka import ReportProducer, ensure_topic, read_to_end
-from producer.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, SpecError
+from runtime.kafka import ReportProducer, ensure_topic, read_to_end
+from runtime.settings import Settings
 
-STRATEGIES_TOPIC = "ldp.strategies"
 OPTIMIZER_SEED = 0
 
 
 def cache_dir() -> Path:
     """Where strategies are cached locally (`$LDP_STATE_DIR/strategies`)."""
-    from ldpstream.services.config import ServicesConfig
-
-    path = ServicesConfig.from_env().state_dir / "strategies"
+    path = Settings.from_env().state_dir / "strategies"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -37,10 +38,6 @@ def optimise(attr: CategoricalAttribute, epsilon: float) -> FactorizationMechani
         raise SpecError(f"attribute {attr.name!r} has no workload")
     workload = workload_by_name(attr.workload, len(attr.values))
     return FactorizationMechanism.optimized(workload, epsilon, seed=OPTIMIZER_SEED)  # types are the codes 0..K-1
-
-
-def factorization_attributes(spec: CollectionSpec) -> list[CategoricalAttribute]:
-    return [a for a in spec.attributes if isinstance(a, CategoricalAttribute) and a.mechanism == FACTORIZATION]
 
 
 def with_strategies(spec: CollectionSpec, epsilon: float, bootstrap: str | None) -> CollectionSpec:
@@ -66,6 +63,11 @@ def with_strategies(spec: CollectionSpec, epsilon: float, bootstrap: str | None)
     return spec.model_copy(update={"attributes": attributes})
 
 
+def strategies_for(spec: CollectionSpec, bootstrap: str | None = None) -> Strategies:
+    """Every strategy the spec pins, by hash (from the local cache, else from `ldp.strategies`)."""
+    return {h: load_strategy(h, bootstrap) for h in pinned_strategies(spec)}
+
+
 def store_strategy(path: Path, content_hash: str, bootstrap: str) -> None:
     """Put a strategy file in `ldp.strategies` under its hash (idempotent: same key, same bytes)."""
     ensure_topic(bootstrap, STRATEGIES_TOPIC, 1, compacted=True)
@@ -78,10 +80,7 @@ def load_strategy(content_hash: str, bootstrap: str | None = None) -> Factorizat
     """The strategy with this content hash: from the local cache, else from `ldp.strategies` (then cached)."""
     path = _cache_path(content_hash)
     if not path.exists():
-        if bootstrap is None:
-            from ldpstream.services.config import ServicesConfig
-
-            bootstrap = ServicesConfig.from_env().bootstrap
+        bootstrap = bootstrap or Settings.from_env().bootstrap
         ensure_topic(bootstrap, STRATEGIES_TOPIC, 1, compacted=True)
         found = next((v for k, v in read_to_end(bootstrap, STRATEGIES_TOPIC)
                       if k == content_hash.encode() and v), None)

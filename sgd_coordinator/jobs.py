@@ -1,31 +1,25 @@
-"""`ldp train --job FILE` (a training job's coordinator over Kafka) and `ldp train status JOB`.
+"""Training jobs from files, and simulated runs: a coordinator with its simulated fleet of devices beside it.
 
 A job file is YAML with a `job:` section (a `TrainingJob`) and, for simulated jobs, a `simulation:` section (where
-the devices' private rows come from, and the held-out rows the model is evaluated on). `--devices N` also runs a
-simulated fleet of N devices in this process (a thread beside the coordinator), for demos; `ldp train devices
---job FILE` runs the fleet alone, in a process of its own, for a coordinator running elsewhere.
-`train_over_kafka_demo` is the same over a small synthetic logistic job, next to non-private SGD (`ldp demo`).
+the devices' private rows come from, and the held-out rows the model is evaluated on). `run_with_fleet` runs a
+job's coordinator with its simulated fleet in a thread beside it until the job is done; `state_summary` is what
+`ldp train status` shows; `train_over_kafka_demo` trains a small synthetic logistic job next to non-private SGD
+(`ldp demo`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from aggregator import metrics
-from ldpstream.services import ServicesConfig
+from runtime.settings import Settings
 from sgd_coordinator.checkpoint import Checkpoint, JobState, RedisCheckpoint
 from sgd_coordinator.coordinator import Coordinator, CoordinatorResult, Evaluator, VersionCallback
 from sgd_coordinator.datasets import Dataset
@@ -33,8 +27,13 @@ from sgd_coordinator.devices import Fleet, FleetResult, Simulation
 from sgd_coordinator.offline import train_offline
 from sgd_coordinator.training import Trainer, TrainingJob
 
-console = Console(width=None if Console().is_terminal else 120)
 FLEET_IDLE_S = 10.0  # with an in-process fleet: stop waiting this long after the fleet has finished
+MAX_TEST_ROWS = 100_000
+
+
+def held_out_rows(devices: int) -> int:
+    """Rows kept apart for evaluation next to N training devices: N/5, at least 1,000, at most 100,000."""
+    return min(max(devices // 5, 1000), MAX_TEST_ROWS)
 
 
 class JobFile(BaseModel):
@@ -86,7 +85,7 @@ class SimulatedRun:
     test: Dataset
 
 
-def run_with_fleet(job: TrainingJob, simulation: Simulation, cfg: ServicesConfig, checkpoint: Checkpoint,
+def run_with_fleet(job: TrainingJob, simulation: Simulation, cfg: Settings, checkpoint: Checkpoint,
                    on_version: VersionCallback | None = None) -> SimulatedRun:
     """Run the job's coordinator here and its simulated fleet in a thread until the job is done. If the fleet has
     sent all its devices and no gradient came for FLEET_IDLE_S, the job's population is exhausted: it finishes."""
@@ -151,107 +150,13 @@ def state_summary(state: JobState, checkpoint: Checkpoint) -> dict[str, Any]:
     return summary
 
 
-def train_job(ctx: typer.Context, job_file: Path, metrics_port: int | None) -> None:
-    """`ldp train --job FILE [--devices N] [--seed S] [--json]`: run the job's coordinator in the foreground."""
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        spec = load_job_file(job_file)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    cfg = ServicesConfig.from_env()
-    checkpoint = RedisCheckpoint(cfg.redis)
-    if metrics_port is not None:
-        metrics.serve(metrics_port)
-    as_json = bool(ctx.params.get("as_json"))
-    source = ctx.get_parameter_source("devices")  # typer's own click: compare the enum member by name
-    with_fleet = source is not None and source.name == "COMMANDLINE"
-    simulation = spec.simulation
-    if with_fleet:
-        simulation = (simulation or Simulation()).model_copy(update={"devices": ctx.params["devices"]})
-    total = spec.job.max_iterations
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} versions"),
-                  TimeElapsedColumn(), console=console, disable=as_json) as progress:
-        task = progress.add_task(f"job {spec.job.job_id}", total=total)
-
-        def on_version(state: JobState, evaluation: dict[str, float]) -> None:
-            note = "".join(f", held-out {k} {v:.4f}" for k, v in evaluation.items() if not k.endswith("_stderr"))
-            progress.update(task, completed=state.t, description=f"job {spec.job.job_id}: version {state.t}{note}")
-
-        if with_fleet:
-            assert simulation is not None
-            run = run_with_fleet(spec.job, simulation, cfg, checkpoint, on_version=on_version)
-            result = run.result
-        else:
-            coordinator = Coordinator(spec.job, cfg.bootstrap, checkpoint,
-                                      simulation.model_dump_json() if simulation else "",
-                                      held_out_evaluator(simulation.data(spec.job)[1]) if simulation else None)
-            result = coordinator.run(on_version=on_version)
-    summary = state_summary(result.state, checkpoint) | {"status": result.status}
-    if as_json:
-        typer.echo(json.dumps(summary))
-        return
-    console.print(_summary_text(summary))
-    if result.status != "done":
-        raise typer.Exit(1)
-
-
-def _summary_text(summary: dict[str, Any]) -> str:
-    lines = [f"job {summary['job']} ({summary['model']}, {summary['mechanism']}, eps = {summary['epsilon']}): "
-             f"version {summary['iteration']} of g = {summary['batch_size']}, "
-             + (f"done ({summary['stop_reason']})" if summary["done"] else "not done"),
-             f"gradients: {summary['accepted']:,} accepted; dropped {summary['dropped'] or 'none'}; "
-             f"rejected {summary['rejected'] or 'none'}"]
-    if "evaluation" in summary:
-        ev = summary["evaluation"]
-        lines.append(f"held-out ({ev['held_out_rows']:,} rows): " + ", ".join(
-            f"{k} {v:.4f} (stderr {ev[k + '_stderr']:.4f})" for k, v in ev.items() if k + "_stderr" in ev))
-    return "\n".join(lines)
-
-
-def status(job: str = typer.Argument(..., help="training job id"),
-           as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """A job's iteration, gradients accepted and dropped by reason, parameters and held-out evaluation."""
-    cfg = ServicesConfig.from_env()
-    checkpoint = RedisCheckpoint(cfg.redis)
-    state = checkpoint.load(job)
-    if state is None:
-        console.print(f"[red]error:[/] no training job {job!r}")
-        raise typer.Exit(1)
-    summary = state_summary(state, checkpoint)
-    if as_json:
-        typer.echo(json.dumps(summary))
-        return
-    console.print(_summary_text(summary))
-
-
-def devices(job_file: Path = typer.Option(..., "--job", help="the job file (its simulation section)"),
-            count: int = typer.Option(None, "--devices", min=1, help="devices (default: the simulation's)"),
-            timeout_s: float = typer.Option(3600.0, help="give up after this many seconds")) -> None:
-    """Run a job's simulated fleet (for a coordinator running elsewhere) until the job's final version."""
-    try:
-        spec = load_job_file(job_file)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    simulation = spec.simulation or Simulation()
-    if count is not None:
-        simulation = simulation.model_copy(update={"devices": count})
-    train, _ = simulation.data(spec.job)
-    cfg = ServicesConfig.from_env()
-    fleet = Fleet(spec.job, train.x, train.y, cfg.bootstrap, seed=simulation.seed)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task(f"{len(train.y):,} devices of job {spec.job.job_id}", total=len(train.y))
-        result = fleet.run(timeout_s=timeout_s, on_sent=lambda n: progress.advance(task, n))
-    console.print(f"{result.sent:,} devices sent their gradient in {result.messages:,} messages; last version "
-                  f"{result.last_version}" + (" (final)" if result.done else ""))
-
-
-def train_over_kafka_demo(cfg: ServicesConfig, devices: int, seed: int) -> dict[str, Any]:
+def train_over_kafka_demo(cfg: Settings, devices: int, seed: int) -> dict[str, Any]:
     """Train a small logistic model (d = 10, eps = 4, HM) over Kafka on `devices` simulated devices, and non-private
     SGD with the same devices, order and schedule; both evaluated on the same held-out rows."""
     job = TrainingJob(job_id=f"sgd-demo-{time.strftime('%Y%m%d-%H%M%S')}-{seed}", model="logistic", dims=10,
                       epsilon=4.0, mechanism="hm", batch_size=max(500, devices // 100), gamma0=2.0,
                       expected_population=devices)
-    simulation = Simulation(devices=devices, test_rows=min(max(devices // 5, 1000), 100_000), seed=seed)
+    simulation = Simulation(devices=devices, test_rows=held_out_rows(devices), seed=seed)
     run = run_with_fleet(job, simulation, cfg, RedisCheckpoint(cfg.redis))
     trainer = run.result.state.trainer()
     baseline = train_offline(job, run.train.x, run.train.y, seed, private=False).trainer
@@ -260,9 +165,3 @@ def train_over_kafka_demo(cfg: ServicesConfig, devices: int, seed: int) -> dict[
             "non_private": baseline.evaluate(run.test.x, run.test.y), "iterations": trainer.t,
             "batch_size": job.mini_batch_size, "devices": devices, "epsilon": job.epsilon,
             "stop_reason": run.result.state.stop_reason, "seconds": run.seconds}
-
-
-def register(group: typer.Typer) -> None:
-    """Add `status` and `devices` to the `ldp train` command group."""
-    group.command("status")(status)
-    group.command("devices")(devices)

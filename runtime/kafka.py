@@ -1,8 +1,8 @@
-"""Thin typed wrappers over confluent-kafka for the device side: a report producer, topic creation, topic reads.
+"""Kafka clients, built in one place: producers, consumers and admin clients, topic creation and reads.
 
-The producer is idempotent with acks=all (no duplicates from its retries, nothing acknowledged before every
-in-sync replica has it), batches (linger, batch size, lz4 compression), and counts deliveries in a callback.
-`flush` waits with a timeout and raises `DeliveryError` if anything was not delivered.
+Every confluent-kafka client of the project comes from `producer_client`, `consumer_client` or `admin_client`, so
+that connection settings (and, later, credentials) are decided once. `ReportProducer` is the idempotent,
+acks=all, batching producer with delivery counts; `flush` raises `DeliveryError` if anything was not delivered.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 COMPRESSIONS = ("lz4", "zstd", "none")  # preference order: lz4 is the cheapest on CPU
 ADMIN_TIMEOUT_S = 30.0
+QUIET = 4  # librdkafka log level: warnings and worse
 
 
 class DeliveryError(RuntimeError):
@@ -25,6 +26,30 @@ class DeliveryError(RuntimeError):
 
 class TopicError(RuntimeError):
     """A topic could not be created or read."""
+
+
+def client_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+    """The settings every client starts from: the bootstrap servers, then `overrides`."""
+    return {"bootstrap.servers": bootstrap, **overrides}
+
+
+def producer_client(bootstrap: str, **overrides: Any) -> Producer:
+    """An idempotent, acks=all producer (no duplicates from its retries; nothing acknowledged before every in-sync
+    replica has it) with `overrides` on top; ValueError for an invalid configuration."""
+    try:
+        return Producer(client_config(bootstrap, **{"enable.idempotence": True, "acks": "all", **overrides}))
+    except KafkaException as exc:
+        raise ValueError(f"invalid Kafka producer configuration: {exc.args[0]}") from exc
+
+
+def consumer_client(bootstrap: str, group: str, **overrides: Any) -> Consumer:
+    """A consumer in `group` that never commits by itself (offsets are the stores' business)."""
+    return Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False, **overrides}))
+
+
+def admin_client(bootstrap: str, **overrides: Any) -> AdminClient:
+    """An admin client that logs warnings and worse."""
+    return AdminClient(client_config(bootstrap, **{"log_level": QUIET, **overrides}))
 
 
 @dataclass
@@ -53,21 +78,9 @@ class ReportProducer:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
         self.counts = DeliveryCounts()
         self.sent = 0
-        config: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": linger_ms,
-            "batch.size": batch_bytes,
-            "compression.type": compression,
-            "queue.buffering.max.messages": 1_000_000,
-            "on_delivery": self.counts.on_delivery,
-            **(extra or {}),
-        }
-        try:
-            self._producer = Producer(config)
-        except KafkaException as exc:
-            raise ValueError(f"invalid Kafka producer configuration: {exc.args[0]}") from exc
+        self._producer = producer_client(bootstrap, **{
+            "linger.ms": linger_ms, "batch.size": batch_bytes, "compression.type": compression,
+            "queue.buffering.max.messages": 1_000_000, "on_delivery": self.counts.on_delivery, **(extra or {})})
 
     @property
     def delivered(self) -> int:
@@ -76,11 +89,6 @@ class ReportProducer:
     @property
     def failed(self) -> int:
         return self.counts.failed
-
-    @property
-    def in_flight(self) -> int:
-        """Messages produced but not yet acknowledged or failed."""
-        return self.sent - self.counts.delivered - self.counts.failed
 
     def produce(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None) -> None:
         """Queue one message (to `partition`, else where the key hashes); when the local queue is full, serve
@@ -109,8 +117,13 @@ class ReportProducer:
                                 f"{timeout_s:g} s (of {self.sent} sent); first errors: {self.counts.errors[:3]}")
 
 
-def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})  # warnings and worse
+def metadata_answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
+    """True if the cluster at `bootstrap` answers a metadata request."""
+    try:
+        md = admin_client(bootstrap, log_level=0).list_topics(timeout=timeout_s)
+    except Exception:
+        return False
+    return len(md.brokers) > 0
 
 
 def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = False, exact: bool = True) -> bool:
@@ -119,7 +132,7 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = F
     An existing topic is left as it is; with `exact`, TopicError if it has a different number of partitions.
     """
     config = {"cleanup.policy": "compact"} if compacted else {}
-    client = admin(bootstrap)  # must outlive the future
+    client = admin_client(bootstrap)  # must outlive the future
     futures = client.create_topics([NewTopic(name, num_partitions=partitions, config=config)],
                                    operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
     try:
@@ -136,7 +149,7 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = F
 
 def delete_topic(bootstrap: str, name: str) -> None:
     """Delete a topic (benchmarks and tests clean up with it); TopicError if the broker refuses."""
-    client = admin(bootstrap)
+    client = admin_client(bootstrap)
     try:
         client.delete_topics([name], operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)[name].result()
     except KafkaException as exc:
@@ -145,10 +158,25 @@ def delete_topic(bootstrap: str, name: str) -> None:
 
 def topic_partitions(bootstrap: str, name: str) -> int:
     """The number of partitions of an existing topic; TopicError if it does not exist."""
-    md = admin(bootstrap).list_topics(name, timeout=ADMIN_TIMEOUT_S).topics.get(name)
+    md = admin_client(bootstrap).list_topics(name, timeout=ADMIN_TIMEOUT_S).topics.get(name)
     if md is None or md.error is not None:
         raise TopicError(f"topic {name!r} does not exist: {md.error if md is not None else 'no metadata'}")
     return len(md.partitions)
+
+
+def existing_topics(bootstrap: str, timeout_s: float = 10.0) -> set[str]:
+    """The names of the cluster's topics (KafkaException if it does not answer)."""
+    return set(admin_client(bootstrap).list_topics(timeout=timeout_s).topics)
+
+
+def end_offsets(bootstrap: str, topic: str, group: str, timeout_s: float = 30.0) -> dict[int, int]:
+    """The high watermark of every partition of a topic."""
+    consumer = consumer_client(bootstrap, group)
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+                for p in range(topic_partitions(bootstrap, topic))}
+    finally:
+        consumer.close()
 
 
 def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator[tuple[bytes | None, bytes | None]]:
@@ -156,8 +184,7 @@ def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator
 
     Reads without a consumer group (partitions assigned directly, no offsets committed).
     """
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ldp-read-to-end", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
+    consumer = consumer_client(bootstrap, "ldp-read-to-end", **{"enable.partition.eof": True})
     try:
         partitions = range(topic_partitions(bootstrap, topic))
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in partitions}

@@ -6,10 +6,11 @@ import uuid
 
 import pytest
 
-from ldpstream.services import ServicesConfig
-from producer.kafka import ReportProducer, ensure_topic, topic_partitions
-from producer.publish import DLQ_TOPIC, SPECS_TOPIC, publish_spec, read_specs
-from producer.spec import SpecError, parse_spec
+from collection.spec import SpecError, parse_spec
+from collection.topics import DLQ_TOPIC, SPECS_TOPIC
+from runtime.kafka import ReportProducer, ensure_topic, topic_partitions
+from runtime.settings import Settings
+from runtime.specs import publish_spec, read_specs
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +26,7 @@ attributes: [{{name: level, type: numeric, range: [0, 10]}}, {{name: mode, type:
 
 
 def test_publish_once_then_same_content_is_a_no_op_and_different_content_is_refused(
-        live_services: ServicesConfig) -> None:
+        live_services: Settings) -> None:
     text = fresh_spec()
     spec = parse_spec(text)  # its topic stays: a published spec's topic is where readers of the specs look
     first = publish_spec(spec, live_services.bootstrap)
@@ -46,7 +47,7 @@ def test_publish_once_then_same_content_is_a_no_op_and_different_content_is_refu
     assert again[spec.key] is published[spec.key] and again[newer.key].epsilon == 2.0
 
 
-def test_ensure_topic_is_idempotent_and_checks_partitions(live_services: ServicesConfig, topics: list[str]) -> None:
+def test_ensure_topic_is_idempotent_and_checks_partitions(live_services: Settings, topics: list[str]) -> None:
     name = f"ldp.test.topic-{uuid.uuid4().hex[:10]}"
     topics.append(name)
     assert ensure_topic(live_services.bootstrap, name, 2)
@@ -56,7 +57,7 @@ def test_ensure_topic_is_idempotent_and_checks_partitions(live_services: Service
     assert not ensure_topic(live_services.bootstrap, SPECS_TOPIC, 1, compacted=True)
 
 
-def test_invalid_messages_in_the_specs_topic_are_skipped_with_a_reason(live_services: ServicesConfig) -> None:
+def test_invalid_messages_in_the_specs_topic_are_skipped_with_a_reason(live_services: Settings) -> None:
     good = parse_spec(fresh_spec())
     producer = ReportProducer(live_services.bootstrap, linger_ms=0)
     producer.produce(SPECS_TOPIC, b"{not: [a spec", f"{good.name}-bad@1".encode())
@@ -69,3 +70,13 @@ def test_invalid_messages_in_the_specs_topic_are_skipped_with_a_reason(live_serv
     assert f"{good.name}-bad@1" not in specs and f"{good.name}@7" not in specs
     assert any(f"{good.name}-bad@1" in reason for reason in invalid)
     assert any(f"holds the spec {good.key!r}" in reason for reason in invalid)
+
+
+def test_the_specs_topic_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collection.topics import SPECS_TOPIC
+    from runtime.specs import specs_topic
+
+    monkeypatch.delenv("LDP_SPECS_TOPIC", raising=False)
+    assert specs_topic() == SPECS_TOPIC == "ldp.collections"
+    monkeypatch.setenv("LDP_SPECS_TOPIC", "ldp.test.registry")
+    assert specs_topic() == "ldp.test.registry"

@@ -1,0 +1,105 @@
+"""The mixed-record collector of a collection spec: the same object on devices (perturb) and aggregators (estimate).
+
+`collector_for(spec, strategies)` maps a spec onto `ldp.mixed.MixedCollector`, purely:
+- sampling "auto": k = max(1, min(d, floor(eps / 2.5))) of the d attributes per report (000 Eq. 12);
+  "one": k = 1, Harmony's one attribute per user (001 Sec. 3.2); "split": the budget-splitting baseline, every
+  attribute at eps/d; an integer: that k;
+- a numeric attribute keeps its [lo, hi] (the collector maps it onto [-1, 1]); mechanism "auto" is resolved by
+  `ldp.numeric.auto.choose_sampled` for this eps, d and k (inside the collector);
+- a categorical attribute has the codes 0..K-1 of its values, in the spec's order; mechanism "auto" is the oracle
+  of least variance at eps/k for K values, `ldp.frequency.auto.choose_frequency`; "factorization" answers the
+  attribute's workload with the strategy the spec pins by hash, which the caller passes in `strategies` (loading
+  them is I/O: `runtime.strategies`).
+
+The result depends only on the spec's content and the strategies its hashes name (content-addressed), so it is
+cached by the spec's canonical JSON (and, to skip serialising the spec on every call, by the identity of the spec
+object).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from collection.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, SpecError, parse_spec
+from ldp.frequency.auto import choose_frequency
+from ldp.mixed import CategoricalAttribute as MixedCategorical
+from ldp.mixed import MixedCollector
+from ldp.mixed import NumericAttribute as MixedNumeric
+from ldp.multidim import sampled_attributes
+from ldp.workload.mechanism import FactorizationMechanism
+
+CACHED_SPECS = 256
+Strategies = Mapping[str, FactorizationMechanism]  # content hash -> the strategy's mechanism
+
+
+def sampled_count(spec: CollectionSpec) -> int:
+    """k: how many of the spec's attributes each report carries."""
+    d = len(spec.attributes)
+    if spec.sampling == "auto":
+        return sampled_attributes(spec.epsilon, d)
+    if spec.sampling == "one":
+        return 1
+    if spec.sampling == "split":
+        return d
+    return int(spec.sampling)
+
+
+def pinned_strategies(spec: CollectionSpec) -> list[str]:
+    """The content hashes of the strategies the spec's factorization attributes pin (SpecError if one pins none:
+    an unpublished spec, see `runtime.strategies.with_strategies`)."""
+    hashes = []
+    for a in spec.attributes:
+        if isinstance(a, CategoricalAttribute) and a.mechanism == FACTORIZATION:
+            if a.strategy is None:
+                raise SpecError(f"{spec.key}: attribute {a.name!r} pins no strategy yet (publish the spec, or "
+                                f"optimise its strategies first)")
+            hashes.append(a.strategy)
+    return hashes
+
+
+def collector_for(spec: CollectionSpec, strategies: Strategies | None = None) -> MixedCollector:
+    """The spec's collector (cached per spec content); SpecError if a pinned strategy is not in `strategies`,
+    LDPError if the spec's mechanisms cannot be built."""
+    missing = [h for h in pinned_strategies(spec) if h not in (strategies or {})]
+    if missing:
+        raise SpecError(f"{spec.key}: strategies {', '.join(h[:12] + '...' for h in missing)} are not loaded")
+    hit = _by_identity.get(id(spec))
+    if hit is not None and hit[0] is spec:  # the entry holds the spec, so its id cannot have been reused
+        return hit[1]
+    content = spec.canonical_json()
+    collector = _by_content.get(content)
+    if collector is None:  # the strategies are named by content hash in the spec: the content decides it all
+        collector = _build(parse_spec(content), strategies or {})
+        _remember(_by_content, content, collector)
+    _remember(_by_identity, id(spec), (spec, collector))
+    return collector
+
+
+_by_identity: dict[int, tuple[CollectionSpec, MixedCollector]] = {}
+_by_content: dict[str, MixedCollector] = {}
+
+
+def _remember(cache: dict, key: object, value: object) -> None:  # type: ignore[type-arg]
+    if len(cache) >= CACHED_SPECS:
+        cache.clear()
+    cache[key] = value
+
+
+def _build(spec: CollectionSpec, strategies: Strategies) -> MixedCollector:
+    k = sampled_count(spec)
+    attributes: list[MixedCategorical | MixedNumeric] = []
+    for a in spec.attributes:
+        if isinstance(a, CategoricalAttribute) and a.mechanism == FACTORIZATION:
+            attributes.append(MixedCategorical(a.name, len(a.values), FACTORIZATION,
+                                               mechanism=strategies[a.strategy]))  # type: ignore[index]
+        elif isinstance(a, CategoricalAttribute):
+            oracle = choose_frequency(spec.epsilon / k, len(a.values)) if a.mechanism == "auto" else a.mechanism
+            attributes.append(MixedCategorical(a.name, len(a.values), oracle))
+        else:
+            attributes.append(MixedNumeric(a.name, a.range[0], a.range[1], a.mechanism))
+    return MixedCollector(attributes, spec.epsilon, k=k)
+
+
+def resolved_mechanisms(spec: CollectionSpec, strategies: Strategies | None = None) -> dict[str, str]:
+    """Per attribute, the name of the mechanism its reports use (with "auto" resolved)."""
+    return {name: mech.name for name, mech in collector_for(spec, strategies).mechanisms.items()}

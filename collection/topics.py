@@ -1,0 +1,53 @@
+"""Topic names and the "topic:partition" sources the offset guards key on: built and taken apart only here."""
+
+from __future__ import annotations
+
+REPORTS_PREFIX = "ldp.reports."
+SPECS_TOPIC = "ldp.collections"  # the default; `Settings.specs_topic` (LDP_SPECS_TOPIC) names another
+STRATEGIES_TOPIC = "ldp.strategies"
+DLQ_TOPIC = "ldp.dlq"
+
+
+def report_topic(collection: str) -> str:
+    """The topic of a collection's reports: ldp.reports.<collection>.
+
+    Examples
+    --------
+    >>> report_topic("diagnostics")
+    'ldp.reports.diagnostics'
+    """
+    return f"{REPORTS_PREFIX}{collection}"
+
+
+def is_report_topic(topic: str) -> bool:
+    """True for ldp.reports.<collection>."""
+    return topic.startswith(REPORTS_PREFIX) and len(topic) > len(REPORTS_PREFIX)
+
+
+def collection_of(topic: str) -> str:
+    """The collection whose reports a report topic carries (ValueError for any other topic).
+
+    Examples
+    --------
+    >>> collection_of("ldp.reports.diagnostics")
+    'diagnostics'
+    """
+    if not is_report_topic(topic):
+        raise ValueError(f"{topic!r} is not a report topic ({REPORTS_PREFIX}<collection>)")
+    return topic[len(REPORTS_PREFIX):]
+
+
+def source(topic: str, partition: int) -> str:
+    """The name an offset guard gives one partition of a topic: "topic:partition".
+
+    Examples
+    --------
+    >>> source("ldp.reports.x", 3), source_partition("ldp.reports.x:3")
+    ('ldp.reports.x:3', 3)
+    """
+    return f"{topic}:{partition}"
+
+
+def source_partition(name: str) -> int:
+    """The partition of a "topic:partition" source."""
+    return int(name.rpartition(":")[2])

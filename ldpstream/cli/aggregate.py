@@ -1,0 +1,22 @@
+"""`ldp aggregate`: aggregator worker processes in one consumer group, supervised, in the foreground."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from aggregator.processes import WorkerPool
+
+
+def aggregate(workers: int = typer.Option(1, min=1, max=64, help="worker processes (one consumer group)"),
+              group: str = typer.Option("ldp-aggregator", help="Kafka consumer group"),
+              metrics_port: int = typer.Option(None, help="serve worker i's metrics on this port + i")) -> None:
+    """Run aggregator workers in the foreground until SIGINT/SIGTERM (each batch applied whole or not at all)."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    raise typer.Exit(WorkerPool(workers, group, metrics_port).run())
+
+
+def register(app: typer.Typer) -> None:
+    """Add `ldp aggregate`."""
+    app.command()(aggregate)

@@ -1,0 +1,80 @@
+"""`ldp spec validate|publish FILE`: check a collection spec, publish it once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from collection.collector import resolved_mechanisms, sampled_count
+from collection.spec import CollectionSpec, NumericAttribute, SpecError, load_spec
+from ldp.base import LDPError
+from runtime.kafka import DeliveryError, TopicError
+from runtime.settings import Settings
+from runtime.specs import publish_spec
+from runtime.strategies import strategies_for, with_strategies
+
+console = Console()
+errors = Console(stderr=True)
+spec_app = typer.Typer(no_args_is_help=True, help="Collection specs: validate and publish.")
+
+
+def load_checked(path: Path) -> CollectionSpec:
+    """The spec (factorization strategies pinned, optimised locally if need be) with its mechanisms built (so an
+    unbuildable spec fails here); exit 1 with the reason otherwise."""
+    try:
+        spec = load_spec(path)
+        spec = with_strategies(spec, spec.epsilon / sampled_count(spec), bootstrap=None)  # optimised, cached here
+        resolved_mechanisms(spec, strategies_for(spec))
+    except (SpecError, LDPError) as exc:
+        errors.print(f"[red]invalid spec[/]: {exc}")
+        raise typer.Exit(1) from exc
+    return spec
+
+
+def summary(spec: CollectionSpec) -> tuple[str, Table]:
+    """A line on the spec's budget, sampling, windows and topic, and a table of its attributes' mechanisms."""
+    k, mechanisms = sampled_count(spec), resolved_mechanisms(spec, strategies_for(spec))
+    line = (f"{spec.key}: eps = {spec.epsilon:g} per report; k = {k} of {len(spec.attributes)} attributes per "
+            f"report (sampling {spec.sampling}), each at eps/k = {spec.epsilon / k:g}; windows "
+            f"{', '.join([*spec.windows, 'all'])}; one report per window: {spec.one_report_per_window}; "
+            f"topic {spec.topic} ({spec.partitions} partitions)")
+    table = Table()
+    for column in ("attribute", "type", "domain", "mechanism"):
+        table.add_column(column)
+    for a in spec.attributes:
+        domain = f"[{a.range[0]:g}, {a.range[1]:g}]" if isinstance(a, NumericAttribute) else ", ".join(a.values)
+        chosen = mechanisms[a.name] + (" (auto)" if a.mechanism == "auto" else "")
+        table.add_row(a.name, a.type, domain, chosen)
+    return line, table
+
+
+@spec_app.command("validate")
+def validate(file: Annotated[Path, typer.Argument(help="spec file (YAML or JSON)")]) -> None:
+    """Check a spec; print OK and its summary (resolved mechanisms, k), or the error and exit 1."""
+    spec = load_checked(file)
+    line, table = summary(spec)
+    console.print(f"[green]OK[/] {file}")
+    console.print(line)
+    console.print(table)
+
+
+@spec_app.command("publish")
+def publish(file: Annotated[Path, typer.Argument(help="spec file (YAML or JSON)")]) -> None:
+    """Publish a spec to the compacted topic ldp.collections (a published version is immutable)."""
+    spec = load_checked(file)
+    try:
+        result = publish_spec(spec, Settings.from_env().bootstrap)
+    except (SpecError, TopicError, DeliveryError) as exc:
+        errors.print(f"[red]not published[/]: {exc}")
+        raise typer.Exit(1) from exc
+    what = "published" if result.created else "already published with the same content"
+    console.print(f"{result.key}: {what}; reports go to {result.topic}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `ldp spec ...` to the app."""
+    app.add_typer(spec_app, name="spec")

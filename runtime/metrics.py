@@ -1,0 +1,28 @@
+"""Every per-process Prometheus metric of the system, defined once (prefix `ldp_`, base units, bounded labels; the
+label values are listed in `aggregator.metrics`, which also defines the store-wide metrics the API serves)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+REPORTS = Counter("ldp_worker_reports", "Reports processed by this worker, by outcome",
+                  ["collection", "outcome", "reason"])
+BATCHES = Counter("ldp_worker_batches", "Partition micro-batches by their fate in the store", ["status"])
+BATCH_SECONDS = Histogram("ldp_worker_batch_duration_seconds", "Decode+validate+accumulate+apply time of an "
+                          "applied partition micro-batch", buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                                    0.25, 0.5, 1.0, 2.5))
+DEAD_LETTERS = Counter("ldp_worker_dead_letters", "Dead letters sent to ldp.dlq by this worker")
+OUTAGE_RETRIES = Counter("ldp_worker_outage_retries", "Batch attempts retried because Redis or Kafka was unreachable")
+
+# The SGD coordinator process (one per training job) serves these.
+SGD_ITERATION = Gauge("ldp_sgd_iteration", "Current model version t of a training job", ["job"])
+SGD_GRADIENTS = Counter("ldp_sgd_gradients", "Device gradients by outcome (accepted, dropped: stale, rejected: "
+                        "sent to ldp.dlq) as checkpointed by this coordinator", ["job", "outcome", "reason"])
+SGD_HELD_OUT_LOSS = Gauge("ldp_sgd_held_out_loss", "Mean loss of the current model on held-out rows (simulated "
+                          "jobs only)", ["job"])
+SGD_MODEL_NORM = Gauge("ldp_sgd_model_norm", "L2 norm of the current model's parameters beta", ["job"])
+
+
+def serve(port: int, addr: str = "127.0.0.1") -> None:
+    """Serve this process's metrics on `addr`:`port` (a background thread)."""
+    start_http_server(port, addr=addr)
