@@ -35,7 +35,7 @@ demo: install
 
 # Runs the whole suite against real services; stops the services afterwards only if this target started them.
 test: install-test
-	@if $(LDP) status >/dev/null 2>&1; then started=no; else started=yes; fi; \
+	@if $(LDP) status --services-only >/dev/null 2>&1; then started=no; else started=yes; fi; \
 	$(LDP) up || exit 1; \
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ "$$started" = yes ]; then $(LDP) down; fi; \

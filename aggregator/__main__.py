@@ -8,7 +8,11 @@ import logging
 import os
 import sys
 
-from aggregator.worker import DEFAULT_MAX_MESSAGES, RESTART, WorkerConfig, build_app
+import redis
+
+from aggregator.health import WorkerRegistry, worker_id
+from aggregator.worker import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_MESSAGES, RESTART, WorkerConfig, build_app
+from runtime.redis import redis_client
 from runtime.settings import Settings
 
 
@@ -17,12 +21,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group", default="ldp-aggregator")
     parser.add_argument("--metrics-port", type=int, default=None)
     parser.add_argument("--max-messages", type=int, default=DEFAULT_MAX_MESSAGES)
+    parser.add_argument("--max-batch-bytes", type=int, default=DEFAULT_MAX_BATCH_BYTES,
+                        help="message bytes per store write (about 26 per report of a batched envelope)")
     parser.add_argument("--loglevel", default="warn", choices=["crit", "error", "warn", "info", "debug"])
     args = parser.parse_args(argv)
     cfg = Settings.from_env()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = build_app(WorkerConfig(cfg.bootstrap, cfg.redis, group=args.group, max_messages=args.max_messages,
-                                 metrics_port=args.metrics_port))
+                                 metrics_port=args.metrics_port, max_batch_bytes=args.max_batch_bytes))
     argv = list(sys.argv)
     # faust allocates several objects per message: collect the young generation 70x less often than Python's
     # default (700), and keep the start-up objects out of every collection (about 10% more one-report messages/s).
@@ -32,8 +38,17 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app.main()
     finally:
+        leave(cfg.redis)
         if RESTART.is_set():  # stopped cleanly to subscribe to a newly published collection: start afresh
             os.execv(sys.executable, [sys.executable, "-m", "aggregator", *argv[1:]])
+
+
+def leave(redis_url: str) -> None:
+    """Remove this worker's heartbeat on a clean stop (a worker that dies without it shows as down)."""
+    try:
+        WorkerRegistry(redis_client(redis_url, 5.0)).leave(worker_id())
+    except redis.RedisError as exc:
+        logging.getLogger(__name__).warning("heartbeat not removed: %s", exc)
 
 
 if __name__ == "__main__":

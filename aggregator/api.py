@@ -5,7 +5,9 @@
 - `GET /collections/{name}/estimates?window=all|1h|1h:<start_ms>&version=V&postprocess=none|clip|norm_sub|project`:
   `aggregator.estimates.collection_estimates` as JSON (404: unknown collection or version; 400: bad parameter);
 - `GET /metrics`: the store-wide metrics of `aggregator.metrics.StoreCollector` (Prometheus text format);
-- `GET /healthz`: whether Kafka and Redis answer (200, else 503).
+- `GET /healthz`: whether Kafka and Redis answer and, over the project's services, whether the pipeline is
+  healthy (`aggregator.health`: workers alive, no crash loop, no collection stalled with messages waiting);
+  200, else 503 with the reasons in the body.
 Errors are JSON objects `{"error": "..."}` (503 while Redis or Kafka fails). Store, Kafka and metrics calls
 block, so they run in the default executor, never on the event loop.
 """
@@ -26,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from redis import RedisError
 
 from aggregator.estimates import POSTPROCESS, collection_estimates
+from aggregator.health import Health, HealthPolicy, pipeline_health
 from aggregator.metrics import EndOffsets, StoreCollector, store_registry
 from aggregator.plans import Plan, PlanRegistry
 from aggregator.store import ALL_TIME, RedisStore, StatsStore
@@ -92,16 +95,19 @@ class Api:
     plans: PublishedPlans
     metrics: CollectorRegistry
     health: Mapping[str, Callable[[], bool]]
+    pipeline: Callable[[], Health] | None = None
 
 
 API = web.AppKey("api", Api)
 
 
 def create_app(store: StatsStore, plans: PublishedPlans, end_offsets: EndOffsets,
-               health: Mapping[str, Callable[[], bool]]) -> web.Application:
-    """The web application over a store and the published plans."""
+               health: Mapping[str, Callable[[], bool]],
+               pipeline: Callable[[], Health] | None = None) -> web.Application:
+    """The web application over a store and the published plans; `health` says whether each service answers,
+    `pipeline` assesses the workers and collections."""
     app = web.Application(middlewares=[json_errors])
-    app[API] = Api(store, plans, store_registry(StoreCollector(store, plans.all, end_offsets)), health)
+    app[API] = Api(store, plans, store_registry(StoreCollector(store, plans.all, end_offsets)), health, pipeline)
     app.router.add_get("/collections", list_collections)
     app.router.add_get("/collections/{name}/estimates", estimates)
     app.router.add_get("/metrics", metrics)
@@ -111,9 +117,11 @@ def create_app(store: StatsStore, plans: PublishedPlans, end_offsets: EndOffsets
 
 def app_for_services(cfg: Settings) -> web.Application:
     """The application over the project's Redis and Kafka."""
-    return create_app(RedisStore(cfg.redis), PublishedPlans(PlanRegistry(cfg.bootstrap)), TopicEnds(cfg.bootstrap),
-                      {"kafka": lambda: metadata_answers(cfg.bootstrap, 2.0),
-                       "redis": lambda: redis_answers(cfg.redis, 2.0)})
+    store, plans, ends = RedisStore(cfg.redis), PublishedPlans(PlanRegistry(cfg.bootstrap)), TopicEnds(cfg.bootstrap)
+    return create_app(store, plans, ends, {"kafka": lambda: metadata_answers(cfg.bootstrap, 2.0),
+                                           "redis": lambda: redis_answers(cfg.redis, 2.0)},
+                      lambda: pipeline_health(store, {p.spec.name: p.spec.topic for p in plans.all()}, ends,
+                                              HealthPolicy.from_env()))
 
 
 class ApiError(Exception):
@@ -173,10 +181,13 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    checks = request.app[API].health
-    answers = await asyncio.gather(*(blocking(check) for check in checks.values()))
-    status = dict(zip(checks, answers, strict=True))
-    return web.json_response({"ok": all(answers), **status}, status=200 if all(answers) else 503)
+    api = request.app[API]
+    answers = await asyncio.gather(*(blocking(check) for check in api.health.values()))
+    body: dict[str, Any] = {"ok": all(answers), **dict(zip(api.health, answers, strict=True))}
+    if api.pipeline is not None and all(answers):
+        pipeline = await blocking(api.pipeline)
+        body |= {"ok": pipeline.ok, "pipeline": pipeline.as_dict()}
+    return web.json_response(body, status=200 if body["ok"] else 503)
 
 
 def requested_plan(versions: list[Plan], name: str, version: str | None) -> Plan:

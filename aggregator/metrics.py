@@ -3,7 +3,7 @@ per-process ones are defined in `runtime.metrics`). Prefix `ldp_`, base units, b
 
 Labels and their values (no device ids, no free text):
 - collection: a published collection name (as many as there are collections);
-- outcome: accepted | rejected; reason: '' or one of `aggregator.processing.REASONS` (9 values);
+- outcome: accepted | rejected; reason: '' or one of `aggregator.processing.REASONS` (10 values);
 - status: applied | skipped | overlap | stale (a micro-batch's fate in the store);
 - attribute / value: a spec's attribute names and categorical values, or a factorization attribute's workload
   queries (e.g. "<= v" for a prefix workload: K per attribute; bounded by the published specs);
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
@@ -33,13 +33,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from aggregator.estimates import collection_estimates
+from aggregator.health import EndOffsets, partition_lag
 from aggregator.plans import Plan
 from aggregator.store import ALL_TIME, StatsStore
-from collection.topics import source
 
 log = logging.getLogger(__name__)
 
-EndOffsets = Callable[[Sequence[str]], Mapping[tuple[str, int], int]]
 ESTIMATE_LABELS = ["collection", "attribute", "value", "window"]
 
 
@@ -108,13 +107,9 @@ class StoreCollector(Collector):
         except KafkaException as exc:
             log.warning("consumer lag left out of this scrape: Kafka: %s", exc)
             return
-        names = {p.spec.topic: p.spec.name for p in plans}
-        applied: dict[str, dict[str, int]] = {}
-        for (topic, partition), end in sorted(ends.items()):
-            name = names[topic]
-            if name not in applied:
-                applied[name] = self.store.offsets(name)
-            family.add_metric([name, str(partition)], end - (applied[name].get(source(topic, partition), -1) + 1))
+        for (name, partition), waiting in partition_lag(self.store, {p.spec.name: p.spec.topic for p in plans},
+                                                        ends).items():
+            family.add_metric([name, str(partition)], waiting)
 
     def _estimates(self, estimate: GaugeMetricFamily, stderr: GaugeMetricFamily, plan: Plan) -> None:
         """All-time and newest-tumbling-window estimates of windows with reports (unbiased, no post-processing)."""

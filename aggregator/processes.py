@@ -1,4 +1,5 @@
-"""Aggregator worker processes: start them, supervise them, stop them cleanly (SIGTERM: the batch in hand is
+"""Aggregator worker processes: start them, supervise them (a worker that exits is started again, and an abnormal
+exit is recorded for the health check, `aggregator.health`), stop them cleanly (SIGTERM: the batch in hand is
 applied whole or not at all, since each batch is one atomic Redis script)."""
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import redis
+
+from aggregator.health import WorkerRegistry, worker_id
+from runtime.clock import now_ms
 from runtime.process import stop_pid
 
 log = logging.getLogger(__name__)
@@ -43,8 +48,10 @@ def stop_worker(proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
 class WorkerPool:
     """N workers in one consumer group; a worker that dies is restarted; SIGTERM/SIGINT stop them all cleanly."""
 
-    def __init__(self, workers: int, group: str, metrics_port: int | None = None) -> None:
+    def __init__(self, workers: int, group: str, metrics_port: int | None = None,
+                 registry: WorkerRegistry | None = None) -> None:
         self.size, self.group, self.metrics_port = workers, group, metrics_port
+        self.registry = registry
         self.procs: list[subprocess.Popen[bytes]] = []
         self._stopping = False
 
@@ -63,12 +70,22 @@ class WorkerPool:
             for i, proc in enumerate(self.procs):
                 if proc.poll() is not None and not self._stopping:
                     log.error("worker %d (pid %d) exited with %s; restarting", i, proc.pid, proc.returncode)
+                    self._record_exit(proc)
                     time.sleep(1.0)
                     self.procs[i] = self._start(i)
             time.sleep(0.2)
         for proc in self.procs:
             stop_worker(proc)
         return 0
+
+    def _record_exit(self, proc: subprocess.Popen[bytes]) -> None:
+        """An abnormal exit goes to the health registry (a clean one, status 0, is a re-exec or a stop)."""
+        if self.registry is None or proc.returncode == 0:
+            return
+        try:
+            self.registry.record_crash(worker_id(proc.pid), self.group, int(proc.returncode), now_ms())
+        except redis.RedisError as exc:
+            log.warning("exit of pid %d not recorded: %s", proc.pid, exc)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         log.warning("signal %d: stopping %d worker(s)", signum, len(self.procs))

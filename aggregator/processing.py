@@ -20,7 +20,7 @@ A rejected device's report goes to the dead-letter topic with its reason; nothin
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -45,8 +45,9 @@ DUPLICATE = "duplicate"
 STALE = "stale_timestamp"
 FUTURE = "future_timestamp"
 WRONG_PARTITION = "wrong_partition"
+POISON = "poison"
 REASONS = (MALFORMED, UNKNOWN_VERSION, UNKNOWN_COLLECTION, WRONG_SHAPE, OUT_OF_RANGE, DUPLICATE, STALE, FUTURE,
-           WRONG_PARTITION)
+           WRONG_PARTITION, POISON)
 _CODES = {reason: i + 1 for i, reason in enumerate(REASONS)}  # per row: 0 accepted, else the reason's code
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
 DEFAULT_MAX_AGE_MS = 24 * 3600 * 1000
@@ -124,18 +125,23 @@ class PartitionProcessor:
         self.plans = plans
         self.clock_ms = clock_ms
 
-    def process(self, topic: str, messages: Sequence[Message],
-                seen: SeenLookup | None = None) -> PartitionResult:
+    def process(self, topic: str, messages: Sequence[Message], seen: SeenLookup | None = None,
+                quarantined: Collection[tuple[int, int]] = ()) -> PartitionResult:
         """The update and dead letters of a micro-batch of one topic: consecutive messages of one or more partitions.
 
         `seen`: the devices each partition counted before; their reports in the same window are duplicates, and the
         update's offset ranges expect the applied offsets `seen` is synced at. None: only the batch is deduplicated.
+        `quarantined`: (partition, offset) of messages rejected whole as `poison` without being decoded
+        (`aggregator.quarantine`).
         """
         if not messages:
             return PartitionResult(None)
         letters: list[DeadLetter] = []
         by_version: dict[int, list[tuple[Message, Envelope, CollectionPlan]]] = defaultdict(list)
         for msg in messages:
+            if (msg.partition, msg.offset) in quarantined:
+                letters.append(_whole(msg, POISON, "in hand at two worker crashes: quarantined, not decoded"))
+                continue
             plan_or_letter = self._decode(topic, msg)
             if isinstance(plan_or_letter, DeadLetter):
                 letters.append(plan_or_letter)

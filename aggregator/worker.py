@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +39,12 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from aggregator.dedupe import SeenDevices
+from aggregator.health import HEARTBEAT_S, WorkerRegistry, worker_id
 from aggregator.plans import PlanRegistry
 from aggregator.processing import PartitionProcessor
+from aggregator.quarantine import QUARANTINE_AFTER, CrashMarks, Marks, MemoryCrashMarks, RedisCrashMarks
 from aggregator.store import RedisStore, StatsStore
-from collection.topics import collection_of, is_report_topic, source, source_partition
+from collection.topics import collection_of, is_report_topic, source, source_partition, source_topic
 from runtime import metrics
 from runtime.clock import now_ms
 from runtime.dlq import DeadLetter, DeadLetterProducer, DeliveryTimeout, Message
@@ -56,10 +58,18 @@ MAX_APPLY_ROUNDS = 8
 # next to faust's per-message cost for one-report messages (500 gave 0.70 of the do-nothing agent's rate, 2000 gave
 # 0.93-1.02; benchmarks/bench_pipeline.py); `within_s` bounds the wait for a partial batch.
 DEFAULT_MAX_MESSAGES = 2000
+# A store write covers at most this many message bytes (about 100k reports of batched envelopes at ~26 bytes per
+# report) and about BATCH_BUDGET_S of work at the rate measured so far: a report waits for the work ahead of it
+# in its micro-batch, not for the whole micro-batch (2000 envelopes of 1000 reports are ~1 s of work).
+DEFAULT_MAX_BATCH_BYTES = 2_500_000
+MIN_BATCH_BYTES = 64_000
+BATCH_BUDGET_S = 0.05
 RESTART = threading.Event()  # set when the worker stops to resubscribe; `python -m aggregator` then re-executes
+EXIT_CRASHED = 70  # the exit status of a worker that met an unexpected exception (its supervisor restarts it)
 OUTAGE_RETRY_S = 0.5
 MAX_OUTAGE_S = 300.0
 SPEC_POLL_S = 5.0
+OUTAGES = (redis.ConnectionError, redis.TimeoutError, DeliveryTimeout)
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,40 @@ class WorkerConfig:
     max_messages: int = DEFAULT_MAX_MESSAGES
     within_s: float = 0.1
     metrics_port: int | None = None
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+
+
+class ByteRate:
+    """An exponentially weighted estimate of the message bytes a worker handles per second."""
+
+    def __init__(self, initial: float = 50e6, weight: float = 0.2) -> None:
+        self.bytes_per_s = initial
+        self.weight = weight
+
+    def observe(self, size: int, seconds: float) -> None:
+        if size >= MIN_BATCH_BYTES and seconds > 0:
+            self.bytes_per_s += self.weight * (size / seconds - self.bytes_per_s)
+
+
+def write_units(messages: list[Message], limit: int) -> Iterator[list[Message]]:
+    """Consecutive runs of `messages` of at most `limit` value bytes each (a larger message alone).
+
+    Examples
+    --------
+    >>> units = write_units([Message(o, b"x" * n) for o, n in enumerate([3, 3, 5, 1])], 6)
+    >>> [[m.offset for m in unit] for unit in units]
+    [[0, 1], [2, 3]]
+    """
+    unit: list[Message] = []
+    size = 0
+    for m in messages:
+        if unit and size + len(m.value) > limit:
+            yield unit
+            unit, size = [], 0
+        unit.append(m)
+        size += len(m.value)
+    if unit:
+        yield unit
 
 
 class BatchHandler:
@@ -83,14 +127,27 @@ class BatchHandler:
     """
 
     def __init__(self, store: StatsStore, plans: PlanRegistry, dlq: DeadLetterProducer,
-                 seen: SeenDevices | None = None) -> None:
+                 seen: SeenDevices | None = None, marks: CrashMarks | None = None,
+                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, exit: Callable[[int], None] = os._exit) -> None:
         self.store = store
         self.dlq = dlq
         self.seen = seen if seen is not None else SeenDevices(store)
+        self.marks = marks
+        self.suspects: dict[str, Marks] = {}  # per topic, loaded on every partition assignment
+        self.max_batch_bytes = max_batch_bytes
+        self.rate = ByteRate()
+        self.exit = exit
+        self.applied = 0  # store writes applied by this process (its heartbeat shows them)
         self.processor = PartitionProcessor(plans.get, now_ms)
 
+    def on_assigned(self, topic: str, applied: Mapping[int, int]) -> None:
+        """Load the crash counts of a topic's messages above the applied offsets (`aggregator.quarantine`)."""
+        if self.marks is not None:
+            self.suspects[topic] = self.marks.load(collection_of(topic), applied)
+
     async def handle(self, events: Sequence[Any]) -> None:
-        """Handle a micro-batch's events, topic by topic."""
+        """Handle a micro-batch's events, topic by topic, in store writes of bounded size; messages that were in
+        hand at a crash are handled alone, or quarantined (`aggregator.quarantine`)."""
         by_topic: dict[str, dict[tuple[int, int], Message]] = defaultdict(dict)
         for event in events:
             m = event.message
@@ -98,32 +155,68 @@ class BatchHandler:
             key = (m.partition, m.offset)
             by_topic[m.topic].setdefault(key, Message(m.offset, m.value, m.timestamp, m.partition))
         for topic, messages in by_topic.items():
-            await self.with_retries(topic, [messages[k] for k in sorted(messages)])
+            suspects = self.suspects.get(topic, {})
+            run: list[Message] = []
+            for key in sorted(messages):  # each partition in offset order: a suspect alone, the others in units
+                count = suspects.pop(key, 0)
+                if not count:
+                    run.append(messages[key])
+                    continue
+                for unit in write_units(run, self.unit_bytes()):
+                    await self.guarded(topic, unit)
+                run = []
+                await self.guarded(topic, [messages[key]], {key} if count >= QUARANTINE_AFTER else set())
+            for unit in write_units(run, self.unit_bytes()):
+                await self.guarded(topic, unit)
 
-    async def with_retries(self, topic: str, messages: list[Message]) -> None:
+    def unit_bytes(self) -> int:
+        """The message bytes of the next store write: BATCH_BUDGET_S of work, within [MIN, max_batch_bytes]."""
+        return int(min(self.max_batch_bytes, max(MIN_BATCH_BYTES, self.rate.bytes_per_s * BATCH_BUDGET_S)))
+
+    async def guarded(self, topic: str, messages: list[Message], quarantined: Collection[tuple[int, int]] = ()) -> None:
+        """Handle one store write's messages; on an unexpected exception record them as in hand at a crash and
+        exit non-zero, so the supervisor restarts the worker (never a live process that does nothing)."""
+        try:
+            await self.with_retries(topic, messages, quarantined)
+        except OUTAGES:
+            log.exception("%s: Redis or Kafka unreachable for %.0f s; exiting", topic, MAX_OUTAGE_S)
+            self.exit(EXIT_CRASHED)
+        except Exception:
+            log.exception("%s: unexpected exception with %d message(s) in hand (partitions/offsets %s); recording "
+                          "them and exiting", topic, len(messages), [(m.partition, m.offset) for m in messages[:10]])
+            if self.marks is not None:
+                try:
+                    self.marks.record(collection_of(topic), [(m.partition, m.offset) for m in messages])
+                except Exception:
+                    log.exception("cannot record the messages in hand")
+            self.exit(EXIT_CRASHED)
+
+    async def with_retries(self, topic: str, messages: list[Message],
+                           quarantined: Collection[tuple[int, int]] = ()) -> None:
         """Handle a topic's micro-batch, waiting out a Redis or Kafka outage (bounded) with the loop free: the batch
         is not acked meanwhile, and each attempt is all-or-nothing, so nothing is lost or counted twice."""
         deadline = time.monotonic() + MAX_OUTAGE_S
         while True:
             try:
-                return self.handle_topic(topic, messages)
-            except (redis.ConnectionError, redis.TimeoutError, DeliveryTimeout) as exc:
+                return self.handle_topic(topic, messages, quarantined)
+            except OUTAGES as exc:
                 if time.monotonic() > deadline:
                     raise
                 metrics.OUTAGE_RETRIES.inc()
                 log.warning("%s: %s; retrying in %.1f s", topic, exc, OUTAGE_RETRY_S)
                 await asyncio.sleep(OUTAGE_RETRY_S)
 
-    def handle_topic(self, topic: str, messages: list[Message]) -> None:
+    def handle_topic(self, topic: str, messages: list[Message], quarantined: Collection[tuple[int, int]] = ()) -> None:
         """Steps 1-3 for the messages of one topic (any of its partitions), in one atomic store write."""
         started = time.perf_counter()
         collection = collection_of(topic)
+        size = sum(len(m.value) for m in messages)
         sent: set[tuple[int, int, str, tuple[int, ...] | None]] = set()
         for _ in range(MAX_APPLY_ROUNDS):
             if not messages:
                 metrics.BATCHES.labels("skipped").inc()
                 return
-            result = self.processor.process(topic, messages, self.seen)
+            result = self.processor.process(topic, messages, self.seen, quarantined)
             new = [d for d in result.dead_letters if (d.partition, d.offset, d.reason, d.rows) not in sent]
             self.dlq.send(topic, new)
             sent.update((d.partition, d.offset, d.reason, d.rows) for d in new)
@@ -133,7 +226,10 @@ class BatchHandler:
             if status == "applied" and result.update:
                 self.seen.commit(topic, result.update, now_ms())
                 self._count(collection, result.update.outcomes, result.dead_letters)
-                metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
+                elapsed = time.perf_counter() - started
+                metrics.BATCH_SECONDS.observe(elapsed)
+                self.rate.observe(size, elapsed)
+                self.applied += 1
                 return
             if status == "skipped":  # applied before, maybe by another worker: this worker's lists may be behind
                 self.seen.invalidate(topic, sorted({m.partition for m in messages}))
@@ -154,10 +250,12 @@ class BatchHandler:
 
 class StoreSeekingConsumer(faust_aiokafka.Consumer):
     """faust's aiokafka consumer, but every seek-to-committed goes to the offset after the store's applied one (and
-    the worker's dedupe lists are dropped, to be reloaded for the partitions it now has)."""
+    the worker's dedupe lists are dropped, to be reloaded for the partitions it now has; the crash counts of the
+    messages ahead are loaded)."""
 
     store: StatsStore
     seen: SeenDevices
+    handler: BatchHandler
 
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed = dict(await super().seek_to_committed())
@@ -174,6 +272,10 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
             await self._seek(tp, position)
             committed[tp] = position
             log.info("seek %s:%s to %s (applied in store: %s)", tp.topic, tp.partition, position, last)
+        for topic in {tp.topic for tp in self.assignment() if is_report_topic(tp.topic)}:
+            offsets = applied[collection_of(topic)]
+            self.handler.on_assigned(topic, {source_partition(s): o for s, o in offsets.items()
+                                             if source_topic(s) == topic})
         return committed
 
     async def _applied_offsets(self, collection: str) -> dict[str, int]:
@@ -212,11 +314,13 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
                     consumer_max_fetch_size=8 * 1024 * 1024)
     store = store or RedisStore(cfg.redis_url)
     seen = SeenDevices(store)
-    consumer_cls = type("BoundStoreSeekingConsumer", (StoreSeekingConsumer,), {"store": store, "seen": seen})
+    marks = RedisCrashMarks(store.redis) if isinstance(store, RedisStore) else MemoryCrashMarks()
+    plans = PlanRegistry(cfg.bootstrap)
+    handler = BatchHandler(store, plans, DeadLetterProducer(cfg.bootstrap), seen, marks, cfg.max_batch_bytes)
+    consumer_cls = type("BoundStoreSeekingConsumer", (StoreSeekingConsumer,),
+                        {"store": store, "seen": seen, "handler": handler})
     transport_cls = type("StoreSeekingTransport", (faust_aiokafka.Transport,), {"Consumer": consumer_cls})
     app.transport = transport_cls(app.conf.broker_consumer, app)
-    plans = PlanRegistry(cfg.bootstrap)
-    handler = BatchHandler(store, plans, DeadLetterProducer(cfg.bootstrap), seen)
     # faust's aiokafka driver cannot subscribe to a pattern, and changing a running subscription races in its
     # fetcher; so a worker subscribes to the report topics of the collections published when it starts, and when
     # another is published it stops cleanly (like SIGTERM) and `python -m aggregator` starts it again (re-exec).
@@ -238,8 +342,25 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
 
     @app.agent(reports, concurrency=1)
     async def aggregate(stream: faust.StreamT) -> None:  # type: ignore[type-arg]
-        async for events in stream.take_events(cfg.max_messages, within=cfg.within_s):  # type: ignore[attr-defined]
-            await handler.handle(events)  # one batch at a time, acked only after it returns
+        try:
+            async for events in stream.take_events(cfg.max_messages, within=cfg.within_s):  # type: ignore[attr-defined]
+                await handler.handle(events)  # one batch at a time, acked only after it returns
+        except Exception:  # faust would keep a process whose agent is dead: exit so the supervisor restarts it
+            log.exception("the aggregating agent failed; exiting")
+            handler.exit(EXIT_CRASHED)
+
+    if isinstance(store, RedisStore):
+        registry = WorkerRegistry(store.redis)
+        me, started_ms = worker_id(), now_ms()
+
+        @app.timer(HEARTBEAT_S)
+        async def heartbeat() -> None:
+            info = {"group": cfg.group, "pid": os.getpid(), "started_ms": started_ms, "beat_ms": now_ms(),
+                    "applied_batches": handler.applied, "topics": topics}
+            try:
+                await asyncio.to_thread(registry.beat, me, info)
+            except redis.RedisError as exc:
+                log.warning("heartbeat not recorded: %s", exc)
 
     if cfg.metrics_port is not None:
         @app.task

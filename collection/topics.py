@@ -51,3 +51,8 @@ def source(topic: str, partition: int) -> str:
 def source_partition(name: str) -> int:
     """The partition of a "topic:partition" source."""
     return int(name.rpartition(":")[2])
+
+
+def source_topic(name: str) -> str:
+    """The topic of a "topic:partition" source."""
+    return name.rpartition(":")[0]

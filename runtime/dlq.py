@@ -3,6 +3,7 @@ each rejected message (or its rejected rows) with the reason, as headers."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -10,6 +11,9 @@ from collection.topics import DLQ_TOPIC
 from runtime.kafka import producer_client
 
 DLQ_PARTITIONS = 1  # when a call creates the topic; an existing one is used as it is
+# A dead letter keeps at most this many bytes of the original message (with its length and sha256 in headers), so
+# that a rejected message near Kafka's 1 MiB limit cannot itself be refused by the dead-letter topic.
+MAX_DEAD_LETTER_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,8 @@ class DeliveryTimeout(RuntimeError):
 
 
 class DeadLetterProducer:
-    """Sends dead letters: value = the original message bytes; headers = reason, detail, source, offset, rows."""
+    """Sends dead letters: value = the original message bytes (cut at MAX_DEAD_LETTER_BYTES, with its length and
+    sha256 in headers); headers = reason, detail, source, offset, rows."""
 
     def __init__(self, bootstrap: str) -> None:
         self._producer = producer_client(bootstrap, **{"linger.ms": 20, "compression.type": "lz4"})
@@ -54,7 +59,11 @@ class DeadLetterProducer:
                        "source_partition": str(d.partition), "source_offset": str(d.offset)}
             if d.rows is not None:
                 headers["rows"] = json.dumps(list(d.rows))
-            self._producer.produce(DLQ_TOPIC, d.value, key=f"{topic}:{d.partition}:{d.offset}".encode(),
+            value = d.value
+            if len(value) > MAX_DEAD_LETTER_BYTES:
+                headers |= {"original_bytes": str(len(value)), "original_sha256": hashlib.sha256(value).hexdigest()}
+                value = value[:MAX_DEAD_LETTER_BYTES]
+            self._producer.produce(DLQ_TOPIC, value, key=f"{topic}:{d.partition}:{d.offset}".encode(),
                                    headers=list(headers.items()), on_delivery=self._on_delivery)
         failed_before = self.failed
         remaining = self._producer.flush(timeout_s)

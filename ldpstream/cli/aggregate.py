@@ -6,7 +6,10 @@ import logging
 
 import typer
 
+from aggregator.health import WorkerRegistry
 from aggregator.processes import WorkerPool
+from runtime.redis import redis_client
+from runtime.settings import Settings
 
 
 def aggregate(workers: int = typer.Option(1, min=1, max=64, help="worker processes (one consumer group)"),
@@ -14,7 +17,8 @@ def aggregate(workers: int = typer.Option(1, min=1, max=64, help="worker process
               metrics_port: int = typer.Option(None, help="serve worker i's metrics on this port + i")) -> None:
     """Run aggregator workers in the foreground until SIGINT/SIGTERM (each batch applied whole or not at all)."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
-    raise typer.Exit(WorkerPool(workers, group, metrics_port).run())
+    registry = WorkerRegistry(redis_client(Settings.from_env().redis, 5.0))
+    raise typer.Exit(WorkerPool(workers, group, metrics_port, registry).run())
 
 
 def register(app: typer.Typer) -> None:

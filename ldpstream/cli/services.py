@@ -9,6 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from aggregator.api import TopicEnds
+from aggregator.health import Health, HealthPolicy, pipeline_health
+from aggregator.plans import PlanRegistry
+from aggregator.store import RedisStore
 from ldpstream.services import ServiceError, services
 from runtime.settings import Settings
 
@@ -43,19 +47,44 @@ def down(purge: bool = typer.Option(False, "--purge", help="also delete the serv
         raise typer.Exit(1)
 
 
-def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """Show each service, its address and whether it answers; exit 1 if one does not."""
-    rows = [svc.status() for svc in services(Settings.from_env())]
+def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
+           services_only: bool = typer.Option(False, "--services-only", help="only the services, not the pipeline"),
+           ) -> None:
+    """Show each service, its address and whether it answers, then the pipeline's health (workers, crash loops,
+    collections with messages waiting); exit 1 if a service does not answer or the pipeline is unhealthy."""
+    cfg = Settings.from_env()
+    rows = [svc.status() for svc in services(cfg)]
+    health = pipeline_status(cfg) if all(r.answers for r in rows) and not services_only else None
     if as_json:
-        typer.echo(json.dumps([r.__dict__ for r in rows]))
+        typer.echo(json.dumps({"services": [r.__dict__ for r in rows],
+                               "pipeline": None if health is None else health.as_dict()}))
     else:
         table = Table("service", "address", "managed", "pid", "answers", "detail")
         for r in rows:
             table.add_row(r.name, r.address, "yes" if r.managed else "no", str(r.pid or "-"),
                           "[green]yes[/]" if r.answers else "[red]no[/]", r.detail)
         console.print(table)
-    if not all(r.answers for r in rows):
+        if health is not None:
+            print_health(health)
+    if not all(r.answers for r in rows) or (health is not None and not health.ok):
         raise typer.Exit(1)
+
+
+def pipeline_status(cfg: Settings) -> Health:
+    """The pipeline's health over the project's services (`aggregator.health`)."""
+    plans = PlanRegistry(cfg.bootstrap).plans()
+    return pipeline_health(RedisStore(cfg.redis), {p.spec.name: p.spec.topic for p in plans}, TopicEnds(cfg.bootstrap),
+                           HealthPolicy.from_env())
+
+
+def print_health(health: Health) -> None:
+    alive = sum(w["alive"] for w in health.workers)
+    waiting = sum(c["waiting"] for c in health.collections)
+    verdict = "[green]healthy[/]" if health.ok else "[red]unhealthy[/]"
+    console.print(f"pipeline: {verdict}; {alive} of {len(health.workers)} worker(s) alive; {waiting:,} message(s) "
+                  f"waiting in {len(health.collections)} collection(s)")
+    for reason in health.reasons:
+        console.print(f"  [red]-[/] {reason}")
 
 
 def register(app: typer.Typer) -> None:
