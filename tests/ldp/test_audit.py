@@ -9,7 +9,15 @@ import pytest
 from scipy import stats
 
 from ldp import registry
-from ldp.audit import audit, audit_mechanism, audit_plan, clopper_pearson, epsilon_lower_bound, threshold_events
+from ldp.audit import (
+    audit,
+    audit_mechanism,
+    audit_plan,
+    clopper_pearson,
+    epsilon_lower_bound,
+    outcome_events,
+    threshold_events,
+)
 from ldp.base import LDPError
 from ldp.multidim import make_vector_mechanism, vector_names
 from ldp.numeric import Piecewise
@@ -65,6 +73,27 @@ def test_published_duchi_is_caught_at_d2(cls: type) -> None:
 
 def test_published_duchi_odd_d_is_not_flagged() -> None:
     assert audit_mechanism(Published000Duchi(1.0, 3), seed=4, n=300_000, n_select=50_000).epsilon_lower_bound <= 1.0
+
+
+def test_an_outcome_event_is_the_same_set_of_rows_in_any_batch() -> None:
+    """Each row of a batch is in exactly one outcome event, the one of its value, whatever the batch size and the
+    row's position (a row on its own included): the events are fixed sets, as the bound requires."""
+    rng = np.random.default_rng(9)
+    outcomes = rng.standard_normal((6, 5))  # full mantissas: a matrix product would round them by position
+
+    def batch(n: int) -> dict[str, np.ndarray]:
+        return {"x": outcomes[rng.integers(0, len(outcomes), n)]}
+
+    events = outcome_events("x", lambda r: r["x"])(batch(500), batch(500))
+    assert len(events) == len(outcomes)
+    for n in (1, 7, 4099):
+        reports = batch(n)
+        hits = np.array([event.occurs(reports) for event in events])  # (event, row)
+        assert (hits.sum(axis=0) == 1).all()
+        for event, rows in zip(events, hits, strict=True):
+            assert len({tuple(row) for row in reports["x"][rows]}) <= 1
+            alone = [bool(event.occurs({"x": reports["x"][i : i + 1]})[0]) for i in range(min(n, 200))]
+            assert alone == rows[:200].tolist()
 
 
 class LeakyPiecewise(Piecewise):
