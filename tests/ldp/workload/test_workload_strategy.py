@@ -108,7 +108,7 @@ def test_type_variances_equal_the_explicit_formula(name: str) -> None:
         # The trace form needs Q^T D^-1 Q invertible (3way_marginals' Fourier strategy spans 15 of 16 dimensions).
         evals = np.linalg.eigvalsh(q.T @ (q / q.sum(axis=1, keepdims=True)))
         ratio = evals[0] / evals[-1]
-        assert ratio >= CLEARLY_INVERTIBLE or ratio <= CLEARLY_SINGULAR, f"{label}: ratio {ratio:.1e}, too close to call"
+        assert ratio >= CLEARLY_INVERTIBLE or ratio <= CLEARLY_SINGULAR, f"{label}: ratio {ratio:.1e}, too close"
         if ratio >= CLEARLY_INVERTIBLE:
             np.testing.assert_allclose(average_case_objective(q, workload.gram), explicit.mean(), rtol=1e-9)
         else:
