@@ -186,12 +186,18 @@ def outcome_events(label: str, rows: Callable[[Reports], np.ndarray]) -> EventFa
 
     A row is identified by a fixed random projection of it (a fingerprint), so each event is one comparison of
     floats; two rows sharing a fingerprint (probability 0) would only merge two outcomes into one event, which
-    is still a fixed event, so the bound stays valid.
+    is still a fixed event, so the bound stays valid. The projection adds one column at a time (elementwise,
+    correctly rounded), so equal rows get equal fingerprints on any machine; a matrix product would not do, as
+    BLAS kernels round the same row differently at different positions of a batch.
     """
 
     def fingerprint(reports: Reports) -> np.ndarray:
         x = rows(reports)
-        return x @ np.random.default_rng(x.shape[1]).standard_normal(x.shape[1])
+        weights = np.random.default_rng(x.shape[1]).standard_normal(x.shape[1])
+        out = x[:, 0] * weights[0]
+        for j in range(1, x.shape[1]):  # the report's columns, each vectorised over the reports
+            out += x[:, j] * weights[j]
+        return out
 
     def factory(reports_a: Reports, reports_b: Reports) -> list[Event]:
         pooled_rows = np.concatenate([rows(reports_a), rows(reports_b)])

@@ -116,6 +116,9 @@ class Mechanism(ABC):
     """An epsilon-LDP mechanism: vectorised perturbation, additive statistics, unbiased estimate."""
 
     name: ClassVar[str]
+    # Preference among the `auto` candidates of its kind: of two with equal variance the lower rank is chosen.
+    # Every registered class declares one, distinct within its registry table (`ldp.registry.by_preference`).
+    auto_rank: ClassVar[int]
     epsilon: float
 
     @property

@@ -1,13 +1,14 @@
 """Vector mechanisms over [-1, 1]^d: what the SGD coordinator and the collection pipeline call.
 
-`make_vector_mechanism(name, epsilon, dims, k=None)` builds one of
-- "pm", "hm": 000 Alg. 4 - each user samples k = max(1, min(d, floor(eps / 2.5))) attributes (Eq. 12) without
-  replacement, perturbs each at eps / k with PM or HM and scales it by d / k; the others are 0.
-- "harmony": 001 Alg. 2 - one uniformly sampled attribute per user, its 1-bit report at the full eps, scaled by d
-  (Alg. 4 with k = 1 and Harmony's/Duchi's 1-bit mechanism).
-- "duchi": Duchi et al.'s d-dimensional mechanism (000 Alg. 3) as corrected by 001 Sec. 3.1 (see
+`make_vector_mechanism(name, epsilon, dims, k=None)` builds the d-dimensional form of every numeric mechanism of
+`ldp.registry`, by the `vector_scheme` its class declares:
+- "sample" (PM, HM): 000 Alg. 4 - each user samples k = max(1, min(d, floor(eps / 2.5))) attributes (Eq. 12)
+  without replacement, perturbs each at eps / k with the 1-D mechanism and scales it by d / k; the others are 0.
+- "sample_one" (Harmony): 001 Alg. 2 - one uniformly sampled attribute per user, its 1-bit report at the full eps,
+  scaled by d (Alg. 4 with k = 1 and Harmony's/Duchi's 1-bit mechanism).
+- "duchi" (Duchi): Duchi et al.'s d-dimensional mechanism (000 Alg. 3) as corrected by 001 Sec. 3.1 (see
   `ldp.numeric.duchi`): every coordinate of every report is +-B_d.
-- "laplace", "scdf", "staircase": the budget-splitting baseline, every attribute perturbed at eps / d.
+- "split" (Laplace, SCDF, Staircase): the budget-splitting baseline, every attribute perturbed at eps / d.
 
 All implement the `Mechanism` contract. Reports: the sampling mechanisms send only the sampled attributes,
 {"index": int64 (n, k), "value": float64 (n, k)} (columns of shape (n,) when k = 1, as the schema's width-1 rule
@@ -34,12 +35,13 @@ import numpy as np
 
 from ldp import registry
 from ldp.base import Column, Estimate, LDPError, Mechanism, Reports, ReportSchema, check_epsilon
-from ldp.numeric.base import NumericMechanism, check_numeric_epsilon, check_unit_values, quadratic_mean_estimate
+from ldp.numeric.base import check_numeric_epsilon, check_unit_values, quadratic_mean_estimate
 from ldp.numeric.duchi import agreement_weights, duchi_bound
 
-SAMPLING = {"pm": "pm", "hm": "hm", "harmony": "harmony"}  # vector name -> 1-D mechanism at eps / k
-SPLITTING = ("laplace", "scdf", "staircase")
-VECTOR_NAMES = ("pm", "hm", "duchi", "harmony", *SPLITTING)
+
+def vector_names() -> tuple[str, ...]:
+    """The names `make_vector_mechanism` takes: every registered numeric mechanism has a d-dimensional form."""
+    return tuple(registry.NUMERIC)
 
 
 def sampled_attributes(epsilon: float, dims: int) -> int:
@@ -116,16 +118,14 @@ class VectorMechanism(Mechanism):
 class SampledVectorMechanism(VectorMechanism):
     """Sample k of d attributes per user, perturb each at eps / k with a 1-D mechanism, scale by d / k (000 Alg. 4)."""
 
-    def __init__(self, name: str, base: str, epsilon: float, dims: int, k: int | None = None) -> None:
+    def __init__(self, name: str, epsilon: float, dims: int, k: int | None = None) -> None:
         self.name = name  # type: ignore[misc]
         self.epsilon = check_epsilon(epsilon)
         self.dims = check_dims(dims)
         self.k = sampled_attributes(self.epsilon, self.dims) if k is None else check_dims(k)
         if self.k > self.dims:
             raise LDPError(f"cannot sample k = {self.k} of d = {self.dims} attributes")
-        base_mech = registry.make(base, self.epsilon / self.k)
-        assert isinstance(base_mech, NumericMechanism)
-        self.base = base_mech
+        self.base = registry.numeric_class(name)(self.epsilon / self.k)
         self.scale = self.dims / self.k
 
     def variance_coefficients(self) -> tuple[float, float]:
@@ -192,9 +192,7 @@ class SplitBudgetVectorMechanism(VectorMechanism):
         self.name = name  # type: ignore[misc]
         self.epsilon = check_epsilon(epsilon)
         self.dims = check_dims(dims)
-        base_mech = registry.make(name, self.epsilon / self.dims)
-        assert isinstance(base_mech, NumericMechanism)
-        self.base = base_mech
+        self.base = registry.numeric_class(name)(self.epsilon / self.dims)
 
     def variance_coefficients(self) -> tuple[float, float]:
         return self.base.variance_coefficients()
@@ -280,13 +278,14 @@ class DuchiVector(VectorMechanism):
 
 
 def make_vector_mechanism(name: str, epsilon: float, dims: int, k: int | None = None) -> VectorMechanism:
-    """The d-dimensional mechanism `name` (module docstring) at total budget eps; `k` only for "pm"/"hm"."""
-    if name not in VECTOR_NAMES:
-        raise LDPError(f"unknown vector mechanism {name!r}; known: {list(VECTOR_NAMES)}")
-    if k is not None and name not in ("pm", "hm"):
-        raise LDPError(f"k applies to the sampling mechanisms 'pm' and 'hm', not {name!r}")
-    if name == "duchi":
+    """The d-dimensional mechanism `name` (module docstring) at total budget eps; `k` only for the "sample" scheme."""
+    if name not in vector_names():
+        raise LDPError(f"unknown vector mechanism {name!r}; known: {list(vector_names())}")
+    scheme = registry.numeric_class(name).vector_scheme
+    if k is not None and scheme != "sample":
+        raise LDPError(f'k applies to the "sample" scheme, not to {name!r} ("{scheme}")')
+    if scheme == "duchi":
         return DuchiVector(epsilon, dims)
-    if name in SPLITTING:
+    if scheme == "split":
         return SplitBudgetVectorMechanism(name, epsilon, dims)
-    return SampledVectorMechanism(name, SAMPLING[name], epsilon, dims, k=1 if name == "harmony" else k)
+    return SampledVectorMechanism(name, epsilon, dims, k=1 if scheme == "sample_one" else k)

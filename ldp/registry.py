@@ -1,11 +1,22 @@
-"""Mechanisms by name: the names the CLI, the collection specs and the training jobs use."""
+"""Mechanisms by name: the names the CLI, the collection specs and the training jobs use.
+
+This is the one list of mechanisms: `auto` (`ldp.numeric.auto`, `ldp.frequency.auto`), the vector mechanisms of
+`ldp.multidim`, `ldp mechanisms list` and the test suite's contract, audit and doctest checks enumerate it. A new
+mechanism is a module and one line here; what `auto` and `ldp.multidim` need to know about it, its class declares
+(`auto_rank`, and for a numeric one `vector_scheme` and `auto_one_dimensional`).
+"""
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
 
 from ldp.base import LDPError, Mechanism
+
+if TYPE_CHECKING:
+    from ldp.frequency.base import FrequencyOracle
+    from ldp.numeric.base import NumericMechanism
 
 # name -> "module:Class"; imported on first use so that listing names costs nothing.
 NUMERIC: dict[str, str] = {
@@ -27,13 +38,38 @@ FREQUENCY: dict[str, str] = {
 }
 
 
+def _load(target: str) -> type[Mechanism]:
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
 def mechanism_class(name: str) -> type[Mechanism]:
     """The class registered under `name` (numeric or frequency oracle)."""
     target = NUMERIC.get(name) or FREQUENCY.get(name)
     if target is None:
         raise LDPError(f"unknown mechanism {name!r}; known: {sorted(NUMERIC) + sorted(FREQUENCY)}")
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)
+    return _load(target)
+
+
+def _class_in(table: dict[str, str], kind: str, name: str) -> type[Mechanism]:
+    if name not in table:
+        raise LDPError(f"unknown {kind} {name!r}; known: {list(table)}")
+    return _load(table[name])
+
+
+def numeric_class(name: str) -> type[NumericMechanism]:
+    """The class registered under `name` in NUMERIC."""
+    return cast("type[NumericMechanism]", _class_in(NUMERIC, "numeric mechanism", name))
+
+
+def frequency_class(name: str) -> type[FrequencyOracle]:
+    """The class registered under `name` in FREQUENCY."""
+    return cast("type[FrequencyOracle]", _class_in(FREQUENCY, "frequency oracle", name))
+
+
+def by_preference(names: Iterable[str]) -> tuple[str, ...]:
+    """The registered `names` in `auto`'s tie-break order: by their classes' `auto_rank`, lowest first."""
+    return tuple(sorted(names, key=lambda name: mechanism_class(name).auto_rank))
 
 
 def make(name: str, epsilon: float, domain: int | None = None, **params: Any) -> Mechanism:

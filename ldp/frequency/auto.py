@@ -5,23 +5,23 @@ the given epsilon and K; nothing is hard-coded. GRR's variance grows with K, the
 small K and OUE or OLH otherwise (OLH is OUE's variance at g = e^eps + 1; rounding g raises it, and its exact
 hash, which collides a relative O(1/P) less than an ideal one, can lower it a hair below OUE's at large eps).
 
-Ties: variances within a relative 1e-6 of the best count as equal (BLH and the Hadamard response have the same
-formula; hash-bucket rounding moves BLH by ~1e-7), and among those the oracle with the smallest report wins
-(`report_bits`), then the cheaper aggregation in the order GRR, Hadamard, OUE, SUE, OLH, BLH (GRR is a bincount,
-Hadamard one transform, UE a column sum, local hashing evaluates a hash per report and value).
+The candidates are the registered frequency oracles (`ldp.registry`). Ties: variances within a relative 1e-6 of
+the best count as equal (BLH and the Hadamard response have the same formula; hash-bucket rounding moves BLH by
+~1e-7), and among those the oracle with the smallest report wins (`report_bits`), then the cheaper aggregation:
+the lower `auto_rank`, which orders GRR, Hadamard, OUE, SUE, OLH, BLH (GRR is a bincount, Hadamard one transform,
+UE a column sum, local hashing evaluates a hash per report and value).
 """
 
 from __future__ import annotations
 
-from ldp.frequency.base import FrequencyOracle
-from ldp.frequency.grr import GRR
-from ldp.frequency.hadamard import HadamardResponse
-from ldp.frequency.local_hash import BLH, OLH
-from ldp.frequency.unary import OUE, SUE
+from ldp import registry
 
-# In order of aggregation cost, cheapest first (the last tie-break).
-CANDIDATES: tuple[type[FrequencyOracle], ...] = (GRR, HadamardResponse, OUE, SUE, OLH, BLH)
 TIE_RTOL = 1e-6
+
+
+def frequency_candidates() -> tuple[str, ...]:
+    """The oracles `choose_frequency` compares, cheapest aggregation first (the last tie-break)."""
+    return registry.by_preference(registry.FREQUENCY)
 
 
 def choose_frequency(epsilon: float, domain_size: int) -> str:
@@ -32,11 +32,9 @@ def choose_frequency(epsilon: float, domain_size: int) -> str:
     >>> choose_frequency(1.0, 4), choose_frequency(1.0, 1024), choose_frequency(4.0, 16)
     ('grr', 'oue', 'grr')
     """
-    oracles = [cls(epsilon, domain_size) for cls in CANDIDATES]
+    oracles = [registry.frequency_class(name)(epsilon, domain_size) for name in frequency_candidates()]
     best = min(o.worst_case_variance() for o in oracles)
     tied = [
-        (o.report_bits, rank, o.name)
-        for rank, o in enumerate(oracles)
-        if o.worst_case_variance() <= best * (1 + TIE_RTOL)
+        (o.report_bits, o.auto_rank, o.name) for o in oracles if o.worst_case_variance() <= best * (1 + TIE_RTOL)
     ]
     return min(tied)[2]

@@ -34,6 +34,7 @@ class GRR(FrequencyOracle):
     """
 
     name: ClassVar[str] = "grr"
+    auto_rank: ClassVar[int] = 10  # aggregation: one bincount
 
     @property
     def p(self) -> float:

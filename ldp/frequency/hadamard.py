@@ -65,6 +65,7 @@ class HadamardResponse(FrequencyOracle):
     """
 
     name: ClassVar[str] = "hadamard"
+    auto_rank: ClassVar[int] = 20  # aggregation: one bincount and one transform
 
     @property
     def rows(self) -> int:

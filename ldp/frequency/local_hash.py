@@ -187,6 +187,7 @@ class BLH(LocalHash):
     """
 
     name: ClassVar[str] = "blh"
+    auto_rank: ClassVar[int] = 60  # aggregation: a hash per report and value, after OLH's
 
     def buckets(self) -> int:
         return 2
@@ -206,6 +207,7 @@ class OLH(LocalHash):
     """
 
     name: ClassVar[str] = "olh"
+    auto_rank: ClassVar[int] = 50  # aggregation: a hash per report and value
 
     def buckets(self) -> int:
         return olh_buckets(self.epsilon)

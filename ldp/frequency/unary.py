@@ -112,6 +112,7 @@ class SUE(UnaryEncoding):
     """
 
     name: ClassVar[str] = "sue"
+    auto_rank: ClassVar[int] = 40  # aggregation: a column sum, after OUE's
 
     @property
     def p(self) -> float:
@@ -137,6 +138,7 @@ class OUE(UnaryEncoding):
     """
 
     name: ClassVar[str] = "oue"
+    auto_rank: ClassVar[int] = 30  # aggregation: a column sum
 
     @property
     def p(self) -> float:

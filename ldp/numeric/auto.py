@@ -6,32 +6,43 @@ variance of one attribute's report (000 Lemma 6). The crossovers of 000 Table I 
 Duchi's mechanism, eps# ~ 1.29 where PM overtakes Duchi's) come out of these formulas; tests check them.
 Note that at large eps the Staircase mechanism's variance (~ e^{-2 eps/3}) falls below HM's (~ e^{-eps/2}), so the
 choice there is Staircase: 000 only compares worst-case variances of bounded-output mechanisms.
+
+The candidates are the registered numeric mechanisms (`ldp.registry`), in the order of their classes' `auto_rank`:
+on a tie (HM equals Duchi for eps <= eps*) the earlier one wins. In one dimension those whose class says
+`auto_one_dimensional = False` (Harmony, which is then Duchi's mechanism) are left out.
 """
 
 from __future__ import annotations
 
 from ldp import registry
 from ldp.base import check_epsilon
-from ldp.multidim import VECTOR_NAMES, check_dims, make_vector_mechanism
+from ldp.multidim import check_dims, make_vector_mechanism, vector_names
 
-# Candidates in preference order: on a tie (HM equals Duchi for eps <= eps*) the earlier one wins.
-ONE_DIMENSIONAL = ("hm", "pm", "duchi", "staircase", "scdf", "laplace")
-VECTOR = ("hm", "pm", "harmony", "duchi", "staircase", "scdf", "laplace")
-assert set(VECTOR) == set(VECTOR_NAMES)
+
+def one_dimensional_candidates() -> tuple[str, ...]:
+    """The 1-D mechanisms `choose_numeric` and `choose_sampled` compare, in tie-break order."""
+    return registry.by_preference(
+        name for name in registry.NUMERIC if registry.numeric_class(name).auto_one_dimensional
+    )
+
+
+def vector_candidates() -> tuple[str, ...]:
+    """The vector mechanisms `choose_numeric` compares for d > 1, in tie-break order."""
+    return registry.by_preference(vector_names())
 
 
 def worst_case_variances(epsilon: float, dims: int = 1) -> dict[str, float]:
     """Worst-case variance of one attribute's report, per candidate mechanism, at budget eps over d attributes."""
     eps, d = check_epsilon(epsilon), check_dims(dims)
     if d == 1:
-        return {name: registry.make(name, eps).worst_case_variance() for name in ONE_DIMENSIONAL}  # type: ignore[attr-defined]
-    return {name: make_vector_mechanism(name, eps, d).worst_case_variance() for name in VECTOR}
+        return {name: registry.numeric_class(name)(eps).worst_case_variance() for name in one_dimensional_candidates()}
+    return {name: make_vector_mechanism(name, eps, d).worst_case_variance() for name in vector_candidates()}
 
 
 def sampled_worst_case_variance(name: str, epsilon: float, dims: int, k: int) -> float:
     """Worst case over t in [-1, 1] of (d/k)(a + (1 + b) t^2) - t^2: the 1-D mechanism `name` at eps/k used for one
     of d attributes of which each user reports k (000 Alg. 4 and Sec. IV-C), as in `ldp.mixed`."""
-    a, b = registry.make(name, check_epsilon(epsilon) / k).variance_coefficients()  # type: ignore[attr-defined]
+    a, b = registry.numeric_class(name)(check_epsilon(epsilon) / k).variance_coefficients()
     scale = check_dims(dims) / check_dims(k)
     return max(scale * a, scale * (a + 1 + b) - 1)  # linear in t^2: an end point
 
@@ -44,4 +55,4 @@ def choose_numeric(epsilon: float, dims: int = 1) -> str:
 
 def choose_sampled(epsilon: float, dims: int, k: int) -> str:
     """The 1-D mechanism with the lowest `sampled_worst_case_variance` (the mixed collector's "auto")."""
-    return min(ONE_DIMENSIONAL, key=lambda name: sampled_worst_case_variance(name, epsilon, dims, k))
+    return min(one_dimensional_candidates(), key=lambda name: sampled_worst_case_variance(name, epsilon, dims, k))

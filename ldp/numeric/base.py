@@ -13,12 +13,17 @@ so a mechanism declares the pair (a, b) and inherits `variance`, `worst_case_var
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from ldp.base import Column, Estimate, LDPError, Mechanism, Reports, ReportSchema, check_epsilon
 
+# How `ldp.multidim.make_vector_mechanism` extends a 1-D mechanism to d attributes (its module docstring):
+# "sample" k of d attributes at eps/k (000 Alg. 4), "sample_one" one attribute at eps (001 Alg. 2), "split" every
+# attribute at eps/d, "duchi" Duchi et al.'s d-dimensional mechanism (000 Alg. 3).
+VectorScheme = Literal["sample", "sample_one", "split", "duchi"]
 NUMERIC_STATS_SIZE = 3  # count, sum of reports, sum of squared reports
 # Above this budget the closed forms lose all precision in float64 (PM's centre mass e^{eps/2}/(e^{eps/2}+1)
 # rounds to 1 near eps = 75) while the privacy guarantee is already void; such an epsilon is refused.
@@ -84,6 +89,11 @@ def quadratic_mean_estimate(
 
 class NumericMechanism(Mechanism):
     """An epsilon-LDP mechanism for one value t in [-1, 1]: reports {"value": float64 (n,)} with E[t*] = t."""
+
+    vector_scheme: ClassVar[VectorScheme]
+    # False for a mechanism that in one dimension is another registered one (Harmony is Duchi's): `auto` then
+    # considers it for d > 1 only (`ldp.numeric.auto`).
+    auto_one_dimensional: ClassVar[bool] = True
 
     def __init__(self, epsilon: float) -> None:
         self.epsilon = check_numeric_epsilon(epsilon)

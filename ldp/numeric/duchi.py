@@ -29,7 +29,7 @@ from typing import ClassVar
 import numpy as np
 
 from ldp.base import check_epsilon
-from ldp.numeric.base import NumericMechanism
+from ldp.numeric.base import NumericMechanism, VectorScheme
 
 
 def duchi_bound_1d(epsilon: float) -> float:
@@ -72,6 +72,8 @@ class Duchi(NumericMechanism):
     """
 
     name: ClassVar[str] = "duchi"
+    auto_rank: ClassVar[int] = 40
+    vector_scheme: ClassVar[VectorScheme] = "duchi"
 
     @property
     def bound(self) -> float:

@@ -21,3 +21,6 @@ class Harmony(Duchi):
     """
 
     name = "harmony"
+    auto_rank = 30
+    vector_scheme = "sample_one"
+    auto_one_dimensional = False  # in one dimension it is Duchi's mechanism

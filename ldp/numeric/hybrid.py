@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ldp.numeric.base import NumericMechanism
+from ldp.numeric.base import NumericMechanism, VectorScheme
 from ldp.numeric.duchi import Duchi
 from ldp.numeric.piecewise import Piecewise
 
@@ -45,6 +45,8 @@ class Hybrid(NumericMechanism):
     """
 
     name: ClassVar[str] = "hm"
+    auto_rank: ClassVar[int] = 10  # first: for eps <= eps* HM is Duchi's mechanism, and HM is the one chosen
+    vector_scheme: ClassVar[VectorScheme] = "sample"
 
     def __init__(self, epsilon: float) -> None:
         super().__init__(epsilon)

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ldp.numeric.base import NumericMechanism
+from ldp.numeric.base import NumericMechanism, VectorScheme
 
 SENSITIVITY = 2.0  # width of [-1, 1]
 
@@ -29,6 +29,8 @@ class Laplace(NumericMechanism):
     """
 
     name: ClassVar[str] = "laplace"
+    auto_rank: ClassVar[int] = 70
+    vector_scheme: ClassVar[VectorScheme] = "split"
 
     @property
     def scale(self) -> float:

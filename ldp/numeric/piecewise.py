@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ldp.numeric.base import NumericMechanism
+from ldp.numeric.base import NumericMechanism, VectorScheme
 
 
 class Piecewise(NumericMechanism):
@@ -39,6 +39,8 @@ class Piecewise(NumericMechanism):
     """
 
     name: ClassVar[str] = "pm"
+    auto_rank: ClassVar[int] = 20
+    vector_scheme: ClassVar[VectorScheme] = "sample"
 
     @property
     def _half(self) -> float:

@@ -27,11 +27,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from ldp.numeric.base import NumericMechanism
+from ldp.numeric.base import NumericMechanism, VectorScheme
 
 
 class StaircaseNoise(NumericMechanism):
     """Additive staircase noise with centre half-width m and centre density a (000 Eq. 2, corrected)."""
+
+    vector_scheme: ClassVar[VectorScheme] = "split"
 
     @property
     @abstractmethod
@@ -99,6 +101,7 @@ class SCDF(StaircaseNoise):
     """
 
     name: ClassVar[str] = "scdf"
+    auto_rank: ClassVar[int] = 60
 
     @property
     def m(self) -> float:
@@ -120,6 +123,7 @@ class Staircase(StaircaseNoise):
     """
 
     name: ClassVar[str] = "staircase"
+    auto_rank: ClassVar[int] = 50
 
     @property
     def m(self) -> float:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg import cho_solve
 from threadpoolctl import threadpool_limits
 
 from ldp.base import LDPError, check_epsilon
 from ldp.workload.baselines import baseline_strategies
-from ldp.workload.strategy import check_strategy, evaluate, factorize
+from ldp.workload.strategy import check_strategy, evaluate, factorize, normal_cholesky
 from ldp.workload.workloads import Workload
 
 OUTPUTS_PER_TYPE = 4  # m = 4n outputs by default (Sec. 4)
@@ -62,16 +62,15 @@ def project_bounded_simplex(r: np.ndarray, lower: np.ndarray, upper: np.ndarray)
 
 
 def objective_and_gradient(q: np.ndarray, gram: np.ndarray) -> tuple[float, np.ndarray]:
-    """L_avg(Q) (Thm. 3.8) and its gradient with respect to Q; (inf, zeros) where Q^T D^-1 Q is singular.
+    """L_avg(Q) (Thm. 3.8) and its gradient with respect to Q; (inf, zeros) where Q^T D^-1 Q is singular
+    (`normal_cholesky`).
 
     With M = Q^T D^-1 Q, D = diag(Q 1), X = M^-1 G M^-1 and dM = dQ^T D^-1 Q + Q^T D^-1 dQ - Q^T D^-2 diag(dQ 1) Q:
     dL = -trace(X dM) / n, so grad = [-2 D^-1 Q X + r 1^T] / n with r_o = (Q X Q^T)[o, o] / d_o^2.
     """
     n = q.shape[1]
-    scaled = q / q.sum(axis=1, keepdims=True)  # D^-1 Q
-    try:
-        factor = cho_factor(q.T @ scaled)
-    except np.linalg.LinAlgError:
+    scaled, factor = normal_cholesky(q)  # D^-1 Q and the Cholesky factor of M
+    if factor is None:
         return float("inf"), np.zeros_like(q)
     minv_g = cho_solve(factor, gram)
     value = float((np.trace(minv_g) - np.trace(gram)) / n)

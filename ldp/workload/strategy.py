@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg.lapack import dpocon
 
 from ldp.base import LDPError, check_epsilon
 from ldp.workload.workloads import Workload
@@ -21,6 +22,8 @@ from ldp.workload.workloads import Workload
 ALPHA = 0.01  # target normalised variance of the sample complexity (our comparisons' value)
 LDP_RTOL = 1e-9  # floating-point slack of the exact row-ratio check (a relative privacy loss of 1e-9)
 _RANK_RTOL = 1e-10  # eigenvalues of Q^T D^-1 Q below this fraction of the largest are treated as zero
+# Q^T D^-1 Q with a reciprocal condition number at or below this counts as singular (`normal_cholesky`): 4096 ulps.
+SINGULAR_RCOND = 2.0**12 * float(np.finfo(np.float64).eps)
 
 
 def check_distributions(q: np.ndarray, atol: float = 1e-9) -> np.ndarray:
@@ -136,14 +139,34 @@ def check_factorization(v: np.ndarray, q: np.ndarray, w: np.ndarray, rtol: float
         raise LDPError(f"V Q differs from W by up to {error!r}: not a factorization of the workload")
 
 
-def average_case_objective(q: np.ndarray, gram: np.ndarray) -> float:
-    """L_avg(Q) = trace[(Q^T D^-1 Q)^-1 W^T W] / n - trace(W^T W) / n (Thm. 3.8), inf if Q^T D^-1 Q is singular."""
-    n = q.shape[1]
-    m = q.T @ (q / q.sum(axis=1, keepdims=True))
+def normal_cholesky(q: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, bool] | None]:
+    """D^-1 Q, and the Cholesky factor of M = Q^T D^-1 Q for `cho_solve`, or None when M is singular.
+
+    Singular means: LAPACK's estimate of M's reciprocal condition number (1-norm, `dpocon`) is at most
+    `SINGULAR_RCOND`, or the factorisation breaks down. A Q whose rows span fewer than n dimensions (the Fourier
+    strategy of order 3 on 4 attributes) gives an M that is singular in exact arithmetic; rounding leaves it with
+    an rcond of a few ulps or a negative pivot, and which of the two depends on the BLAS kernels. The tolerance
+    classifies it the same way everywhere: for n <= 128 and eps >= 0.1 the rank-deficient baselines have
+    rcond < 1e-16 and the others rcond > 1e-7, and an M above the tolerance still gets about 3.6 correct digits
+    from the Cholesky solve (relative error ~ ulp / rcond).
+    """
+    scaled = q / q.sum(axis=1, keepdims=True)
+    m = q.T @ scaled
     try:
         factor = cho_factor(m)
     except np.linalg.LinAlgError:
+        return scaled, None
+    rcond, _ = dpocon(factor[0], float(np.abs(m).sum(axis=0).max()), uplo="L" if factor[1] else "U")
+    return scaled, (factor if rcond > SINGULAR_RCOND else None)
+
+
+def average_case_objective(q: np.ndarray, gram: np.ndarray) -> float:
+    """L_avg(Q) = trace[(Q^T D^-1 Q)^-1 W^T W] / n - trace(W^T W) / n (Thm. 3.8), inf if Q^T D^-1 Q is singular
+    (`normal_cholesky`)."""
+    _, factor = normal_cholesky(q)
+    if factor is None:
         return float("inf")
+    n = q.shape[1]
     return float(np.trace(cho_solve(factor, gram)) / n - np.trace(gram) / n)
 
 

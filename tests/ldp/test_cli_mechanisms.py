@@ -62,7 +62,6 @@ def test_variance_contract(app: typer.Typer, name: str, dims: int) -> None:
 
 
 def test_variance_of_a_frequency_oracle(app: typer.Typer) -> None:
-    pytest.importorskip("ldp.frequency.unary")
     code, out = invoke(app, "mechanisms", "variance", "-m", "oue", "-e", "1", "--domain", "32", "--json")
     assert code == 0
     payload = json.loads(out)

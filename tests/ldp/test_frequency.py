@@ -20,7 +20,7 @@ from ldp.frequency.unary import bernoulli_bits, bit_column_sums
 from ldp.postprocess import make_consistent
 from tests.ldp.checks import CHECKS, EPSILONS, MechanismCase, Z
 
-NAMES = ("grr", "sue", "oue", "blh", "olh", "hadamard")
+NAMES = tuple(registry.FREQUENCY)  # every registered oracle goes through the checks below
 K = 12  # not a power of 2: the Hadamard response pads it to 16
 # A skewed distribution with four values nobody holds (the rare-value limit of 004 Table 1).
 TRUE_FREQS = np.array([0.3, 0.2, 0.15, 0.1, 0.1, 0.05, 0.05, 0.05, 0.0, 0.0, 0.0, 0.0])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import numpy as np
@@ -20,16 +19,6 @@ NUMERIC = [
     NumericAttribute("load", -5.0, 5.0, mechanism="pm"),
     NumericAttribute("battery", 0.0, 1.0, mechanism="duchi"),
 ]
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # the parent package is absent
-        return False
-
-
-HAS_FREQUENCY_ORACLES = all(_importable(f"ldp.frequency.{m}") for m in ("grr", "unary"))
 
 
 def numeric_records(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
@@ -153,7 +142,6 @@ def test_bad_input() -> None:
 
 # --- categorical attributes (the frequency oracles of ldp.frequency) ------------------------------------------
 
-needs_oracles = pytest.mark.skipif(not HAS_FREQUENCY_ORACLES, reason="ldp.frequency not available")
 MIXED = [
     NumericAttribute("age", 18.0, 90.0),
     CategoricalAttribute("os", 4, oracle="grr"),
@@ -169,7 +157,6 @@ def mixed_records(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     }
 
 
-@needs_oracles
 @pytest.mark.parametrize(("eps", "k"), [(1.0, None), (4.0, 2), (3.0, 3)])
 def test_categorical_frequencies_unbiased(eps: float, k: int | None) -> None:
     collector = MixedCollector(MIXED, eps, k=k)
@@ -184,7 +171,6 @@ def test_categorical_frequencies_unbiased(eps: float, k: int | None) -> None:
         assert np.all(z <= 4), (name, z)
 
 
-@needs_oracles
 def test_categorical_stderr_matches_replicated_variance() -> None:
     collector = MixedCollector(MIXED, 2.0)
     rng = np.random.default_rng(35)
@@ -199,7 +185,6 @@ def test_categorical_stderr_matches_replicated_variance() -> None:
     assert np.all(np.abs(ratio - 1) <= 4 * math.sqrt(2 / (replicates - 1))), ratio
 
 
-@needs_oracles
 def test_unknown_category_rejected() -> None:
     collector = MixedCollector(MIXED, 1.0)
     records = mixed_records(np.random.default_rng(0), 20)
