@@ -9,7 +9,7 @@ from scipy.special import expit
 from sgd_coordinator.datasets import synthetic
 from sgd_coordinator.models import TrainingError
 from sgd_coordinator.offline import compare_offline, train_offline
-from sgd_coordinator.training import TrainingJob
+from sgd_coordinator.training import GRADIENT_MECHANISMS, TrainingJob
 
 
 def test_each_device_takes_part_at_most_once_and_the_population_runs_out() -> None:
@@ -72,7 +72,7 @@ def test_private_and_non_private_runs_share_devices_order_and_schedule() -> None
     assert not np.array_equal(private.trainer.params, baseline.trainer.params)  # the noise did enter
 
 
-@pytest.mark.parametrize("mechanism", ["hm", "pm", "duchi", "laplace", "harmony"])
+@pytest.mark.parametrize("mechanism", GRADIENT_MECHANISMS)
 def test_private_logistic_regression_learns(mechanism: str) -> None:
     """eps = 4, d = 5, 100k devices, g = 500: every mechanism ends well below the 0.5 of an untrained model."""
     data = synthetic("logistic", 110_000, 5, seed=8)
