@@ -69,6 +69,10 @@ EXIT_CRASHED = 70  # the exit status of a worker that met an unexpected exceptio
 OUTAGE_RETRY_S = 0.5
 MAX_OUTAGE_S = 300.0
 SPEC_POLL_S = 5.0
+# A worker that dies without leaving its consumer group (SIGKILL, a crash exit) holds its partitions until the
+# group's session times out: faust's default of 60 s made every crash a minute of stall; 10 s is the broker's
+# allowed range (group.min.session.timeout.ms = 6 s) with heartbeats every 2.5 s.
+SESSION_TIMEOUT_S = 10.0
 OUTAGES = (redis.ConnectionError, redis.TimeoutError, DeliveryTimeout)
 
 
@@ -311,7 +315,8 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     app = faust.App(cfg.group, broker=f"kafka://{cfg.bootstrap}", store="memory://", web_enabled=False,
                     datadir=str(state / cfg.group), consumer_auto_offset_reset="earliest", topic_partitions=8,
                     stream_buffer_maxsize=max(4096, 4 * cfg.max_messages), broker_commit_every=cfg.max_messages,
-                    consumer_max_fetch_size=8 * 1024 * 1024)
+                    consumer_max_fetch_size=8 * 1024 * 1024, broker_session_timeout=SESSION_TIMEOUT_S,
+                    broker_heartbeat_interval=SESSION_TIMEOUT_S / 4)
     store = store or RedisStore(cfg.redis_url)
     seen = SeenDevices(store)
     marks = RedisCrashMarks(store.redis) if isinstance(store, RedisStore) else MemoryCrashMarks()
