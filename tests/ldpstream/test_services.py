@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ldpstream.services import KafkaService, RedisService, ServiceError, Settings
+from ldpstream.services import KafkaService, RedisService, ServiceError
 from ldpstream.services.kafka import kafka_cluster_id
 from runtime.process import port_in_use, read_pid
+from runtime.settings import Settings
 
 
 @pytest.fixture
