@@ -8,11 +8,14 @@ write, so the fixed costs are paid once per micro-batch, not once per partition;
    the batch, and so its dead letters, come again);
 3. apply the statistics, outcome counters, new devices and the new offset in one atomic Redis script. If the script
    answers `overlap` (part of the batch was applied: a replay after a rebalance), drop the messages at or below
-   the applied offset, forget those partitions' dedupe lists and go to 1; if it answers `stale` (another worker
-   applied batches of a partition since its lists were loaded), forget them and go to 1; `skipped` (all of it was
-   applied) ends here.
+   the applied offset, forget those partitions' dedupe lists and go to 1; if it answers `gap` (the store went back
+   in time: a partition's batch starts beyond its applied offset + 1), drop those partitions' messages, forget
+   their lists, have them read again from applied + 1 (`restart_worker`) and go to 1 with the rest; if it answers
+   `stale` (another worker applied batches of a partition since its lists were loaded), forget them and go to 1;
+   `skipped` (all of it was applied) ends here.
 faust acks (and later commits) the events only after this returns. On every partition assignment the consumer
-seeks each partition to the offset after the one the store has applied (`StoreSeekingConsumer`), so Kafka's
+seeks each partition to the offset after the one the store has applied (`StoreSeekingConsumer`), or to where
+Kafka's log now starts if retention deleted messages never applied (reported: `runtime.offsets`), so Kafka's
 committed offsets are never trusted: a batch is counted once whatever faust committed.
 
 Only one agent instance runs per worker process (concurrency 1): faust commits offsets past in-flight events
@@ -28,8 +31,9 @@ import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import faust
@@ -41,12 +45,13 @@ from faust.types import TP
 from aggregator.dedupe import SeenDevices
 from aggregator.plans import PlanRegistry
 from aggregator.processing import PartitionProcessor
-from aggregator.store import RedisStore, StatsStore
+from aggregator.store import NOT_APPLIED, RedisStore, StatsStore
 from collection.topics import collection_of, is_report_topic, source, source_partition
 from runtime import metrics
 from runtime.clock import now_ms
 from runtime.dlq import DeadLetter, DeadLetterProducer, DeliveryTimeout, Message
 from runtime.kafka import existing_topics
+from runtime.offsets import resume_offset
 from runtime.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,6 +65,16 @@ RESTART = threading.Event()  # set when the worker stops to resubscribe; `python
 OUTAGE_RETRY_S = 0.5
 MAX_OUTAGE_S = 300.0
 SPEC_POLL_S = 5.0
+
+
+def restart_worker(reason: str) -> None:
+    """Stop this worker cleanly (as on SIGTERM: the batch in hand is applied whole or not at all) and have `python -m
+    aggregator` execute it afresh; the new process seeks every partition it is assigned to the store's applied
+    offset + 1 (`StoreSeekingConsumer`)."""
+    if not RESTART.is_set():
+        log.warning("%s: restarting the worker", reason)
+        RESTART.set()
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -83,11 +98,23 @@ class BatchHandler:
     """
 
     def __init__(self, store: StatsStore, plans: PlanRegistry, dlq: DeadLetterProducer,
-                 seen: SeenDevices | None = None) -> None:
+                 seen: SeenDevices | None = None, reread: Callable[[str], None] = restart_worker) -> None:
         self.store = store
         self.dlq = dlq
         self.seen = seen if seen is not None else SeenDevices(store)
         self.processor = PartitionProcessor(plans.get, now_ms)
+        # How partitions whose store went back in time get read again from its applied offset + 1 (called with the
+        # reason), and those partitions: their messages are dropped until then.
+        #
+        # A clean restart of the worker process, not a seek back in this process. faust keeps already fetched
+        # events of a partition in several places (the consumer thread's fetch buffers, the conductor's channel,
+        # take_events' buffer); after a seek back they still arrive ahead of the re-read ones, and faust's own
+        # bookkeeping (the read offset below which it drops messages, the acked-offset gaps it commits from) is not
+        # made to move backwards. A new process has no buffers and runs the one seek path there is
+        # (`StoreSeekingConsumer`, on every assignment). Recovery costs a stop, an exec and a rejoin of the
+        # consumer group (measured: README, "The delivery guarantee"), and a store going back in time is rare.
+        self.reread = reread
+        self.rereading: set[tuple[str, int]] = set()
 
     async def handle(self, events: Sequence[Any]) -> None:
         """Handle a micro-batch's events, topic by topic."""
@@ -119,6 +146,8 @@ class BatchHandler:
         started = time.perf_counter()
         collection = collection_of(topic)
         sent: set[tuple[int, int, str, tuple[int, ...] | None]] = set()
+        if self.rereading:
+            messages = [m for m in messages if (topic, m.partition) not in self.rereading]
         for _ in range(MAX_APPLY_ROUNDS):
             if not messages:
                 metrics.BATCHES.labels("skipped").inc()
@@ -142,7 +171,21 @@ class BatchHandler:
             self.seen.invalidate(topic, [source_partition(name) for name in outcome.applied])
             if status == "overlap":  # some partitions' messages are applied already (a replay): drop them
                 messages = [m for m in messages if m.offset > outcome.applied.get(source(topic, m.partition), -1)]
+            if status == "gap":  # the store went back in time: read these partitions again from applied + 1
+                self._reread(topic, messages, outcome.applied)
+                messages = [m for m in messages if (topic, m.partition) not in self.rereading]
         raise RuntimeError(f"{topic}: micro-batch not applied after {MAX_APPLY_ROUNDS} rounds")
+
+    def _reread(self, topic: str, messages: list[Message], applied: Mapping[str, int]) -> None:
+        """Have the partitions of `applied` read again from their applied offset + 1; drop their messages meanwhile."""
+        firsts: dict[int, int] = {}
+        for m in messages:
+            firsts.setdefault(m.partition, m.offset)
+        gaps = ", ".join(f"{name} applied {offset}, batch from {firsts[source_partition(name)]}"
+                         for name, offset in sorted(applied.items()))
+        log.warning("the store went back in time (it lost writes it had acknowledged): %s", gaps)
+        self.rereading.update((topic, source_partition(name)) for name in applied)
+        self.reread(f"re-read from the store's applied offset + 1: {', '.join(sorted(applied))}")
 
     @staticmethod
     def _count(collection: str, outcomes: Mapping[str, int], letters: list[DeadLetter]) -> None:
@@ -162,18 +205,20 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed = dict(await super().seek_to_committed())
         self.seen.clear()
+        reports = [tp for tp in self.assignment() if is_report_topic(tp.topic)]
+        log_starts = await self.earliest_offsets(*reports) if reports else {}
         applied: dict[str, dict[str, int]] = {}
-        for tp in self.assignment():
-            if not is_report_topic(tp.topic):
-                continue
+        for tp in reports:
             collection = collection_of(tp.topic)
             if collection not in applied:
                 applied[collection] = await self._applied_offsets(collection)
-            last = applied[collection].get(source(tp.topic, tp.partition))
-            position = 0 if last is None else last + 1
+            name = source(tp.topic, tp.partition)
+            last = applied[collection].get(name, NOT_APPLIED)
+            position = resume_offset(tp.topic, tp.partition, last, log_starts[tp],
+                                     partial(self.store.skip_lost, collection, name))
             await self._seek(tp, position)
             committed[tp] = position
-            log.info("seek %s:%s to %s (applied in store: %s)", tp.topic, tp.partition, position, last)
+            log.info("seek %s to %s (applied in store: %s, log start: %s)", name, position, last, log_starts[tp])
         return committed
 
     async def _applied_offsets(self, collection: str) -> dict[str, int]:
@@ -231,10 +276,8 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
         except KafkaException as exc:  # Kafka unreachable: look again at the next tick
             log.warning("cannot list published collections: %s", exc)
             return
-        if new and not RESTART.is_set():
-            log.warning("newly published collections %s: restarting the worker to subscribe", new)
-            RESTART.set()
-            os.kill(os.getpid(), signal.SIGTERM)
+        if new:
+            restart_worker(f"newly published collections {new}: subscribing")
 
     @app.agent(reports, concurrency=1)
     async def aggregate(stream: faust.StreamT) -> None:  # type: ignore[type-arg]

@@ -3,6 +3,8 @@ memory checkpoint, no Kafka) gives the model the offline driver's `Trainer.apply
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -70,3 +72,23 @@ def test_a_population_that_cannot_fill_the_version_finishes_the_job() -> None:
         coordinator._step()
     state = store.load("short")
     assert state is not None and state.t == 2 and state.done and state.stop_reason == "population_exhausted"
+
+
+def test_a_checkpoint_that_went_back_in_time_is_noticed_and_nothing_is_written() -> None:
+    job = TrainingJob(job_id="back", model="linear", dims=2, epsilon=1.0, batch_size=10)
+    coordinator, store = coordinator_for(job)
+    data = synthetic("linear", 6, 2, seed=0)
+    pseudonyms = device_pseudonyms(job.job_id, 6)
+    rng = np.random.default_rng(0)
+    trainer = Trainer.start(job)
+    messages = [encode_gradients(perturb_gradients(trainer, gradient_mechanism(job), data.x[rows], data.y[rows],
+                                                   pseudonyms[rows], rng)) for rows in ([0, 1], [2, 3], [4, 5])]
+    assert coordinator.handle_partition(0, [Message(0, messages[0])])
+    assert not coordinator.handle_partition(0, [Message(4, messages[1])])  # offsets 1-3 were never applied: a gap
+    held = store.load(job.job_id)
+    assert held is not None and held.count == 2
+    coordinator.state = replace(held, count=3)  # the coordinator saw more gradients stored than there are now
+    assert not coordinator.handle_partition(0, [Message(1, messages[2])])
+    assert store.offsets(job.job_id) == {"ldp.sgd.gradients:0": 0} and len(store.participants(job.job_id)) == 2
+    coordinator.state = held
+    assert coordinator.handle_partition(0, [Message(1, messages[2])]) and store.versions(job.job_id) == {0: 4}
