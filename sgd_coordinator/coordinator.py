@@ -233,6 +233,12 @@ class GradientGatherer:
         return Gathered(update, letters)
 
 
+def went_back(stored: JobState, held: JobState) -> bool:
+    """True if the checkpoint holds an older version of the job, or fewer of its gradients, than the coordinator
+    saw stored before: it lost writes it had acknowledged (only the job's one coordinator moves it, and forward)."""
+    return (stored.t, stored.count) < (held.t, held.count)
+
+
 def start_offsets(bootstrap: str, topic: str = GRADIENTS_TOPIC) -> dict[str, int]:
     """The applied offset that makes a new job start at each partition's current end: "topic:p" -> end - 1."""
     return {source(topic, p): end - 1 for p, end in end_offsets(bootstrap, topic, "ldp-sgd-watermarks").items()}
@@ -408,8 +414,8 @@ class Coordinator:
         for _ in range(MAX_APPLY_ROUNDS):
             state = self.checkpoint.load(self.job.job_id)
             assert state is not None
-            if self.state is not None and (state.t, state.count) < (self.state.t, self.state.count):
-                return False  # an older version, or fewer of its gradients, than this coordinator saw stored
+            if self.state is not None and went_back(state, self.state):
+                return False
             applied = self.checkpoint.offsets(self.job.job_id).get(source_name, NOT_APPLIED)
             messages = [m for m in messages if m.offset > applied]
             if not messages:
@@ -451,6 +457,9 @@ class Coordinator:
             trainer = state.trainer().apply_mean(state.gradient_sum / state.count)
             left = self.devices_left(state)
             if not self.checkpoint.advance(self.job.job_id, state.t, trainer, trainer.stop_reason(left)):
+                stored = self.checkpoint.load(self.job.job_id)
+                if stored is not None and went_back(stored, state):
+                    return  # the next micro-batch finds it so, and every partition is read again
                 raise RuntimeError(f"job {self.job.job_id}: the checkpoint moved on under this coordinator")
         else:
             left = self.devices_left(state)
