@@ -18,6 +18,10 @@ seeks each partition to the offset after the one the store has applied (`StoreSe
 Kafka's log now starts if retention deleted messages never applied (reported: `runtime.offsets`), so Kafka's
 committed offsets are never trusted: a batch is counted once whatever faust committed.
 
+A store that went back in time is also noticed without a batch to find it (a partition that gets no more messages):
+every `STORE_CHECK_S` the worker compares the store's applied offsets with those it applied itself
+(`BatchHandler.check_store`) and has the partitions behind read again.
+
 Only one agent instance runs per worker process (concurrency 1): faust commits offsets past in-flight events
 when an agent's concurrency is > 1. Scale out with more worker processes in the same consumer group.
 """
@@ -65,6 +69,7 @@ RESTART = threading.Event()  # set when the worker stops to resubscribe; `python
 OUTAGE_RETRY_S = 0.5
 MAX_OUTAGE_S = 300.0
 SPEC_POLL_S = 5.0
+STORE_CHECK_S = 5.0  # how often a worker compares the store's applied offsets with those it applied
 
 
 def restart_worker(reason: str) -> None:
@@ -172,18 +177,36 @@ class BatchHandler:
             if status == "overlap":  # some partitions' messages are applied already (a replay): drop them
                 messages = [m for m in messages if m.offset > outcome.applied.get(source(topic, m.partition), -1)]
             if status == "gap":  # the store went back in time: read these partitions again from applied + 1
-                self._reread(topic, messages, outcome.applied)
+                firsts = {m.partition: m.offset for m in reversed(messages)}  # each partition's lowest
+                self._reread(topic, outcome.applied, {p: f"batch from {o}" for p, o in firsts.items()})
                 messages = [m for m in messages if (topic, m.partition) not in self.rereading]
         raise RuntimeError(f"{topic}: micro-batch not applied after {MAX_APPLY_ROUNDS} rounds")
 
-    def _reread(self, topic: str, messages: list[Message], applied: Mapping[str, int]) -> None:
-        """Have the partitions of `applied` read again from their applied offset + 1; drop their messages meanwhile."""
-        firsts: dict[int, int] = {}
-        for m in messages:
-            firsts.setdefault(m.partition, m.offset)
-        gaps = ", ".join(f"{name} applied {offset}, batch from {firsts[source_partition(name)]}"
-                         for name, offset in sorted(applied.items()))
-        log.warning("the store went back in time (it lost writes it had acknowledged): %s", gaps)
+    def check_store(self) -> None:
+        """Notice a store that went back in time without a batch to find it (a partition that receives nothing
+        more): a partition this worker applied up to some offset, whose applied offset in the store is now lower,
+        is read again as after a `gap`. (Only this worker moves the partition's lists; the store's offset of a
+        partition moves forward in every other case.)"""
+        stored: dict[str, dict[str, int]] = {}
+        behind: dict[str, dict[int, int]] = defaultdict(dict)
+        for (topic, partition), synced in self.seen.applied().items():
+            collection = collection_of(topic)
+            if collection not in stored:
+                stored[collection] = self.store.offsets(collection)
+            if (topic, partition) not in self.rereading and (
+                    stored[collection].get(source(topic, partition), NOT_APPLIED) < synced):
+                behind[topic][partition] = synced
+        for topic, synced_at in behind.items():
+            self.seen.invalidate(topic, list(synced_at))
+            applied = {source(topic, p): stored[collection_of(topic)].get(source(topic, p), NOT_APPLIED)
+                       for p in synced_at}
+            self._reread(topic, applied, {p: f"this worker applied up to {o}" for p, o in synced_at.items()})
+
+    def _reread(self, topic: str, applied: Mapping[str, int], seen: Mapping[int, str]) -> None:
+        """Have the partitions of `applied` read again from their applied offset + 1 (`seen`: what this worker saw
+        of each instead); drop their messages meanwhile."""
+        log.warning("the store went back in time (it lost writes it had acknowledged): %s", ", ".join(
+            f"{name} applied {offset}, {seen[source_partition(name)]}" for name, offset in sorted(applied.items())))
         self.rereading.update((topic, source_partition(name)) for name in applied)
         self.reread(f"re-read from the store's applied offset + 1: {', '.join(sorted(applied))}")
 
@@ -278,6 +301,13 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
             return
         if new:
             restart_worker(f"newly published collections {new}: subscribing")
+
+    @app.timer(STORE_CHECK_S)
+    async def notice_a_store_gone_back() -> None:
+        try:
+            handler.check_store()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:  # Redis unreachable: look at the next tick
+            log.warning("cannot compare the store's applied offsets: %s", exc)
 
     @app.agent(reports, concurrency=1)
     async def aggregate(stream: faust.StreamT) -> None:  # type: ignore[type-arg]

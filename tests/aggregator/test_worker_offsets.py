@@ -10,7 +10,7 @@ from test_processing import PLAN, TOPIC, Plan, message
 
 from aggregator.plans import PlanRegistry
 from aggregator.processing import Message
-from aggregator.store import MemoryStore
+from aggregator.store import NOT_APPLIED, MemoryStore
 from aggregator.worker import BatchHandler
 from collection.spec import parse_spec
 from runtime.dlq import DeadLetter, DeadLetterProducer
@@ -63,3 +63,18 @@ def test_a_gap_has_its_partition_read_again_and_the_others_applied(
     h.handle_topic(TOPIC, [reports(0, 2, 20), reports(1, 6, 20)])  # until the re-read, its messages are dropped
     assert store.offsets("unit") == {f"{TOPIC}:0": 2, f"{TOPIC}:1": 0} and len(reasons) == 1
     assert store.outcomes("unit") == {"accepted": 8}
+
+
+def test_a_store_gone_back_is_noticed_without_a_batch_to_find_it(
+        handler: tuple[BatchHandler, MemoryStore, list[str]], caplog: Any) -> None:
+    h, store, reasons = handler
+    h.handle_topic(TOPIC, [reports(0, 0, 0), reports(0, 1, 10), reports(1, 0, 0)])
+    h.check_store()
+    assert reasons == []  # the store has what this worker applied
+    h.store = gone_back = MemoryStore()  # it lost everything, and no more messages come
+    gone_back.skip_lost("unit", f"{TOPIC}:1", NOT_APPLIED, 1)  # only partition 0's offset went back
+    h.check_store()
+    assert len(reasons) == 1 and h.rereading == {(TOPIC, 0)}
+    assert f"{TOPIC}:0 applied -1, this worker applied up to 1" in caplog.text
+    h.check_store()
+    assert len(reasons) == 1  # asked once

@@ -42,16 +42,25 @@ def went_back(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: after.get(k, NOT_APPLIED) for k, v in before.items() if after.get(k, NOT_APPLIED) < v}
 
 
-def aggregate_through_a_regression(c: Collection, log: Path, seed: int,
-                                   regress: Callable[[], dict[str, int]]) -> None:
-    """A worker aggregates a fleet while `regress()` (called mid-stream) makes the store go back in time and returns
-    the applied offsets it had just before; then every report must be counted once, as in an uninterrupted run."""
+def aggregate_through_a_regression(c: Collection, log: Path, seed: int, start_losing: Callable[[], None],
+                                   lose: Callable[[], None], quiet: bool = False) -> None:
+    """A worker aggregates a fleet; mid-stream, `start_losing()` marks where the store's writes start to be lost,
+    and after more batches (`quiet`: after the last report, so that no batch comes to find the gap) `lose()` makes
+    the store go back in time to that mark. Then every report must be counted once, as in an uninterrupted run."""
     fleet = send_in_background(c, DEVICES, rate=25_000, seed=seed)
     worker = c.start_worker(log)
     alive = lambda: worker.poll() is None  # noqa: E731 - a re-executed worker keeps its pid
     try:
         assert c.wait_accepted(30_000, 120, alive) >= 30_000, "the stream did not start"
-        before = regress()
+        start_losing()
+        if quiet:
+            fleet.join()
+            assert c.wait_accepted(DEVICES, 240, alive) == DEVICES
+        else:
+            accepted = c.accepted()
+            wait_for(lambda: c.accepted() >= accepted + 40_000, 60, "more batches applied after the mark")
+        before = c.store.offsets(c.spec.name)
+        lose()
         came_back = time.time()
         c.store = RedisStore(c.cfg.redis)
         behind = went_back(before, c.store.offsets(c.spec.name))
@@ -65,33 +74,33 @@ def aggregate_through_a_regression(c: Collection, log: Path, seed: int,
         stop_worker(worker)
     gaps = [t for t in log_times(log, GAP_LINE) if t >= came_back - 1]
     assert gaps, "the worker did not log the gap"
-    noticed = gaps[0]
     print(f"\n{len(behind)} partition(s) went back by {sum(before[k] - v for k, v in behind.items())} messages; "
-          f"gap noticed {noticed - came_back:.2f} s after the store came back, every such partition applying "
-          f"again {resumed - noticed:.2f} s after that")
+          f"gap noticed {gaps[0] - came_back:.2f} s after the store came back, every such partition applying "
+          f"again {resumed - gaps[0]:.2f} s after that")
     time.sleep(1.0)  # nothing more may arrive: a replay counted twice would show here
     assert c.store.outcomes(c.spec.name) == {"accepted": DEVICES}
     assert_statistics_equal(c, reference_run(c))
 
 
-def test_redis_killed_with_the_tail_of_its_append_only_file_lost(live_services: Settings, tmp_path: Path) -> None:
+@pytest.mark.parametrize("quiet", [False, True], ids=["more-reports-after", "no-report-after"])
+def test_redis_killed_with_the_tail_of_its_append_only_file_lost(live_services: Settings, tmp_path: Path,
+                                                                 quiet: bool) -> None:
     server = RedisServer(tmp_path / "redis")
     server.start()
     with ExitStack() as stack:
         stack.callback(server.stop)
         c = stack.enter_context(published_collection(replace(live_services, redis_url=server.url)))
+        cut: list[int] = []
 
-        def crash_and_lose_the_tail() -> dict[str, int]:
-            cut = server.incr_aof().stat().st_size  # what the disk keeps: the next writes never get there
-            accepted = c.accepted()
-            wait_for(lambda: c.accepted() >= accepted + 40_000, 60, "more batches applied after the cut point")
-            before = c.store.offsets(c.spec.name)
+        def mark() -> None:  # what the disk will have kept: the writes after this never get there
+            cut.append(server.incr_aof().stat().st_size)
+
+        def crash_and_lose_the_tail() -> None:
             server.kill()
-            server.cut_aof(cut)
+            server.cut_aof(cut[0])
             server.start()
-            return before
 
-        aggregate_through_a_regression(c, tmp_path / "worker.log", 31, crash_and_lose_the_tail)
+        aggregate_through_a_regression(c, tmp_path / "worker.log", 31, mark, crash_and_lose_the_tail, quiet)
 
 
 def replication(server: RedisServer, field: str) -> str:
@@ -124,19 +133,17 @@ def test_failover_to_a_replica_that_lagged(live_services: Settings, tmp_path: Pa
         c = stack.enter_context(published_collection(
             replace(live_services, redis_url=f"redis://127.0.0.1:{front.port}/0")))
 
-        def fail_over_to_the_lagging_replica() -> dict[str, int]:
-            link.switch(None)  # the replica stops receiving the primary's writes: it lags from here
-            accepted = c.accepted()
-            wait_for(lambda: c.accepted() >= accepted + 40_000, 60, "more batches applied on the primary alone")
-            before = RedisStore(primary.url).offsets(c.spec.name)
+        def fail_over_to_the_lagging_replica() -> None:
             lag = int(replication(primary, "master_repl_offset")) - int(replication(replica, "slave_repl_offset"))
-            assert lag > 0 and went_back(before, RedisStore(replica.url).offsets(c.spec.name)), "the replica kept up"
+            lagging = RedisStore(replica.url).offsets(c.spec.name)
+            assert lag > 0 and went_back(c.store.offsets(c.spec.name), lagging), (lag, lagging)
             primary.kill()
             replica.client().execute_command("REPLICAOF", "NO", "ONE")
             front.switch(replica.port)
-            return before
 
-        aggregate_through_a_regression(c, tmp_path / "worker.log", 32, fail_over_to_the_lagging_replica)
+        # the replica stops receiving the primary's writes (its link is cut): it lags from there
+        aggregate_through_a_regression(c, tmp_path / "worker.log", 32, lambda: link.switch(None),
+                                       fail_over_to_the_lagging_replica)
 
 
 def test_reports_kafka_deleted_before_they_were_applied_are_reported_and_not_waited_for(
