@@ -202,11 +202,11 @@ class BatchHandler:
                        for p in synced_at}
             self._reread(topic, applied, {p: f"this worker applied up to {o}" for p, o in synced_at.items()})
 
-    def _reread(self, topic: str, applied: Mapping[str, int], seen: Mapping[int, str]) -> None:
-        """Have the partitions of `applied` read again from their applied offset + 1 (`seen`: what this worker saw
-        of each instead); drop their messages meanwhile."""
+    def _reread(self, topic: str, applied: Mapping[str, int], instead: Mapping[int, str]) -> None:
+        """Have the partitions of `applied` read again from their applied offset + 1 (`instead`: what this worker
+        has seen of each instead); drop their messages meanwhile."""
         log.warning("the store went back in time (it lost writes it had acknowledged): %s", ", ".join(
-            f"{name} applied {offset}, {seen[source_partition(name)]}" for name, offset in sorted(applied.items())))
+            f"{name} applied {offset}, {instead[source_partition(name)]}" for name, offset in sorted(applied.items())))
         self.rereading.update((topic, source_partition(name)) for name in applied)
         self.reread(f"re-read from the store's applied offset + 1: {', '.join(sorted(applied))}")
 

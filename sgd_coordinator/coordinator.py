@@ -336,15 +336,15 @@ class Coordinator:
                     by_partition.setdefault(msg.partition() or 0, []).append(
                         Message(msg.offset() or 0, msg.value() or b"", partition=msg.partition() or 0))
                 before = self.state.t, self.state.done  # type: ignore[union-attr]
-                went_back = False
+                reread = False
                 for partition, messages in sorted(by_partition.items()):
                     if not self._waiting_out_outages(self.handle_partition, partition, messages):
-                        went_back = True
+                        reread = True
                         self._waiting_out_outages(self._reread, consumer)
                         break  # the rest of this batch is read again
                 self._waiting_out_outages(self._step)
                 assert self.state is not None
-                if went_back or (self.state.t, self.state.done) != before:  # a version recomputed may differ
+                if reread or (self.state.t, self.state.done) != before:  # a version recomputed may differ
                     self._waiting_out_outages(self.publisher.publish, self.state)
                     self._observe()
                     if on_version:
