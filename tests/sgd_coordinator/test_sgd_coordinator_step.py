@@ -1,5 +1,6 @@
 """One implementation of the math, two drivers: the Kafka coordinator's gather-checkpoint-update path (here on the
-memory checkpoint, no Kafka) gives the model the offline driver's `Trainer.apply` gives on the same reports."""
+memory checkpoint, no Kafka) gives the model the offline driver's `Trainer.apply` gives on the same reports. And
+that path's offset guard: a checkpoint gone back in time, gradients Kafka's retention deleted."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from confluent_kafka import TopicPartition
 
+import sgd_coordinator.coordinator as coordinator_module
 from aggregator.processing import Message
 from sgd_coordinator.checkpoint import MemoryCheckpoint
 from sgd_coordinator.coordinator import Coordinator
@@ -92,3 +95,28 @@ def test_a_checkpoint_that_went_back_in_time_is_noticed_and_nothing_is_written()
     assert store.offsets(job.job_id) == {"ldp.sgd.gradients:0": 0} and len(store.participants(job.job_id)) == 2
     coordinator.state = held
     assert coordinator.handle_partition(0, [Message(1, messages[2])]) and store.versions(job.job_id) == {0: 4}
+
+
+def test_gradients_deleted_by_retention_are_skipped_when_the_partitions_are_assigned(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    job = TrainingJob(job_id="retention", model="linear", dims=2, epsilon=1.0, batch_size=10)
+    store = MemoryCheckpoint()
+    coordinator = Coordinator(job, "unused:9092", store)
+    store.create(job, {"ldp.sgd.gradients:0": 9, "ldp.sgd.gradients:1": 4})
+
+    class Consumer:
+        """Partition 0's log starts at 3 (nothing lost), partition 1's at 20 (15-19 deleted, never applied)."""
+
+        assigned: list[TopicPartition] = []
+
+        def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+            return (3, 50) if tp.partition == 0 else (20, 60)
+
+        def assign(self, partitions: list[TopicPartition]) -> None:
+            self.assigned = partitions
+
+    consumer = Consumer()
+    monkeypatch.setattr(coordinator_module, "topic_partitions", lambda bootstrap, topic: 2)
+    coordinator._assign(consumer)  # type: ignore[arg-type]
+    assert [(tp.partition, tp.offset) for tp in consumer.assigned] == [(0, 10), (1, 20)]
+    assert store.offsets(job.job_id) == {"ldp.sgd.gradients:0": 9, "ldp.sgd.gradients:1": 19}
