@@ -130,7 +130,7 @@ def test_a_write_deduplicated_at_another_offset_is_stale(store: tuple[StatsStore
 def test_a_batch_beyond_the_applied_offset_is_a_gap_and_writes_nothing(store: tuple[StatsStore, str]) -> None:
     s, c = store
     assert s.apply(update(c, 10, [1, 2], first=0)).status == "applied"
-    gap = s.apply(update(c, 20, [3], first=15))  # 11-14 were never applied (the store went back in time)
+    gap = s.apply(update(c, 20, [3], first=15, expected=14))  # 11-14 never applied: the store went back in time
     assert (gap.status, gap.applied) == ("gap", {"t:0": 10})
     never = s.apply(update(c, 7, [4], source="t:1", first=5))  # nothing applied from t:1: it must start at 0
     assert (never.status, never.applied) == ("gap", {"t:1": NOT_APPLIED})
