@@ -131,6 +131,11 @@ class SeenDevices:
         with self._lock:
             return self._partitions.setdefault((topic, partition), _Partition(applied)).synced
 
+    def applied(self) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> the applied offset its lists match, for the partitions held at one offset."""
+        with self._lock:
+            return {key: state.synced for key, state in self._partitions.items() if state.synced != CONFLICT}
+
     def commit(self, topic: str, update: BatchUpdate, now_ms: int) -> None:
         """After `update` was applied: its devices join their lists and each partition is synced to its last
         offset; lists of windows too old to take reports (twice their length) are dropped."""

@@ -4,11 +4,12 @@ per-process ones are defined in `runtime.metrics`). Prefix `ldp_`, base units, b
 Labels and their values (no device ids, no free text):
 - collection: a published collection name (as many as there are collections);
 - outcome: accepted | rejected; reason: '' or one of `aggregator.processing.REASONS` (10 values);
-- status: applied | skipped | overlap | stale (a micro-batch's fate in the store);
+- status: applied | skipped | overlap | gap | stale (a micro-batch's fate in the store);
 - attribute / value: a spec's attribute names and categorical values, or a factorization attribute's workload
   queries (e.g. "<= v" for a prefix workload: K per attribute; bounded by the published specs);
 - window: all (the all-time window), or a window length such as 1h for the newest window of that length.
-- partition: a report topic's partition number (a spec's `partitions`, 8 by default).
+- partition: a report topic's partition number (a spec's `partitions`, 8 by default) or of `ldp.sgd.gradients`;
+- topic: a report topic (one per collection) or `ldp.sgd.gradients` (`ldp_lost_messages`).
 - job: an SGD training job's id (one coordinator per job); for `ldp_sgd_gradients`, outcome: accepted | dropped |
   rejected and reason: '' or one of `sgd_coordinator.coordinator`'s (stale, or the 7 `REJECT_REASONS`).
 Worker processes serve the per-process metrics (batches, latency, rejects seen by that worker); the API serves

@@ -6,9 +6,13 @@ only write, and it is atomic (one Lua script in Redis):
 1. If, for every partition the batch read, its last offset is <= the offset already applied there, nothing is
    written: the batch is a replay (after a crash or a rebalance) and is `skipped`. If for some partition its first
    offset is, nothing is written either (`overlap`): the caller drops the messages already applied and tries again.
-2. If for some partition the applied offset is not the one the caller's dedupe state was read at (`expected`:
+2. If for some partition its first offset is beyond applied + 1, nothing is written (`gap`): the store has gone
+   back in time (below), and applying the batch would skip the messages in between for good. The caller reads
+   the partition again from applied + 1. (A report partition's offsets are consecutive: its producers are
+   idempotent, not transactional, and it is not compacted.)
+3. If for some partition the applied offset is not the one the caller's dedupe state was read at (`expected`:
    another worker applied batches since), nothing is written (`stale`): the caller reloads and tries again.
-3. Otherwise, in one step: the batch's new devices are appended to their partition's dedupe list of the window,
+4. Otherwise, in one step: the batch's new devices are appended to their partition's dedupe list of the window,
    the statistics increments are added, the outcome counters are added, the window index and freshness are
    updated, and the partition's offset is recorded.
 
@@ -16,12 +20,19 @@ Dedupe is partition-local: a device's reports all go to one partition of the top
 device_partitions`, enforced by the aggregator), so whether a device has reported in a window is a question about
 one partition, which one worker owns at a time. The worker keeps each partition's devices per window in memory
 (`aggregator.dedupe`), loaded with `seen_devices` together with the applied offset they match; the store keeps
-them as one string of 8-byte words per (window, partition), appended to atomically with the offset. Step 2 makes
+them as one string of 8-byte words per (window, partition), appended to atomically with the offset. Step 3 makes
 the in-memory copy safe when the partition has moved between workers meanwhile.
 
 What happens if the worker dies: before the script runs, nothing of the batch is in the store and the partition
 resumes (seek) after the recorded offset, so the batch is read and applied again; after it ran, the batch is all
 in the store and its replay is skipped at step 1. Kafka's committed offset is never trusted for this.
+
+What happens if the store goes back in time (Redis loses writes it acknowledged: the tail of its append-only file
+after a crash, or a failover to a replica that lagged): whole scripts are lost, so its offsets, statistics,
+counters and dedupe lists go back together, to a state as if the lost batches had never been applied. The next
+batch is refused at step 2, the worker reads the partition again from applied + 1 and applies the lost batches
+once more (`aggregator.worker`). Kafka must still have them: if retention has deleted messages after the applied
+offset, `skip_lost` moves the offset over them and the loss is reported (`runtime.offsets`), never silently.
 
 Keys share one hash tag per collection (`ldp:{NAME}:...`) so one script touches one Redis Cluster slot.
 """
@@ -36,10 +47,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from runtime.clock import now_ms
-from runtime.redis import redis_client
+from runtime.offsets import NOT_APPLIED
+from runtime.redis import move_applied_offset, redis_client
 
 ALL_TIME = "all"
-NOT_APPLIED = -1  # the applied offset of a partition nothing was applied from
 
 WindowKey = tuple[int, str, int]  # (spec version, window, start ms)
 
@@ -82,8 +93,8 @@ class BatchUpdate:
 @dataclass(frozen=True)
 class ApplyResult:
     """`applied`, or why nothing was written: `skipped` (every range applied before), `overlap` (some range partly
-    or wholly applied) or `stale` (some partition's applied offset is not the expected one); for the last two,
-    `applied` has those sources' applied offsets."""
+    or wholly applied), `gap` (some range starts beyond its applied offset + 1) or `stale` (some partition's applied
+    offset is not the expected one); for the last three, `applied` has those sources' applied offsets."""
 
     status: str
     applied: dict[str, int] = field(default_factory=dict)
@@ -109,6 +120,11 @@ class StatsStore(ABC):
                      windows: list[WindowKey]) -> tuple[int, dict[WindowKey, np.ndarray]]:
         """A partition's applied offset (NOT_APPLIED if none) and, read at that same offset, the devices counted
         from it in each of the dedupe windows (uint64, in the order they were counted)."""
+
+    @abstractmethod
+    def skip_lost(self, collection: str, source: str, applied: int, log_start: int) -> bool:
+        """Move a partition's applied offset from `applied` over messages Kafka no longer has, to `log_start` - 1,
+        atomically; False (nothing written) if it is not `applied` any more (`runtime.offsets.resume_offset`)."""
 
     @abstractmethod
     def read_window(self, collection: str, version: int, window: str, start_ms: int,
@@ -169,11 +185,12 @@ def parse_window_member(member: str) -> tuple[int, str, int]:
 APPLY_SCRIPT = """
 local r = tonumber(ARGV[1])
 local pos = 2
-local overlap, stale, all_applied = {'overlap'}, {'stale'}, true
+local overlap, gap, stale, all_applied = {'overlap'}, {'gap'}, {'stale'}, true
 for i = 1, r do
   local source, first, last, expected = ARGV[pos], tonumber(ARGV[pos + 1]), tonumber(ARGV[pos + 2]), ARGV[pos + 3]
   local applied = tonumber(redis.call('HGET', KEYS[1], source) or '-1')
-  if applied >= first then table.insert(overlap, source); table.insert(overlap, applied) end
+  if applied >= first then table.insert(overlap, source); table.insert(overlap, applied)
+  elseif applied + 1 < first then table.insert(gap, source); table.insert(gap, applied) end
   if applied < last then all_applied = false end
   if expected ~= '' and applied ~= tonumber(expected) then
     table.insert(stale, source); table.insert(stale, applied)
@@ -182,6 +199,7 @@ for i = 1, r do
 end
 if all_applied then return {'skipped'} end
 if #overlap > 1 then return overlap end
+if #gap > 1 then return gap end
 if #stale > 1 then return stale end
 local nd, ns, newest_report, now = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1]), ARGV[pos + 2], ARGV[pos + 3]
 pos = pos + 4
@@ -270,6 +288,9 @@ class RedisStore(StatsStore):
         return (NOT_APPLIED if applied is None else int(applied)), {
             key: unpacked(data) for key, data in zip(windows, lists, strict=True)}
 
+    def skip_lost(self, collection: str, source: str, applied: int, log_start: int) -> bool:
+        return move_applied_offset(self.redis, f"{prefix(collection)}:offsets", source, applied, log_start - 1)
+
     def read_window(self, collection: str, version: int, window: str, start_ms: int,
                     sizes: dict[int, int]) -> WindowStats:
         raw = self._hash(f"{prefix(collection)}:{window_member(version, window, start_ms)}")
@@ -330,6 +351,7 @@ class MemoryStore(StatsStore):
             if all(applied[r.source] >= r.last for r in update.ranges):
                 return ApplyResult("skipped")
             for status, hit in (("overlap", lambda r: applied[r.source] >= r.first),
+                                ("gap", lambda r: applied[r.source] + 1 < r.first),
                                 ("stale", lambda r: r.expected is not None and applied[r.source] != r.expected)):
                 found = {r.source: applied[r.source] for r in update.ranges if hit(r)}
                 if found:
@@ -359,6 +381,13 @@ class MemoryStore(StatsStore):
             lists = {key: unpacked(bytes(self._seen.get((collection, seen_member(key, partition)), b"")))
                      for key in windows}
             return self._offsets[collection].get(source, NOT_APPLIED), lists
+
+    def skip_lost(self, collection: str, source: str, applied: int, log_start: int) -> bool:
+        with self._lock:
+            if self._offsets[collection].get(source, NOT_APPLIED) != applied:
+                return False
+            self._offsets[collection][source] = log_start - 1
+            return True
 
     def read_window(self, collection: str, version: int, window: str, start_ms: int,
                     sizes: dict[int, int]) -> WindowStats:

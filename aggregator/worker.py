@@ -8,12 +8,19 @@ write, so the fixed costs are paid once per micro-batch, not once per partition;
    the batch, and so its dead letters, come again);
 3. apply the statistics, outcome counters, new devices and the new offset in one atomic Redis script. If the script
    answers `overlap` (part of the batch was applied: a replay after a rebalance), drop the messages at or below
-   the applied offset, forget those partitions' dedupe lists and go to 1; if it answers `stale` (another worker
-   applied batches of a partition since its lists were loaded), forget them and go to 1; `skipped` (all of it was
-   applied) ends here.
+   the applied offset, forget those partitions' dedupe lists and go to 1; if it answers `gap` (the store went back
+   in time: a partition's batch starts beyond its applied offset + 1), drop those partitions' messages, forget
+   their lists, have them read again from applied + 1 (`restart_worker`) and go to 1 with the rest; if it answers
+   `stale` (another worker applied batches of a partition since its lists were loaded), forget them and go to 1;
+   `skipped` (all of it was applied) ends here.
 faust acks (and later commits) the events only after this returns. On every partition assignment the consumer
-seeks each partition to the offset after the one the store has applied (`StoreSeekingConsumer`), so Kafka's
+seeks each partition to the offset after the one the store has applied (`StoreSeekingConsumer`), or to where
+Kafka's log now starts if retention deleted messages never applied (reported: `runtime.offsets`), so Kafka's
 committed offsets are never trusted: a batch is counted once whatever faust committed.
+
+A store that went back in time is also noticed without a batch to find it (a partition that gets no more messages):
+every `STORE_CHECK_S` the worker compares the store's applied offsets with those it applied itself
+(`BatchHandler.check_store`) and has the partitions behind read again.
 
 Only one agent instance runs per worker process (concurrency 1): faust commits offsets past in-flight events
 when an agent's concurrency is > 1. Scale out with more worker processes in the same consumer group.
@@ -30,6 +37,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import faust
@@ -43,12 +51,13 @@ from aggregator.health import HEARTBEAT_S, WorkerRegistry, worker_id
 from aggregator.plans import PlanRegistry
 from aggregator.processing import PartitionProcessor
 from aggregator.quarantine import QUARANTINE_AFTER, CrashMarks, Marks, MemoryCrashMarks, RedisCrashMarks
-from aggregator.store import RedisStore, StatsStore
+from aggregator.store import NOT_APPLIED, RedisStore, StatsStore
 from collection.topics import collection_of, is_report_topic, source, source_partition, source_topic
 from runtime import metrics
 from runtime.clock import now_ms
 from runtime.dlq import DeadLetter, DeadLetterProducer, DeliveryTimeout, Message
 from runtime.kafka import existing_topics
+from runtime.offsets import resume_offset
 from runtime.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -74,6 +83,17 @@ SPEC_POLL_S = 5.0
 # allowed range (group.min.session.timeout.ms = 6 s) with heartbeats every 2.5 s.
 SESSION_TIMEOUT_S = 10.0
 OUTAGES = (redis.ConnectionError, redis.TimeoutError, DeliveryTimeout)
+STORE_CHECK_S = 5.0  # how often a worker compares the store's applied offsets with those it applied
+
+
+def restart_worker(reason: str) -> None:
+    """Stop this worker cleanly (as on SIGTERM: the batch in hand is applied whole or not at all) and have `python -m
+    aggregator` execute it afresh; the new process seeks every partition it is assigned to the store's applied
+    offset + 1 (`StoreSeekingConsumer`)."""
+    if not RESTART.is_set():
+        log.warning("%s: restarting the worker", reason)
+        RESTART.set()
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -132,7 +152,8 @@ class BatchHandler:
 
     def __init__(self, store: StatsStore, plans: PlanRegistry, dlq: DeadLetterProducer,
                  seen: SeenDevices | None = None, marks: CrashMarks | None = None,
-                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, exit: Callable[[int], None] = os._exit) -> None:
+                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, exit: Callable[[int], None] = os._exit,
+                 reread: Callable[[str], None] = restart_worker) -> None:
         self.store = store
         self.dlq = dlq
         self.seen = seen if seen is not None else SeenDevices(store)
@@ -143,6 +164,18 @@ class BatchHandler:
         self.exit = exit
         self.applied = 0  # store writes applied by this process (its heartbeat shows them)
         self.processor = PartitionProcessor(plans.get, now_ms)
+        # How partitions whose store went back in time get read again from its applied offset + 1 (called with the
+        # reason), and those partitions: their messages are dropped until then.
+        #
+        # A clean restart of the worker process, not a seek back in this process. faust keeps already fetched
+        # events of a partition in several places (the consumer thread's fetch buffers, the conductor's channel,
+        # take_events' buffer); after a seek back they still arrive ahead of the re-read ones, and faust's own
+        # bookkeeping (the read offset below which it drops messages, the acked-offset gaps it commits from) is not
+        # made to move backwards. A new process has no buffers and runs the one seek path there is
+        # (`StoreSeekingConsumer`, on every assignment). Recovery costs a stop, an exec and a rejoin of the
+        # consumer group (measured: README, "The delivery guarantee"), and a store going back in time is rare.
+        self.reread = reread
+        self.rereading: set[tuple[str, int]] = set()
 
     def on_assigned(self, topic: str, applied: Mapping[int, int]) -> None:
         """Load the crash counts of a topic's messages above the applied offsets (`aggregator.quarantine`)."""
@@ -216,6 +249,8 @@ class BatchHandler:
         collection = collection_of(topic)
         size = sum(len(m.value) for m in messages)
         sent: set[tuple[int, int, str, tuple[int, ...] | None]] = set()
+        if self.rereading:
+            messages = [m for m in messages if (topic, m.partition) not in self.rereading]
         for _ in range(MAX_APPLY_ROUNDS):
             if not messages:
                 metrics.BATCHES.labels("skipped").inc()
@@ -242,7 +277,39 @@ class BatchHandler:
             self.seen.invalidate(topic, [source_partition(name) for name in outcome.applied])
             if status == "overlap":  # some partitions' messages are applied already (a replay): drop them
                 messages = [m for m in messages if m.offset > outcome.applied.get(source(topic, m.partition), -1)]
+            if status == "gap":  # the store went back in time: read these partitions again from applied + 1
+                firsts = {m.partition: m.offset for m in reversed(messages)}  # each partition's lowest
+                self._reread(topic, outcome.applied, {p: f"batch from {o}" for p, o in firsts.items()})
+                messages = [m for m in messages if (topic, m.partition) not in self.rereading]
         raise RuntimeError(f"{topic}: micro-batch not applied after {MAX_APPLY_ROUNDS} rounds")
+
+    def check_store(self) -> None:
+        """Notice a store that went back in time without a batch to find it (a partition that receives nothing
+        more): a partition this worker applied up to some offset, whose applied offset in the store is now lower,
+        is read again as after a `gap`. (Only this worker moves the partition's lists; the store's offset of a
+        partition moves forward in every other case.)"""
+        stored: dict[str, dict[str, int]] = {}
+        behind: dict[str, dict[int, int]] = defaultdict(dict)
+        for (topic, partition), synced in self.seen.applied().items():
+            collection = collection_of(topic)
+            if collection not in stored:
+                stored[collection] = self.store.offsets(collection)
+            if (topic, partition) not in self.rereading and (
+                    stored[collection].get(source(topic, partition), NOT_APPLIED) < synced):
+                behind[topic][partition] = synced
+        for topic, synced_at in behind.items():
+            self.seen.invalidate(topic, list(synced_at))
+            applied = {source(topic, p): stored[collection_of(topic)].get(source(topic, p), NOT_APPLIED)
+                       for p in synced_at}
+            self._reread(topic, applied, {p: f"this worker applied up to {o}" for p, o in synced_at.items()})
+
+    def _reread(self, topic: str, applied: Mapping[str, int], instead: Mapping[int, str]) -> None:
+        """Have the partitions of `applied` read again from their applied offset + 1 (`instead`: what this worker
+        has seen of each instead); drop their messages meanwhile."""
+        log.warning("the store went back in time (it lost writes it had acknowledged): %s", ", ".join(
+            f"{name} applied {offset}, {instead[source_partition(name)]}" for name, offset in sorted(applied.items())))
+        self.rereading.update((topic, source_partition(name)) for name in applied)
+        self.reread(f"re-read from the store's applied offset + 1: {', '.join(sorted(applied))}")
 
     @staticmethod
     def _count(collection: str, outcomes: Mapping[str, int], letters: list[DeadLetter]) -> None:
@@ -264,18 +331,20 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed = dict(await super().seek_to_committed())
         self.seen.clear()
+        reports = [tp for tp in self.assignment() if is_report_topic(tp.topic)]
+        log_starts = await self.earliest_offsets(*reports) if reports else {}
         applied: dict[str, dict[str, int]] = {}
-        for tp in self.assignment():
-            if not is_report_topic(tp.topic):
-                continue
+        for tp in reports:
             collection = collection_of(tp.topic)
             if collection not in applied:
                 applied[collection] = await self._applied_offsets(collection)
-            last = applied[collection].get(source(tp.topic, tp.partition))
-            position = 0 if last is None else last + 1
+            name = source(tp.topic, tp.partition)
+            last = applied[collection].get(name, NOT_APPLIED)
+            position = resume_offset(tp.topic, tp.partition, last, log_starts[tp],
+                                     partial(self.store.skip_lost, collection, name))
             await self._seek(tp, position)
             committed[tp] = position
-            log.info("seek %s:%s to %s (applied in store: %s)", tp.topic, tp.partition, position, last)
+            log.info("seek %s to %s (applied in store: %s, log start: %s)", name, position, last, log_starts[tp])
         for topic in {tp.topic for tp in self.assignment() if is_report_topic(tp.topic)}:
             offsets = applied[collection_of(topic)]
             self.handler.on_assigned(topic, {source_partition(s): o for s, o in offsets.items()
@@ -340,10 +409,15 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
         except KafkaException as exc:  # Kafka unreachable: look again at the next tick
             log.warning("cannot list published collections: %s", exc)
             return
-        if new and not RESTART.is_set():
-            log.warning("newly published collections %s: restarting the worker to subscribe", new)
-            RESTART.set()
-            os.kill(os.getpid(), signal.SIGTERM)
+        if new:
+            restart_worker(f"newly published collections {new}: subscribing")
+
+    @app.timer(STORE_CHECK_S)
+    async def notice_a_store_gone_back() -> None:
+        try:
+            handler.check_store()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:  # Redis unreachable: look at the next tick
+            log.warning("cannot compare the store's applied offsets: %s", exc)
 
     @app.agent(reports, concurrency=1)
     async def aggregate(stream: faust.StreamT) -> None:  # type: ignore[type-arg]

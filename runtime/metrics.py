@@ -13,6 +13,9 @@ BATCH_SECONDS = Histogram("ldp_worker_batch_duration_seconds", "Decode+validate+
                                                                     0.25, 0.5, 1.0, 2.5))
 DEAD_LETTERS = Counter("ldp_worker_dead_letters", "Dead letters sent to ldp.dlq by this worker")
 OUTAGE_RETRIES = Counter("ldp_worker_outage_retries", "Batch attempts retried because Redis or Kafka was unreachable")
+# Aggregator workers and SGD coordinators alike (`runtime.offsets.resume_offset`).
+LOST_MESSAGES = Counter("ldp_lost_messages", "Messages Kafka deleted (retention) before they were applied: no "
+                        "outcome counts them", ["topic", "partition"])
 
 # The SGD coordinator process (one per training job) serves these.
 SGD_ITERATION = Gauge("ldp_sgd_iteration", "Current model version t of a training job", ["job"])

@@ -20,3 +20,18 @@ def redis_answers(url: str, timeout_s: float = 2.0) -> bool:
         return bool(redis_client(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s).ping())
     except redis.RedisError:
         return False
+
+
+# KEYS: 1 a hash of applied offsets per "topic:partition". ARGV: 1 the partition, 2 its applied offset expected (a
+# partition without one is at -1), 3 the new applied offset.
+MOVE_OFFSET_SCRIPT = """
+if tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1') ~= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+"""
+
+
+def move_applied_offset(client: redis.Redis, key: str, source: str, applied: int, new: int) -> bool:
+    """Set a partition's applied offset in the hash `key` from `applied` to `new` in one atomic step; False (nothing
+    written) if it is not `applied` any more."""
+    return bool(client.register_script(MOVE_OFFSET_SCRIPT)(keys=[key], args=[source, applied, new]))

@@ -6,7 +6,9 @@ accepted gradients and without letting any device take part twice:
 
 `accumulate(update)`, once per micro-batch of one partition of `ldp.sgd.gradients`:
 1. if the batch's last offset is <= the offset already applied for its partition, nothing is written (`skipped`,
-   a replay after a restart); if only its first offset is, nothing is written either (`overlap`);
+   a replay after a restart); if only its first offset is, nothing is written either (`overlap`); if its first
+   offset is beyond applied + 1 (NOT_APPLIED, -1, for a partition without one), nothing is written (`gap`: the
+   checkpoint went back in time, below);
 2. if the stored version or gradient count is not the one the caller computed against, nothing is written
    (`conflict`: the caller reloads);
 3. if any of its devices already took part in this job, nothing is written and they are returned (`duplicates`:
@@ -20,6 +22,16 @@ What happens if the coordinator dies: before `accumulate` the batch is not in th
 which always seeks each partition to the stored offset + 1 (never to Kafka's committed offsets), reads it again;
 after it, a replay is skipped at step 1. Between `accumulate` completing g gradients and `advance`, the restarted
 coordinator finds count == g and advances from the stored sum; after `advance` it publishes version t + 1.
+
+What happens if the checkpoint goes back in time (Redis loses writes it acknowledged: the tail of its append-only
+file after a crash, a failover to a replica that lagged, a restored snapshot): whole scripts are lost, so the
+offsets, version, sum, count, participants and counters go back together, to a state as if the lost batches had
+never been applied. The coordinator notices (a `gap` at step 1, or a stored version or count older than the one
+it holds), reloads the job, finishes a pending `advance`, publishes that version again and reads every partition
+again from its applied offset + 1 (`sgd_coordinator.coordinator`): each lost batch is applied once more, devices
+still take part at most once, and gradients computed at a lost later version are rejected (`future_version`).
+Kafka must still have those messages: offsets its retention deleted are skipped with `skip_lost` and reported
+(`runtime.offsets`).
 
 Keys share one hash tag per job (`ldp:sgd:{JOB}:...`), so each script touches one Redis Cluster slot.
 """
@@ -35,7 +47,8 @@ from typing import cast
 
 import numpy as np
 
-from runtime.redis import redis_client
+from runtime.offsets import NOT_APPLIED
+from runtime.redis import move_applied_offset, redis_client
 from sgd_coordinator.training import Trainer, TrainingJob
 from sgd_coordinator.wire import job_spec
 
@@ -82,7 +95,7 @@ class GradientUpdate:
 
 @dataclass(frozen=True)
 class AccumulateResult:
-    status: str  # "applied" | "skipped" | "overlap" | "conflict" | "duplicates"
+    status: str  # "applied" | "skipped" | "overlap" | "gap" | "conflict" | "duplicates"
     duplicates: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
 
 
@@ -110,6 +123,11 @@ class Checkpoint(ABC):
     @abstractmethod
     def finish(self, job_id: str, t: int, stop_reason: str) -> bool:
         """Mark version t final without an update; False if the stored version is not t."""
+
+    @abstractmethod
+    def skip_lost(self, job_id: str, source: str, applied: int, log_start: int) -> bool:
+        """Move a partition's applied offset from `applied` over gradients Kafka no longer has, to `log_start` - 1,
+        atomically; False (nothing written) if it is not `applied` any more (`runtime.offsets.resume_offset`)."""
 
     @abstractmethod
     def offsets(self, job_id: str) -> dict[str, int]:
@@ -155,9 +173,10 @@ def _check_same_job(stored: JobState, job: TrainingJob) -> JobState:
 # ARGV: 1 source, 2 first offset, 3 last offset, 4 t, 5 count before, 6 m, 7 k, then m devices, k sums, then c,
 #       c (outcome, n) pairs.
 ACCUMULATE_SCRIPT = """
-local applied = redis.call('HGET', KEYS[5], ARGV[1])
-if applied and tonumber(applied) >= tonumber(ARGV[3]) then return {'skipped'} end
-if applied and tonumber(applied) >= tonumber(ARGV[2]) then return {'overlap'} end
+local applied = tonumber(redis.call('HGET', KEYS[5], ARGV[1]) or '-1')
+if applied >= tonumber(ARGV[3]) then return {'skipped'} end
+if applied >= tonumber(ARGV[2]) then return {'overlap'} end
+if applied + 1 < tonumber(ARGV[2]) then return {'gap'} end
 local m, k = tonumber(ARGV[6]), tonumber(ARGV[7])
 local CHUNK = tonumber(ARGV[8])
 local state = redis.call('HMGET', KEYS[1], 't', 'count', 'done')
@@ -306,6 +325,9 @@ class RedisCheckpoint(Checkpoint):
             return False
         return self._write_version(job_id, t, 0, state.trainer(), True, stop_reason)
 
+    def skip_lost(self, job_id: str, source: str, applied: int, log_start: int) -> bool:
+        return move_applied_offset(self.redis, self._keys(job_id)[4], source, applied, log_start - 1)
+
     def offsets(self, job_id: str) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self._hash(self._keys(job_id)[4]).items()}
 
@@ -349,11 +371,13 @@ class MemoryCheckpoint(Checkpoint):
     def accumulate(self, update: GradientUpdate) -> AccumulateResult:
         j = update.job_id
         with self._lock:
-            applied = self._offsets[j].get(update.source)
-            if applied is not None and applied >= update.last_offset:
+            applied = self._offsets[j].get(update.source, NOT_APPLIED)
+            if applied >= update.last_offset:
                 return AccumulateResult("skipped")
-            if applied is not None and applied >= update.first_offset:
+            if applied >= update.first_offset:
                 return AccumulateResult("overlap")
+            if applied + 1 < update.first_offset:
+                return AccumulateResult("gap")
             state = self._states.get(j)
             devices = [int(d) for d in np.asarray(update.devices, dtype=np.uint64).tolist()]
             if state is None or (devices and (state.t != update.t or state.count != update.count_before
@@ -390,6 +414,13 @@ class MemoryCheckpoint(Checkpoint):
     def finish(self, job_id: str, t: int, stop_reason: str) -> bool:
         state = self._states.get(job_id)
         return state is not None and self._write_version(job_id, t, 0, state.trainer(), True, stop_reason)
+
+    def skip_lost(self, job_id: str, source: str, applied: int, log_start: int) -> bool:
+        with self._lock:
+            if self._offsets[job_id].get(source, NOT_APPLIED) != applied:
+                return False
+            self._offsets[job_id][source] = log_start - 1
+            return True
 
     def offsets(self, job_id: str) -> dict[str, int]:
         return dict(self._offsets[job_id])

@@ -19,9 +19,14 @@ does). Once g gradients of version t are in, `Trainer.apply_mean` of their mean 
 step, then published. Training stops on the job's stop rules (`Trainer.stop_reason`) with a final, done version.
 
 On start-up the coordinator seeks every partition to the offset after the one its checkpoint applied, never to
-Kafka's committed offsets; a new job starts at the partitions' ends at creation (no device can have computed a
-gradient for a model not yet published). While Redis or Kafka is unreachable it waits (bounded) and retries the
-step in hand, which is safe because each step is atomic or idempotent.
+Kafka's committed offsets (or to where Kafka's log now starts, if retention deleted gradients never applied: they
+are reported, `runtime.offsets`); a new job starts at the partitions' ends at creation (no device can have computed
+a gradient for a model not yet published). While Redis or Kafka is unreachable it waits (bounded) and retries the
+step in hand, which is safe because each step is atomic or idempotent. If the checkpoint goes back in time (a
+`gap`, or a stored version or count older than the coordinator's: `sgd_coordinator.checkpoint`), it does in
+process what a restart would do: reload the job, finish a pending update, publish the version, and seek every
+partition back to its applied offset + 1. (Unlike faust's, this consumer is assigned its partitions and keeps no
+buffer of its own: after `assign`, librdkafka delivers nothing fetched before it.)
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 import redis
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from collection.topics import DLQ_TOPIC, source
 from collection.wire import WireError
@@ -42,7 +48,16 @@ from ldp.base import LDPError
 from ldp.multidim import VectorMechanism
 from runtime import metrics
 from runtime.dlq import DeadLetter, DeadLetterProducer, DeliveryTimeout, Message
-from runtime.kafka import DeliveryError, ReportProducer, consumer_client, end_offsets, ensure_topic, topic_partitions
+from runtime.kafka import (
+    ADMIN_TIMEOUT_S,
+    DeliveryError,
+    ReportProducer,
+    consumer_client,
+    end_offsets,
+    ensure_topic,
+    topic_partitions,
+)
+from runtime.offsets import NOT_APPLIED, resume_offset
 from sgd_coordinator.checkpoint import Checkpoint, GradientUpdate, JobState
 from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
 from sgd_coordinator.wire import (
@@ -55,6 +70,7 @@ from sgd_coordinator.wire import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 GRADIENTS_PARTITIONS = 4  # when this coordinator creates the topic; an existing one is used as it is
 
@@ -217,6 +233,12 @@ class GradientGatherer:
         return Gathered(update, letters)
 
 
+def went_back(stored: JobState, held: JobState) -> bool:
+    """True if the checkpoint holds an older version of the job, or fewer of its gradients, than the coordinator
+    saw stored before: it lost writes it had acknowledged (only the job's one coordinator moves it, and forward)."""
+    return (stored.t, stored.count) < (held.t, held.count)
+
+
 def start_offsets(bootstrap: str, topic: str = GRADIENTS_TOPIC) -> dict[str, int]:
     """The applied offset that makes a new job start at each partition's current end: "topic:p" -> end - 1."""
     return {source(topic, p): end - 1 for p, end in end_offsets(bootstrap, topic, "ldp-sgd-watermarks").items()}
@@ -303,10 +325,7 @@ class Coordinator:
             return CoordinatorResult(state, "done")
         consumer = consumer_client(self.bootstrap, f"ldp-sgd-{self.job.job_id}", **{"auto.offset.reset": "earliest"})
         try:
-            applied = self.checkpoint.offsets(self.job.job_id)
-            consumer.assign([TopicPartition(GRADIENTS_TOPIC, p, applied[source(GRADIENTS_TOPIC, p)] + 1
-                                            if source(GRADIENTS_TOPIC, p) in applied else OFFSET_BEGINNING)
-                             for p in range(topic_partitions(self.bootstrap, GRADIENTS_TOPIC))])
+            self._assign(consumer)
             while not should_stop():
                 batch = consumer.consume(self.max_messages, 0.2)
                 by_partition: dict[int, list[Message]] = {}
@@ -317,11 +336,15 @@ class Coordinator:
                     by_partition.setdefault(msg.partition() or 0, []).append(
                         Message(msg.offset() or 0, msg.value() or b"", partition=msg.partition() or 0))
                 before = self.state.t, self.state.done  # type: ignore[union-attr]
+                reread = False
                 for partition, messages in sorted(by_partition.items()):
-                    self._waiting_out_outages(self.handle_partition, partition, messages)
+                    if not self._waiting_out_outages(self.handle_partition, partition, messages):
+                        reread = True
+                        self._waiting_out_outages(self._reread, consumer)
+                        break  # the rest of this batch is read again
                 self._waiting_out_outages(self._step)
                 assert self.state is not None
-                if (self.state.t, self.state.done) != before:
+                if reread or (self.state.t, self.state.done) != before:  # a version recomputed may differ
                     self._waiting_out_outages(self.publisher.publish, self.state)
                     self._observe()
                     if on_version:
@@ -345,8 +368,31 @@ class Coordinator:
         self._waiting_out_outages(self.publisher.publish, self.state)
         return self.state
 
+    def _assign(self, consumer: Consumer) -> None:
+        """Read every partition of the gradients topic from its applied offset + 1, or from where Kafka's log now
+        starts if retention deleted gradients after it (skipped in the checkpoint and reported)."""
+        applied = self.checkpoint.offsets(self.job.job_id)
+        positions = []
+        for p in range(topic_partitions(self.bootstrap, GRADIENTS_TOPIC)):
+            name = source(GRADIENTS_TOPIC, p)
+            log_start, _ = consumer.get_watermark_offsets(TopicPartition(GRADIENTS_TOPIC, p), timeout=ADMIN_TIMEOUT_S)
+            positions.append(TopicPartition(GRADIENTS_TOPIC, p, resume_offset(
+                GRADIENTS_TOPIC, p, applied.get(name, NOT_APPLIED), log_start,
+                partial(self.checkpoint.skip_lost, self.job.job_id, name))))
+        consumer.assign(positions)
+
+    def _reread(self, consumer: Consumer) -> None:
+        """The checkpoint went back in time: reload the job and read every partition again from its applied offset
+        + 1 (the caller then finishes a pending update and publishes the version)."""
+        self.state = self.checkpoint.load(self.job.job_id)
+        assert self.state is not None
+        log.warning("job %s: the checkpoint went back in time (it lost writes it had acknowledged) to version %d "
+                    "with %d gradients; reading every partition again from its applied offset + 1", self.job.job_id,
+                    self.state.t, self.state.count)
+        self._assign(consumer)
+
     @staticmethod
-    def _waiting_out_outages(step: Callable[..., None], *args: Any) -> None:
+    def _waiting_out_outages(step: Callable[..., T], *args: Any) -> T:
         """Run a step, retrying while Redis or Kafka is unreachable (bounded): every step is atomic or idempotent
         (a checkpoint script, dead letters sent before the batch is applied, a model version re-published)."""
         deadline = time.monotonic() + MAX_OUTAGE_S
@@ -359,19 +405,21 @@ class Coordinator:
                 log.warning("%s; retrying in %.1f s", exc, OUTAGE_RETRY_S)
                 time.sleep(OUTAGE_RETRY_S)
 
-    def handle_partition(self, partition: int, messages: list[Message]) -> None:
-        """Gather, dead-letter and checkpoint one partition's micro-batch (module docstring)."""
+    def handle_partition(self, partition: int, messages: list[Message]) -> bool:
+        """Gather, dead-letter and checkpoint one partition's micro-batch (module docstring); False if nothing was
+        written because the checkpoint went back in time (the caller reads every partition again: `_reread`)."""
         source_name = source(GRADIENTS_TOPIC, partition)
         rejected: frozenset[int] = frozenset()
         sent: set[tuple[int, str, tuple[int, ...] | None]] = set()
         for _ in range(MAX_APPLY_ROUNDS):
             state = self.checkpoint.load(self.job.job_id)
             assert state is not None
-            applied = self.checkpoint.offsets(self.job.job_id).get(source_name)
-            if applied is not None:
-                messages = [m for m in messages if m.offset > applied]
+            if self.state is not None and went_back(state, self.state):
+                return False
+            applied = self.checkpoint.offsets(self.job.job_id).get(source_name, NOT_APPLIED)
+            messages = [m for m in messages if m.offset > applied]
             if not messages:
-                return
+                return True
             gathered = self.gatherer.gather(state, source_name, messages, rejected)
             new = [d for d in gathered.dead_letters if (d.offset, d.reason, d.rows) not in sent]
             if new:
@@ -384,7 +432,9 @@ class Coordinator:
                     metrics.SGD_GRADIENTS.labels(self.job.job_id, outcome, reason).inc(n)
             if result.status in ("applied", "skipped"):
                 self.state = self.checkpoint.load(self.job.job_id)
-                return
+                return True
+            if result.status == "gap":
+                return False
             if result.status == "duplicates":
                 rejected = rejected | frozenset(int(d) for d in result.duplicates.tolist())
         raise RuntimeError(f"{source_name}: batch not applied after {MAX_APPLY_ROUNDS} rounds")
@@ -407,6 +457,9 @@ class Coordinator:
             trainer = state.trainer().apply_mean(state.gradient_sum / state.count)
             left = self.devices_left(state)
             if not self.checkpoint.advance(self.job.job_id, state.t, trainer, trainer.stop_reason(left)):
+                stored = self.checkpoint.load(self.job.job_id)
+                if stored is not None and went_back(stored, state):
+                    return  # the next micro-batch finds it so, and every partition is read again
                 raise RuntimeError(f"job {self.job.job_id}: the checkpoint moved on under this coordinator")
         else:
             left = self.devices_left(state)

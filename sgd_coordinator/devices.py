@@ -81,7 +81,9 @@ def device_pseudonyms(job_id: str, n: int) -> np.ndarray:
 
 
 class ModelFollower:
-    """The newest version of one job on `ldp.sgd.models` (read from the beginning of the compacted topic)."""
+    """The current version of one job on `ldp.sgd.models`: the last one its coordinator published (read from the
+    beginning of the compacted topic). Usually the newest; an older one after the coordinator's checkpoint went back
+    in time and it published that version again."""
 
     def __init__(self, bootstrap: str, job_id: str, topic: str = MODELS_TOPIC) -> None:
         self.key = job_id.encode()
@@ -90,7 +92,7 @@ class ModelFollower:
         self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
 
     def poll(self, timeout_s: float) -> ModelVersion | None:
-        """Read what has arrived (waiting up to `timeout_s` for the first message); the newest version."""
+        """Read what has arrived (waiting up to `timeout_s` for the first message); the current version."""
         for msg in self.consumer.consume(1000, timeout_s):
             if msg.error() is not None or msg.key() != self.key or not msg.value():
                 continue
@@ -98,8 +100,7 @@ class ModelFollower:
                 model = decode_model(msg.value())  # type: ignore[arg-type]
             except WireError:
                 continue
-            if self.latest is None or model.t >= self.latest.t:
-                self.latest = model
+            self.latest = model
         return self.latest
 
     def close(self) -> None:

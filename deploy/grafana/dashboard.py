@@ -65,6 +65,10 @@ def ingestion_row() -> Row:
                                         "partitions"),
         Panel("Freshness", (Query("ldp_freshness_seconds", "{{collection}}"),), unit="s",
               description="Age of the newest report applied to the store"),
+        Panel("Messages lost to Kafka retention", (Query(
+            f"sum by (topic, partition) (increase(ldp_lost_messages_total[{RATE}]))", "{{topic}}:{{partition}}"),),
+            unit="short", description="Zero unless Kafka's retention deleted messages before they were applied "
+                                      "(the worker logs the offsets at ERROR; README: the delivery guarantee)"),
     ))
 
 
@@ -96,8 +100,9 @@ def worker_row() -> Row:
             unit="reqps"),
         Panel("Micro-batches by fate", (Query(f"sum by (status) (rate(ldp_worker_batches_total[{RATE}]))",
                                               "{{status}}"),), unit="ops",
-              description="applied; skipped (a replay); overlap (retried without the replayed part) and stale "
-                          "(retried after reloading the dedupe lists)"),
+              description="applied; skipped (a replay); overlap (retried without the replayed part), gap (the "
+                          "store went back in time: the partition is read again) and stale (retried after "
+                          "reloading the dedupe lists)"),
         Panel("Dead letters per second", (Query(f"sum(rate(ldp_worker_dead_letters_total[{RATE}]))", "dead letters"),),
               unit="ops"),
     ))

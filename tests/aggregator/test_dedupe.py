@@ -67,10 +67,10 @@ def run(proc: PartitionProcessor, store: MemoryStore, seen: SeenDevices, devices
 def test_a_worker_whose_lists_are_stale_is_refused_then_catches_the_duplicate() -> None:
     store, proc = MemoryStore(), processor()
     a, b = SeenDevices(store), SeenDevices(store)  # two workers; the partition moved from a to b and back
-    assert run(proc, store, a, [1, 2], 1) == ("applied", [])
-    assert run(proc, store, b, [3, 4], 2) == ("applied", [])
-    assert run(proc, store, a, [4, 5], 3) == ("stale", [])  # a's lists lack b's devices: nothing written
-    assert run(proc, store, a, [4, 5], 3, seed=1) == ("applied", [DUPLICATE])  # reloaded: 4 is a duplicate
+    assert run(proc, store, a, [1, 2], 0) == ("applied", [])
+    assert run(proc, store, b, [3, 4], 1) == ("applied", [])
+    assert run(proc, store, a, [4, 5], 2) == ("stale", [])  # a's lists lack b's devices: nothing written
+    assert run(proc, store, a, [4, 5], 2, seed=1) == ("applied", [DUPLICATE])  # reloaded: 4 is a duplicate
     assert store.outcomes("unit") == {"accepted": 5, f"rejected:{DUPLICATE}": 1}
     assert sorted(store.seen_devices("unit", f"{TOPIC}:0", 0, [HOUR])[1][HOUR].tolist()) == [1, 2, 3, 4, 5]
 

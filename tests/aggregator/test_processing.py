@@ -136,18 +136,18 @@ def test_report_times_are_checked() -> None:
 def test_duplicates_within_a_batch_and_against_what_the_partition_counted() -> None:
     proc, store = processor(), MemoryStore()
     seen = SeenDevices(store)
-    first = proc.process(TOPIC, [message([1, 2, 3], 1), message([3, 9], 2, seed=1)], seen)
-    assert [(d.offset, d.reason, d.rows) for d in first.dead_letters] == [(2, DUPLICATE, (0,))]
+    first = proc.process(TOPIC, [message([1, 2, 3], 0), message([3, 9], 1, seed=1)], seen)
+    assert [(d.offset, d.reason, d.rows) for d in first.dead_letters] == [(1, DUPLICATE, (0,))]
     assert first.update is not None and [r.expected for r in first.update.ranges] == [-1]
     assert store.apply(first.update).status == "applied"
     seen.commit(TOPIC, first.update, NOW)
-    second = proc.process(TOPIC, [message([2, 10], 3, seed=2)], seen)
+    second = proc.process(TOPIC, [message([2, 10], 2, seed=2)], seen)
     assert [(d.reason, d.rows) for d in second.dead_letters] == [(DUPLICATE, (0,))]
-    assert second.update is not None and [r.expected for r in second.update.ranges] == [2]
+    assert second.update is not None and [r.expected for r in second.update.ranges] == [1]
     assert store.apply(second.update).status == "applied"
     assert store.outcomes("unit") == {"accepted": 5, f"rejected:{DUPLICATE}": 2}
     # another hour is another dedupe window
-    later = proc.process(TOPIC, [message([2], 4, ts=NOW - 3_600_000)], seen)
+    later = proc.process(TOPIC, [message([2], 3, ts=NOW - 3_600_000)], seen)
     assert later.dead_letters == []
 
 

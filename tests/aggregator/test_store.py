@@ -35,11 +35,12 @@ def store(request: pytest.FixtureRequest) -> Iterator[tuple[StatsStore, str]]:
 
 
 def update(collection: str, offset: int, devices: list[int], source: str = "t:0", start: int = 0,
-           scale: float = 1.0, expected: int | None = None) -> BatchUpdate:
+           scale: float = 1.0, expected: int | None = None, first: int | None = None) -> BatchUpdate:
+    """A batch of offsets `first` (default: `offset`) to `offset` of one partition."""
     d = np.asarray(devices, dtype=np.uint64)
     stats = {0: np.array([len(d), 0.5, 0.25]) * scale, 1: np.array([0.0, 1.0, 2.0, 3.0]) * scale}
     partition = int(source.rpartition(":")[2])
-    return BatchUpdate(collection, (OffsetRange(source, offset, offset, expected),),
+    return BatchUpdate(collection, (OffsetRange(source, offset if first is None else first, offset, expected),),
                        (WindowIncrement(1, "1h", start, len(d), stats, dedupe={partition: d}, dedupe_ttl_s=7200),
                         WindowIncrement(1, "all", 0, len(d), stats)),
                        {"accepted": len(d), "rejected:out_of_range": 2}, newest_report_ms=1000 + offset)
@@ -47,8 +48,8 @@ def update(collection: str, offset: int, devices: list[int], source: str = "t:0"
 
 def test_apply_adds_and_records_the_offset(store: tuple[StatsStore, str]) -> None:
     s, c = store
-    assert s.apply(update(c, 10, [1, 2, 3])).status == "applied"
-    assert s.apply(update(c, 20, [4, 5])).status == "applied"
+    assert s.apply(update(c, 10, [1, 2, 3], first=0)).status == "applied"
+    assert s.apply(update(c, 20, [4, 5], first=11)).status == "applied"
     w = s.read_window(c, 1, "all", 0, SIZES)
     assert w.devices == 5
     np.testing.assert_allclose(w.stats[0], [5, 1.0, 0.5])
@@ -61,7 +62,7 @@ def test_apply_adds_and_records_the_offset(store: tuple[StatsStore, str]) -> Non
 
 def test_a_replayed_batch_is_skipped_and_changes_nothing(store: tuple[StatsStore, str]) -> None:
     s, c = store
-    s.apply(update(c, 10, [1, 2, 3]))
+    s.apply(update(c, 10, [1, 2, 3], first=0))
     before = s.read_window(c, 1, "all", 0, SIZES)
     assert s.apply(update(c, 10, [7, 8])).status == "skipped"
     assert s.apply(update(c, 5, [9])).status == "skipped"
@@ -71,7 +72,7 @@ def test_a_replayed_batch_is_skipped_and_changes_nothing(store: tuple[StatsStore
 
 def test_a_batch_overlapping_the_applied_offset_writes_nothing(store: tuple[StatsStore, str]) -> None:
     s, c = store
-    s.apply(update(c, 10, [1, 2, 3]))
+    s.apply(update(c, 10, [1, 2, 3], first=0))
     overlapping = BatchUpdate(c, (OffsetRange("t:0", 10, 12),), update(c, 12, [4]).windows, {"accepted": 1})
     result = s.apply(overlapping)
     assert (result.status, result.applied) == ("overlap", {"t:0": 10})
@@ -80,7 +81,7 @@ def test_a_batch_overlapping_the_applied_offset_writes_nothing(store: tuple[Stat
 
 def test_one_write_covers_several_partitions_each_guarded(store: tuple[StatsStore, str]) -> None:
     s, c = store
-    s.apply(update(c, 10, [1], source="t:0"))
+    s.apply(update(c, 10, [1], source="t:0", first=0))
     windows = update(c, 0, [2, 3]).windows
     both = BatchUpdate(c, (OffsetRange("t:0", 11, 15), OffsetRange("t:1", 0, 4)), windows, {"accepted": 2})
     assert s.apply(both).status == "applied"
@@ -94,8 +95,8 @@ def test_one_write_covers_several_partitions_each_guarded(store: tuple[StatsStor
 
 def test_offsets_are_per_partition(store: tuple[StatsStore, str]) -> None:
     s, c = store
-    assert s.apply(update(c, 10, [1], source="t:0")).status == "applied"
-    assert s.apply(update(c, 3, [2], source="t:1")).status == "applied"
+    assert s.apply(update(c, 10, [1], source="t:0", first=0)).status == "applied"
+    assert s.apply(update(c, 3, [2], source="t:1", first=0)).status == "applied"
     assert s.offsets(c) == {"t:0": 10, "t:1": 3}
 
 
@@ -103,9 +104,9 @@ def test_dedupe_lists_are_read_with_the_offset_they_match(store: tuple[StatsStor
     s, c = store
     hour = (1, "1h", 0)
     assert s.seen_devices(c, "t:0", 0, [hour]) == (NOT_APPLIED, {hour: pytest.approx(np.zeros(0))})
-    s.apply(update(c, 10, [5, 2**64 - 1, 256]))
+    s.apply(update(c, 10, [5, 2**64 - 1, 256], first=0))
     s.apply(update(c, 11, [3]))
-    s.apply(update(c, 4, [7], source="t:1"))
+    s.apply(update(c, 4, [7], source="t:1", first=0))
     s.apply(update(c, 12, [9], start=3_600_000))
     applied, lists = s.seen_devices(c, "t:0", 0, [hour, (1, "1h", 3_600_000), (1, "1h", 7_200_000)])
     assert applied == 12
@@ -116,7 +117,7 @@ def test_dedupe_lists_are_read_with_the_offset_they_match(store: tuple[StatsStor
 
 def test_a_write_deduplicated_at_another_offset_is_stale(store: tuple[StatsStore, str]) -> None:
     s, c = store
-    assert s.apply(update(c, 10, [1, 2], expected=NOT_APPLIED)).status == "applied"
+    assert s.apply(update(c, 10, [1, 2], expected=NOT_APPLIED, first=0)).status == "applied"
     stale = s.apply(update(c, 11, [2, 3], expected=NOT_APPLIED))  # another worker applied offset 10 meanwhile
     assert (stale.status, stale.applied) == ("stale", {"t:0": 10})
     assert s.outcomes(c)["accepted"] == 2 and s.seen_devices(c, "t:0", 0, [(1, "1h", 0)])[1][(1, "1h", 0)].size == 2
@@ -124,6 +125,44 @@ def test_a_write_deduplicated_at_another_offset_is_stale(store: tuple[StatsStore
     assert s.apply(update(c, 11, [3], expected=3)).status == "skipped"  # a replay is skipped whatever it expected
     overlap = s.apply(BatchUpdate(c, (OffsetRange("t:0", 11, 13, 3),), update(c, 0, [4]).windows, {"accepted": 1}))
     assert (overlap.status, overlap.applied) == ("overlap", {"t:0": 11})
+
+
+def test_a_batch_beyond_the_applied_offset_is_a_gap_and_writes_nothing(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    assert s.apply(update(c, 10, [1, 2], first=0)).status == "applied"
+    gap = s.apply(update(c, 20, [3], first=15, expected=14))  # 11-14 never applied: the store went back in time
+    assert (gap.status, gap.applied) == ("gap", {"t:0": 10})
+    never = s.apply(update(c, 7, [4], source="t:1", first=5))  # nothing applied from t:1: it must start at 0
+    assert (never.status, never.applied) == ("gap", {"t:1": NOT_APPLIED})
+    assert s.offsets(c) == {"t:0": 10} and s.outcomes(c)["accepted"] == 2
+    assert s.read_window(c, 1, "all", 0, SIZES).devices == 2
+    assert s.apply(update(c, 20, [3], first=11)).status == "applied"  # read again from applied + 1
+
+
+def test_a_gap_in_one_partition_refuses_the_whole_write(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    s.apply(update(c, 10, [1], source="t:0", first=0))
+    s.apply(update(c, 4, [2], source="t:1", first=0))
+    windows = update(c, 0, [3, 4]).windows
+    one_gap = BatchUpdate(c, (OffsetRange("t:0", 11, 12), OffsetRange("t:1", 9, 9)), windows, {"accepted": 2})
+    assert (s.apply(one_gap).status, s.apply(one_gap).applied) == ("gap", {"t:1": 4})
+    both = BatchUpdate(c, (OffsetRange("t:0", 8, 12), OffsetRange("t:1", 9, 9)), windows, {"accepted": 2})
+    assert (s.apply(both).status, s.apply(both).applied) == ("overlap", {"t:0": 10})  # dropped first, then the gap
+    assert s.offsets(c) == {"t:0": 10, "t:1": 4} and s.outcomes(c)["accepted"] == 2
+    fixed = BatchUpdate(c, (OffsetRange("t:0", 11, 12), OffsetRange("t:1", 5, 9)), windows, {"accepted": 2})
+    assert s.apply(fixed).status == "applied" and s.offsets(c) == {"t:0": 12, "t:1": 9}
+
+
+def test_messages_kafka_no_longer_has_are_skipped_once(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    assert s.skip_lost(c, "t:0", NOT_APPLIED, 50)  # retention deleted 0-49 before anything was applied
+    assert s.offsets(c) == {"t:0": 49}
+    assert not s.skip_lost(c, "t:0", NOT_APPLIED, 50)  # another reader saw it first: nothing moves
+    assert s.apply(update(c, 60, [1], first=50)).status == "applied"
+    assert not s.skip_lost(c, "t:0", 49, 70) and s.offsets(c) == {"t:0": 60}
+    assert s.apply(update(c, 80, [2], first=75)).status == "gap"
+    assert s.skip_lost(c, "t:0", 60, 75) and s.apply(update(c, 80, [2], first=75)).status == "applied"
+    assert s.outcomes(c)["accepted"] == 2
 
 
 def test_reading_an_unknown_window_gives_zeros(store: tuple[StatsStore, str]) -> None:
@@ -135,6 +174,6 @@ def test_reading_an_unknown_window_gives_zeros(store: tuple[StatsStore, str]) ->
 def test_large_dedupe_lists_round_trip(store: tuple[StatsStore, str]) -> None:
     s, c = store
     devices = np.random.default_rng(0).integers(0, 2**64, 200_000, dtype=np.uint64)
-    assert s.apply(update(c, 1, devices.tolist())).status == "applied"
+    assert s.apply(update(c, 0, devices.tolist())).status == "applied"
     _, lists = s.seen_devices(c, "t:0", 0, [(1, "1h", 0)])
     np.testing.assert_array_equal(lists[(1, "1h", 0)], devices)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,10 +22,12 @@ from aggregator.plans import Plan
 from aggregator.processes import start_worker, stop_worker
 from aggregator.processing import Message, PartitionProcessor
 from aggregator.store import MemoryStore, RedisStore, StatsStore
-from collection.spec import CollectionSpec
+from collection.spec import CollectionSpec, load_spec
+from ldp.numeric.base import NumericMechanism
 from producer.simulator import SimulationResult, simulate
-from runtime.kafka import ReportProducer, consumer_client, topic_partitions
-from runtime.settings import Settings
+from runtime.kafka import ReportProducer, consumer_client, delete_topic, topic_partitions
+from runtime.settings import PROJECT_ROOT, Settings
+from runtime.specs import publish_spec
 
 
 @dataclass
@@ -52,6 +57,28 @@ class Collection:
 
     def estimates(self, store: StatsStore | None = None) -> dict[str, Any]:
         return collection_estimates(store or self.store, self.plan)
+
+    def start_worker(self, log_file: Path | None = None) -> subprocess.Popen[bytes]:
+        """A `python -m aggregator` worker of the collection's group, on the collection's Kafka and Redis."""
+        return start_worker(self.group, log_file=log_file,
+                            env={"KAFKA_BOOTSTRAP": self.cfg.bootstrap, "REDIS_URL": self.cfg.redis})
+
+
+@contextmanager
+def published_collection(cfg: Settings) -> Iterator[Collection]:
+    """The diagnostics spec published under a unique name on `cfg`'s Kafka, its statistics in `cfg`'s Redis; its
+    Redis keys and topic are removed afterwards (where the services are still there)."""
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
+        update={"name": f"it-{uuid.uuid4().hex[:10]}"})
+    publish_spec(spec, cfg.bootstrap)
+    c = Collection(cfg, spec, RedisStore(cfg.redis), f"it-group-{spec.name}")
+    try:
+        yield c
+    finally:
+        with suppress(Exception):  # cleanup only: a fault test may have taken the services away
+            RedisStore(cfg.redis, timeout_s=5.0).delete_collection(spec.name)
+        with suppress(Exception):
+            delete_topic(cfg.bootstrap, spec.topic)
 
 
 @dataclass
@@ -89,7 +116,7 @@ def send_in_background(c: Collection, devices: int, rate: float | None = None, s
 
 def aggregate_fleet(c: Collection, devices: int, seed: int, timeout_s: float = 240) -> SimulationResult:
     """One worker aggregating a fleet sent meanwhile; the fleet's result once every report is accepted."""
-    worker = start_worker(c.group)
+    worker = c.start_worker()
     try:
         result = send_in_background(c, devices, seed=seed).join()
         assert c.wait_accepted(devices, timeout_s, lambda: worker.poll() is None) == devices
@@ -167,3 +194,32 @@ def assert_within_stderr(estimates: dict[str, Any], truth: dict[str, Any], z: fl
         else:
             for v, e in entry["frequencies"].items():
                 assert abs(e["estimate"] - true["frequencies"][v]) <= z * e["stderr"], (name, v, e, true)
+
+
+def assert_statistics_equal(c: Collection, reference: StatsStore) -> None:
+    """The collection's windows hold the reference's statistics, up to the order of floating-point summation.
+
+    Both sum the same per-report terms x_i, in another order (other micro-batches; numpy's pairwise sums within one,
+    Redis's HINCRBYFLOAT between them, whose long double result is kept to 17 significant digits, finer than a
+    double). Any order of summing n terms is within gamma_n * sum |x_i| of the exact sum (gamma_n = n u / (1 - n u),
+    u the unit roundoff; Higham, Accuracy and Stability of Numerical Algorithms, Sec. 4.2), so two orders differ by
+    at most 2 gamma_n sum |x_i|, plus u |value| for reading each back as a double. sum |x_i| is the field itself
+    where no term is negative (counts, sums of squares), and at most sqrt(count * sum of squares) for a numeric
+    mechanism's sum of reports (Cauchy-Schwarz). Estimates are functions of these statistics alone.
+    """
+    u = np.finfo(np.float64).eps / 2
+    name, plan = c.spec.name, c.plan
+    assert c.store.windows(name) == reference.windows(name)
+    for version, window, start in reference.windows(name):
+        got = c.store.read_window(name, version, window, start, plan.sizes)
+        want = reference.read_window(name, version, window, start, plan.sizes)
+        assert got.devices == want.devices, (window, start)
+        n = want.devices
+        gamma = n * u / (1 - n * u)
+        for j, mechanism in enumerate(plan.mechanisms):
+            magnitude = np.abs(want.stats[j])  # block: [devices that sampled it, the mechanism's statistics]
+            if isinstance(mechanism, NumericMechanism):  # [.., count, sum, sum of squares]
+                magnitude[2] = np.sqrt(want.stats[j][1] * want.stats[j][3])
+            bound = 2 * gamma * magnitude + u * (np.abs(got.stats[j]) + np.abs(want.stats[j]))
+            difference = np.abs(got.stats[j] - want.stats[j])
+            assert (difference <= bound).all(), (window, start, plan.spec.attributes[j].name, difference, bound)

@@ -12,6 +12,8 @@ from runtime.settings import Settings
 from sgd_coordinator.checkpoint import Checkpoint, CheckpointError, GradientUpdate, MemoryCheckpoint, RedisCheckpoint
 from sgd_coordinator.training import TrainingJob
 
+START = {"g:0": 9, "g:1": 10}  # the applied offsets a job starts from: the partitions' ends at its creation
+
 
 def make_job(job_id: str, **changes: object) -> TrainingJob:
     fields: dict[str, object] = {"model": "linear", "dims": 3, "epsilon": 1.0, "batch_size": 4, **changes}
@@ -43,9 +45,9 @@ def test_create_starts_at_version_zero_and_is_idempotent(store: tuple[Checkpoint
     assert (state.t, state.count, state.done, state.metadata) == (0, 0, False, '{"devices": 10}')
     assert state.params.tolist() == [0.0, 0.0, 0.0] and state.last_step == float("inf")
     assert s.offsets(job.job_id) == {"g:0": 41, "g:1": -1}
-    s.accumulate(update(job, 50, [1]))
+    s.accumulate(update(job, 42, [1]))
     again = s.create(job, {"g:0": 99})
-    assert again.count == 1 and s.offsets(job.job_id)["g:0"] == 50
+    assert again.count == 1 and s.offsets(job.job_id)["g:0"] == 42
     with pytest.raises(CheckpointError, match="different spec"):
         s.create(make_job(job.job_id, epsilon=2.0), {})
     assert s.load("no-such-job") is None
@@ -54,7 +56,7 @@ def test_create_starts_at_version_zero_and_is_idempotent(store: tuple[Checkpoint
 def test_accumulate_adds_gradients_participants_counters_and_the_offset(
         store: tuple[Checkpoint, TrainingJob]) -> None:
     s, job = store
-    s.create(job, {})
+    s.create(job, START)
     assert s.accumulate(update(job, 10, [1, 2], outcomes={"dropped:stale": 3})).status == "applied"
     assert s.accumulate(update(job, 11, [2**64 - 1], count=2, source="g:1")).status == "applied"
     state = s.load(job.job_id)
@@ -68,7 +70,7 @@ def test_accumulate_adds_gradients_participants_counters_and_the_offset(
 
 def test_a_replay_is_skipped_and_an_overlap_writes_nothing(store: tuple[Checkpoint, TrainingJob]) -> None:
     s, job = store
-    s.create(job, {})
+    s.create(job, START)
     s.accumulate(update(job, 10, [1, 2]))
     assert s.accumulate(update(job, 10, [3], count=2)).status == "skipped"
     assert s.accumulate(update(job, 4, [3], count=2)).status == "skipped"
@@ -78,21 +80,46 @@ def test_a_replay_is_skipped_and_an_overlap_writes_nothing(store: tuple[Checkpoi
     assert state is not None and state.count == 2 and s.outcomes(job.job_id) == {"accepted": 2}
 
 
+def test_a_batch_beyond_the_applied_offset_is_a_gap_and_writes_nothing(
+        store: tuple[Checkpoint, TrainingJob]) -> None:
+    s, job = store
+    s.create(job, START)
+    assert s.accumulate(update(job, 10, [1, 2])).status == "applied"
+    assert s.accumulate(update(job, 15, [3], count=2)).status == "gap"  # 11-14 never applied: went back in time
+    assert s.accumulate(update(job, 4, [4], count=2, source="g:7")).status == "gap"  # no offset: it starts at 0
+    state = s.load(job.job_id)
+    assert state is not None and state.count == 2 and s.offsets(job.job_id) == {"g:0": 10, "g:1": 10}
+    assert sorted(s.participants(job.job_id)) == [1, 2] and s.outcomes(job.job_id) == {"accepted": 2}
+    assert s.accumulate(update(job, 11, [3], count=2)).status == "applied"  # read again from applied + 1
+    assert s.accumulate(update(job, 0, [4], count=3, source="g:7")).status == "applied"
+
+
+def test_gradients_kafka_no_longer_has_are_skipped_once(store: tuple[Checkpoint, TrainingJob]) -> None:
+    s, job = store
+    s.create(job, START)
+    assert s.skip_lost(job.job_id, "g:0", 9, 30)  # retention deleted 10-29 before they were applied
+    assert not s.skip_lost(job.job_id, "g:0", 9, 30)  # the offset has moved: nothing happens
+    assert s.skip_lost(job.job_id, "g:7", -1, 5)  # a partition without an offset
+    assert s.offsets(job.job_id) == {"g:0": 29, "g:1": 10, "g:7": 4}
+    assert s.accumulate(update(job, 30, [1])).status == "applied"
+    assert s.accumulate(update(job, 5, [2], count=1, source="g:7")).status == "applied"
+
+
 def test_a_device_takes_part_once_per_job(store: tuple[Checkpoint, TrainingJob]) -> None:
     s, job = store
-    s.create(job, {})
+    s.create(job, START)
     s.accumulate(update(job, 10, [1, 2]))
     result = s.accumulate(update(job, 11, [3, 2, 2**63 + 256], count=2))
     assert result.status == "duplicates" and result.duplicates.tolist() == [2]
     state = s.load(job.job_id)
-    assert state is not None and state.count == 2 and s.offsets(job.job_id) == {"g:0": 10}
+    assert state is not None and state.count == 2 and s.offsets(job.job_id)["g:0"] == 10
     assert s.accumulate(update(job, 11, [3, 2**63 + 256], count=2)).status == "applied"
     assert sorted(s.participants(job.job_id)) == [1, 2, 3, 2**63 + 256]
 
 
 def test_a_stale_view_of_the_version_or_count_is_a_conflict(store: tuple[Checkpoint, TrainingJob]) -> None:
     s, job = store
-    s.create(job, {})
+    s.create(job, START)
     s.accumulate(update(job, 10, [1]))
     assert s.accumulate(update(job, 11, [2], count=0)).status == "conflict"
     assert s.accumulate(update(job, 11, [2], t=1, count=1)).status == "conflict"
@@ -101,7 +128,7 @@ def test_a_stale_view_of_the_version_or_count_is_a_conflict(store: tuple[Checkpo
 
 def test_advance_needs_g_gradients_and_restarts_the_sum(store: tuple[Checkpoint, TrainingJob]) -> None:
     s, job = store
-    s.create(job, {})
+    s.create(job, START)
     s.accumulate(update(job, 10, [1, 2, 3]))
     state = s.load(job.job_id)
     assert state is not None
@@ -123,7 +150,7 @@ def test_advance_needs_g_gradients_and_restarts_the_sum(store: tuple[Checkpoint,
 
 def test_advance_and_finish_set_the_final_version(store: tuple[Checkpoint, TrainingJob]) -> None:
     s, job = store
-    s.create(job, {})
+    s.create(job, START)
     s.accumulate(update(job, 10, [1, 2, 3, 4]))
     state = s.load(job.job_id)
     assert state is not None
@@ -136,7 +163,7 @@ def test_advance_and_finish_set_the_final_version(store: tuple[Checkpoint, Train
 
 def test_finish_keeps_the_parameters(store: tuple[Checkpoint, TrainingJob]) -> None:
     s, job = store
-    s.create(job, {})
+    s.create(job, START)
     s.accumulate(update(job, 10, [1]))
     assert not s.finish(job.job_id, 3, "population_exhausted")
     assert s.finish(job.job_id, 0, "population_exhausted")
@@ -146,7 +173,7 @@ def test_finish_keeps_the_parameters(store: tuple[Checkpoint, TrainingJob]) -> N
 
 def test_large_batches_cross_the_script_chunks(store: tuple[Checkpoint, TrainingJob]) -> None:
     s, job = store
-    s.create(job, {})
+    s.create(job, START)
     devices = np.arange(1, 5001, dtype=np.uint64) * np.uint64(2**40)
     assert s.accumulate(update(job, 10, devices.tolist())).status == "applied"
     again = s.accumulate(update(job, 11, [7, *devices[4000:4003].tolist()], count=5000))

@@ -27,8 +27,8 @@ from collection.topics import DLQ_TOPIC
 from ldpstream.cli import app
 from runtime.kafka import ReportProducer, consumer_client, read_to_end
 from runtime.settings import Settings
-from sgd_coordinator.checkpoint import RedisCheckpoint
-from sgd_coordinator.coordinator import Coordinator, ensure_sgd_topics, start_offsets
+from sgd_coordinator.checkpoint import RedisCheckpoint, prefix
+from sgd_coordinator.coordinator import Coordinator, CoordinatorResult, ensure_sgd_topics, start_offsets
 from sgd_coordinator.devices import Fleet, Simulation, device_pseudonyms, perturb_gradients
 from sgd_coordinator.jobs import run_with_fleet
 from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
@@ -195,6 +195,83 @@ def test_a_killed_coordinator_resumes_at_its_version_and_no_device_takes_part_tw
     # ... and each device is counted for the version its gradient was computed at, as sent on the wire.
     sent_at = {int(d): batch.model_version for batch in map(decode_gradients, gradients_of(
         live_services.bootstrap, job.job_id, since)) for d in batch.devices}
+    assert len(sent_at) == fleet.used and all(sent_at[d] == v for d, v in participants.items())
+
+
+def job_keys(checkpoint: RedisCheckpoint, job_id: str) -> list[bytes]:
+    """Every Redis key of a job."""
+    pattern = prefix(job_id).replace("{", "[{]").replace("}", "[}]") + ":*"
+    return list(checkpoint.redis.scan_iter(match=pattern))
+
+
+def snapshot(checkpoint: RedisCheckpoint, job_id: str) -> dict[bytes, bytes]:
+    """Every key of the job, dumped in one transaction: the checkpoint as it is now."""
+    keys = job_keys(checkpoint, job_id)
+    with checkpoint.redis.pipeline(transaction=True) as pipe:
+        for key in keys:
+            pipe.dump(key)
+        return dict(zip(keys, pipe.execute(), strict=True))
+
+
+def restore(checkpoint: RedisCheckpoint, job_id: str, saved: dict[bytes, bytes]) -> None:
+    """Put the job's keys back as they were in `saved`, in one transaction: the checkpoint goes back in time, as
+    Redis restarted from an older append-only file or a failover to a lagging replica would leave it."""
+    with checkpoint.redis.pipeline(transaction=True) as pipe:
+        pipe.delete(*job_keys(checkpoint, job_id))
+        for key, value in saved.items():
+            pipe.restore(key, 0, value)
+        pipe.execute()
+
+
+def test_a_checkpoint_gone_back_in_time_is_noticed_and_every_device_still_counts_once(
+        live_services: Settings, checkpoint: RedisCheckpoint, caplog: pytest.LogCaptureFixture) -> None:
+    job = new_job(checkpoint, model="logistic", dims=5, epsilon=2.0, batch_size=500, gamma0=2.0,
+                  max_iterations=30)
+    train, _ = Simulation(devices=60_000, test_rows=1000, seed=6).data(job)
+    bootstrap = live_services.bootstrap
+    ensure_sgd_topics(bootstrap)
+    since = start_offsets(bootstrap)
+    coordinator = Coordinator(job, bootstrap, checkpoint)
+    fleet = Fleet(job, train.x, train.y, bootstrap, seed=6, patience_s=0.3)
+    stop = threading.Event()
+    ended: list[object] = []
+
+    def coordinate() -> None:
+        try:
+            ended.append(coordinator.run(should_stop=stop.is_set))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            ended.append(exc)
+
+    threads = [threading.Thread(target=coordinate, daemon=True),
+               threading.Thread(target=fleet.run, args=(stop,), daemon=True)]
+    try:
+        threads[0].start()
+        wait_until(lambda: coordinator.state is not None, 60, "the coordinator's start")
+        threads[1].start()
+        wait_until(lambda: checkpoint.load(job.job_id).t >= 5, 60, "version 5")  # type: ignore[union-attr]
+        saved = snapshot(checkpoint, job.job_id)
+        wait_until(lambda: checkpoint.load(job.job_id).t >= 12, 60, "version 12")  # type: ignore[union-attr]
+        restore(checkpoint, job.job_id, saved)
+        wait_until(lambda: bool(ended), 180, "the job's end")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    (result,) = ended
+    assert isinstance(result, CoordinatorResult), result
+    assert result.status == "done" and result.state.t == 30
+    assert "the checkpoint went back in time" in caplog.text
+    published = [t for t, _, _ in models_of(bootstrap, job.job_id)]
+    assert any(b < a for a, b in zip(published, published[1:], strict=False)), published  # the older one again
+
+    # Exactly g gradients per version, each device at most once and counted for the version its gradient was
+    # computed at, as sent on the wire.
+    participants = checkpoint.participants(job.job_id)
+    outcomes = checkpoint.outcomes(job.job_id)
+    assert checkpoint.versions(job.job_id) == dict.fromkeys(range(30), 500)
+    assert len(participants) == 30 * 500 == outcomes["accepted"] and "rejected:duplicate" not in outcomes
+    sent_at = {int(d): batch.model_version for batch in map(decode_gradients, gradients_of(
+        bootstrap, job.job_id, since)) for d in batch.devices}
     assert len(sent_at) == fleet.used and all(sent_at[d] == v for d, v in participants.items())
 
 

@@ -54,7 +54,7 @@ def test_the_status_summary_shows_version_outcomes_parameters_and_the_held_out_e
     store = MemoryCheckpoint()
     simulation = Simulation(devices=50, test_rows=20, seed=1)
     store.create(job, {}, simulation.model_dump_json())
-    store.accumulate(GradientUpdate("status", "g:0", 1, 1, 0, 0, np.array([1, 2], np.uint64), np.array([2.0, 0, 0]),
+    store.accumulate(GradientUpdate("status", "g:0", 0, 0, 0, 0, np.array([1, 2], np.uint64), np.array([2.0, 0, 0]),
                                     {"accepted": 2, "dropped:stale": 1, "rejected:out_of_range": 3}))
     state = store.load("status")
     assert state is not None
