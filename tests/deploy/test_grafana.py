@@ -17,8 +17,8 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from aggregator.store import MemoryStore
 from aggregator.metrics import StoreCollector
+from aggregator.store import MemoryStore
 from runtime import metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
