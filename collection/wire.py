@@ -18,6 +18,8 @@ micro-batch of small messages; `decode` is the three for a single message.
 
 Evolution is append-only: a later version may only add trailing fields with defaults, so an old reader decodes
 a new message's prefix; a message whose version this reader does not know is rejected with that reason.
+Every decoder here takes outside bytes: whatever they are, it returns or raises `WireError`, nothing else
+(`collection.untrusted.rejecting`); `leading_version` returns None for anything it cannot read.
 Only mechanism output can be encoded: `encode` takes a `PerturbedBatch`, which only `producer.perturb` makes.
 """
 
@@ -30,6 +32,7 @@ from typing import ClassVar
 import msgspec
 import numpy as np
 
+from collection.untrusted import rejecting
 from ldp.base import Reports
 
 WIRE_VERSION = 1
@@ -60,6 +63,13 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
     devices: bytes
     timestamps: bytes
     attributes: list[AttributeBlock]
+
+
+class _Head(msgspec.Struct, array_like=True):
+    """The first element of any msgpack array (the rest is skipped, not decoded): where every envelope of ours
+    keeps its version."""
+
+    version: int
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,7 @@ def encode_column(name: str, values: np.ndarray) -> WireColumn:
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Envelope)
+_head_decoder = msgspec.msgpack.Decoder(_Head)
 
 
 def encode(batch: PerturbedBatch) -> bytes:
@@ -175,6 +186,7 @@ class Concatenation:
     rejected: dict[int, str]
 
 
+@rejecting(WireError, "malformed envelope")
 def decode(data: bytes) -> DecodedBatch:
     """Decode one message; WireError with the reason if it is not a well-formed envelope of a known version."""
     env = decode_envelope(data)
@@ -186,6 +198,7 @@ def decode(data: bytes) -> DecodedBatch:
                         tuple(AttributeReports(a, c.rows, c.columns) for a, c in joined.attributes.items()))
 
 
+@rejecting(WireError, "malformed envelope")
 def decode_envelope(data: bytes) -> Envelope:
     """The envelope of one message; WireError with the reason if it is not an envelope of a known version."""
     try:
@@ -200,6 +213,7 @@ def decode_envelope(data: bytes) -> Envelope:
     return env
 
 
+@rejecting(WireError, "malformed envelope")
 def check_envelope(env: Envelope) -> int:
     """The number of rows n of an envelope; WireError with the reason unless it is well formed as far as the byte
     lengths tell (the values of its rows are checked by `concatenate`)."""
@@ -234,6 +248,7 @@ def check_envelope(env: Envelope) -> int:
     return n
 
 
+@rejecting(WireError, "malformed envelopes")
 def concatenate(envelopes: Sequence[Envelope]) -> Concatenation:
     """The reports of envelopes that passed `check_envelope` as one set of columns. A message whose rows of an
     attribute are not strictly increasing and < its n is left out whole, with the reason in `rejected`.
@@ -307,11 +322,9 @@ def _not_whole(data: bytes, dtype: str, what: str) -> str:
 
 
 def leading_version(data: bytes) -> int | None:
-    """The first element of a msgpack array, if the message is one and it is an int (to name unknown versions)."""
+    """The first element of a msgpack array, if the message is one and it is an int (to name unknown versions);
+    None for anything else, whatever the bytes."""
     try:
-        head = msgspec.msgpack.decode(data)
-    except msgspec.DecodeError:
+        return _head_decoder.decode(data).version
+    except Exception:  # outside bytes: whatever msgspec raises on them, there is no version to name
         return None
-    if isinstance(head, list) and head and isinstance(head[0], int) and not isinstance(head[0], bool):
-        return head[0]
-    return None
