@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -49,7 +50,7 @@ class SpecError(ValueError):
 class NumericAttribute(BaseModel):
     """A numeric attribute with a declared range, mapped to [-1, 1] for the mechanism."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["numeric"] = "numeric"
     range: tuple[float, float]
@@ -59,8 +60,8 @@ class NumericAttribute(BaseModel):
     @field_validator("range")
     @classmethod
     def _ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
-        if not v[0] < v[1]:
-            raise ValueError(f"range must be [lo, hi] with lo < hi, got {list(v)}")
+        if not (v[0] < v[1] and math.isfinite(v[1] - v[0])):
+            raise ValueError(f"range must be [lo, hi] with lo < hi (and hi - lo finite), got {list(v)}")
         return v
 
     @field_validator("mechanism")
@@ -79,7 +80,7 @@ class CategoricalAttribute(BaseModel):
     is published (the strategy itself goes to the `ldp.strategies` topic, so a spec version pins its strategy).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["categorical"] = "categorical"
     values: list[str] = Field(min_length=2)
@@ -120,7 +121,7 @@ Attribute = Annotated[NumericAttribute | CategoricalAttribute, Field(discriminat
 class CollectionSpec(BaseModel):
     """A versioned collection: its attributes, privacy budget, sampling, windows and topic layout."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: Annotated[str, Field(pattern=NAME)]
     version: Annotated[int, Field(ge=1)]
     epsilon: Annotated[float, Field(gt=0, le=50)]
