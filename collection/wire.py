@@ -19,7 +19,8 @@ micro-batch of small messages; `decode` is the three for a single message.
 Evolution is append-only: a later version may only add trailing fields with defaults, so an old reader decodes
 a new message's prefix; a message whose version this reader does not know is rejected with that reason.
 Every decoder here takes outside bytes: whatever they are, it returns or raises `WireError`, nothing else
-(`collection.untrusted.rejecting`); `leading_version` returns None for anything it cannot read.
+(`collection.untrusted.rejecting`, or at the one library call of the per-message steps); `leading_version` returns
+None for anything it cannot read.
 Only mechanism output can be encoded: `encode` takes a `PerturbedBatch`, which only `producer.perturb` makes.
 """
 
@@ -32,7 +33,7 @@ from typing import ClassVar
 import msgspec
 import numpy as np
 
-from collection.untrusted import rejecting
+from collection.untrusted import describe, rejecting
 from ldp.base import Reports
 
 WIRE_VERSION = 1
@@ -198,25 +199,29 @@ def decode(data: bytes) -> DecodedBatch:
                         tuple(AttributeReports(a, c.rows, c.columns) for a, c in joined.attributes.items()))
 
 
-@rejecting(WireError, "malformed envelope")
 def decode_envelope(data: bytes) -> Envelope:
-    """The envelope of one message; WireError with the reason if it is not an envelope of a known version."""
+    """The envelope of one message; WireError with the reason if it is not an envelope of a known version.
+
+    Per message, so guarded without a wrapper's call: its one library call is the boundary, and whatever msgspec
+    raises there (its errors, UnicodeDecodeError on a string that is not UTF-8, TypeError on no bytes) is a
+    WireError."""
     try:
         env = _decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except Exception as exc:  # outside bytes: msgspec raises more than its own errors
         version = leading_version(data)
         if version is not None and version != WIRE_VERSION:
             raise WireError(f"unknown wire version {version}") from exc
-        raise WireError(f"malformed envelope: {exc}") from exc
+        reason = str(exc) if isinstance(exc, msgspec.DecodeError) else describe(exc)  # msgspec's own say enough
+        raise WireError(f"malformed envelope: {reason}") from exc
     if env.version != WIRE_VERSION:
         raise WireError(f"unknown wire version {env.version}")
     return env
 
 
-@rejecting(WireError, "malformed envelope")
 def check_envelope(env: Envelope) -> int:
     """The number of rows n of an envelope; WireError with the reason unless it is well formed as far as the byte
-    lengths tell (the values of its rows are checked by `concatenate`)."""
+    lengths tell (the values of its rows are checked by `concatenate`). Per message, so without a wrapper's call:
+    it only compares lengths and ints of fields msgspec has typed, and raises WireError and nothing else."""
     if len(env.devices) % 8:
         raise WireError(_not_whole(env.devices, "<u8", "devices"))
     if len(env.timestamps) % 8:
