@@ -145,7 +145,7 @@ def _decoded_or_empty(value: bytes) -> np.ndarray:
         return np.zeros(0, dtype=np.uint64)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**32 - 1), st.integers(0, 8), st.integers(0, 12))
 def test_mixed_batches_never_raise_and_every_message_is_accounted_for(seed: int, valid: int, bad: int) -> None:
     batch = mixed_batch(seed, valid, bad)

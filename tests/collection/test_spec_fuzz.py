@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from collection.spec import MAX_SPEC_SIZE, CollectionSpec, SpecError, parse_spec
 from runtime.settings import PROJECT_ROOT
-from tests.fuzzing import MEGABYTE, mutated
+from tests.fuzzing import ABOUT_1MB, mutated
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EXAMPLES = [p.read_text() for p in sorted((PROJECT_ROOT / "examples").glob("*.yaml")) if "sgd" not in p.name]
@@ -104,7 +104,7 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     "epsilon: " + "9" * 5000, "version: 1e999", "epsilon: .nan", "epsilon: .inf",
     EXAMPLES[0].replace("windows: [1h]", "windows: [" + "9" * 5000 + "h]"),
     EXAMPLES[0].replace("windows: [1h]", "windows: [99999999999999999999d]"),
-    EXAMPLES[0] + "\n" + " " * MAX_SPEC_SIZE, "a: " + "x" * MEGABYTE, b"\xff\xfe" + EXAMPLES[0].encode("utf-16-le"),
+    EXAMPLES[0] + "\n" + " " * MAX_SPEC_SIZE, "a: " + "x" * ABOUT_1MB, b"\xff\xfe" + EXAMPLES[0].encode("utf-16-le"),
     EXAMPLES[0].encode()[:-3] + b"\xc3\x28",
 ])
 def test_hostile_yaml_is_a_spec_error(text: str | bytes) -> None:

@@ -148,7 +148,7 @@ def _job_of(value: bytes) -> str | None:
         return None
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**32 - 1), st.integers(0, 8), st.integers(1, 12))
 def test_gather_never_raises_and_every_message_is_accounted_for(seed: int, valid: int, bad: int) -> None:
     messages, valid_devices = mixed_gradients(seed, valid, bad)
