@@ -250,8 +250,8 @@ class PartitionProcessor:
                 devices = rows.devices[order]
                 _mark(reasons, order[1:][devices[1:] == devices[:-1]], DUPLICATE)
                 if seen is not None:
-                    counted = lookup(seen.contains, topic, part, (spec.version, dwin, start), devices)
-                    _mark(reasons, order[counted], DUPLICATE)
+                    known = lookup(seen.contains, topic, part, (spec.version, dwin, start), devices)
+                    _mark(reasons, order[known], DUPLICATE)
             details.setdefault(DUPLICATE, "device already reported in this window")
         letters = _dead_letters(items, rows, reasons, details)
         accepted = reasons == 0

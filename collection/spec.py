@@ -207,7 +207,7 @@ class _TreeLoader(yaml.SafeLoader):
 def _mapping(text: str | bytes) -> dict[str, object]:
     """The mapping a spec's text holds (yaml raises more than YAMLError: RecursionError, ValueError, ...)."""
     if len(text) > MAX_SPEC_SIZE:
-        raise SpecError(f"{len(text):,} long; a spec is at most {MAX_SPEC_SIZE:,}")
+        raise SpecError(f"{len(text):,} characters or bytes; a spec has at most {MAX_SPEC_SIZE:,}")
     data = yaml.load(text.decode() if isinstance(text, bytes) else text, Loader=_TreeLoader)
     if not isinstance(data, dict):
         raise SpecError(f"a spec is a mapping, got {type(data).__name__}")
