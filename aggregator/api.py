@@ -9,12 +9,14 @@
   healthy (`aggregator.health`: workers alive, no crash loop, no collection stalled with messages waiting);
   200, else 503 with the reasons in the body.
 Errors are JSON objects `{"error": "..."}` (503 while Redis or Kafka fails). Store, Kafka and metrics calls
-block, so they run in the default executor, never on the event loop.
+block, so they run in the default executor, never on the event loop. Query strings are outside input: no value of
+a parameter makes a request fail with a 500 (numbers are ASCII digits, parsed only after a full match).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -39,6 +41,7 @@ from runtime.settings import Settings
 
 T = TypeVar("T")
 KAFKA_TIMEOUT_S = 5.0
+NUMBER = re.compile(r"[0-9]{1,18}")  # str.isdigit() takes '²' (which int() refuses) and digits beyond int64
 
 
 class PublishedPlans:
@@ -196,8 +199,8 @@ def requested_plan(versions: list[Plan], name: str, version: str | None) -> Plan
         raise ApiError(404, f"no published collection {name!r}")
     if version is None:
         return versions[-1]
-    if not version.isdigit():
-        raise ApiError(400, f"version must be a positive integer, not {version!r}")
+    if NUMBER.fullmatch(version) is None:
+        raise ApiError(400, f"version must be a positive integer, not {version[:40]!r}")
     found = [p for p in versions if p.spec.version == int(version)]
     if not found:
         published = ", ".join(str(p.spec.version) for p in versions)
@@ -216,8 +219,9 @@ def check_window(spec: CollectionSpec, window: str) -> None:
     if name == ALL_TIME:
         raise ValueError("the all-time window has no start: use window=all")
     length_ms = window_seconds(name) * 1000
-    if not start.isdigit() or int(start) % length_ms:
-        raise ValueError(f"{window!r}: the start of a {name} window is a multiple of {length_ms} ms since the epoch")
+    if NUMBER.fullmatch(start) is None or int(start) % length_ms:
+        raise ValueError(f"{window[:60]!r}: the start of a {name} window is a multiple of {length_ms} ms since the "
+                         "epoch")
 
 
 def collections_summary(store: StatsStore, plans: list[Plan]) -> list[dict[str, Any]]:

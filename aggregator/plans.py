@@ -16,7 +16,7 @@ from confluent_kafka import KafkaException
 from aggregator.store import WindowStats
 from collection.collector import Strategies, collector_for
 from collection.spec import CollectionSpec, SpecError
-from ldp.base import Estimate, LDPError, Mechanism, ReportSchema
+from ldp.base import Estimate, Mechanism, ReportSchema
 from ldp.mixed import MixedCollector, block_size, joined_stats
 from runtime.specs import read_specs
 from runtime.strategies import strategies_for
@@ -84,7 +84,8 @@ class PlanRegistry:
         return plan
 
     def refresh(self) -> None:
-        """Re-read the specs topic; a spec that cannot be read is logged and left out."""
+        """Re-read the specs topic; a spec that cannot be read, or whose plan cannot be built, is logged and left
+        out (and tried again at the next refresh)."""
         with self._lock:
             self._last_refresh = time.monotonic()
             try:
@@ -95,9 +96,12 @@ class PlanRegistry:
             for key, spec in specs.items():
                 if key not in self._plans:
                     try:
-                        self._plans[key] = Plan.load(spec, self.bootstrap)
-                    except (SpecError, LDPError, RuntimeError, KafkaException) as exc:
+                        plan = Plan.load(spec, self.bootstrap)
+                        plan.schemas  # noqa: B018 - builds the collector now, not in the first batch that needs it
+                    except Exception as exc:  # a published spec is outside input: whatever building its plan raises
                         log.error("published spec %s left out: %s", key, exc)
+                        continue
+                    self._plans[key] = plan
 
     def plans(self) -> list[Plan]:
         """Every known plan (refreshing first)."""

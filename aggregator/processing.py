@@ -15,6 +15,11 @@ Steps, all vectorised over the batch's reports:
    its partition (`SeenLookup`, the worker's `aggregator.dedupe.SeenDevices`);
 6. accumulate each attribute's additive statistics per window (the spec's tumbling windows and all-time).
 A rejected device's report goes to the dead-letter topic with its reason; nothing of it is counted.
+
+Messages are outside bytes, and no content of theirs makes `process` raise: the decoders raise only `WireError`,
+and should anything in steps 1-6 raise on some message all the same (a bug the checks missed), that message alone
+is taken out of the batch and dead-lettered as `malformed` with the exception (`runtime.dlq.isolating`); the rest
+are processed as if it had not come. Every message of a batch is counted in the outcomes or dead-lettered.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from collection.topics import collection_of, report_topic, source
 from collection.wire import ITEMSIZE, AttributeBlock, Envelope, WireError, check_envelope, concatenate, decode_envelope
 from ldp.base import Mechanism, ReportSchema
 from ldp.mixed import attribute_block
-from runtime.dlq import DeadLetter, Message
+from runtime.dlq import DeadLetter, Message, isolating, lookup
 
 # Reason codes: a bounded set (they are metric labels); the detail goes in the dead-letter record.
 MALFORMED = "malformed"
@@ -91,6 +96,16 @@ class PartitionResult:
 
 
 @dataclass
+class _Counted:
+    """What steps 1-6 make of some messages: dead letters, window increments, outcome counts, the newest report."""
+
+    letters: list[DeadLetter] = field(default_factory=list)
+    windows: list[WindowIncrement] = field(default_factory=list)
+    outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    newest: int | None = None
+
+
+@dataclass
 class _Rows:
     """The decoded reports of the batch's messages, concatenated."""
 
@@ -132,47 +147,52 @@ class PartitionProcessor:
         `seen`: the devices each partition counted before; their reports in the same window are duplicates, and the
         update's offset ranges expect the applied offsets `seen` is synced at. None: only the batch is deduplicated.
         `quarantined`: (partition, offset) of messages rejected whole as `poison` without being decoded
-        (`aggregator.quarantine`).
+        (`aggregator.quarantine`). Raises only what `seen` raises (Redis), never for the messages' content (module
+        docstring).
         """
         if not messages:
             return PartitionResult(None)
-        letters: list[DeadLetter] = []
-        by_version: dict[int, list[tuple[Message, Envelope, CollectionPlan]]] = defaultdict(list)
-        for msg in messages:
-            if (msg.partition, msg.offset) in quarantined:
-                letters.append(_whole(msg, POISON, "in hand at two worker crashes: quarantined, not decoded"))
-                continue
-            plan_or_letter = self._decode(topic, msg)
-            if isinstance(plan_or_letter, DeadLetter):
-                letters.append(plan_or_letter)
-            else:
-                by_version[plan_or_letter[0].spec_version].append((msg, *plan_or_letter))
-        versions: list[tuple[list[tuple[Message, Envelope, CollectionPlan]], _Rows]] = []
-        for _, items in sorted(by_version.items()):
-            rows, malformed = _concatenate(items)
-            letters += malformed
-            if len(rows.devices):
-                versions.append((items, rows))
-        collection = collection_of(topic)
-        outcomes: dict[str, int] = defaultdict(int)
-        for letter in letters:
-            outcomes[f"rejected:{letter.reason}"] += 1
-        windows: list[WindowIncrement] = []
-        newest: int | None = None
-        for items, rows in versions:
-            incs, rejected, newest_v = self._accumulate(topic, items, rows, outcomes, seen)
-            letters += rejected
-            windows += incs
-            if newest_v is not None:
-                newest = newest_v if newest is None else max(newest, newest_v)
+        poison = [_whole(m, POISON, "in hand at two worker crashes: quarantined, not decoded")
+                  for m in messages if (m.partition, m.offset) in quarantined]
+        rest = [m for m in messages if (m.partition, m.offset) not in quarantined] if poison else messages
+        counted, isolated = isolating(lambda batch: self._counted(topic, batch, seen), rest, MALFORMED)
+        for letter in poison + isolated:
+            counted.outcomes[f"rejected:{letter.reason}"] += 1
         ranges: dict[int, list[int]] = {}
         for m in messages:
             first_last = ranges.setdefault(m.partition, [m.offset, m.offset])
             first_last[0], first_last[1] = min(first_last[0], m.offset), max(first_last[1], m.offset)
         offsets = tuple(OffsetRange(source(topic, p), lo, hi, None if seen is None else seen.synced(topic, p))
                         for p, (lo, hi) in sorted(ranges.items()))
-        update = BatchUpdate(collection, offsets, tuple(windows), dict(outcomes), newest)
-        return PartitionResult(update, letters)
+        update = BatchUpdate(collection_of(topic), offsets, tuple(counted.windows), dict(counted.outcomes),
+                             counted.newest)
+        return PartitionResult(update, poison + counted.letters + isolated)
+
+    def _counted(self, topic: str, messages: Sequence[Message], seen: SeenLookup | None) -> _Counted:
+        """Steps 1-6 for some messages of the batch (all of them, unless some had to be isolated)."""
+        counted = _Counted()
+        by_version: dict[int, list[tuple[Message, Envelope, CollectionPlan]]] = defaultdict(list)
+        for msg in messages:
+            plan_or_letter = self._decode(topic, msg)
+            if isinstance(plan_or_letter, DeadLetter):
+                counted.letters.append(plan_or_letter)
+            else:
+                by_version[plan_or_letter[0].spec_version].append((msg, *plan_or_letter))
+        versions: list[tuple[list[tuple[Message, Envelope, CollectionPlan]], _Rows]] = []
+        for _, items in sorted(by_version.items()):
+            rows, malformed = _concatenate(items)
+            counted.letters += malformed
+            if len(rows.devices):
+                versions.append((items, rows))
+        for letter in counted.letters:
+            counted.outcomes[f"rejected:{letter.reason}"] += 1
+        for items, rows in versions:
+            incs, rejected, newest = self._accumulate(topic, items, rows, counted.outcomes, seen)
+            counted.letters += rejected
+            counted.windows += incs
+            if newest is not None:
+                counted.newest = newest if counted.newest is None else max(counted.newest, newest)
+        return counted
 
     def _decode(self, topic: str, msg: Message) -> tuple[Envelope, CollectionPlan] | DeadLetter:
         """The message's envelope, checked as far as byte lengths tell, and its plan; or why it is rejected whole."""
@@ -236,7 +256,8 @@ class PartitionProcessor:
                 devices = rows.devices[order]
                 _mark(reasons, order[1:][devices[1:] == devices[:-1]], DUPLICATE)
                 if seen is not None:
-                    _mark(reasons, order[seen.contains(topic, part, (spec.version, dwin, start), devices)], DUPLICATE)
+                    known = lookup(seen.contains, topic, part, (spec.version, dwin, start), devices)
+                    _mark(reasons, order[known], DUPLICATE)
             details.setdefault(DUPLICATE, "device already reported in this window")
         letters = _dead_letters(items, rows, reasons, details)
         accepted = reasons == 0
@@ -265,8 +286,11 @@ class PartitionProcessor:
                 for attr, (grow, cols) in rows.attributes.items():
                     take = member[grow]
                     if take.any():
-                        sub = _shaped(cols, plan.schemas[attr], len(grow))
-                        counted = plan.mechanisms[attr].accumulate({k: v[take] for k, v in sub.items()})
+                        schema = plan.schemas[attr]
+                        sub = _shaped(cols, schema, len(grow))
+                        # as the declared dtypes (a message may carry another one): safe for rows in range
+                        counted = plan.mechanisms[attr].accumulate({k: v[take].astype(schema.dtypes[k], copy=False)
+                                                                    for k, v in sub.items()})
                         stats[attr] = attribute_block(take.sum(), counted)
                 dedupe = None
                 if spec.one_report_per_window and window == dwin:

@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_pipeline import Fleet, encode_fleet, specs_topic, unlink_collection  # noqa: E402
+from bench_pipeline import Fleet, encode_fleet, specs_topic  # noqa: E402
 
 from aggregator.plans import PlanRegistry  # noqa: E402
 from aggregator.store import RedisStore  # noqa: E402
@@ -152,7 +152,7 @@ def main() -> None:
             publish_spec(spec, cfg.bootstrap)
             print(json.dumps(profile(spec, cfg, store, args), indent=1))
     finally:
-        unlink_collection(store.redis, spec.name)
+        store.delete_collection(spec.name)
         for topic in (spec.topic, specs):
             delete_topic(cfg.bootstrap, topic)
 

@@ -11,20 +11,26 @@ A spec is YAML or JSON, validated here. Example (see `examples/diagnostics.yaml`
     attributes:
       - {name: battery_level, type: numeric, range: [0, 100], mechanism: auto}
       - {name: display_mode, type: categorical, values: [light, dark], mechanism: auto}
+
+Specs are read from the specs topic, so `parse_spec` takes outside bytes: whatever they are, it returns a valid
+spec or raises `SpecError`, nothing else. A spec is at most `MAX_SPEC_SIZE` long and a tree: YAML aliases are
+refused (JSON has none; an alias can make a small text a huge or recursive structure, "billion laughs").
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from collection.topics import report_topic
+from collection.untrusted import rejecting
 from ldp import registry
 from ldp.workload.workloads import WORKLOAD_NAMES
 
@@ -33,6 +39,8 @@ WINDOW = re.compile(r"^(\d+)([smhd])$")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 ALL_TIME = "all"
 FACTORIZATION = "factorization"
+MAX_SPEC_SIZE = 256 * 1024  # characters of text, or bytes; a spec of 10,000 categorical values is about 150 KB
+MAX_WINDOW_SECONDS = 3650 * 86400  # ten years: window starts in ms stay far inside int64
 
 
 class SpecError(ValueError):
@@ -42,7 +50,7 @@ class SpecError(ValueError):
 class NumericAttribute(BaseModel):
     """A numeric attribute with a declared range, mapped to [-1, 1] for the mechanism."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["numeric"] = "numeric"
     range: tuple[float, float]
@@ -52,8 +60,8 @@ class NumericAttribute(BaseModel):
     @field_validator("range")
     @classmethod
     def _ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
-        if not v[0] < v[1]:
-            raise ValueError(f"range must be [lo, hi] with lo < hi, got {list(v)}")
+        if not (v[0] < v[1] and math.isfinite(v[1] - v[0])):
+            raise ValueError(f"range must be [lo, hi] with lo < hi (and hi - lo finite), got {list(v)}")
         return v
 
     @field_validator("mechanism")
@@ -72,7 +80,7 @@ class CategoricalAttribute(BaseModel):
     is published (the strategy itself goes to the `ldp.strategies` topic, so a spec version pins its strategy).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["categorical"] = "categorical"
     values: list[str] = Field(min_length=2)
@@ -113,7 +121,7 @@ Attribute = Annotated[NumericAttribute | CategoricalAttribute, Field(discriminat
 class CollectionSpec(BaseModel):
     """A versioned collection: its attributes, privacy budget, sampling, windows and topic layout."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: Annotated[str, Field(pattern=NAME)]
     version: Annotated[int, Field(ge=1)]
     epsilon: Annotated[float, Field(gt=0, le=50)]
@@ -130,8 +138,8 @@ class CollectionSpec(BaseModel):
         for w in v:
             if w != ALL_TIME and not WINDOW.match(w):
                 raise ValueError(f"window {w!r} is not like 30s, 15m, 1h, 1d or 'all'")
-            if w != ALL_TIME and window_seconds(w) <= 0:
-                raise ValueError(f"window {w!r} must be positive")
+            if w != ALL_TIME and not 0 < window_seconds(w) <= MAX_WINDOW_SECONDS:
+                raise ValueError(f"window {w!r} must be positive and at most {MAX_WINDOW_SECONDS // 86400}d")
         return sorted(set(v) - {ALL_TIME}, key=window_seconds)
 
     @model_validator(mode="after")
@@ -175,19 +183,45 @@ def window_seconds(window: str) -> int:
     return int(m.group(1)) * UNIT_SECONDS[m.group(2)]
 
 
-def parse_spec(text: str, source: str = "<spec>") -> CollectionSpec:
-    """A spec from YAML or JSON text (JSON is YAML); SpecError with every problem listed."""
+def parse_spec(text: str | bytes, source: str = "<spec>") -> CollectionSpec:
+    """A spec from YAML or JSON text, or its UTF-8 bytes (JSON is YAML); SpecError with every problem listed, and
+    nothing else, whatever the input."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: not valid YAML/JSON: {exc}") from exc
+        return _validated(_mapping(text))
+    except SpecError as exc:
+        raise SpecError(f"{source}: {exc}") from exc
+
+
+class _TreeLoader(yaml.SafeLoader):
+    """yaml's safe loader, refusing aliases (module docstring)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"a spec takes no aliases (*{event.anchor})",
+                                              event.start_mark)
+        return super().compose_node(parent, index)
+
+
+@rejecting(SpecError, "not valid YAML/JSON")
+def _mapping(text: str | bytes) -> dict[str, object]:
+    """The mapping a spec's text holds (yaml raises more than YAMLError: RecursionError, ValueError, ...)."""
+    if len(text) > MAX_SPEC_SIZE:
+        raise SpecError(f"{len(text):,} characters or bytes; a spec has at most {MAX_SPEC_SIZE:,}")
+    data = yaml.load(text.decode() if isinstance(text, bytes) else text, Loader=_TreeLoader)
     if not isinstance(data, dict):
-        raise SpecError(f"{source}: a spec is a mapping, got {type(data).__name__}")
+        raise SpecError(f"a spec is a mapping, got {type(data).__name__}")
+    return data
+
+
+@rejecting(SpecError, "not a valid spec")
+def _validated(data: dict[str, object]) -> CollectionSpec:
+    """The spec a mapping describes; SpecError with every problem listed."""
     try:
         return CollectionSpec.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
-        raise SpecError(f"{source}: {problems}") from exc
+        raise SpecError("; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
+                                  for e in exc.errors())) from exc
 
 
 def load_spec(path: str | Path) -> CollectionSpec:

@@ -18,6 +18,9 @@ micro-batch of small messages; `decode` is the three for a single message.
 
 Evolution is append-only: a later version may only add trailing fields with defaults, so an old reader decodes
 a new message's prefix; a message whose version this reader does not know is rejected with that reason.
+Every decoder here takes outside bytes: whatever they are, it returns or raises `WireError`, nothing else
+(`collection.untrusted.rejecting`, or at the one library call of the per-message steps); `leading_version` returns
+None for anything it cannot read.
 Only mechanism output can be encoded: `encode` takes a `PerturbedBatch`, which only `producer.perturb` makes.
 """
 
@@ -30,6 +33,7 @@ from typing import ClassVar
 import msgspec
 import numpy as np
 
+from collection.untrusted import describe, rejecting
 from ldp.base import Reports
 
 WIRE_VERSION = 1
@@ -60,6 +64,13 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
     devices: bytes
     timestamps: bytes
     attributes: list[AttributeBlock]
+
+
+class _Head(msgspec.Struct, array_like=True):
+    """The first element of any msgpack array (the rest is skipped, not decoded): where every envelope of ours
+    keeps its version."""
+
+    version: int
 
 
 @dataclass(frozen=True)
@@ -123,6 +134,7 @@ def encode_column(name: str, values: np.ndarray) -> WireColumn:
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Envelope)
+_head_decoder = msgspec.msgpack.Decoder(_Head)
 
 
 def encode(batch: PerturbedBatch) -> bytes:
@@ -175,6 +187,7 @@ class Concatenation:
     rejected: dict[int, str]
 
 
+@rejecting(WireError, "malformed envelope")
 def decode(data: bytes) -> DecodedBatch:
     """Decode one message; WireError with the reason if it is not a well-formed envelope of a known version."""
     env = decode_envelope(data)
@@ -187,14 +200,19 @@ def decode(data: bytes) -> DecodedBatch:
 
 
 def decode_envelope(data: bytes) -> Envelope:
-    """The envelope of one message; WireError with the reason if it is not an envelope of a known version."""
+    """The envelope of one message; WireError with the reason if it is not an envelope of a known version.
+
+    Per message, so guarded without a wrapper's call: its one library call is the boundary, and whatever msgspec
+    raises there (its errors, UnicodeDecodeError on a string that is not UTF-8, TypeError on no bytes) is a
+    WireError."""
     try:
         env = _decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except Exception as exc:  # outside bytes: msgspec raises more than its own errors
         version = leading_version(data)
         if version is not None and version != WIRE_VERSION:
             raise WireError(f"unknown wire version {version}") from exc
-        raise WireError(f"malformed envelope: {exc}") from exc
+        reason = str(exc) if isinstance(exc, msgspec.DecodeError) else describe(exc)  # msgspec's own say enough
+        raise WireError(f"malformed envelope: {reason}") from exc
     if env.version != WIRE_VERSION:
         raise WireError(f"unknown wire version {env.version}")
     return env
@@ -202,7 +220,8 @@ def decode_envelope(data: bytes) -> Envelope:
 
 def check_envelope(env: Envelope) -> int:
     """The number of rows n of an envelope; WireError with the reason unless it is well formed as far as the byte
-    lengths tell (the values of its rows are checked by `concatenate`)."""
+    lengths tell (the values of its rows are checked by `concatenate`). Per message, so without a wrapper's call:
+    it only compares lengths and ints of fields msgspec has typed, and raises WireError and nothing else."""
     if len(env.devices) % 8:
         raise WireError(_not_whole(env.devices, "<u8", "devices"))
     if len(env.timestamps) % 8:
@@ -234,6 +253,7 @@ def check_envelope(env: Envelope) -> int:
     return n
 
 
+@rejecting(WireError, "malformed envelopes")
 def concatenate(envelopes: Sequence[Envelope]) -> Concatenation:
     """The reports of envelopes that passed `check_envelope` as one set of columns. A message whose rows of an
     attribute are not strictly increasing and < its n is left out whole, with the reason in `rejected`.
@@ -307,11 +327,9 @@ def _not_whole(data: bytes, dtype: str, what: str) -> str:
 
 
 def leading_version(data: bytes) -> int | None:
-    """The first element of a msgpack array, if the message is one and it is an int (to name unknown versions)."""
+    """The first element of a msgpack array, if the message is one and it is an int (to name unknown versions);
+    None for anything else, whatever the bytes."""
     try:
-        head = msgspec.msgpack.decode(data)
-    except msgspec.DecodeError:
+        return _head_decoder.decode(data).version
+    except Exception:  # outside bytes: whatever msgspec raises on them, there is no version to name
         return None
-    if isinstance(head, list) and head and isinstance(head[0], int) and not isinstance(head[0], bool):
-        return head[0]
-    return None

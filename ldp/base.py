@@ -65,6 +65,11 @@ class ReportSchema:
         """Values per row of each column, by name."""
         return {c.name: c.width for c in self.columns}
 
+    @cached_property
+    def dtypes(self) -> Mapping[str, str]:
+        """The dtype of each column, by name."""
+        return {c.name: c.dtype for c in self.columns}
+
     def violations(self, reports: Reports) -> np.ndarray:
         """Per row, '' if the report is valid, else the reason it is not (vectorised over rows).
 

@@ -42,8 +42,9 @@ def read_specs(bootstrap: str, invalid: list[str] | None = None,
     The first message of a key is authoritative (a later, different one can only come from a race); deletions
     (empty values) are ignored, since a published version is never withdrawn. A message that is not a valid spec
     under its key is skipped, and its reason appended to `invalid` when given: one bad message must not stop
-    the readers of every good one. A key in `known` keeps the spec given there without parsing the message again
-    (published versions are immutable; parsing is most of the cost of a re-read).
+    the readers of every good one (`parse_spec` raises SpecError and nothing else, whatever the bytes). A key in
+    `known` keeps the spec given there without parsing the message again (published versions are immutable;
+    parsing is most of the cost of a re-read).
     """
     topic = specs_topic()
     ensure_topic(bootstrap, topic, 1, compacted=True)
@@ -58,7 +59,7 @@ def read_specs(bootstrap: str, invalid: list[str] | None = None,
             specs[name] = known[name]
             continue
         try:
-            spec = parse_spec(value.decode(errors="replace"), f"{topic}[{name}]")
+            spec = parse_spec(value, f"{topic}[{name}]")
             if spec.key != name:
                 raise SpecError(f"{topic}: the message keyed {name!r} holds the spec {spec.key!r}")
         except SpecError as exc:

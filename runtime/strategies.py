@@ -6,10 +6,13 @@ the attribute's epsilon (the spec's epsilon / k). `with_strategies` optimises th
 Q, W and epsilon; value = the .npz bytes) and returns the spec with the hashes filled in, so a published spec
 version pins its strategies. `load_strategy(hash)` reads one back (a local cache first), verified against its
 hash; `strategies_for(spec)` loads every strategy a spec pins, for `collection.collector.collector_for`.
+The bytes of the topic and of the cache are outside bytes: `strategy_from_bytes` returns the strategy of the
+hash or raises SpecError, nothing else, whatever they are; only bytes that decode are cached.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from pathlib import Path
@@ -17,6 +20,7 @@ from pathlib import Path
 from collection.collector import Strategies, pinned_strategies
 from collection.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, SpecError
 from collection.topics import STRATEGIES_TOPIC
+from collection.untrusted import rejecting
 from ldp.workload.mechanism import FactorizationMechanism
 from ldp.workload.workloads import workload_by_name
 from runtime.kafka import ReportProducer, ensure_topic, read_to_end
@@ -77,17 +81,36 @@ def store_strategy(path: Path, content_hash: str, bootstrap: str) -> None:
 
 
 def load_strategy(content_hash: str, bootstrap: str | None = None) -> FactorizationMechanism:
-    """The strategy with this content hash: from the local cache, else from `ldp.strategies` (then cached)."""
+    """The strategy with this content hash: from the local cache, else the first message under the hash in
+    `ldp.strategies` that holds it (then cached). SpecError if there is none; a damaged cache file is replaced."""
     path = _cache_path(content_hash)
-    if not path.exists():
-        bootstrap = bootstrap or Settings.from_env().bootstrap
-        ensure_topic(bootstrap, STRATEGIES_TOPIC, 1, compacted=True)
-        found = next((v for k, v in read_to_end(bootstrap, STRATEGIES_TOPIC)
-                      if k == content_hash.encode() and v), None)
-        if found is None:
-            raise SpecError(f"strategy {content_hash[:12]}... is not in {STRATEGIES_TOPIC}; publish its spec first")
-        _atomic_write(path, found)
-    return FactorizationMechanism.load(path, expected_hash=content_hash)
+    if path.exists():
+        try:
+            return strategy_from_bytes(path.read_bytes(), content_hash)
+        except SpecError:
+            path.unlink(missing_ok=True)
+    bootstrap = bootstrap or Settings.from_env().bootstrap
+    ensure_topic(bootstrap, STRATEGIES_TOPIC, 1, compacted=True)
+    problems: list[str] = []
+    for key, value in read_to_end(bootstrap, STRATEGIES_TOPIC):
+        if key != content_hash.encode() or not value:
+            continue
+        try:
+            mechanism = strategy_from_bytes(value, content_hash)
+        except SpecError as exc:
+            problems.append(str(exc))
+            continue
+        _atomic_write(path, value)
+        return mechanism
+    raise SpecError(f"strategy {content_hash[:12]}... is not in {STRATEGIES_TOPIC}; publish its spec first"
+                    + "".join(f"; skipped a message under its hash: {p}" for p in problems))
+
+
+@rejecting(SpecError, "not a factorization strategy")
+def strategy_from_bytes(data: bytes, content_hash: str) -> FactorizationMechanism:
+    """The strategy in .npz bytes, verified against its content hash; SpecError, nothing else, whatever the bytes
+    (np.load and zipfile raise many things on damaged ones)."""
+    return FactorizationMechanism.load(io.BytesIO(data), expected_hash=content_hash)
 
 
 def _cache_path(content_hash: str) -> Path:

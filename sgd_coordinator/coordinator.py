@@ -12,6 +12,9 @@ pure and vectorised over the batch's devices):
 4. reject devices that already took part in this job, or appear twice: each device at most once per job;
 5. accept the first g - count of the rest, in offset order (the gradients version t still needs); later ones
    came too late for version t and are dropped as stale.
+Messages are outside bytes, and no content of theirs makes the step raise: `decode_gradients` raises only
+`WireError`, and should anything in steps 1-5 raise on some message all the same, that message alone is taken out
+and dead-lettered as `malformed` with the exception (`runtime.dlq.isolating`).
 The rejected ones go to `ldp.dlq` with their reason (and Kafka has them before the batch is applied); then one
 atomic checkpoint write applies the batch (`sgd_coordinator.checkpoint`, which defines what a crash at each point
 does). Once g gradients of version t are in, `Trainer.apply_mean` of their mean gives version t + 1 (000 Sec. V;
@@ -47,7 +50,7 @@ from collection.wire import WireError
 from ldp.base import LDPError
 from ldp.multidim import VectorMechanism
 from runtime import metrics
-from runtime.dlq import DeadLetter, DeadLetterProducer, DeliveryTimeout, Message
+from runtime.dlq import DeadLetter, DeadLetterProducer, DeliveryTimeout, Message, isolating, lookup
 from runtime.kafka import (
     ADMIN_TIMEOUT_S,
     DeliveryError,
@@ -95,6 +98,16 @@ class Gathered:
 
     update: GradientUpdate
     dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+@dataclass
+class _Selected:
+    """What steps 1-5 make of some messages: dead letters, outcome counts, the devices accepted and their sum."""
+
+    letters: list[DeadLetter]
+    outcomes: dict[str, int]
+    devices: np.ndarray
+    gradient_sum: np.ndarray
 
 
 @dataclass
@@ -150,9 +163,22 @@ class GradientGatherer:
                rejected: frozenset[int] = frozenset()) -> Gathered:
         """The update of consecutive messages of one partition at checkpointed state `state`.
 
-        `rejected`: devices the checkpoint reported as having taken part already (step 4).
+        `rejected`: devices the checkpoint reported as having taken part already (step 4). Raises only what
+        `is_known_job` raises (Redis), never for the messages' content (module docstring).
         """
         trainer = state.trainer()
+        selected, isolated = isolating(lambda batch: self._selected(state, trainer, batch, rejected), messages,
+                                       MALFORMED)
+        outcomes = selected.outcomes
+        if isolated:
+            outcomes[f"rejected:{MALFORMED}"] = outcomes.get(f"rejected:{MALFORMED}", 0) + len(isolated)
+        update = GradientUpdate(self.job.job_id, source, messages[0].offset, messages[-1].offset, state.t,
+                                state.count, selected.devices, selected.gradient_sum, outcomes)
+        return Gathered(update, selected.letters + isolated)
+
+    def _selected(self, state: JobState, trainer: Trainer, messages: Sequence[Message],
+                  rejected: frozenset[int]) -> _Selected:
+        """Steps 1-5 for some messages of the batch (all of them, unless some had to be isolated)."""
         letters: list[DeadLetter] = []
         outcomes: dict[str, int] = {}
         candidates = _Candidates()
@@ -172,7 +198,7 @@ class GradientGatherer:
                 reject(message, UNKNOWN_VERSION if "unknown wire version" in str(exc) else MALFORMED, str(exc), 1)
                 continue
             if batch.job != self.job.job_id:
-                if not self.is_known_job(batch.job):
+                if not lookup(self.is_known_job, batch.job):
                     reject(message, UNKNOWN_JOB, f"no training job {batch.job!r}", len(batch))
                 continue
             try:
@@ -198,11 +224,11 @@ class GradientGatherer:
             candidates.row.append(good)
             candidates.devices.append(batch.devices[good])
             candidates.gradients.append(self.mechanism.dense({k: v[good] for k, v in reports.items()}))
-        return self._select(state, source, messages, candidates, rejected, letters, outcomes, count)
+        return self._select(state, messages, candidates, rejected, letters, outcomes, count)
 
-    def _select(self, state: JobState, source: str, messages: Sequence[Message], candidates: _Candidates,
+    def _select(self, state: JobState, messages: Sequence[Message], candidates: _Candidates,
                 rejected: frozenset[int], letters: list[DeadLetter], outcomes: dict[str, int],
-                count: Callable[[str, int], None]) -> Gathered:
+                count: Callable[[str, int], None]) -> _Selected:
         """Steps 4 and 5 over the concatenated candidates."""
         k = self.job.gradient_dims
         accepted_devices = np.zeros(0, dtype=np.uint64)
@@ -228,9 +254,7 @@ class GradientGatherer:
             count("accepted", len(accepted))
             accepted_devices = devices[accepted]
             total = gradients[accepted].sum(axis=0)
-        update = GradientUpdate(self.job.job_id, source, messages[0].offset, messages[-1].offset, state.t,
-                                state.count, accepted_devices, total, outcomes)
-        return Gathered(update, letters)
+        return _Selected(letters, outcomes, accepted_devices, total)
 
 
 def went_back(stored: JobState, held: JobState) -> bool:

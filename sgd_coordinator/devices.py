@@ -83,11 +83,17 @@ def device_pseudonyms(job_id: str, n: int) -> np.ndarray:
 class ModelFollower:
     """The current version of one job on `ldp.sgd.models`: the last one its coordinator published (read from the
     beginning of the compacted topic). Usually the newest; an older one after the coordinator's checkpoint went back
-    in time and it published that version again."""
+    in time and it published that version again.
 
-    def __init__(self, bootstrap: str, job_id: str, topic: str = MODELS_TOPIC) -> None:
-        self.key = job_id.encode()
+    The topic's messages are outside bytes: a message under the job's key that is not a model of this very job
+    (undecodable, or another job spec under the same id) is skipped and counted in `skipped`.
+    """
+
+    def __init__(self, bootstrap: str, job: TrainingJob, topic: str = MODELS_TOPIC) -> None:
+        self.job = job
+        self.key = job.job_id.encode()
         self.latest: ModelVersion | None = None
+        self.skipped = 0
         self.consumer = consumer_client(bootstrap, "ldp-sgd-devices")
         self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
 
@@ -97,10 +103,14 @@ class ModelFollower:
             if msg.error() is not None or msg.key() != self.key or not msg.value():
                 continue
             try:
-                model = decode_model(msg.value())  # type: ignore[arg-type]
+                model = decode_model(msg.value())  # type: ignore[arg-type]  # WireError only, whatever the bytes
             except WireError:
+                self.skipped += 1
                 continue
-            self.latest = model
+            if model.job != self.job:
+                self.skipped += 1
+            else:
+                self.latest = model
         return self.latest
 
     def close(self) -> None:
@@ -160,7 +170,7 @@ class Fleet:
             on_sent: Callable[[int], None] | None = None) -> FleetResult:
         """Take part until the job's final version, the population runs out, `stop` is set or the timeout."""
         stop = stop or threading.Event()
-        follower = ModelFollower(self.bootstrap, self.job.job_id, self.models_topic)
+        follower = ModelFollower(self.bootstrap, self.job, self.models_topic)
         producer = ReportProducer(self.bootstrap, linger_ms=2)
         g = self.job.mini_batch_size
         version, sent_for_version, last_send, messages = -1, 0, 0.0, 0
@@ -175,7 +185,7 @@ class Fleet:
                     break
                 if model.t != version:
                     version, sent_for_version = model.t, 0
-                    trainer = Trainer(model.job, model.params, model.t)
+                    trainer = Trainer(self.job, model.params, model.t)
                 if sent_for_version >= g and time.monotonic() - last_send < self.patience_s:
                     continue
                 wanted = g - sent_for_version if sent_for_version < g else self.group  # a top-up group

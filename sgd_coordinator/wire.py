@@ -17,7 +17,9 @@ Both are msgspec msgpack arrays led by their version, with numbers as little-end
 
 A gradient envelope holds one or many devices (a fleet simulator sends a group per message). Evolution is
 append-only, as in `collection.wire`. Only mechanism output can be encoded: `encode_gradients` takes a
-`GradientBatch`, which only `sgd_coordinator.devices` makes from its vector mechanism's `perturb`.
+`GradientBatch`, which only `sgd_coordinator.devices` makes from its vector mechanism's `perturb`. The decoders
+take outside bytes: whatever they are, they return or raise `WireError`, nothing else
+(`collection.untrusted.rejecting`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import ClassVar, TypeVar
 import msgspec
 import numpy as np
 
+from collection.untrusted import rejecting
 from collection.wire import (
     ALLOWED_DTYPES,
     SealedBatch,
@@ -128,6 +131,7 @@ def encode_gradients(batch: GradientBatch) -> bytes:
                                             np.ascontiguousarray(batch.devices, dtype="<u8").tobytes(), columns))
 
 
+@rejecting(WireError, "malformed envelope")
 def decode_gradients(data: bytes) -> DecodedGradients:
     """Decode one gradient message; WireError with the reason if it is not a well-formed envelope."""
     env = _decode(data, _gradient_decoder, GRADIENT_WIRE_VERSION)
@@ -152,6 +156,7 @@ def encode_model(model: ModelVersion) -> bytes:
                                          model.stop_reason))
 
 
+@rejecting(WireError, "malformed model")
 def decode_model(data: bytes) -> ModelVersion:
     """Decode one model message; WireError with the reason if it is malformed or its job spec is invalid."""
     env = _decode(data, _model_decoder, MODEL_WIRE_VERSION)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import BinaryIO, ClassVar
 
 import numpy as np
 
@@ -209,16 +209,19 @@ class FactorizationMechanism(Mechanism):
         return self.hash
 
     @classmethod
-    def load(cls, path: str | Path, expected_hash: str | None = None) -> FactorizationMechanism:
-        """Read a mechanism saved by `save`; LDPError if its content does not match its stored (or expected) hash."""
+    def load(cls, path: str | Path | BinaryIO, expected_hash: str | None = None) -> FactorizationMechanism:
+        """Read a mechanism saved by `save` (from a path or an open binary file); LDPError if its content does not
+        match its stored (or expected) hash. The hashes are checked first: content that is not the one pinned
+        costs no factorization."""
+        name = str(path) if isinstance(path, str | Path) else "a binary file"
         try:
             with np.load(path, allow_pickle=False) as data:
                 q, w, eps, stored = data["q"], data["w"], float(data["epsilon"]), str(data["hash"])
                 labels = data["labels"] if data["labels"].size else None
+            actual = content_hash(q, w, eps)
         except (OSError, KeyError, ValueError) as exc:
-            raise LDPError(f"cannot read a factorization strategy from {str(path)!r}: {exc}") from exc
-        mechanism = cls(q, w, eps, labels)
+            raise LDPError(f"cannot read a factorization strategy from {name!r}: {exc}") from exc
         for label, wanted in (("stored", stored), ("expected", expected_hash)):
-            if wanted is not None and wanted != mechanism.hash:
-                raise LDPError(f"strategy file {str(path)!r} does not match its {label} hash {wanted[:12]}...")
-        return mechanism
+            if wanted is not None and wanted != actual:
+                raise LDPError(f"strategy file {name!r} does not match its {label} hash {wanted[:12]}...")
+        return cls(q, w, eps, labels)

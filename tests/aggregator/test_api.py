@@ -12,6 +12,7 @@ import json
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from aggregator.api import PublishedPlans, TopicEnds, create_app
@@ -242,3 +245,51 @@ def test_a_store_that_does_not_answer_is_503_with_a_json_error(live_services: Se
     for status, content_type, body in answers:
         assert (status, content_type) == (503, "application/json")
         assert json.loads(body)["error"].startswith("the store or Kafka is unavailable: ")
+
+
+class StubRegistry:
+    """The published plans without Kafka: one collection, versions 1 and 2."""
+
+    def __init__(self, spec: CollectionSpec) -> None:
+        self._plans = [Plan(spec), Plan(spec.model_copy(update={"version": 2}))]
+
+    def plans(self) -> list[Plan]:
+        return self._plans
+
+
+@pytest.fixture(scope="module")
+def offline_url() -> Iterator[str]:
+    """The API over an empty MemoryStore and stubbed plans and Kafka: no services needed."""
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml")
+    app = create_app(MemoryStore(), PublishedPlans(StubRegistry(spec)), lambda topics: {}, {})  # type: ignore[arg-type]
+    with serving(app) as url:
+        yield url
+
+
+ODD = st.one_of(
+    st.text(max_size=30), st.sampled_from(["1", "2", "0", "-1", "+1", " 1", "1 ", "²", "١٢", "٣", "1e3", "0x10",
+                                           "9" * 5000, "all", "1h", "1h:", "1h:0", "all:0", "1h:²", "1h:٣٦٠٠٠٠٠",
+                                           "1h:" + "9" * 5000, "1h:-3600000", ":", "clip", "none", "\x00"]))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["version", "window", "postprocess", "x"]), ODD), max_size=4),
+       st.sampled_from(["diagnostics", "nowhere", "dïagnostics", "%ff", "a%2Fb"]), st.lists(st.sampled_from(
+           ["%ff", "%c3%28", "%", "%zz", "&&", "=", ";", "+"]), max_size=3))
+def test_no_query_string_makes_the_estimates_fail_with_a_500(offline_url: str, params: list[tuple[str, str]],
+                                                             name: str, raw: list[str]) -> None:
+    query = "&".join([urllib.parse.urlencode(params), *(f"version={r}" for r in raw)])
+    path = urllib.parse.quote(f"/collections/{name}/estimates", safe="/%")
+    status, content_type, body = http_get(f"{offline_url}{path}?{query}")
+    assert status in (200, 400, 404), body
+    if content_type != "application/json":  # aiohttp's own answer to a request line over 8190 bytes
+        assert status == 400 and body.startswith("Got more than 8190 bytes"), body
+    else:
+        assert status == 200 or "error" in json.loads(body)
+
+
+@pytest.mark.parametrize("query", ["version=²", "version=" + "9" * 5000, "window=1h:²", "window=1h:" + "9" * 5000,
+                                   "version=%ff"])
+def test_odd_digits_are_a_400_not_a_500(offline_url: str, query: str) -> None:
+    status, _, body = http_get(f"{offline_url}/collections/diagnostics/estimates?{urllib.parse.quote(query, '=%:')}")
+    assert status == 400, body

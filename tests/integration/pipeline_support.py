@@ -23,6 +23,7 @@ from aggregator.processes import start_worker, stop_worker
 from aggregator.processing import Message, PartitionProcessor
 from aggregator.store import MemoryStore, RedisStore, StatsStore
 from collection.spec import CollectionSpec, load_spec
+from collection.topics import DLQ_TOPIC
 from ldp.numeric.base import NumericMechanism
 from producer.simulator import SimulationResult, simulate
 from runtime.kafka import ReportProducer, consumer_client, delete_topic, topic_partitions
@@ -147,6 +148,16 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> Iterator[
                 pending.discard(msg.partition())
     finally:
         consumer.close()
+
+
+def dead_letters_of(bootstrap: str, topic: str) -> dict[tuple[int, int], str]:
+    """(source partition, source offset) -> reason of every dead letter of `topic` in ldp.dlq."""
+    out: dict[tuple[int, int], str] = {}
+    for msg in read_topic(bootstrap, DLQ_TOPIC):
+        headers = {k: v.decode() for k, v in (msg.headers() or [])}
+        if headers.get("source_topic") == topic:
+            out[(int(headers["source_partition"]), int(headers["source_offset"]))] = headers["reason"]
+    return out
 
 
 def topic_messages(bootstrap: str, topic: str) -> dict[int, list[Message]]:

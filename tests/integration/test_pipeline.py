@@ -16,7 +16,7 @@ from pipeline_support import (
     aggregate_fleet,
     assert_estimates_equal,
     assert_within_stderr,
-    read_topic,
+    dead_letters_of,
     reference_run,
     send_in_background,
 )
@@ -199,13 +199,3 @@ def test_10k_bad_messages_go_to_the_dlq_and_every_good_one_is_counted(live_servi
     letters = dead_letters_of(live_services.bootstrap, spec.topic)
     assert letters == expected
     store.delete_collection(spec.name)
-
-
-def dead_letters_of(bootstrap: str, topic: str) -> dict[tuple[int, int], str]:
-    """(source partition, source offset) -> reason of every dead letter of `topic` in ldp.dlq."""
-    out: dict[tuple[int, int], str] = {}
-    for msg in read_topic(bootstrap, "ldp.dlq"):
-        headers = {k: v.decode() for k, v in (msg.headers() or [])}
-        if headers.get("source_topic") == topic:
-            out[(int(headers["source_partition"]), int(headers["source_offset"]))] = headers["reason"]
-    return out
