@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 from aggregator.dedupe import SeenDevices
 from aggregator.processing import MALFORMED, REASONS, Message, PartitionProcessor, PartitionResult
 from aggregator.store import MemoryStore
-from collection.spec import CollectionSpec, parse_spec
+from collection.spec import parse_spec
 from collection.wire import AttributeReports, WireError, decode, encode, perturbed_batch
 from ldp import registry
-from ldp.base import Mechanism, Reports, ReportSchema
+from ldp.base import Reports
 from ldp.numeric.piecewise import Piecewise
+from tests.aggregator.test_processing import Plan
 from tests.fuzzing import isolations, mutate
 
 NOW = 1_800_000_000_000
@@ -39,17 +40,6 @@ attributes:
   - {{name: level, type: numeric, range: [0, 100], mechanism: pm}}
   - {{name: mode, type: categorical, values: [a, b, c], mechanism: grr}}
 """)
-
-
-@dataclass
-class Plan:
-    spec: CollectionSpec
-    mechanisms: tuple[Mechanism, ...]
-    attributes_per_device: int = 1
-
-    @property
-    def schemas(self) -> tuple[ReportSchema, ...]:
-        return tuple(m.schema for m in self.mechanisms)
 
 
 PLAN = Plan(SPEC, (registry.make("pm", 2.0), registry.make("grr", 2.0, domain=3)))
