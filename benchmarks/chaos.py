@@ -6,9 +6,9 @@ are not touched) and runs `ldp aggregate --workers W` (the supervisor restarts a
 - a fleet of `--devices` devices sends one report each (batched envelopes, `--rate` reports/s, the idempotent
   producer retrying through outages), and a second producer sends `--poison` invalid messages (truncated, with
   garbage appended, random bytes, invalid UTF-8 in a string, empty, ~600 KB) at random times to random partitions;
-- `--faults` faults fire at random times, each chosen at random among: SIGKILL of a worker; SIGKILL of Redis,
-  the tail of its append-only file cut (acknowledged writes lost, as after a power cut with appendfsync
-  everysec), restart; SIGKILL of the Kafka broker, restart.
+- `--faults` faults fire one after the other, 2-6 s apart, each chosen at random among: SIGKILL of a worker;
+  SIGKILL of Redis, the tail of its append-only file cut (acknowledged writes lost, as after a power cut with
+  appendfsync everysec), restart; SIGKILL of the Kafka broker, restart.
 Then the run waits until every partition's applied offset in Redis reaches its end offset, and compares: reports
 accepted = devices sent (exactly), rejected = the poison sent (all as `malformed`), every estimate within 4
 standard errors of the population's truth. One JSON object: the faults survived, the counts, the verdict.
@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,8 +149,9 @@ def pool_workers(pool: subprocess.Popen[bytes]) -> list[int]:
     return children
 
 
-def fire(fault: str, services: Services, pool: subprocess.Popen[bytes], rng: random.Random) -> dict[str, Any]:
-    """One fault; what was done."""
+def fire(fault: str, services: Services, pool: subprocess.Popen[bytes], rng: random.Random,
+         applied: Callable[[], dict[str, int]]) -> dict[str, Any]:
+    """One fault; what was done (for Redis: how many partitions' applied offsets went back, `applied` giving them)."""
     started = time.monotonic()
     if fault == "worker_kill":
         workers = pool_workers(pool)
@@ -159,11 +161,15 @@ def fire(fault: str, services: Services, pool: subprocess.Popen[bytes], rng: ran
         os.kill(victim, signal.SIGKILL)
         return {"fault": fault, "pid": victim, "worker": worker_id(victim)}
     if fault == "redis_kill_tail_cut":
+        before = applied()
         services.kill(services.redis)
         cut = services.cut_redis_tail(rng)
         time.sleep(rng.uniform(0.5, 3.0))
         services.redis.start()
-        return {"fault": fault, "aof_bytes_cut": cut, "down_s": round(time.monotonic() - started, 2)}
+        after = applied()
+        back = sum(after.get(name, -1) < offset for name, offset in before.items())
+        return {"fault": fault, "aof_bytes_cut": cut, "partitions_gone_back": back,
+                "down_s": round(time.monotonic() - started, 2)}
     services.kill(services.kafka)
     time.sleep(rng.uniform(0.5, 3.0))
     services.kafka.start()
@@ -263,24 +269,27 @@ def main() -> None:
         poisoner = threading.Thread(target=send_poison, args=(spec, cfg, valid, args.poison, stream_s,
                                                               random.Random(args.seed + 1), run), daemon=True)
         poisoner.start()
-        times = sorted(rng.uniform(3.0, max(4.0, stream_s)) for _ in range(args.faults))
+        store = RedisStore(cfg.redis)
         t0 = time.monotonic()
-        for at in times:
-            time.sleep(max(0.0, at - (time.monotonic() - t0)))
+        for _ in range(args.faults):  # one after the other, a few seconds of recovery between them
+            time.sleep(rng.uniform(2.0, 6.0))
             fault = rng.choice(kinds)
             try:
-                run.faults.append({"t_s": round(time.monotonic() - t0, 1), **fire(fault, services, pool, rng)})
+                run.faults.append({"t_s": round(time.monotonic() - t0, 1),
+                                   **fire(fault, services, pool, rng, lambda: store.offsets(spec.name))})
             except Exception as exc:  # noqa: BLE001 - a fault that could not be fired is reported
                 run.errors.append(f"{fault}: {exc!r}")
         sender.join(max(1.0, deadline - time.monotonic()))
         poisoner.join(max(1.0, deadline - time.monotonic()))
-        store = RedisStore(cfg.redis)
         drained = wait_drained(store, spec, cfg, deadline)
+        logged = (state / "aggregate.log").read_text(errors="replace")
         counts = verdict(store, spec, result[0].truth, args.devices, sum(run.poison.values())) if result else {}
         survived = {f: sum(1 for x in run.faults if x["fault"] == f and "skipped" not in x) for f in FAULTS}
         print(json.dumps({"devices": args.devices, "rate": args.rate, "workers": args.workers, "seed": args.seed,
                           "faults_survived": survived, "faults": run.faults, "poison": run.poison,
-                          "drained": drained, **counts, "errors": run.errors,
+                          "regressions_detected": logged.count("the store went back in time"),
+                          "worker_exits": logged.count(" exited with "), "drained": drained, **counts,
+                          "errors": run.errors,
                           "seconds": round(time.monotonic() - started, 1), "state_dir": str(state)}))
     finally:
         if pool is not None and pool.poll() is None:
