@@ -73,7 +73,7 @@ import redis
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from aggregator.store import RedisStore
-from aggregator.worker import DEFAULT_MAX_MESSAGES
+from aggregator.worker import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_MESSAGES
 from collection.spec import CollectionSpec, load_spec, report_topic
 from collection.wire import decode
 from producer.simulator import chunk_messages, fleet
@@ -409,7 +409,7 @@ class Run:
 
     def workers(self, specs: str, group: str, n: int) -> list[subprocess.Popen[bytes]]:
         argv = ["-m", "aggregator", "--group", group, "--max-messages", str(self.args.max_messages),
-                "--loglevel", self.args.worker_loglevel]
+                "--max-batch-bytes", str(self.args.max_batch_bytes), "--loglevel", self.args.worker_loglevel]
         with specs_topic(specs):
             return [self.start(f"{group}-{i}", argv, group) for i in range(n)]
 
@@ -672,6 +672,8 @@ def main() -> None:
                         help="reports per batched envelope (the target is stated for >= 500)")
     parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
     parser.add_argument("--max-messages", type=int, default=DEFAULT_MAX_MESSAGES, help="the workers' micro-batch size")
+    parser.add_argument("--max-batch-bytes", type=int, default=DEFAULT_MAX_BATCH_BYTES,
+                        help="the workers' bound on the message bytes of one store write")
     parser.add_argument("--load-fractions", type=lambda v: [float(x) for x in v.split(",")], default=[0.1, 0.5],
                         help="freshness phases at these fractions of the measured maximum (e.g. 0.1,0.5)")
     parser.add_argument("--freshness-seconds", type=float, default=8.0)
