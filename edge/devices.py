@@ -1,0 +1,153 @@
+"""Enrolled devices and the per-request admission state, in Redis.
+
+Redis holds, per collection, only each device's enrolment generation (`ldp:edge:{NAME}:devices`, device id ->
+generation; negative: revoked): a device's key is derived from the edge's master key and that generation
+(`collection.auth.device_key`), so nothing in Redis lets anyone sign a request. Enrolling a device again
+rotates its key; revoking it makes every request it signs answer 401.
+
+Admission (`Admission.admit`, one Lua script, atomic) after the signature has verified:
+1. the device is still enrolled at the generation whose key signed the request (a revocation races nothing);
+2. the signature was not seen in the last 2 x the allowed clock skew (replay: `...:sig:<hex>`, with a TTL);
+3. the device's request count in the current second is within its rate limit (`...:rate:<id>`, TTL 1 s);
+4. per report, the device has not reported in its dedupe window (`...:seen:<version>:<start>:<id>`, TTL two
+   windows): the script marks the windows of the reports it admits and returns the positions already used.
+Marks of reports that are then not acknowledged are removed again (`release`), so the device can retry.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import redis
+import redis.asyncio
+
+from collection.auth import MAX_SKEW_MS, device_key
+from collection.spec import ALL_TIME, window_seconds
+from collection.validation import DEFAULT_MAX_AGE_MS
+
+ADMIT = """
+local gen = redis.call('HGET', KEYS[1], ARGV[1])
+if not gen or tonumber(gen) ~= tonumber(ARGV[2]) then return {-1} end
+if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then return {-2} end
+local n = redis.call('INCR', KEYS[3])
+if n == 1 then redis.call('PEXPIRE', KEYS[3], 1000) end
+if n > tonumber(ARGV[4]) then return {-3} end
+local used = {0}
+for i = 4, #KEYS do
+  if not redis.call('SET', KEYS[i], '1', 'NX', 'PX', ARGV[5]) then table.insert(used, i - 4) end
+end
+return used
+"""
+REVOKED, REPLAYED, RATE_LIMITED = -1, -2, -3
+
+
+def _prefix(collection: str) -> str:
+    return f"ldp:edge:{collection}"
+
+
+@dataclass(frozen=True)
+class Credential:
+    """What a device holds: its collection, id and key (hex). Never stored by the edge."""
+
+    collection: str
+    device: str
+    key: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"collection": self.collection, "device": self.device, "key": self.key}
+
+
+class DeviceRegistry:
+    """Enrol and revoke devices; look up the generation a device's key is derived from."""
+
+    def __init__(self, client: redis.Redis, master: bytes) -> None:
+        self.redis = client
+        self.master = master
+
+    def enroll(self, collection: str, count: int, prefix: str = "") -> list[Credential]:
+        """Enrol `count` new devices (random ids) and return their credentials."""
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        ids = [f"{prefix}{secrets.token_hex(8)}" for _ in range(count)]
+        key = f"{_prefix(collection)}:devices"
+        for lo in range(0, count, 10_000):
+            self.redis.hset(key, mapping={d: 1 for d in ids[lo:lo + 10_000]})
+        return [Credential(collection, d, device_key(self.master, collection, d, 1).hex()) for d in ids]
+
+    def revoke(self, collection: str, devices: Sequence[str]) -> int:
+        """Revoke devices (their requests answer 401 from now on); the number that were enrolled."""
+        key = f"{_prefix(collection)}:devices"
+        found = 0
+        for device in devices:
+            generation = self.redis.hget(key, device)
+            if generation is not None and int(generation) > 0:
+                self.redis.hset(key, device, -int(generation))
+                found += 1
+        return found
+
+
+class Admission:
+    """The edge's per-request state (asyncio): device keys, and the replay, rate and once-per-window checks of
+    `ADMIT` (see the module docstring)."""
+
+    def __init__(self, client: redis.asyncio.Redis, master: bytes, rate_per_s: int) -> None:
+        self.redis = client
+        self.master = master
+        self.rate_per_s = rate_per_s
+        self._script = client.register_script(ADMIT)
+
+    async def key_of(self, collection: str, device: str) -> tuple[bytes, int] | None:
+        """The key and generation of an enrolled device, or None if it is unknown or revoked."""
+        generation = await self.redis.hget(f"{_prefix(collection)}:devices", device)
+        if generation is None or int(generation) <= 0:
+            return None
+        return device_key(self.master, collection, device, int(generation)), int(generation)
+
+    @staticmethod
+    def window_keys(collection: str, version: int, device: str, starts: np.ndarray) -> list[str]:
+        """The Redis keys marking the device's reports in their dedupe windows."""
+        return [f"{_prefix(collection)}:seen:{version}:{start}:{device}" for start in starts.tolist()]
+
+    async def admit(self, collection: str, device: str, generation: int, signature: str, window: str,
+              marks: list[str]) -> list[int] | int:
+        """The positions (in `marks`) of reports whose window the device already used, or REVOKED, REPLAYED or
+        RATE_LIMITED (then nothing was marked)."""
+        ttl = 2 * (window_seconds(window) * 1000 if window != ALL_TIME else DEFAULT_MAX_AGE_MS)
+        keys = [f"{_prefix(collection)}:devices", f"{_prefix(collection)}:sig:{signature}",
+                f"{_prefix(collection)}:rate:{device}", *marks]
+        result = await self._script(keys=keys, args=[device, generation, 2 * MAX_SKEW_MS, self.rate_per_s, ttl])
+        if result[0] < 0:
+            return int(result[0])
+        return [int(i) for i in result[1:]]
+
+    async def release(self, marks: Sequence[str]) -> None:
+        """Forget window marks of reports that were not acknowledged (the device will send them again)."""
+        if marks:
+            await self.redis.delete(*marks)
+
+
+def master_key(path: Path, create: bool = False) -> bytes:
+    """The edge's master key (32 random bytes in a 0600 file), made on first use when `create`.
+
+    FileNotFoundError when it does not exist and `create` is false: an edge without the key enrolment used
+    could verify nobody."""
+    if create and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # made meanwhile by another process
+        else:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(secrets.token_bytes(32))
+                handle.flush()
+                os.fsync(handle.fileno())
+    key = path.read_bytes()
+    if len(key) < 32:
+        raise ValueError(f"{path}: a master key has at least 32 bytes")
+    return key
