@@ -43,17 +43,20 @@ class EdgePlans:
         self.refresh_s = refresh_s
         self._plans: dict[str, EdgePlan] = {}
         self._read_at = -float("inf")
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def cached(self, name: str, version: int) -> EdgePlan | None:
         """The plan if it is known already (never blocks)."""
         return self._plans.get(f"{name}@{version}")
 
     def get(self, name: str, version: int) -> EdgePlan | None:
-        """The plan of name@version, or None if it is not published (may read Kafka: blocking)."""
+        """The plan of name@version, or None if it is not published (may read Kafka: blocking). A miss during a
+        re-read waits for it."""
         plan = self.cached(name, version)
-        if plan is None and time.monotonic() - self._read_at >= self.refresh_s:
-            self.refresh()
+        if plan is None:
+            with self._lock:
+                if self.cached(name, version) is None and time.monotonic() - self._read_at >= self.refresh_s:
+                    self.refresh()
             plan = self.cached(name, version)
         return plan
 
