@@ -10,12 +10,9 @@ device's report as its own request, `concurrency` at a time.
 from __future__ import annotations
 
 import asyncio
-import json
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import aiohttp
 import numpy as np
@@ -24,6 +21,7 @@ from collection.auth import authorization
 from collection.pseudonym import device_pseudonym
 from collection.spec import CollectionSpec
 from collection.wire import encode
+from producer.outbox import Credential, backoff_s
 from producer.perturb import single_reports
 from producer.population import PopulationTruth
 from producer.simulator import SimulationResult, fleet
@@ -31,21 +29,6 @@ from runtime.clock import now_ms
 
 RETRYABLE = frozenset({429, 503, 507})
 MSGPACK = "application/msgpack"
-
-
-@dataclass(frozen=True)
-class DeviceCredential:
-    """A device's credential as `ldp devices enroll` writes it."""
-
-    collection: str
-    device: str
-    key: bytes
-
-
-def load_credentials(path: Path) -> list[DeviceCredential]:
-    """The credentials in a file written by `ldp devices enroll`."""
-    return [DeviceCredential(c["collection"], c["device"], bytes.fromhex(c["key"]))
-            for c in json.loads(Path(path).read_text())]
 
 
 @dataclass(frozen=True)
@@ -68,7 +51,7 @@ class EdgeClient:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
 
-    async def post(self, credential: DeviceCredential, body: bytes, content_type: str = MSGPACK) -> Answer:
+    async def post(self, credential: Credential, body: bytes, content_type: str = MSGPACK) -> Answer:
         """Send one request's body; the final answer (a retryable status only after the last attempt)."""
         path = f"/v1/collections/{credential.collection}/reports"
         for attempt in range(1, self.attempts + 1):
@@ -84,8 +67,7 @@ class EdgeClient:
             except (TimeoutError, aiohttp.ClientError, ValueError):
                 if attempt == self.attempts:
                     raise
-            ceiling = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
-            await asyncio.sleep(max(retry_after, random.uniform(0, ceiling)))
+            await asyncio.sleep(backoff_s(attempt, retry_after, self.backoff_s, self.max_backoff_s))
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
@@ -100,7 +82,7 @@ class FleetAnswers:
         return self.statuses.get(200, 0) + self.statuses.get(202, 0)
 
 
-async def post_all(base_url: str, requests: Sequence[tuple[DeviceCredential, bytes]], concurrency: int = 64,
+async def post_all(base_url: str, requests: Sequence[tuple[Credential, bytes]], concurrency: int = 64,
                    timeout_s: float = 60.0) -> FleetAnswers:
     """Send every (credential, body) request, `concurrency` at a time; the count of final answers per status."""
     statuses: dict[int, int] = {}
@@ -118,13 +100,13 @@ async def post_all(base_url: str, requests: Sequence[tuple[DeviceCredential, byt
     return FleetAnswers(statuses)
 
 
-def fleet_requests(spec: CollectionSpec, credentials: Sequence[DeviceCredential], seed: int = 0,
-                   chunk: int = 10_000) -> tuple[list[tuple[DeviceCredential, bytes]], dict[str, object]]:
+def fleet_requests(spec: CollectionSpec, credentials: Sequence[Credential], seed: int = 0,
+                   chunk: int = 10_000) -> tuple[list[tuple[Credential, bytes]], dict[str, object]]:
     """One single-report request per enrolled device (perturbed in vectorised chunks) and the population's truth."""
     pseudonyms = np.fromiter((device_pseudonym(spec.name, c.device) for c in credentials), dtype=np.uint64,
                              count=len(credentials))
     truth = PopulationTruth(spec)
-    requests: list[tuple[DeviceCredential, bytes]] = []
+    requests: list[tuple[Credential, bytes]] = []
     for lo, (records, reports) in zip(range(0, len(credentials), chunk),
                                       fleet(spec, len(credentials), seed=seed, chunk=chunk,
                                             devices_of=lambda lo, n: pseudonyms[lo:lo + n]), strict=True):
@@ -134,7 +116,7 @@ def fleet_requests(spec: CollectionSpec, credentials: Sequence[DeviceCredential]
     return requests, truth.to_dict()
 
 
-def send_fleet(spec: CollectionSpec, credentials: Sequence[DeviceCredential], base_url: str, *, seed: int = 0,
+def send_fleet(spec: CollectionSpec, credentials: Sequence[Credential], base_url: str, *, seed: int = 0,
                concurrency: int = 64) -> tuple[SimulationResult, FleetAnswers]:
     """Every enrolled device's report sent through the edge at `base_url`; the run and its answers."""
     requests, truth = fleet_requests(spec, credentials, seed)

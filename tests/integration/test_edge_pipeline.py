@@ -10,7 +10,8 @@ from pipeline_support import Collection, assert_within_stderr
 
 from aggregator.processes import start_worker, stop_worker
 from edge.devices import DeviceRegistry
-from producer.edge_client import DeviceCredential, send_fleet
+from producer.edge_client import send_fleet
+from producer.outbox import Credential
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.integration
 def test_100k_enrolled_devices_through_the_edge_count_exact_and_estimates_within_4_stderr(
         collection: Collection, edge: EdgeProcess, enrolled: DeviceRegistry) -> None:
     devices = 100_000
-    credentials = [DeviceCredential(c.collection, c.device, bytes.fromhex(c.key))
+    credentials = [Credential.from_json(c.to_json())
                    for c in enrolled.enroll(collection.spec.name, devices)]
     worker = start_worker(collection.group)
     try:
