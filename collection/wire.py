@@ -206,7 +206,7 @@ def decode_envelope(data: bytes) -> Envelope:
     """The envelope of one message; WireError with the reason if it is not an envelope of a known version."""
     try:
         env = _decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
         version = leading_version(data)
         if version is not None and version != WIRE_VERSION:
             raise WireError(f"unknown wire version {version}") from exc
@@ -326,7 +326,7 @@ def leading_version(data: bytes) -> int | None:
     """The first element of a msgpack array, if the message is one and it is an int (to name unknown versions)."""
     try:
         head = msgspec.msgpack.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         return None
     if isinstance(head, list) and head and isinstance(head[0], int) and not isinstance(head[0], bool):
         return head[0]

@@ -242,4 +242,5 @@ def make_app(config: EdgeConfig) -> web.Application:
 def serve(config: EdgeConfig, host: str, port: int, reuse_port: bool = False) -> None:
     """Run one edge process until SIGINT/SIGTERM (`reuse_port`: several processes share the port)."""
     web.run_app(make_app(config), host=host, port=port, reuse_port=reuse_port, access_log=None,
-                handle_signals=True, print=None)
+                handle_signals=True, print=None, auto_decompress=False)  # the signature covers the sent bytes;
+    # `edge.intake.inflate` decompresses them, bounded
