@@ -116,7 +116,7 @@ def test_kafka_down_while_devices_send_every_acknowledged_report_counted_once(
         stop_edge(edge)
 
 
-def test_sigkill_of_an_edge_with_a_full_spool_loses_nothing_acknowledged(
+def test_sigkill_of_an_edge_with_a_non_empty_spool_loses_nothing_acknowledged(
         live_services: Settings, own_kafka: KafkaService, setup: tuple[CollectionSpec, dict], tmp_path: Path) -> None:
     spec, env = setup
     devices = 200
