@@ -1,9 +1,9 @@
 """Device credentials and request signatures, shared by devices and the ingestion edge (pure).
 
 A device holds (collection, device id, key). The key is never stored by the server: it is derived from the edge's
-master key, `device_key(master, collection, device, generation)` = HMAC-SHA256(master, "ldp-device-key" NUL
-collection NUL device NUL generation), and the edge keeps only each device's generation in Redis (re-enrolment
-rotates it, revocation withdraws it). A request carries
+master key, `device_key(master, collection, device)` = HMAC-SHA256(master, "ldp-device-key" NUL collection NUL
+device), so the edge verifies a signature without a lookup, and keeps in Redis only whether each device id is
+enrolled or revoked (a revoked id stays revoked: enrolment issues new ids). A request carries
 
     Authorization: LDP-HMAC-SHA256 device=<id>,ts=<ms since the epoch>,sig=<hex>
 
@@ -38,9 +38,9 @@ class Signed:
     signature: str
 
 
-def device_key(master: bytes, collection: str, device: str, generation: int) -> bytes:
-    """The secret key of one enrolment of a device (derived, so the edge stores no per-device secret)."""
-    message = b"\0".join([b"ldp-device-key", collection.encode(), device.encode(), str(generation).encode()])
+def device_key(master: bytes, collection: str, device: str) -> bytes:
+    """The secret key of a device (derived, so the edge stores no per-device secret)."""
+    message = b"\0".join([b"ldp-device-key", collection.encode(), device.encode()])
     return hmac.new(master, message, hashlib.sha256).digest()
 
 

@@ -3,10 +3,10 @@
 
 A report request, in order (each refusal answers with its status and reason, counts it, and changes nothing):
 1. size: a Content-Length is required (411) and bounded (413), and the body is read up to it;
-2. authentication (`collection.auth`): the Authorization header names an enrolled, unrevoked device whose key
-   signed this method, path, time and body (401);
+2. authentication (`collection.auth`): the Authorization header names a device whose key signed this method,
+   path, time and body (401; the key is derived, so no lookup);
 3. parsing and checks (`edge.intake`, the aggregator's schema code): 400/404/413/415;
-4. admission (`edge.devices.Admission`, one Redis script): replay and revoked-meanwhile (401), rate (429), and
+4. admission (`edge.devices.Admission`, one Redis script): not enrolled or revoked, replay (401), rate (429), and
    reports whose window the device already used (dropped; all of them: 409);
 5. forwarding (`edge.forward`): answered 200 once Kafka acknowledged, 202 once fsynced in the spool, or 503/507
    (the window marks released, so the device can send again).
@@ -111,11 +111,7 @@ class Edge:
         body = await request.read()
         try:
             signed = parse_authorization(request.headers.get("Authorization"))
-            known = await self.admission.key_of(name, signed.device)
-            if known is None:
-                raise AuthError("unknown or revoked device")
-            key, generation = known
-            verify(key, signed, request.method, request.path, body, now_ms())
+            verify(self.admission.key_of(name, signed.device), signed, request.method, request.path, body, now_ms())
         except AuthError as exc:
             raise Refusal(401, UNAUTHORIZED, str(exc)) from None
         data = inflate(body, request.headers.get("Content-Encoding"), self.config.max_inflated_bytes)
@@ -125,15 +121,15 @@ class Edge:
         env = parse(data, content_type, name, json_plan, self.config.max_reports)
         pseudonym = device_pseudonym(name, signed.device)
         checked = check(env, await self.plan(name, env.spec_version), pseudonym, now_ms())
-        return await self._admit_and_forward(name, signed.device, generation, signed.signature, pseudonym, checked)
+        return await self._admit_and_forward(name, signed.device, signed.signature, pseudonym, checked)
 
-    async def _admit_and_forward(self, name: str, device: str, generation: int, signature: str, pseudonym: int,
+    async def _admit_and_forward(self, name: str, device: str, signature: str, pseudonym: int,
                                  checked: Checked) -> web.Response:
         spec = checked.plan.spec
         marks = Admission.window_keys(name, spec.version, device, checked.window_starts)
         if not spec.one_report_per_window:
             marks = []
-        answer = await self.admission.admit(name, device, generation, signature, dedupe_window(spec), marks)
+        answer = await self.admission.admit(name, device, signature, dedupe_window(spec), marks)
         if answer == REPLAYED:
             raise Refusal(401, REPLAY_REASON, "this signature was used before (replayed request)")
         if answer == RATE_LIMITED:

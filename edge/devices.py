@@ -1,12 +1,13 @@
 """Enrolled devices and the per-request admission state, in Redis.
 
-Redis holds, per collection, only each device's enrolment generation (`ldp:edge:{NAME}:devices`, device id ->
-generation; negative: revoked): a device's key is derived from the edge's master key and that generation
-(`collection.auth.device_key`), so nothing in Redis lets anyone sign a request. Enrolling a device again
-rotates its key; revoking it makes every request it signs answer 401.
+Redis holds, per collection, only whether each device id is enrolled (`ldp:edge:{NAME}:devices`, device id -> 1,
+or 0 once revoked): a device's key is derived from the edge's master key (`collection.auth.device_key`), so nothing
+in Redis lets anyone sign a request, and a signature verifies without a lookup. Revoking a device makes every
+request it signs answer 401; a revoked id is never enrolled again (enrolment issues new random ids).
 
-Admission (`Admission.admit`, one Lua script, atomic) after the signature has verified:
-1. the device is still enrolled at the generation whose key signed the request (a revocation races nothing);
+Admission (`Admission.admit`, one Lua script, atomic: the one Redis round trip of a request) after the signature
+has verified and the reports passed their checks:
+1. the device is enrolled and not revoked;
 2. the signature was not seen in the last 2 x the allowed clock skew (replay: `...:sig:<hex>`, with a TTL);
 3. the device's request count in the current second is within its rate limit (`...:rate:<id>`, TTL 1 s);
 4. per report, the device has not reported in its dedupe window (`...:seen:<version>:<start>:<id>`, TTL two
@@ -31,15 +32,14 @@ from collection.spec import ALL_TIME, window_seconds
 from collection.validation import DEFAULT_MAX_AGE_MS
 
 ADMIT = """
-local gen = redis.call('HGET', KEYS[1], ARGV[1])
-if not gen or tonumber(gen) ~= tonumber(ARGV[2]) then return {-1} end
-if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then return {-2} end
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= '1' then return {-1} end
+if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return {-2} end
 local n = redis.call('INCR', KEYS[3])
 if n == 1 then redis.call('PEXPIRE', KEYS[3], 1000) end
-if n > tonumber(ARGV[4]) then return {-3} end
+if n > tonumber(ARGV[3]) then return {-3} end
 local used = {0}
 for i = 4, #KEYS do
-  if not redis.call('SET', KEYS[i], '1', 'NX', 'PX', ARGV[5]) then table.insert(used, i - 4) end
+  if not redis.call('SET', KEYS[i], '1', 'NX', 'PX', ARGV[4]) then table.insert(used, i - 4) end
 end
 return used
 """
@@ -63,7 +63,7 @@ class Credential:
 
 
 class DeviceRegistry:
-    """Enrol and revoke devices; look up the generation a device's key is derived from."""
+    """Enrol and revoke devices."""
 
     def __init__(self, client: redis.Redis, master: bytes) -> None:
         self.redis = client
@@ -77,16 +77,15 @@ class DeviceRegistry:
         key = f"{_prefix(collection)}:devices"
         for lo in range(0, count, 10_000):
             self.redis.hset(key, mapping={d: 1 for d in ids[lo:lo + 10_000]})
-        return [Credential(collection, d, device_key(self.master, collection, d, 1).hex()) for d in ids]
+        return [Credential(collection, d, device_key(self.master, collection, d).hex()) for d in ids]
 
     def revoke(self, collection: str, devices: Sequence[str]) -> int:
         """Revoke devices (their requests answer 401 from now on); the number that were enrolled."""
         key = f"{_prefix(collection)}:devices"
         found = 0
         for device in devices:
-            generation = self.redis.hget(key, device)
-            if generation is not None and int(generation) > 0:
-                self.redis.hset(key, device, -int(generation))
+            if self.redis.hget(key, device) == b"1":
+                self.redis.hset(key, device, 0)
                 found += 1
         return found
 
@@ -101,26 +100,23 @@ class Admission:
         self.rate_per_s = rate_per_s
         self._script = client.register_script(ADMIT)
 
-    async def key_of(self, collection: str, device: str) -> tuple[bytes, int] | None:
-        """The key and generation of an enrolled device, or None if it is unknown or revoked."""
-        generation = await self.redis.hget(f"{_prefix(collection)}:devices", device)
-        if generation is None or int(generation) <= 0:
-            return None
-        return device_key(self.master, collection, device, int(generation)), int(generation)
+    def key_of(self, collection: str, device: str) -> bytes:
+        """The key a device's requests must be signed with (whether it is enrolled is `admit`'s question)."""
+        return device_key(self.master, collection, device)
 
     @staticmethod
     def window_keys(collection: str, version: int, device: str, starts: np.ndarray) -> list[str]:
         """The Redis keys marking the device's reports in their dedupe windows."""
         return [f"{_prefix(collection)}:seen:{version}:{start}:{device}" for start in starts.tolist()]
 
-    async def admit(self, collection: str, device: str, generation: int, signature: str, window: str,
+    async def admit(self, collection: str, device: str, signature: str, window: str,
               marks: list[str]) -> list[int] | int:
-        """The positions (in `marks`) of reports whose window the device already used, or REVOKED, REPLAYED or
-        RATE_LIMITED (then nothing was marked)."""
+        """The positions (in `marks`) of reports whose window the device already used, or REVOKED (not enrolled,
+        or revoked), REPLAYED or RATE_LIMITED (then nothing was marked)."""
         ttl = 2 * (window_seconds(window) * 1000 if window != ALL_TIME else DEFAULT_MAX_AGE_MS)
         keys = [f"{_prefix(collection)}:devices", f"{_prefix(collection)}:sig:{signature}",
                 f"{_prefix(collection)}:rate:{device}", *marks]
-        result = await self._script(keys=keys, args=[device, generation, 2 * MAX_SKEW_MS, self.rate_per_s, ttl])
+        result = await self._script(keys=keys, args=[device, 2 * MAX_SKEW_MS, self.rate_per_s, ttl])
         if result[0] < 0:
             return int(result[0])
         return [int(i) for i in result[1:]]

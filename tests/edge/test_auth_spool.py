@@ -11,14 +11,14 @@ from collection.auth import AuthError, authorization, device_key, parse_authoriz
 from edge.intake import Refusal, inflate
 from edge.spool import Spool, SpoolFull, read_segment
 
-KEY = device_key(b"m" * 32, "c", "d1", 1)
+KEY = device_key(b"m" * 32, "c", "d1")
 PATH = "/v1/collections/c/reports"
 
 
 def test_a_signature_verifies_only_for_its_key_method_path_time_and_body() -> None:
     signed = parse_authorization(authorization("d1", KEY, "POST", PATH, b"body", 1000))
     verify(KEY, signed, "POST", PATH, b"body", 1000)
-    for key, method, path, body, now in ((device_key(b"m" * 32, "c", "d1", 2), "POST", PATH, b"body", 1000),
+    for key, method, path, body, now in ((device_key(b"m" * 32, "c", "d2"), "POST", PATH, b"body", 1000),
                                          (KEY, "PUT", PATH, b"body", 1000), (KEY, "POST", PATH + "x", b"body", 1000),
                                          (KEY, "POST", PATH, b"bodz", 1000), (KEY, "POST", PATH, b"body", 10**9)):
         with pytest.raises(AuthError):
