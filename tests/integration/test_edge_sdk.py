@@ -3,14 +3,17 @@ when a report is made."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from edge_support import EdgeProcess
 from pipeline_support import Collection, topic_messages
+from typer.testing import CliRunner
 
 from collection.wire import decode
 from edge.devices import DeviceRegistry
+from ldpstream.cli import app
 from producer.ledger import BudgetExceeded, PrivacyLedger
 from producer.outbox import Credential, HttpTransport, Outbox
 from producer.sdk import Device
@@ -44,3 +47,22 @@ def test_the_outbox_survives_a_restart_and_reaches_the_edge(collection: Collecti
     assert restarted.flush() == 2 and len(Outbox(tmp_path / "outbox")) == 0
     messages = topic_messages(collection.cfg.bootstrap, collection.spec.topic)
     assert sum(len(decode(m.value)) for msgs in messages.values() for m in msgs) == 2
+
+
+def test_enroll_simulate_via_the_edge_and_revoke_from_the_command_line(collection: Collection, edge: EdgeProcess,
+                                                                       enrolled: DeviceRegistry,
+                                                                       tmp_path: Path) -> None:
+    runner = CliRunner()
+    name = collection.spec.name
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(collection.spec.canonical_json())
+    enroll = runner.invoke(app, ["devices", "enroll", "--collection", name, "--count", "50",
+                                 "--out", str(tmp_path / "creds.json")])
+    assert enroll.exit_code == 0, enroll.output
+    run = runner.invoke(app, ["simulate", "--spec", str(spec_file), "--devices", "50", "--via", edge.url,
+                              "--credentials", str(tmp_path / "creds.json"), "--json"])
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.output.strip().splitlines()[-1])["statuses"] == {"200": 50}
+    device = json.loads((tmp_path / "creds.json").read_text())[0]["device"]
+    revoke = runner.invoke(app, ["devices", "revoke", "--collection", name, device, "unknown-device"])
+    assert revoke.exit_code == 1 and "1 of 2" in revoke.output
