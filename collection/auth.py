@@ -56,7 +56,7 @@ def authorization(device: str, key: bytes, method: str, path: str, body: bytes, 
     Examples
     --------
     >>> authorization("d1", b"k" * 32, "POST", "/v1/collections/c/reports", b"", 1)[:40]
-    'LDP-HMAC-SHA256 device=d1,ts=1,sig=7e43'
+    'LDP-HMAC-SHA256 device=d1,ts=1,sig=e060b'
     """
     return f"{SCHEME} device={device},ts={timestamp_ms},sig={signature(key, method, path, timestamp_ms, body)}"
 
