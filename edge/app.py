@@ -5,8 +5,10 @@ A report request, in order (each refusal answers with its status and reason, cou
 1. size: a Content-Length is required (411) and bounded (413), and the body is read up to it;
 2. authentication (`collection.auth`): the Authorization header names a device whose key signed this method,
    path, time and body (401; the key is derived, so no lookup);
-3. parsing and checks (`edge.intake`, the aggregator's schema code): 400/404/413/415;
-4. admission (`edge.devices.Admission`, one Redis script): not enrolled or revoked, replay (401), rate (429), and
+3. parsing and checks (`edge.intake`, the aggregator's schema code): 400/404/413/415; the requests that reach
+   this step in one event-loop turn are checked together, one vectorised pass (`edge.coalesce`);
+4. admission (`edge.devices.Admission`, one Redis script per request, the turn's requests in one pipelined round
+   trip): not enrolled or revoked, replay (401), rate (429), and
    reports whose window the device already used (dropped; all of them: 409);
 5. forwarding (`edge.forward`): answered 200 once Kafka acknowledged, 202 once fsynced in the spool, or 503/507
    (the window marks released, so the device can send again).
@@ -19,7 +21,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +34,8 @@ from collection.auth import AuthError, parse_authorization, verify
 from collection.pseudonym import device_partitions, device_pseudonym
 from collection.topics import report_topic
 from collection.validation import dedupe_window
-from edge.devices import RATE_LIMITED, REPLAYED, Admission
+from edge.coalesce import Coalesce
+from edge.devices import RATE_LIMITED, REPLAYED, Admission, Admit
 from edge.forward import KAFKA, Forwarder
 from edge.intake import (
     DUPLICATE,
@@ -40,8 +43,9 @@ from edge.intake import (
     TOO_LARGE,
     UNAUTHORIZED,
     Checked,
+    Item,
     Refusal,
-    check,
+    check_many,
     inflate,
     json_version,
     media_type,
@@ -92,9 +96,15 @@ class Edge:
         self.redis = async_redis_client(config.redis_url, timeout_s=5.0)
         self.admission = Admission(self.redis, config.master, config.rate_per_s)
         self.spool = Spool(config.spool_dir, config.spool_bytes)
+        self.check: Coalesce[Item, Checked] = Coalesce(self._check_many)
+        self.admit: Coalesce[Admit, list[int] | int] = Coalesce(self.admission.admit)
         self.forwarder = Forwarder(config.bootstrap, self.spool, linger_s=config.linger_s,
                                    max_in_flight=config.max_in_flight,
                                    delivery_timeout_ms=config.delivery_timeout_ms)
+
+    @staticmethod
+    async def _check_many(items: Sequence[Item]) -> list[Checked | Refusal]:
+        return check_many(items, now_ms())
 
     async def plan(self, name: str, version: int) -> EdgePlan | None:
         """The published plan (a Kafka read, off the loop, only on a miss)."""
@@ -120,7 +130,7 @@ class Edge:
         json_plan = None if version is None else await self.plan(name, version)
         env = parse(data, content_type, name, json_plan, self.config.max_reports)
         pseudonym = device_pseudonym(name, signed.device)
-        checked = check(env, await self.plan(name, env.spec_version), pseudonym, now_ms())
+        checked = await self.check((env, await self.plan(name, env.spec_version), pseudonym))
         return await self._admit_and_forward(name, signed.device, signed.signature, pseudonym, checked)
 
     async def _admit_and_forward(self, name: str, device: str, signature: str, pseudonym: int,
@@ -129,7 +139,7 @@ class Edge:
         marks = Admission.window_keys(name, spec.version, device, checked.window_starts)
         if not spec.one_report_per_window:
             marks = []
-        answer = await self.admission.admit(name, device, signature, dedupe_window(spec), marks)
+        answer = await self.admit(Admit(name, device, signature, dedupe_window(spec), marks))
         if answer == REPLAYED:
             raise Refusal(401, REPLAY_REASON, "this signature was used before (replayed request)")
         if answer == RATE_LIMITED:

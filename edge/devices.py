@@ -90,6 +90,17 @@ class DeviceRegistry:
         return found
 
 
+@dataclass(frozen=True)
+class Admit:
+    """One request to admit: its collection, device, signature, dedupe window and window marks."""
+
+    collection: str
+    device: str
+    signature: str
+    window: str
+    marks: list[str]
+
+
 class Admission:
     """The edge's per-request state (asyncio): device keys, and the replay, rate and once-per-window checks of
     `ADMIT` (see the module docstring)."""
@@ -109,17 +120,18 @@ class Admission:
         """The Redis keys marking the device's reports in their dedupe windows."""
         return [f"{_prefix(collection)}:seen:{version}:{start}:{device}" for start in starts.tolist()]
 
-    async def admit(self, collection: str, device: str, signature: str, window: str,
-              marks: list[str]) -> list[int] | int:
-        """The positions (in `marks`) of reports whose window the device already used, or REVOKED (not enrolled,
-        or revoked), REPLAYED or RATE_LIMITED (then nothing was marked)."""
-        ttl = 2 * (window_seconds(window) * 1000 if window != ALL_TIME else DEFAULT_MAX_AGE_MS)
-        keys = [f"{_prefix(collection)}:devices", f"{_prefix(collection)}:sig:{signature}",
-                f"{_prefix(collection)}:rate:{device}", *marks]
-        result = await self._script(keys=keys, args=[device, 2 * MAX_SKEW_MS, self.rate_per_s, ttl])
-        if result[0] < 0:
-            return int(result[0])
-        return [int(i) for i in result[1:]]
+    async def admit(self, requests: Sequence[Admit]) -> list[list[int] | int]:
+        """Per request (one pipelined round trip for all): the positions (in its `marks`) of reports whose window
+        the device already used, or REVOKED (not enrolled, or revoked), REPLAYED or RATE_LIMITED (then nothing
+        was marked)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for r in requests:
+            ttl = 2 * (window_seconds(r.window) * 1000 if r.window != ALL_TIME else DEFAULT_MAX_AGE_MS)
+            keys = [f"{_prefix(r.collection)}:devices", f"{_prefix(r.collection)}:sig:{r.signature}",
+                    f"{_prefix(r.collection)}:rate:{r.device}", *r.marks]
+            await self._script(keys=keys, args=[r.device, 2 * MAX_SKEW_MS, self.rate_per_s, ttl], client=pipe)
+        answers = await pipe.execute()
+        return [int(a[0]) if a[0] < 0 else [int(i) for i in a[1:]] for a in answers]
 
     async def release(self, marks: Sequence[str]) -> None:
         """Forget window marks of reports that were not acknowledged (the device will send them again)."""
