@@ -2,7 +2,7 @@
 50, p50/p99 latency at half the measured load, next to a do-nothing aiohttp handler on the same HTTP server in the
 same run, and raw produce (the same reports as 1000-report envelopes straight into Kafka).
 
-    python -m benchmarks.bench_edge [--seconds 8] [--concurrency 32]
+    python -m benchmarks.bench_edge [--seconds 8] [--concurrency 256]
 
 The load generator is one Python process (aiohttp client, requests signed ahead of time) on the same machine:
 on a shared 2-core machine it takes about as much CPU as the server, so the numbers are a floor, not a ceiling.
@@ -121,7 +121,7 @@ def raw_produce(cfg: Settings, spec: CollectionSpec, reports: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=256, help="requests in flight (devices at once)")
     parser.add_argument("--devices", type=int, default=20_000)
     parser.add_argument("--null-server", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
