@@ -134,7 +134,7 @@ def main() -> None:
     publish_spec(spec, cfg.bootstrap)
     client = redis_client(cfg.redis)
     registry = DeviceRegistry(client, master_key(cfg.edge_key, create=True))
-    credentials = [(c.device, bytes.fromhex(c.key)) for c in registry.enroll(spec.name, args.devices)]
+    credentials = [(c.device, c.key) for c in registry.enroll(spec.name, args.devices)]
     single = signed_requests(spec, credentials, 1, seed=1)
     outbox = signed_requests(spec, credentials, 50, seed=2)
     results: dict[str, object] = {"seconds_per_step": args.seconds, "concurrency": args.concurrency,

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 SCHEME = "LDP-HMAC-SHA256"
 MAX_SKEW_MS = 5 * 60 * 1000
@@ -36,6 +38,27 @@ class Signed:
     device: str
     timestamp_ms: int
     signature: str
+
+
+@dataclass(frozen=True)
+class Credential:
+    """What a device holds, as `ldp devices enroll` writes it: its collection, id and key (the edge keeps none)."""
+
+    collection: str
+    device: str
+    key: bytes
+
+    def to_json(self) -> dict[str, str]:
+        return {"collection": self.collection, "device": self.device, "key": self.key.hex()}
+
+    @classmethod
+    def from_json(cls, entry: dict[str, str]) -> Credential:
+        return cls(entry["collection"], entry["device"], bytes.fromhex(entry["key"]))
+
+
+def load_credentials(path: Path) -> list[Credential]:
+    """The credentials in a file written by `ldp devices enroll`."""
+    return [Credential.from_json(entry) for entry in json.loads(Path(path).read_text())]
 
 
 def device_key(master: bytes, collection: str, device: str) -> bytes:

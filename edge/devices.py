@@ -27,7 +27,7 @@ import numpy as np
 import redis
 import redis.asyncio
 
-from collection.auth import MAX_SKEW_MS, device_key
+from collection.auth import MAX_SKEW_MS, Credential, device_key
 from collection.spec import ALL_TIME, window_seconds
 from collection.validation import DEFAULT_MAX_AGE_MS
 
@@ -50,18 +50,6 @@ def _prefix(collection: str) -> str:
     return f"ldp:edge:{collection}"
 
 
-@dataclass(frozen=True)
-class Credential:
-    """What a device holds: its collection, id and key (hex). Never stored by the edge."""
-
-    collection: str
-    device: str
-    key: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"collection": self.collection, "device": self.device, "key": self.key}
-
-
 class DeviceRegistry:
     """Enrol and revoke devices."""
 
@@ -69,15 +57,15 @@ class DeviceRegistry:
         self.redis = client
         self.master = master
 
-    def enroll(self, collection: str, count: int, prefix: str = "") -> list[Credential]:
+    def enroll(self, collection: str, count: int) -> list[Credential]:
         """Enrol `count` new devices (random ids) and return their credentials."""
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
-        ids = [f"{prefix}{secrets.token_hex(8)}" for _ in range(count)]
+        ids = [secrets.token_hex(12) for _ in range(count)]  # 96 random bits: ids never collide
         key = f"{_prefix(collection)}:devices"
         for lo in range(0, count, 10_000):
             self.redis.hset(key, mapping={d: 1 for d in ids[lo:lo + 10_000]})
-        return [Credential(collection, d, device_key(self.master, collection, d).hex()) for d in ids]
+        return [Credential(collection, d, device_key(self.master, collection, d)) for d in ids]
 
     def revoke(self, collection: str, devices: Sequence[str]) -> int:
         """Revoke devices (their requests answer 401 from now on); the number that were enrolled."""

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import aiohttp
 import numpy as np
 
-from collection.auth import authorization
+from collection.auth import Credential, authorization
 from collection.pseudonym import device_pseudonym
 from collection.spec import CollectionSpec
 from collection.wire import encode
-from producer.outbox import Credential, backoff_s
+from producer.outbox import backoff_s
 from producer.perturb import single_reports
 from producer.population import PopulationTruth
 from producer.simulator import SimulationResult, fleet

@@ -12,17 +12,15 @@ the next flush.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from collection.auth import authorization
+from collection.auth import Credential, authorization
 from collection.pseudonym import device_pseudonym
 from collection.wire import WireError, concatenate, decode_envelope, encode_envelope, envelope_of
 from runtime.clock import now_ms
@@ -63,24 +61,6 @@ class Outbox:
 
     def __len__(self) -> int:
         return len(self.pending())
-
-
-@dataclass(frozen=True)
-class Credential:
-    """A device's credential as `ldp devices enroll` writes it (the key as bytes)."""
-
-    collection: str
-    device: str
-    key: bytes
-
-    @classmethod
-    def from_json(cls, entry: dict[str, str]) -> Credential:
-        return cls(entry["collection"], entry["device"], bytes.fromhex(entry["key"]))
-
-
-def load_credentials(path: Path) -> list[Credential]:
-    """The credentials in a file written by `ldp devices enroll`."""
-    return [Credential.from_json(c) for c in json.loads(Path(path).read_text())]
 
 
 class HttpTransport:

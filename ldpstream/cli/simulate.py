@@ -10,10 +10,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from collection.auth import load_credentials
 from collection.spec import CollectionSpec
 from ldpstream.cli.spec import load_checked
 from producer.edge_client import send_fleet
-from producer.outbox import load_credentials
 from producer.simulator import simulate
 from runtime.clock import now_ms
 from runtime.kafka import DeliveryError, ReportProducer, TopicError, ensure_topic

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from collection.auth import authorization
+from collection.auth import Credential, authorization
 from collection.pseudonym import device_pseudonym
 from collection.spec import CollectionSpec
 from collection.wire import encode
-from edge.devices import Credential
 from producer.perturb import perturb
 from producer.population import Population
 from runtime.clock import now_ms
@@ -56,7 +55,7 @@ def post(url: str, credential: Credential | None, body: bytes, content_type: str
     path = path or f"/v1/collections/{collection}/reports"
     sent = {"Content-Type": content_type}
     if credential is not None:
-        sent["Authorization"] = authorization(credential.device, bytes.fromhex(credential.key), "POST", path, body,
+        sent["Authorization"] = authorization(credential.device, credential.key, "POST", path, body,
                                               now_ms() if timestamp_ms is None else timestamp_ms)
     sent.update(headers or {})
     request = urllib.request.Request(url + path, data=body, method="POST", headers=sent)

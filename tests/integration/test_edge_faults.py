@@ -21,12 +21,12 @@ from edge_support import free_port
 
 from aggregator.processes import start_worker, stop_worker
 from aggregator.store import RedisStore
+from collection.auth import Credential
 from collection.spec import CollectionSpec, load_spec
 from edge.devices import DeviceRegistry, master_key
 from edge.processes import start_edge, stop_edge, wait_live
 from ldpstream.services import KafkaService
 from producer.edge_client import FleetAnswers, fleet_requests, post_all
-from producer.outbox import Credential
 from runtime.redis import redis_client
 from runtime.settings import PROJECT_ROOT, Settings
 from runtime.specs import publish_spec
@@ -71,7 +71,7 @@ def setup(own_kafka: KafkaService, live_services: Settings, tmp_path: Path) -> I
 
 def credentials(live_services: Settings, spec: CollectionSpec, n: int) -> list[Credential]:
     registry = DeviceRegistry(redis_client(live_services.redis), master_key(live_services.edge_key, create=True))
-    return [Credential.from_json(c.to_json()) for c in registry.enroll(spec.name, n)]
+    return [c for c in registry.enroll(spec.name, n)]
 
 
 def wait_counted(live_services: Settings, spec: CollectionSpec, target: int, timeout_s: float,

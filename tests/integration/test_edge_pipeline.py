@@ -11,7 +11,6 @@ from pipeline_support import Collection, assert_within_stderr
 from aggregator.processes import start_worker, stop_worker
 from edge.devices import DeviceRegistry
 from producer.edge_client import send_fleet
-from producer.outbox import Credential
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.integration
 def test_100k_enrolled_devices_through_the_edge_count_exact_and_estimates_within_4_stderr(
         collection: Collection, edge: EdgeProcess, enrolled: DeviceRegistry) -> None:
     devices = 100_000
-    credentials = [Credential.from_json(c.to_json())
+    credentials = [c
                    for c in enrolled.enroll(collection.spec.name, devices)]
     worker = start_worker(collection.group)
     try:

@@ -15,7 +15,7 @@ from collection.wire import decode
 from edge.devices import DeviceRegistry
 from ldpstream.cli import app
 from producer.ledger import BudgetExceeded, PrivacyLedger
-from producer.outbox import Credential, HttpTransport, Outbox
+from producer.outbox import HttpTransport, Outbox
 from producer.sdk import Device
 from runtime.clock import now_ms
 
@@ -28,7 +28,7 @@ RECORD = {"battery_level": 57.5, "battery_temperature": 31.0, "memory_used": 204
 
 def test_the_outbox_survives_a_restart_and_reaches_the_edge(collection: Collection, edge: EdgeProcess,
                                                             enrolled: DeviceRegistry, tmp_path: Path) -> None:
-    credential = Credential.from_json(enrolled.enroll(collection.spec.name, 1)[0].to_json())
+    credential = enrolled.enroll(collection.spec.name, 1)[0]
     now = now_ms()
     ledger = PrivacyLedger.open(tmp_path / "ledger.json")
 

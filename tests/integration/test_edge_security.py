@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pipeline_support import Collection, topic_messages
 
+from collection.auth import Credential
 from collection.pseudonym import device_pseudonym
 from collection.wire import decode
-from edge.devices import Credential, DeviceRegistry
+from edge.devices import DeviceRegistry
 from runtime.clock import now_ms
 
 pytestmark = pytest.mark.integration
@@ -44,7 +45,7 @@ def test_a_good_report_is_acknowledged_once_kafka_has_it(collection: Collection,
 def test_credentials_missing_wrong_or_revoked_are_401_and_nothing_is_sent(
         collection: Collection, edge: EdgeProcess, enrolled: DeviceRegistry, device: Credential) -> None:
     body = report_body(collection.spec, device)
-    wrong_key = replace(device, key=secrets.token_hex(32))
+    wrong_key = replace(device, key=secrets.token_bytes(32))
     unknown = replace(device, device="never-enrolled")
     for credential, headers in ((None, {}), (wrong_key, {}), (unknown, {}),
                                 (device, {"Authorization": "Bearer xyz"})):
