@@ -26,12 +26,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from collection.wire import Envelope, concatenate, encode_envelope, envelope_of
 from edge.intake import OVERLOADED, SPOOL_FULL, Refusal
 from edge.spool import Record, Spool, SpoolFull, read_segment
-from runtime.kafka import metadata_answers, producer_client
+from runtime.kafka import producer_client
 
 log = logging.getLogger(__name__)
 KAFKA, SPOOL = "kafka", "spool"
@@ -41,7 +41,6 @@ KAFKA, SPOOL = "kafka", "spool"
 class _Pending:
     envelopes: list[Envelope] = field(default_factory=list)
     waiters: list[asyncio.Future[str]] = field(default_factory=list)
-    rows: int = 0
 
 
 class Forwarder:
@@ -50,7 +49,6 @@ class Forwarder:
 
     def __init__(self, bootstrap: str, spool: Spool, *, linger_s: float = 0.005, max_in_flight: int = 200_000,
                  delivery_timeout_ms: int = 10_000, producer_config: dict[str, Any] | None = None) -> None:
-        self.bootstrap = bootstrap
         self.spool = spool
         self.linger_s = linger_s
         self.max_in_flight = max_in_flight
@@ -96,7 +94,6 @@ class Forwarder:
         pending = self._pending[(topic, partition, envelope.spec_version)]
         pending.envelopes.append(envelope)
         pending.waiters.append(waiter)
-        pending.rows += rows
         self.in_flight += rows
         self._wake.set()
         try:
@@ -160,16 +157,20 @@ class Forwarder:
         while not self._stop.is_set():
             self._producer.poll(0.1)
 
+    def _kafka_answers(self) -> bool:
+        """Whether the cluster answers a metadata request (over the producer's own connections)."""
+        try:
+            return len(self._producer.list_topics(timeout=2.0).brokers) > 0
+        except KafkaException:
+            return False
+
     def _drain(self) -> None:
-        """Step 4: produce the spool's segments, oldest first, whenever Kafka answers; then leave spool mode."""
+        """Every second: whether Kafka answers (readiness); step 4: produce the spool's segments, oldest first,
+        whenever it does; then leave spool mode."""
         while not self._stop.wait(1.0):
-            if not self.spooling:
-                self.kafka_up = metadata_answers(self.bootstrap, 2.0) if not self.kafka_up else True
+            self.kafka_up = self._kafka_answers()
+            if not self.spooling or not self.kafka_up:
                 continue
-            if not metadata_answers(self.bootstrap, 2.0):
-                self.kafka_up = False
-                continue
-            self.kafka_up = True
             self.spool.rotate()
             for segment in self.spool.closed_segments():
                 if not self._produce_all(read_segment(segment)):

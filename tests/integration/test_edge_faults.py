@@ -7,10 +7,13 @@ shared one, under collection names of their own.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -86,6 +89,22 @@ def wait_counted(live_services: Settings, spec: CollectionSpec, target: int, tim
     return store.outcomes(spec.name).get("accepted", 0)
 
 
+def wait_ready(url: str, ready: bool, drained: bool = False, timeout_s: float = 60.0) -> dict:
+    """/readyz's answer once it says `ready` (and, with `drained`, an empty spool); AssertionError if it does not
+    within the time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/readyz", timeout=5) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            answer = json.loads(exc.read())
+        if answer["ready"] == ready and (not drained or answer["spool_bytes"] == 0):
+            return answer
+        time.sleep(0.5)
+    raise AssertionError(f"/readyz did not turn {ready} within {timeout_s:g} s: {answer}")
+
+
 def test_kafka_down_while_devices_send_every_acknowledged_report_counted_once(
         live_services: Settings, own_kafka: KafkaService, setup: tuple[CollectionSpec, dict], tmp_path: Path) -> None:
     spec, env = setup
@@ -133,11 +152,13 @@ def test_sigkill_of_an_edge_with_a_non_empty_spool_loses_nothing_acknowledged(
         answers = asyncio.run(post_all(url, requests[1:], 16))
         assert answers.statuses == {202: devices - 1}  # every one fsynced in the spool
         assert any((tmp_path / "spool").glob("*.seg"))
+        assert wait_ready(url, False)["reasons"] == ["Kafka unreachable"]
         os.killpg(edge.pid, signal.SIGKILL)
         edge.wait()
         own_kafka.start()
         edge = start_edge(port, tmp_path / "spool", *args, env=env, log_file=tmp_path / "edge.log")
         wait_live(url, edge)
+        wait_ready(url, True, drained=True)
         worker = start_worker(f"itf-{spec.name}", env=env)
         assert wait_counted(live_services, spec, devices, 180) == devices
     finally:
