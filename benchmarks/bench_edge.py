@@ -1,6 +1,7 @@
 """Benchmark of one edge process (prints JSON): requests/s and reports/s for 1 report per request and outboxes of
-50, p50/p99 latency at half the measured load, next to a do-nothing aiohttp handler on the same HTTP server in the
-same run, and raw produce (the same reports as 1000-report envelopes straight into Kafka).
+50, p50/p99 latency at half the measured load, next to a do-nothing handler on the same HTTP server (aiohttp on
+uvloop, the edge's) and on two others (aiohttp on asyncio's loop; uvicorn with httptools and uvloop), the edge on
+asyncio's loop, and raw produce (the same reports as 1000-report envelopes straight into Kafka), in one run.
 
     python -m benchmarks.bench_edge [--seconds 8] [--concurrency 256]
 
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+import uvloop
 from aiohttp import web
 
 from collection.auth import authorization
@@ -43,15 +45,36 @@ from runtime.specs import publish_spec
 Request = tuple[str, bytes, dict[str, str]]  # path, body, headers
 
 
-def null_server(port: int) -> None:
-    """A do-nothing handler on the same server (aiohttp): read the body, answer a small JSON."""
+NULL_SERVERS = ("aiohttp", "aiohttp-uvloop", "uvicorn")
+
+
+def null_server(port: int, kind: str) -> None:
+    """A do-nothing handler (read the body, answer a small JSON) on aiohttp (asyncio's or uvloop's event loop,
+    the edge's server) or on uvicorn (httptools and uvloop, a raw ASGI app: the fastest Python server at hand)."""
+    if kind == "uvicorn":
+        import uvicorn
+
+        async def asgi(scope: dict, receive: Callable, send: Callable) -> None:  # type: ignore[type-arg]
+            if scope["type"] != "http":
+                return
+            while (await receive()).get("more_body", False):
+                pass
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"accepted": 1}'})
+
+        uvicorn.run(asgi, host="127.0.0.1", port=port, log_level="warning", access_log=False, http="httptools",
+                    loop="uvloop")
+        return
+
     async def handle(request: web.Request) -> web.Response:
         await request.read()
         return web.json_response({"accepted": 1})
 
     app = web.Application()
     app.router.add_post("/v1/collections/{name}/reports", handle)
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+    loop = uvloop.new_event_loop() if kind == "aiohttp-uvloop" else asyncio.new_event_loop()
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, loop=loop)
 
 
 async def load(url: str, requests: Callable[[int], Request], seconds: float, concurrency: int,
@@ -124,9 +147,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=256, help="requests in flight (devices at once)")
     parser.add_argument("--devices", type=int, default=20_000)
     parser.add_argument("--null-server", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--null-kind", choices=NULL_SERVERS, default="aiohttp", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.null_server is not None:
-        null_server(args.null_server)
+        null_server(args.null_server, args.null_kind)
         return
     cfg = Settings.from_env()
     spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
@@ -138,15 +162,30 @@ def main() -> None:
     single = signed_requests(spec, credentials, 1, seed=1)
     outbox = signed_requests(spec, credentials, 50, seed=2)
     results: dict[str, object] = {"seconds_per_step": args.seconds, "concurrency": args.concurrency,
-                                  "server": f"aiohttp {aiohttp.__version__}"}
+                                  "server": f"aiohttp {aiohttp.__version__}, uvloop {uvloop.__version__}"}
     with tempfile.TemporaryDirectory() as tmp:
-        null = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_edge", "--null-server", "18931"])
+        do_nothing = {}
+        for kind in NULL_SERVERS:
+            null = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_edge", "--null-server", "18931",
+                                     "--null-kind", kind])
+            try:
+                time.sleep(2.0)
+                do_nothing[kind] = asyncio.run(load("http://127.0.0.1:18931", single, args.seconds, args.concurrency))
+            finally:
+                null.terminate()
+                null.wait()
+        results["do_nothing_handler"] = do_nothing
+        edge = start_edge(18932, Path(tmp) / "spool", "--rate", "1000000", "--loop", "asyncio")
+        try:
+            wait_live("http://127.0.0.1:18932", edge)
+            results["single_asyncio_loop"] = asyncio.run(load("http://127.0.0.1:18932", single, args.seconds,
+                                                              args.concurrency))
+        finally:
+            stop_edge(edge)
         edge = start_edge(18932, Path(tmp) / "spool", "--rate", "1000000")
         try:
             wait_live("http://127.0.0.1:18932", edge)
             time.sleep(1.0)
-            null_run = asyncio.run(load("http://127.0.0.1:18931", single, args.seconds, args.concurrency))
-            results["do_nothing_handler"] = null_run
             runs = {}
             for name, make, size in (("single", single, 1), ("outbox_50", outbox, 50)):
                 full = asyncio.run(load("http://127.0.0.1:18932", make, args.seconds, args.concurrency))
@@ -155,12 +194,11 @@ def main() -> None:
                 runs[name] = {**full, "reports_per_s": full["requests_per_s"] * size,
                               "half_load": {k: half[k] for k in ("requests_per_s", "p50_ms", "p99_ms")}}
             results.update(runs)
-            results["single_vs_do_nothing"] = round(runs["single"]["requests_per_s"] / null_run["requests_per_s"], 3)
+            results["single_vs_do_nothing"] = round(runs["single"]["requests_per_s"]
+                                                    / do_nothing["aiohttp-uvloop"]["requests_per_s"], 3)
             results["raw_produce_reports_per_s"] = round(raw_produce(cfg, spec, 200_000))
         finally:
             stop_edge(edge)
-            null.terminate()
-            null.wait()
             delete_topic(cfg.bootstrap, spec.topic)
             keys = list(client.scan_iter(f"ldp:edge:{spec.name}:*", count=10_000))
             for lo in range(0, len(keys), 10_000):

@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--reuse-port", action="store_true", help="share the port with other edge processes")
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop", help="the event loop")
     parser.add_argument("--spool-dir", type=Path, default=None, help="this process's spool (default: state dir)")
     parser.add_argument("--spool-bytes", type=int, default=defaults.spool_bytes)
     parser.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes)
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
                         max_inflated_bytes=4 * args.max_body_bytes, max_reports=args.max_reports,
                         rate_per_s=args.rate, linger_s=args.linger_ms / 1000,
                         delivery_timeout_ms=args.delivery_timeout_ms)
-    serve(config, args.host, args.port, reuse_port=args.reuse_port)
+    serve(config, args.host, args.port, reuse_port=args.reuse_port, loop=args.loop)
 
 
 if __name__ == "__main__":

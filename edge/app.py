@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import redis
+import uvloop
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -245,8 +246,10 @@ def make_app(config: EdgeConfig) -> web.Application:
     return app
 
 
-def serve(config: EdgeConfig, host: str, port: int, reuse_port: bool = False) -> None:
-    """Run one edge process until SIGINT/SIGTERM (`reuse_port`: several processes share the port)."""
-    web.run_app(make_app(config), host=host, port=port, reuse_port=reuse_port, access_log=None,
+def serve(config: EdgeConfig, host: str, port: int, reuse_port: bool = False, loop: str = "uvloop") -> None:
+    """Run one edge process until SIGINT/SIGTERM (`reuse_port`: several processes share the port; `loop`:
+    "uvloop" or "asyncio", the event loop)."""
+    event_loop = uvloop.new_event_loop() if loop == "uvloop" else asyncio.new_event_loop()
+    web.run_app(make_app(config), host=host, port=port, reuse_port=reuse_port, access_log=None, loop=event_loop,
                 handle_signals=True, print=None, auto_decompress=False)  # the signature covers the sent bytes;
     # `edge.intake.inflate` decompresses them, bounded
