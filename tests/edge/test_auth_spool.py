@@ -10,6 +10,7 @@ import pytest
 from collection.auth import AuthError, authorization, device_key, parse_authorization, verify
 from edge.intake import Refusal, inflate
 from edge.spool import Spool, SpoolFull, read_segment
+from producer.outbox import backoff_s
 
 KEY = device_key(b"m" * 32, "c", "d1")
 PATH = "/v1/collections/c/reports"
@@ -57,3 +58,9 @@ def test_the_spool_keeps_records_in_order_drops_a_torn_tail_and_refuses_beyond_i
                                                                      [("t", 2, b"c" * 10)]]
     reopened.remove(first)
     assert len(reopened.closed_segments()) == 1 and not reopened.empty
+
+
+def test_backoff_is_jittered_below_its_cap_and_never_sooner_than_retry_after() -> None:
+    waits = [backoff_s(attempt, 0.0, 0.1, 2.0) for attempt in range(1, 12) for _ in range(50)]
+    assert 0 <= min(waits) and max(waits) <= 2.0 and len(set(waits)) > 100
+    assert all(backoff_s(attempt, 5.0, 0.1, 2.0) >= 5.0 for attempt in range(1, 12))

@@ -158,3 +158,20 @@ def test_fuzzed_bodies_never_crash_the_edge(collection: Collection, edge: EdgePr
     status, answer, _ = post(edge.url, device, body, content_type, headers=headers)
     assert status < 500, answer
     assert edge.proc.poll() is None
+
+
+def test_the_json_form_of_an_outbox_is_accepted_like_its_envelope(collection: Collection, edge: EdgeProcess,
+                                                                  device: Credential) -> None:
+    now = now_ms()
+    batch = decode(report_body(collection.spec, device, [now // HOUR_MS * HOUR_MS - 1, now]))
+    reports: list[dict[str, object]] = [{"timestamp_ms": int(t), "attributes": {}} for t in batch.timestamps_ms]
+    for block in batch.attributes:
+        name = collection.spec.attributes[block.attribute].name
+        for position, row in enumerate(block.rows.tolist()):
+            reports[row]["attributes"][name] = {  # type: ignore[index]
+                column: values.reshape(len(block.rows), -1)[position].tolist() for column, values in
+                block.reports.items()}
+    body = json.dumps({"spec_version": collection.spec.version, "reports": reports}).encode()
+    status, answer, _ = post(edge.url, device, body, "application/json")
+    assert (status, answer["accepted"]) == (200, 2), answer
+    assert rows_in_kafka(collection) == [device_pseudonym(collection.spec.name, device.device)] * 2
