@@ -8,6 +8,7 @@ COPY runtime runtime
 COPY producer producer
 COPY aggregator aggregator
 COPY sgd_coordinator sgd_coordinator
+COPY edge edge
 COPY ldpstream ldpstream
 COPY examples examples
 RUN pip install --no-cache-dir .

@@ -25,7 +25,7 @@ are processed as if it had not come. Every message of a batch is counted in the 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,7 +35,8 @@ from aggregator.store import ALL_TIME, BatchUpdate, OffsetRange, WindowIncrement
 from collection.pseudonym import device_partitions
 from collection.spec import CollectionSpec, window_seconds
 from collection.topics import collection_of, report_topic, source
-from collection.wire import ITEMSIZE, AttributeBlock, Envelope, WireError, check_envelope, concatenate, decode_envelope
+from collection.validation import dedupe_window, row_problems, shape_problem, shaped, time_problems, window_starts
+from collection.wire import AttributeColumns, Envelope, WireError, check_envelope, concatenate, decode_envelope
 from ldp.base import Mechanism, ReportSchema
 from ldp.mixed import attribute_block
 from runtime.dlq import DeadLetter, Message, isolating, lookup
@@ -54,8 +55,6 @@ POISON = "poison"
 REASONS = (MALFORMED, UNKNOWN_VERSION, UNKNOWN_COLLECTION, WRONG_SHAPE, OUT_OF_RANGE, DUPLICATE, STALE, FUTURE,
            WRONG_PARTITION, POISON)
 _CODES = {reason: i + 1 for i, reason in enumerate(REASONS)}  # per row: 0 accepted, else the reason's code
-MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
-DEFAULT_MAX_AGE_MS = 24 * 3600 * 1000
 
 
 class CollectionPlan(Protocol):
@@ -114,23 +113,6 @@ class _Rows:
     devices: np.ndarray
     timestamps: np.ndarray
     attributes: dict[int, tuple[np.ndarray, dict[str, np.ndarray]]]  # attr -> (global rows, columns)
-
-
-def dedupe_window(spec: CollectionSpec) -> str:
-    """The window in which a device may report once: the spec's smallest tumbling window, else all-time."""
-    return spec.windows[0] if spec.windows else ALL_TIME
-
-
-def max_age_ms(spec: CollectionSpec) -> int:
-    return window_seconds(spec.windows[0]) * 1000 if spec.windows else DEFAULT_MAX_AGE_MS
-
-
-def window_starts(window: str, timestamps_ms: np.ndarray) -> np.ndarray:
-    """Start (ms) of each report's tumbling window (0 for all-time)."""
-    if window == ALL_TIME:
-        return np.zeros(len(timestamps_ms), dtype=np.int64)
-    length = window_seconds(window) * 1000
-    return (timestamps_ms // length) * length
 
 
 class PartitionProcessor:
@@ -207,7 +189,7 @@ class PartitionProcessor:
         plan = self.plans(env.collection, env.spec_version)
         if plan is None:
             return _whole(msg, UNKNOWN_COLLECTION, f"no published spec {env.collection}@{env.spec_version}")
-        problem = _shape_problem(env, plan)
+        problem = shape_problem(env, plan.schemas)
         if problem:
             return _whole(msg, WRONG_SHAPE, problem)
         return env, plan
@@ -220,20 +202,14 @@ class PartitionProcessor:
         n = len(rows.devices)
         reasons = np.zeros(n, dtype=np.int8)
         details: dict[str, str] = {}
-        # 3. range of every report, per device
-        for attr, (grow, cols) in rows.attributes.items():
-            schema = plan.schemas[attr]
-            bad = schema.violations(_shaped(cols, schema, len(grow)))
-            hit = bad != ""
-            if hit.any():
-                _mark(reasons, grow[hit], OUT_OF_RANGE)
-                details.setdefault(OUT_OF_RANGE, f"{spec.attributes[attr].name}: {bad[hit][0]}")
-        counts = np.zeros(n, dtype=np.int64)
-        for grow, _ in rows.attributes.values():
-            counts[grow] += 1
-        wrong = counts != plan.attributes_per_device
-        if wrong.any():
-            _mark(reasons, np.flatnonzero(wrong), WRONG_SHAPE)
+        # 3. range of every report, and its number of attributes (`collection.validation`, as the edge runs it)
+        columns = {a: AttributeColumns(grow, cols) for a, (grow, cols) in rows.attributes.items()}
+        problems = row_problems(spec, columns, plan.schemas, n, plan.attributes_per_device)
+        if problems.out_of_range.any():
+            _mark(reasons, np.flatnonzero(problems.out_of_range), OUT_OF_RANGE)
+            details[OUT_OF_RANGE] = problems.out_of_range_detail
+        if problems.wrong_count.any():
+            _mark(reasons, np.flatnonzero(problems.wrong_count), WRONG_SHAPE)
             details.setdefault(WRONG_SHAPE, f"a device must report {plan.attributes_per_device} attribute(s)")
         partitions = np.array([m.partition for m, _, _ in items], dtype=np.int64)[rows.message]
         misplaced = device_partitions(rows.devices, spec.partitions) != partitions
@@ -241,9 +217,9 @@ class PartitionProcessor:
             _mark(reasons, np.flatnonzero(misplaced), WRONG_PARTITION)
             details.setdefault(WRONG_PARTITION, f"a device's reports go to partition (pseudonym mod {spec.partitions})")
         # 4. report times
-        now = self.clock_ms()
-        _mark(reasons, np.flatnonzero(rows.timestamps > now + MAX_FUTURE_SKEW_MS), FUTURE)
-        _mark(reasons, np.flatnonzero(rows.timestamps < now - max_age_ms(spec)), STALE)
+        future, stale = time_problems(spec, rows.timestamps, self.clock_ms())
+        _mark(reasons, np.flatnonzero(future), FUTURE)
+        _mark(reasons, np.flatnonzero(stale), STALE)
         details.setdefault(FUTURE, "report time is in the future")
         details.setdefault(STALE, "report time is older than the dedupe window")
         # 5. duplicates, per partition and window: within the batch (the first report of a device wins), and
@@ -287,7 +263,7 @@ class PartitionProcessor:
                     take = member[grow]
                     if take.any():
                         schema = plan.schemas[attr]
-                        sub = _shaped(cols, schema, len(grow))
+                        sub = shaped(cols, schema, len(grow))
                         # as the declared dtypes (a message may carry another one): safe for rows in range
                         counted = plan.mechanisms[attr].accumulate({k: v[take].astype(schema.dtypes[k], copy=False)
                                                                     for k, v in sub.items()})
@@ -297,35 +273,6 @@ class PartitionProcessor:
                     dedupe = {int(p): rows.devices[member & (partitions == p)] for p in _distinct(partitions[member])}
                 incs.append(WindowIncrement(spec.version, window, int(start), int(member.sum()), stats, dedupe, ttl))
         return incs
-
-
-def _shape_problem(env: Envelope, plan: CollectionPlan) -> str:
-    """'' if every attribute block has the columns and row shapes its mechanism declares, else the problem."""
-    for block in env.attributes:
-        if block.attribute >= len(plan.mechanisms):
-            return f"attribute index {block.attribute} >= {len(plan.mechanisms)}"
-        widths = plan.schemas[block.attribute].widths
-        if len(block.columns) != len(widths):
-            return _columns_problem(block, widths)
-        n = len(block.rows) // ITEMSIZE["<u4"]
-        for col in block.columns:
-            width = widths.get(col.name)
-            if width is None:  # as many columns as declared (names are unique), but not the same ones
-                return _columns_problem(block, widths)
-            values = len(col.data) // ITEMSIZE[col.dtype]
-            if values != n * width:
-                return (f"attribute {block.attribute}: column {col.name!r} has {values} values for {n} rows of width "
-                        f"{width}")
-    return ""
-
-
-def _columns_problem(block: AttributeBlock, widths: Mapping[str, int]) -> str:
-    return f"attribute {block.attribute}: columns {sorted(col.name for col in block.columns)} != {sorted(widths)}"
-
-
-def _shaped(cols: dict[str, np.ndarray], schema: ReportSchema, n: int) -> dict[str, np.ndarray]:
-    widths = {c.name: c.width for c in schema.columns}
-    return {k: (v.reshape(n, widths[k]) if widths[k] != 1 else v) for k, v in cols.items()}
 
 
 def _concatenate(items: list[tuple[Message, Envelope, CollectionPlan]]) -> tuple[_Rows, list[DeadLetter]]:

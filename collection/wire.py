@@ -26,7 +26,7 @@ Only mechanism output can be encoded: `encode` takes a `PerturbedBatch`, which o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -146,6 +146,22 @@ def encode(batch: PerturbedBatch) -> bytes:
     env = Envelope(WIRE_VERSION, batch.collection, batch.spec_version,
                    np.ascontiguousarray(batch.devices, dtype="<u8").tobytes(),
                    np.ascontiguousarray(batch.timestamps_ms, dtype="<i8").tobytes(), blocks)
+    return _encoder.encode(env)
+
+
+def envelope_of(collection: str, spec_version: int, devices: np.ndarray, timestamps_ms: np.ndarray,
+                attributes: Mapping[int, AttributeColumns]) -> Envelope:
+    """The envelope of reports given as columns (say a `concatenate` of received envelopes with the devices set by
+    the server): how an ingestion edge rebuilds and re-batches what devices sent."""
+    blocks = [AttributeBlock(a, np.ascontiguousarray(c.rows, dtype="<u4").tobytes(),
+                             [encode_column(k, v) for k, v in sorted(c.columns.items())])
+              for a, c in sorted(attributes.items())]
+    return Envelope(WIRE_VERSION, collection, spec_version, np.ascontiguousarray(devices, dtype="<u8").tobytes(),
+                    np.ascontiguousarray(timestamps_ms, dtype="<i8").tobytes(), blocks)
+
+
+def encode_envelope(env: Envelope) -> bytes:
+    """The msgpack bytes of an envelope."""
     return _encoder.encode(env)
 
 

@@ -3,7 +3,9 @@
 `Device.report(record)` (1) validates and perturbs the record as a batch of one (`producer.perturb`), (2) charges
 the privacy-budget ledger, which refuses a report that would exceed the spec's epsilon in its window, (3) encodes
 the perturbed batch (`collection.wire`, which accepts nothing else) and (4) produces it keyed by the device's
-pseudonym, to the device's partition (`collection.pseudonym.device_partitions`). The raw record goes no further
+pseudonym, to the device's partition (`collection.pseudonym.device_partitions`), or with an HTTP transport
+(`producer.outbox.HttpTransport`) stores it in the device's persistent outbox, which `Device.flush` sends to the
+ingestion edge. The budget is charged when the report is made, not when it is sent. The raw record goes no further
 than step (1); the device id never leaves as such (`collection.pseudonym`).
 A record that fails validation or is refused by the ledger charges nothing and sends nothing.
 """
@@ -20,6 +22,7 @@ from collection.pseudonym import device_partitions, device_pseudonym, pseudonym_
 from collection.spec import CollectionSpec
 from collection.wire import encode
 from producer.ledger import PrivacyLedger
+from producer.outbox import HttpTransport
 from producer.perturb import perturb
 from runtime.clock import now_ms
 from runtime.kafka import ReportProducer
@@ -31,11 +34,14 @@ class Device:
 
     def __init__(self, spec: CollectionSpec, device_id: int | str, producer: ReportProducer | None = None,
                  ledger: PrivacyLedger | None = None, rng: np.random.Generator | None = None,
-                 strategies: Strategies | None = None) -> None:
+                 strategies: Strategies | None = None, transport: HttpTransport | None = None) -> None:
         self.spec = spec
         self.strategies = strategies_for(spec) if strategies is None else strategies
         self.pseudonym = device_pseudonym(spec.name, device_id)
+        if producer is not None and transport is not None:
+            raise ValueError("a device sends through Kafka or through the edge, not both")
         self.producer = producer
+        self.transport = transport
         self.ledger = ledger if ledger is not None else PrivacyLedger()
         self.rng = rng if rng is not None else np.random.default_rng()
         self._devices = np.array([self.pseudonym], dtype=np.uint64)
@@ -43,7 +49,8 @@ class Device:
         self._partition = int(device_partitions(self._devices, spec.partitions)[0])
 
     def report(self, record: Mapping[str, object], timestamp: int | datetime | None = None) -> bytes:
-        """Perturb, charge, encode and (with a producer) send one report; return the encoded message.
+        """Perturb, charge, encode and send one report (with a producer), or store it in the outbox (with a
+        transport); return the encoded message.
 
         `timestamp` is the report time: milliseconds since the epoch, an aware datetime, or None for now.
         Raises RecordError for a malformed record and BudgetExceeded when the window's budget is spent.
@@ -56,7 +63,13 @@ class Device:
         message = encode(batch)
         if self.producer is not None:
             self.producer.produce(self.spec.topic, message, self._key, self._partition)
+        if self.transport is not None:
+            self.transport.enqueue(message)
         return message
+
+    def flush(self) -> int:
+        """Send the outbox to the edge (with an HTTP transport); the number of reports that left it."""
+        return 0 if self.transport is None else self.transport.flush()
 
 
 def report_time_ms(timestamp: int | datetime | None) -> int:

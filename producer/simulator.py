@@ -48,10 +48,11 @@ class SimulationResult:
 
 
 def fleet(spec: CollectionSpec, devices: int, *, seed: int = 0, chunk: int = 1000,
-          clock_ms: Callable[[], int] = now_ms,
-          strategies: Strategies | None = None) -> Iterator[tuple[Records, PerturbedBatch]]:
+          clock_ms: Callable[[], int] = now_ms, strategies: Strategies | None = None,
+          devices_of: Callable[[int, int], np.ndarray] | None = None) -> Iterator[tuple[Records, PerturbedBatch]]:
     """The fleet's chunks, in order: the true records of up to `chunk` devices and their perturbed reports
-    (`strategies`: those the spec pins; loaded with `runtime.strategies.strategies_for` when None)."""
+    (`strategies`: those the spec pins; loaded with `runtime.strategies.strategies_for` when None;
+    `devices_of(lo, n)`: the pseudonyms of devices lo..lo+n-1, default those of the run's integer ids)."""
     if not 1 <= devices <= MAX_DEVICES or not 1 <= chunk <= MAX_DEVICES:
         raise ValueError(f"devices and the chunk size must lie in [1, 2^32], got {devices} and {chunk}")
     if not 0 <= seed < 2**31:
@@ -63,7 +64,8 @@ def fleet(spec: CollectionSpec, devices: int, *, seed: int = 0, chunk: int = 100
     for lo in range(0, devices, chunk):
         n = min(chunk, devices - lo)
         records = population.sample(n, population_rng)
-        ids = integer_pseudonyms(spec.name, np.arange(first_id + lo, first_id + lo + n, dtype=np.uint64))
+        ids = (integer_pseudonyms(spec.name, np.arange(first_id + lo, first_id + lo + n, dtype=np.uint64))
+               if devices_of is None else devices_of(lo, n))
         yield records, perturb(spec, ids, np.full(n, clock_ms(), dtype=np.int64), records, noise_rng, strategies)
 
 

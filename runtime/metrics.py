@@ -29,3 +29,14 @@ SGD_MODEL_NORM = Gauge("ldp_sgd_model_norm", "L2 norm of the current model's par
 def serve(port: int, addr: str = "127.0.0.1") -> None:
     """Serve this process's metrics on `addr`:`port` (a background thread)."""
     start_http_server(port, addr=addr)
+
+# The ingestion edge (`ldp edge`, per process). Reasons are edge.intake.REASONS; no collection label (the path is
+# outside input, and a label per made-up name would grow without bound).
+EDGE_REQUESTS = Counter("ldp_edge_requests", "Report requests answered by this edge process, by status and reason",
+                        ["status", "reason"])
+EDGE_REPORTS = Counter("ldp_edge_reports", "Reports answered by this edge process: accepted (to Kafka or the spool) "
+                       "or rejected with a reason", ["outcome", "reason"])
+EDGE_SECONDS = Histogram("ldp_edge_request_duration_seconds", "Time from a report request's arrival to its answer",
+                         buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0))
+EDGE_SPOOL_BYTES = Gauge("ldp_edge_spool_bytes", "Bytes in this edge process's on-disk spool")
+EDGE_IN_FLIGHT = Gauge("ldp_edge_reports_in_flight", "Reports this edge process holds, not yet acknowledged")

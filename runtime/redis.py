@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+import redis.asyncio
 
 
 def redis_client(url: str, timeout_s: float | None = None, **overrides: Any) -> redis.Redis:
     """A client of the Redis at `url` (bytes replies; `timeout_s` bounds each command and the connection)."""
-    timeouts = {} if timeout_s is None else {"socket_timeout": timeout_s,
-                                             "socket_connect_timeout": min(timeout_s, 5.0)}
-    return redis.Redis.from_url(url, **{**timeouts, **overrides})
+    return redis.Redis.from_url(url, **{**_timeouts(timeout_s), **overrides})
 
 
 def redis_answers(url: str, timeout_s: float = 2.0) -> bool:
@@ -35,3 +34,12 @@ def move_applied_offset(client: redis.Redis, key: str, source: str, applied: int
     """Set a partition's applied offset in the hash `key` from `applied` to `new` in one atomic step; False (nothing
     written) if it is not `applied` any more."""
     return bool(client.register_script(MOVE_OFFSET_SCRIPT)(keys=[key], args=[source, applied, new]))
+
+
+def async_redis_client(url: str, timeout_s: float | None = None, **overrides: Any) -> redis.asyncio.Redis:
+    """An asyncio client of the Redis at `url` (for services on an event loop; same settings as `redis_client`)."""
+    return redis.asyncio.Redis.from_url(url, **{**_timeouts(timeout_s), **overrides})
+
+
+def _timeouts(timeout_s: float | None) -> dict[str, float]:
+    return {} if timeout_s is None else {"socket_timeout": timeout_s, "socket_connect_timeout": min(timeout_s, 5.0)}

@@ -33,13 +33,14 @@ class Settings:
     redis_url: str | None = None
     specs_topic: str = SPECS_TOPIC
     metrics_addr: str = "127.0.0.1"
+    edge_key_file: Path | None = None
     start_timeout_s: float = 90.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read LDP_STATE_DIR, LDP_DEPLOY_DIR, KAFKA_PORT, KAFKA_CONTROLLER_PORT, KAFKA_VERSION, LOG4J2_VERSION,
-        KAFKA_HEAP, REDIS_PORT, KAFKA_BOOTSTRAP, REDIS_URL, LDP_SPECS_TOPIC, LDP_METRICS_ADDR (defaults: `.local/`
-        and `deploy/local/` of the project)."""
+        KAFKA_HEAP, REDIS_PORT, KAFKA_BOOTSTRAP, REDIS_URL, LDP_SPECS_TOPIC, LDP_METRICS_ADDR, LDP_EDGE_KEY_FILE
+        (defaults: `.local/` and `deploy/local/` of the project)."""
         e = os.environ if env is None else env
         return cls(
             state_dir=Path(e.get("LDP_STATE_DIR", PROJECT_ROOT / ".local")).resolve(),
@@ -54,12 +55,19 @@ class Settings:
             redis_url=e.get("REDIS_URL") or None,
             specs_topic=e.get("LDP_SPECS_TOPIC") or SPECS_TOPIC,
             metrics_addr=e.get("LDP_METRICS_ADDR") or "127.0.0.1",
+            edge_key_file=Path(e["LDP_EDGE_KEY_FILE"]).resolve() if e.get("LDP_EDGE_KEY_FILE") else None,
         )
 
     @property
     def bootstrap(self) -> str:
         """The Kafka bootstrap address the project uses."""
         return self.kafka_bootstrap or f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def edge_key(self) -> Path:
+        """The ingestion edge's master key file (device keys derive from it): LDP_EDGE_KEY_FILE, else in the
+        state directory."""
+        return self.edge_key_file or self.state_dir / "edge" / "master.key"
 
     @property
     def redis(self) -> str:

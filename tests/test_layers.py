@@ -1,6 +1,6 @@
 """The layers of the code base: every import points down, and no module imports itself back (no cycles).
 
-    ldp  <-  collection  <-  runtime  <-  {producer, aggregator, sgd_coordinator}  <-  ldpstream
+    ldp  <-  collection  <-  runtime  <-  {producer, aggregator, sgd_coordinator, edge}  <-  ldpstream
 
 A package may import its own modules and any package on a lower floor; packages on the same floor never import
 each other. Imports anywhere in a module count (inside functions too). The walk reads the source with `ast`, so a
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOORS = {"ldp": 0, "collection": 1, "runtime": 2, "producer": 3, "aggregator": 3, "sgd_coordinator": 3,
+FLOORS = {"ldp": 0, "collection": 1, "runtime": 2, "producer": 3, "aggregator": 3, "sgd_coordinator": 3, "edge": 3,
           "ldpstream": 4}
 
 

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import typer
 
-from ldpstream.cli import aggregate, demo, estimate, mechanisms, serve, services, simulate, spec, train, workload
+from ldpstream.cli import (
+    aggregate,
+    demo,
+    edge,
+    estimate,
+    mechanisms,
+    serve,
+    services,
+    simulate,
+    spec,
+    train,
+    workload,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="ldpstream: private telemetry over Kafka.")
-for command in (services, demo, train, spec, simulate, aggregate, estimate, mechanisms, serve, workload):
+for command in (services, demo, train, spec, simulate, aggregate, edge, estimate, mechanisms, serve, workload):
     command.register(app)
 
 

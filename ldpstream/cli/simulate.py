@@ -10,7 +10,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from collection.auth import load_credentials
+from collection.spec import CollectionSpec
 from ldpstream.cli.spec import load_checked
+from producer.edge_client import send_fleet
 from producer.simulator import simulate
 from runtime.clock import now_ms
 from runtime.kafka import DeliveryError, ReportProducer, TopicError, ensure_topic
@@ -31,9 +34,18 @@ def simulate_command(
     timestamp_ms: Annotated[int | None, typer.Option(help="report time of every report, ms since the epoch "
                                                           "(default: the wall clock)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the run's numbers as JSON")] = False,
+    via: Annotated[str | None, typer.Option(help="send through the ingestion edge at this URL (HTTP, one signed "
+                                                 "request per device) instead of to Kafka")] = None,
+    credentials: Annotated[Path | None, typer.Option(help="with --via: the enrolled devices (`ldp devices "
+                                                          "enroll --out`)")] = None,
+    concurrency: Annotated[int, typer.Option(help="with --via: requests in flight")] = 64,
 ) -> None:
-    """Simulate a fleet with a known population: perturb in vectorised chunks and produce to Kafka."""
+    """Simulate a fleet with a known population: perturb in vectorised chunks and produce to Kafka (or, with
+    --via, send each enrolled device's report to the ingestion edge)."""
     spec = load_checked(spec_file)
+    if via is not None:
+        simulate_via(spec, devices, via, credentials, seed, concurrency, truth, as_json)
+        return
     bootstrap = Settings.from_env().bootstrap
     try:
         ensure_topic(bootstrap, spec.topic, spec.partitions, exact=False)
@@ -58,6 +70,28 @@ def simulate_command(
     console.print(f"{result.reports:,} reports in {result.messages:,} messages ({result.bytes / 1e6:.1f} MB) to "
                   f"{spec.topic} in {result.seconds:.2f} s = [bold]{result.reports_per_s:,.0f} reports/s[/]"
                   + (f"; truth in {truth}" if truth is not None else ""))
+
+
+def simulate_via(spec: CollectionSpec, devices: int, via: str, credentials: Path | None, seed: int,
+                 concurrency: int, truth: Path | None, as_json: bool) -> None:
+    """`ldp simulate --via URL`: the fleet's reports as signed HTTP requests of enrolled devices."""
+    if credentials is None:
+        errors.print("[red]--via needs --credentials[/] (a file from `ldp devices enroll`)")
+        raise typer.Exit(2)
+    enrolled = [c for c in load_credentials(credentials) if c.collection == spec.name][:devices]
+    if len(enrolled) < devices:
+        errors.print(f"[red]{credentials} holds {len(enrolled)} devices of {spec.name}, not {devices}[/]")
+        raise typer.Exit(1)
+    result, answers = send_fleet(spec, enrolled, via, seed=seed, concurrency=concurrency)
+    if truth is not None:
+        truth.write_text(json.dumps(result.truth, indent=2))
+    numbers = {"collection": spec.key, "via": via, "requests": result.messages, "acknowledged": result.reports,
+               "statuses": answers.statuses, "seconds": round(result.seconds, 3),
+               "requests_per_s": round(result.messages / result.seconds)}
+    typer.echo(json.dumps(numbers) if as_json else
+               f"{result.messages:,} requests to {via} in {result.seconds:.2f} s: {answers.statuses}")
+    if answers.acknowledged < devices:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -278,3 +278,9 @@ def test_messages_with_different_columns_for_an_attribute_cannot_be_concatenated
     concatenate([decode_envelope(other)])  # alone it is well formed
     with pytest.raises(WireError, match="attribute 0: the messages carry different columns"):
         concatenate([decode_envelope(GOLDEN_V1), decode_envelope(other)])
+
+
+def test_a_string_that_is_not_utf8_is_a_wire_error() -> None:
+    body = msgspec.msgpack.encode([1, "c", 1, b"", b"", []]).replace(b"\xa1c", b"\xa1\xf7")
+    with pytest.raises(WireError, match="malformed envelope"):
+        decode_envelope(body)

@@ -1,0 +1,210 @@
+"""Benchmark of one edge process (prints JSON): requests/s and reports/s for 1 report per request and outboxes of
+50, p50/p99 latency at half the measured load, next to a do-nothing handler on the same HTTP server (aiohttp on
+uvloop, the edge's) and on two others (aiohttp on asyncio's loop; uvicorn with httptools and uvloop), the edge on
+asyncio's loop, and raw produce (the same reports as 1000-report envelopes straight into Kafka), in one run.
+
+    python -m benchmarks.bench_edge [--seconds 8] [--concurrency 256]
+
+The load generator is one Python process (aiohttp client, requests signed ahead of time) on the same machine:
+on a shared 2-core machine it takes about as much CPU as the server, so the numbers are a floor, not a ceiling.
+The collection is the diagnostics example with one_report_per_window off (an outbox of 50 reports of one device
+would otherwise need 50 windows), so Redis marks no windows; authentication, replay and rate checks still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import uvloop
+from aiohttp import web
+
+from collection.auth import authorization
+from collection.spec import CollectionSpec, load_spec
+from collection.wire import encode
+from edge.devices import DeviceRegistry, master_key
+from edge.processes import start_edge, stop_edge, wait_live
+from producer.perturb import perturb, row_range
+from producer.population import Population
+from runtime.clock import now_ms
+from runtime.kafka import ReportProducer, delete_topic
+from runtime.redis import redis_client
+from runtime.settings import PROJECT_ROOT, Settings
+from runtime.specs import publish_spec
+
+Request = tuple[str, bytes, dict[str, str]]  # path, body, headers
+
+
+NULL_SERVERS = ("aiohttp", "aiohttp-uvloop", "uvicorn")
+
+
+def null_server(port: int, kind: str) -> None:
+    """A do-nothing handler (read the body, answer a small JSON) on aiohttp (asyncio's or uvloop's event loop,
+    the edge's server) or on uvicorn (httptools and uvloop, a raw ASGI app: the fastest Python server at hand)."""
+    if kind == "uvicorn":
+        import uvicorn
+
+        async def asgi(scope: dict, receive: Callable, send: Callable) -> None:  # type: ignore[type-arg]
+            if scope["type"] != "http":
+                return
+            while (await receive()).get("more_body", False):
+                pass
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"accepted": 1}'})
+
+        uvicorn.run(asgi, host="127.0.0.1", port=port, log_level="warning", access_log=False, http="httptools",
+                    loop="uvloop")
+        return
+
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"accepted": 1})
+
+    app = web.Application()
+    app.router.add_post("/v1/collections/{name}/reports", handle)
+    loop = uvloop.new_event_loop() if kind == "aiohttp-uvloop" else asyncio.new_event_loop()
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, loop=loop)
+
+
+async def load(url: str, requests: Callable[[int], Request], seconds: float, concurrency: int,
+               rate: float | None = None) -> dict[str, float]:
+    """Send requests for `seconds` (`concurrency` in flight; at most `rate` per second); counts and latencies."""
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    counter = iter(range(10**9))
+    start = time.perf_counter()
+    deadline = start + seconds
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        async def worker() -> None:
+            while (now := time.perf_counter()) < deadline:
+                i = next(counter)
+                if rate is not None and (due := start + i / rate) > now:
+                    await asyncio.sleep(due - now)
+                path, body, headers = requests(i)
+                sent = time.perf_counter()
+                async with session.post(url + path, data=body, headers=headers) as response:
+                    await response.read()
+                    statuses[response.status] = statuses.get(response.status, 0) + 1
+                latencies.append(time.perf_counter() - sent)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - start
+    lat = np.asarray(latencies) * 1000
+    return {"requests_per_s": round(len(latencies) / elapsed), "p50_ms": round(float(np.percentile(lat, 50)), 2),
+            "p99_ms": round(float(np.percentile(lat, 99)), 2), "statuses": statuses}
+
+
+def signed_requests(spec: CollectionSpec, credentials: list[tuple[str, bytes]], per_request: int,
+                    seed: int) -> Callable[[int], Request]:
+    """Request i: device i mod n signs one of 200 envelopes of `per_request` reports (devices column 0: the edge
+    sets the authenticated device's pseudonym), at the current time (device i mod n comes back after n requests,
+    so a signature never repeats)."""
+    rng = np.random.default_rng(seed)
+    now = now_ms()
+    zeros = np.zeros(per_request, dtype=np.uint64)
+    bodies = [encode(perturb(spec, zeros, np.full(per_request, now, dtype=np.int64),
+                             Population(spec, seed).sample(per_request, rng), rng)) for _ in range(200)]
+    path = f"/v1/collections/{spec.name}/reports"
+
+    def request(i: int) -> Request:
+        device, key = credentials[i % len(credentials)]
+        body = bodies[i % len(bodies)]
+        return path, body, {"Content-Type": "application/msgpack",
+                            "Authorization": authorization(device, key, "POST", path, body, now_ms())}
+
+    return request
+
+
+def raw_produce(cfg: Settings, spec: CollectionSpec, reports: int) -> float:
+    """Reports/s of producing envelopes of 1000 reports straight to Kafka (the edge's ceiling)."""
+    rng = np.random.default_rng(0)
+    ids = np.arange(reports, dtype=np.uint64)
+    batch = perturb(spec, ids, np.full(reports, now_ms(), dtype=np.int64), Population(spec, 0).sample(reports, rng),
+                    rng)
+    messages = [encode(row_range(batch, lo, min(lo + 1000, reports))) for lo in range(0, reports, 1000)]
+    producer = ReportProducer(cfg.bootstrap)
+    start = time.perf_counter()
+    for i, message in enumerate(messages):
+        producer.produce(spec.topic, message, partition=i % spec.partitions)
+    producer.flush()
+    return reports / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--concurrency", type=int, default=256, help="requests in flight (devices at once)")
+    parser.add_argument("--devices", type=int, default=20_000)
+    parser.add_argument("--null-server", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--null-kind", choices=NULL_SERVERS, default="aiohttp", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.null_server is not None:
+        null_server(args.null_server, args.null_kind)
+        return
+    cfg = Settings.from_env()
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
+        update={"name": f"bench-edge-{uuid.uuid4().hex[:6]}", "one_report_per_window": False})
+    publish_spec(spec, cfg.bootstrap)
+    client = redis_client(cfg.redis)
+    registry = DeviceRegistry(client, master_key(cfg.edge_key, create=True))
+    credentials = [(c.device, c.key) for c in registry.enroll(spec.name, args.devices)]
+    single = signed_requests(spec, credentials, 1, seed=1)
+    outbox = signed_requests(spec, credentials, 50, seed=2)
+    results: dict[str, object] = {"seconds_per_step": args.seconds, "concurrency": args.concurrency,
+                                  "server": f"aiohttp {aiohttp.__version__}, uvloop {uvloop.__version__}"}
+    with tempfile.TemporaryDirectory() as tmp:
+        do_nothing = {}
+        for kind in NULL_SERVERS:
+            null = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_edge", "--null-server", "18931",
+                                     "--null-kind", kind])
+            try:
+                time.sleep(2.0)
+                do_nothing[kind] = asyncio.run(load("http://127.0.0.1:18931", single, args.seconds, args.concurrency))
+            finally:
+                null.terminate()
+                null.wait()
+        results["do_nothing_handler"] = do_nothing
+        edge = start_edge(18932, Path(tmp) / "spool", "--rate", "1000000", "--loop", "asyncio")
+        try:
+            wait_live("http://127.0.0.1:18932", edge)
+            results["single_asyncio_loop"] = asyncio.run(load("http://127.0.0.1:18932", single, args.seconds,
+                                                              args.concurrency))
+        finally:
+            stop_edge(edge)
+        edge = start_edge(18932, Path(tmp) / "spool", "--rate", "1000000")
+        try:
+            wait_live("http://127.0.0.1:18932", edge)
+            time.sleep(1.0)
+            runs = {}
+            for name, make, size in (("single", single, 1), ("outbox_50", outbox, 50)):
+                full = asyncio.run(load("http://127.0.0.1:18932", make, args.seconds, args.concurrency))
+                half = asyncio.run(load("http://127.0.0.1:18932", make, args.seconds, args.concurrency,
+                                        rate=full["requests_per_s"] / 2))
+                runs[name] = {**full, "reports_per_s": full["requests_per_s"] * size,
+                              "half_load": {k: half[k] for k in ("requests_per_s", "p50_ms", "p99_ms")}}
+            results.update(runs)
+            results["single_vs_do_nothing"] = round(runs["single"]["requests_per_s"]
+                                                    / do_nothing["aiohttp-uvloop"]["requests_per_s"], 3)
+            results["raw_produce_reports_per_s"] = round(raw_produce(cfg, spec, 200_000))
+        finally:
+            stop_edge(edge)
+            delete_topic(cfg.bootstrap, spec.topic)
+            keys = list(client.scan_iter(f"ldp:edge:{spec.name}:*", count=10_000))
+            for lo in range(0, len(keys), 10_000):
+                client.delete(*keys[lo:lo + 10_000])
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""One edge process in the foreground: `python -m edge --port P [--reuse-port] [--spool-dir D] ...`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from edge.app import EdgeConfig, serve
+from edge.devices import master_key
+from runtime.settings import Settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    defaults = EdgeConfig("", "", b"", Path())
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--reuse-port", action="store_true", help="share the port with other edge processes")
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop", help="the event loop")
+    parser.add_argument("--spool-dir", type=Path, default=None, help="this process's spool (default: state dir)")
+    parser.add_argument("--spool-bytes", type=int, default=defaults.spool_bytes)
+    parser.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes)
+    parser.add_argument("--max-reports", type=int, default=defaults.max_reports, help="reports per request")
+    parser.add_argument("--rate", type=int, default=defaults.rate_per_s, help="requests per device per second")
+    parser.add_argument("--linger-ms", type=float, default=defaults.linger_s * 1000)
+    parser.add_argument("--delivery-timeout-ms", type=int, default=defaults.delivery_timeout_ms,
+                        help="after this long without a Kafka acknowledgement a message is spooled")
+    args = parser.parse_args(argv)
+    cfg = Settings.from_env()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = EdgeConfig(cfg.bootstrap, cfg.redis, master_key(cfg.edge_key, create=True),
+                        args.spool_dir or cfg.state_dir / "edge" / "spool" / str(args.port),
+                        spool_bytes=args.spool_bytes, max_body_bytes=args.max_body_bytes,
+                        max_inflated_bytes=4 * args.max_body_bytes, max_reports=args.max_reports,
+                        rate_per_s=args.rate, linger_s=args.linger_ms / 1000,
+                        delivery_timeout_ms=args.delivery_timeout_ms)
+    serve(config, args.host, args.port, reuse_port=args.reuse_port, loop=args.loop)
+
+
+if __name__ == "__main__":
+    main()

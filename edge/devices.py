@@ -1,0 +1,149 @@
+"""Enrolled devices and the per-request admission state, in Redis.
+
+Redis holds, per collection, only whether each device id is enrolled (`ldp:edge:{NAME}:devices`, device id -> 1,
+or 0 once revoked): a device's key is derived from the edge's master key (`collection.auth.device_key`), so nothing
+in Redis lets anyone sign a request, and a signature verifies without a lookup. Revoking a device makes every
+request it signs answer 401; a revoked id is never enrolled again (enrolment issues new random ids).
+
+Admission (`Admission.admit`, one Lua script, atomic: the one Redis round trip of a request) after the signature
+has verified and the reports passed their checks:
+1. the device is enrolled and not revoked;
+2. the signature was not seen in the last 2 x the allowed clock skew (replay: `...:sig:<hex>`, with a TTL);
+3. the device's request count in the current second is within its rate limit (`...:rate:<id>`, TTL 1 s);
+4. per report, the device has not reported in its dedupe window (`...:seen:<version>:<start>:<id>`, TTL two
+   windows): the script marks the windows of the reports it admits and returns the positions already used.
+Marks of reports that are then not acknowledged are removed again (`release`), so the device can retry.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import redis
+import redis.asyncio
+
+from collection.auth import MAX_SKEW_MS, Credential, device_key
+from collection.spec import ALL_TIME, window_seconds
+from collection.validation import DEFAULT_MAX_AGE_MS
+
+ADMIT = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= '1' then return {-1} end
+if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return {-2} end
+local n = redis.call('INCR', KEYS[3])
+if n == 1 then redis.call('PEXPIRE', KEYS[3], 1000) end
+if n > tonumber(ARGV[3]) then return {-3} end
+local used = {0}
+for i = 4, #KEYS do
+  if not redis.call('SET', KEYS[i], '1', 'NX', 'PX', ARGV[4]) then table.insert(used, i - 4) end
+end
+return used
+"""
+REVOKED, REPLAYED, RATE_LIMITED = -1, -2, -3
+
+
+def _prefix(collection: str) -> str:
+    return f"ldp:edge:{collection}"
+
+
+class DeviceRegistry:
+    """Enrol and revoke devices."""
+
+    def __init__(self, client: redis.Redis, master: bytes) -> None:
+        self.redis = client
+        self.master = master
+
+    def enroll(self, collection: str, count: int) -> list[Credential]:
+        """Enrol `count` new devices (random ids) and return their credentials."""
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        ids = [secrets.token_hex(12) for _ in range(count)]  # 96 random bits: ids never collide
+        key = f"{_prefix(collection)}:devices"
+        for lo in range(0, count, 10_000):
+            self.redis.hset(key, mapping={d: 1 for d in ids[lo:lo + 10_000]})
+        return [Credential(collection, d, device_key(self.master, collection, d)) for d in ids]
+
+    def revoke(self, collection: str, devices: Sequence[str]) -> int:
+        """Revoke devices (their requests answer 401 from now on); the number that were enrolled."""
+        key = f"{_prefix(collection)}:devices"
+        found = 0
+        for device in devices:
+            if self.redis.hget(key, device) == b"1":
+                self.redis.hset(key, device, 0)
+                found += 1
+        return found
+
+
+@dataclass(frozen=True)
+class Admit:
+    """One request to admit: its collection, device, signature, dedupe window and window marks."""
+
+    collection: str
+    device: str
+    signature: str
+    window: str
+    marks: list[str]
+
+
+class Admission:
+    """The edge's per-request state (asyncio): device keys, and the replay, rate and once-per-window checks of
+    `ADMIT` (see the module docstring)."""
+
+    def __init__(self, client: redis.asyncio.Redis, master: bytes, rate_per_s: int) -> None:
+        self.redis = client
+        self.master = master
+        self.rate_per_s = rate_per_s
+        self._script = client.register_script(ADMIT)
+
+    def key_of(self, collection: str, device: str) -> bytes:
+        """The key a device's requests must be signed with (whether it is enrolled is `admit`'s question)."""
+        return device_key(self.master, collection, device)
+
+    @staticmethod
+    def window_keys(collection: str, version: int, device: str, starts: np.ndarray) -> list[str]:
+        """The Redis keys marking the device's reports in their dedupe windows."""
+        return [f"{_prefix(collection)}:seen:{version}:{start}:{device}" for start in starts.tolist()]
+
+    async def admit(self, requests: Sequence[Admit]) -> list[list[int] | int]:
+        """Per request (one pipelined round trip for all): the positions (in its `marks`) of reports whose window
+        the device already used, or REVOKED (not enrolled, or revoked), REPLAYED or RATE_LIMITED (then nothing
+        was marked)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for r in requests:
+            ttl = 2 * (window_seconds(r.window) * 1000 if r.window != ALL_TIME else DEFAULT_MAX_AGE_MS)
+            keys = [f"{_prefix(r.collection)}:devices", f"{_prefix(r.collection)}:sig:{r.signature}",
+                    f"{_prefix(r.collection)}:rate:{r.device}", *r.marks]
+            await self._script(keys=keys, args=[r.device, 2 * MAX_SKEW_MS, self.rate_per_s, ttl], client=pipe)
+        answers = await pipe.execute()
+        return [int(a[0]) if a[0] < 0 else [int(i) for i in a[1:]] for a in answers]
+
+    async def release(self, marks: Sequence[str]) -> None:
+        """Forget window marks of reports that were not acknowledged (the device will send them again)."""
+        if marks:
+            await self.redis.delete(*marks)
+
+
+def master_key(path: Path, create: bool = False) -> bytes:
+    """The edge's master key (32 random bytes in a 0600 file), made on first use when `create`.
+
+    FileNotFoundError when it does not exist and `create` is false: an edge without the key enrolment used
+    could verify nobody."""
+    if create and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # made meanwhile by another process
+        else:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(secrets.token_bytes(32))
+                handle.flush()
+                os.fsync(handle.fileno())
+    key = path.read_bytes()
+    if len(key) < 32:
+        raise ValueError(f"{path}: a master key has at least 32 bytes")
+    return key

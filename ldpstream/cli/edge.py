@@ -1,0 +1,78 @@
+"""`ldp edge`: the HTTP ingestion edge (one or more processes on one port); `ldp devices enroll|revoke`."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from edge.devices import DeviceRegistry, master_key
+from edge.processes import start_edge, stop_edge
+from runtime.redis import redis_client
+from runtime.settings import Settings
+
+devices_app = typer.Typer(no_args_is_help=True, help="Enrol and revoke the devices the edge accepts reports from.")
+
+
+def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+         port: Annotated[int, typer.Option(min=1, max=65535)] = 8080,
+         workers: Annotated[int, typer.Option(min=1, max=64, help="edge processes sharing the port "
+                                                                  "(SO_REUSEPORT), each with its own spool")] = 1,
+         max_reports: Annotated[int, typer.Option(help="reports per request (a device's outbox)")] = 100,
+         rate: Annotated[int, typer.Option(help="requests per device per second")] = 20) -> None:
+    """Serve POST /v1/collections/NAME/reports, /healthz, /readyz, /metrics, /openapi.json until SIGINT/SIGTERM;
+    a process that exits is started again (its spool is drained when it is back)."""
+    spools = Settings.from_env().state_dir / "edge" / "spool"
+    args = ["--max-reports", str(max_reports), "--rate", str(rate), *(["--reuse-port"] if workers > 1 else [])]
+
+    def start(i: int) -> subprocess.Popen[bytes]:
+        return start_edge(port, spools / f"{port}-{i}", *args, host=host)
+
+    procs = [start(i) for i in range(workers)]
+    stopping = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.append(True))
+    typer.echo(f"edge: {workers} process(es) on http://{host}:{port}")
+    while not stopping:
+        for i, proc in enumerate(procs):
+            if proc.poll() is not None and not stopping:
+                typer.echo(f"edge process {proc.pid} exited with {proc.returncode}; restarting", err=True)
+                procs[i] = start(i)
+        time.sleep(0.5)
+    for proc in procs:
+        stop_edge(proc)
+
+
+@devices_app.command("enroll")
+def enroll(collection: Annotated[str, typer.Option(help="collection name")],
+           count: Annotated[int, typer.Option(min=1, max=10_000_000, help="devices to enrol")],
+           out: Annotated[Path, typer.Option(help="write the credentials here (JSON; keep it secret)")]) -> None:
+    """Issue credentials (device id + key) for COUNT new devices; the edge stores only their generation."""
+    cfg = Settings.from_env()
+    registry = DeviceRegistry(redis_client(cfg.redis, 10.0), master_key(cfg.edge_key, create=True))
+    credentials = registry.enroll(collection, count)
+    out.write_text(json.dumps([c.to_json() for c in credentials]))
+    out.chmod(0o600)
+    typer.echo(f"{count} device(s) enrolled in {collection}; credentials in {out}")
+
+
+@devices_app.command("revoke")
+def revoke(collection: Annotated[str, typer.Option(help="collection name")],
+           device: Annotated[list[str], typer.Argument(help="device ids")]) -> None:
+    """Revoke devices: every request they sign is answered 401 from now on."""
+    cfg = Settings.from_env()
+    found = DeviceRegistry(redis_client(cfg.redis, 10.0), master_key(cfg.edge_key)).revoke(collection, device)
+    typer.echo(f"{found} of {len(device)} device(s) revoked in {collection}")
+    if found < len(device):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `ldp edge` and `ldp devices`."""
+    app.command("edge")(edge)
+    app.add_typer(devices_app, name="devices")
