@@ -1,12 +1,17 @@
-"""Fixtures of the integration tests: a fresh published collection per test."""
+"""Fixtures of the integration tests: a fresh published collection per test; an edge process; enrolled devices."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from edge_support import EdgeProcess, free_port
 from pipeline_support import Collection, published_collection
 
+from edge.devices import DeviceRegistry, master_key
+from edge.processes import start_edge, stop_edge, wait_live
+from runtime.redis import redis_client
 from runtime.settings import Settings
 
 
@@ -15,3 +20,26 @@ def collection(live_services: Settings) -> Iterator[Collection]:
     """The diagnostics spec published under a unique name; its Redis keys and topic are removed afterwards."""
     with published_collection(live_services) as c:
         yield c
+
+
+@pytest.fixture
+def edge(live_services: Settings, tmp_path: Path) -> Iterator[EdgeProcess]:
+    """An edge process of its own (`python -m edge`) on a free port, with its spool in tmp_path."""
+    port = free_port()
+    proc = start_edge(port, tmp_path / "spool", log_file=tmp_path / "edge.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_live(url, proc)
+        yield EdgeProcess(url, proc, tmp_path / "spool", port)
+    finally:
+        stop_edge(proc)
+
+
+@pytest.fixture
+def enrolled(live_services: Settings, collection: Collection) -> Iterator[DeviceRegistry]:
+    """The registry devices of the test's collection are enrolled in (cleared after the test)."""
+    client = redis_client(live_services.redis)
+    yield DeviceRegistry(client, master_key(live_services.edge_key, create=True))
+    keys = list(client.scan_iter(f"ldp:edge:{collection.spec.name}:*", count=10_000))
+    for lo in range(0, len(keys), 10_000):
+        client.delete(*keys[lo:lo + 10_000])
