@@ -35,21 +35,28 @@ from aggregator.store import ALL_TIME, BatchUpdate, OffsetRange, WindowIncrement
 from collection.pseudonym import device_partitions
 from collection.spec import CollectionSpec, window_seconds
 from collection.topics import collection_of, report_topic, source
-from collection.validation import dedupe_window, row_problems, shape_problem, shaped, time_problems, window_starts
+from collection.validation import (
+    DUPLICATE,
+    FUTURE,
+    MALFORMED,
+    OUT_OF_RANGE,
+    STALE,
+    UNKNOWN_COLLECTION,
+    WRONG_SHAPE,
+    dedupe_window,
+    row_problems,
+    shape_problem,
+    shaped,
+    time_problems,
+    window_starts,
+)
 from collection.wire import AttributeColumns, Envelope, WireError, check_envelope, concatenate, decode_envelope
 from ldp.base import Mechanism, ReportSchema
 from ldp.mixed import attribute_block
 from runtime.dlq import DeadLetter, Message, isolating, lookup
 
 # Reason codes: a bounded set (they are metric labels); the detail goes in the dead-letter record.
-MALFORMED = "malformed"
 UNKNOWN_VERSION = "unknown_wire_version"
-UNKNOWN_COLLECTION = "unknown_collection"
-WRONG_SHAPE = "wrong_shape"
-OUT_OF_RANGE = "out_of_range"
-DUPLICATE = "duplicate"
-STALE = "stale_timestamp"
-FUTURE = "future_timestamp"
 WRONG_PARTITION = "wrong_partition"
 POISON = "poison"
 REASONS = (MALFORMED, UNKNOWN_VERSION, UNKNOWN_COLLECTION, WRONG_SHAPE, OUT_OF_RANGE, DUPLICATE, STALE, FUTURE,

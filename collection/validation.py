@@ -20,6 +20,14 @@ from collection.spec import ALL_TIME, CollectionSpec, window_seconds
 from collection.wire import ITEMSIZE, AttributeBlock, AttributeColumns, Envelope
 from ldp.base import ReportSchema
 
+# Reasons a report is rejected for, by the worker and the edge alike (bounded: they are metric labels).
+MALFORMED = "malformed"
+UNKNOWN_COLLECTION = "unknown_collection"
+WRONG_SHAPE = "wrong_shape"
+OUT_OF_RANGE = "out_of_range"
+DUPLICATE = "duplicate"
+STALE = "stale_timestamp"
+FUTURE = "future_timestamp"
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
 DEFAULT_MAX_AGE_MS = 24 * 3600 * 1000
 

@@ -20,7 +20,20 @@ from typing import Annotated
 import msgspec
 import numpy as np
 
-from collection.validation import dedupe_window, row_problems, shape_problem, time_problems, window_starts
+from collection.validation import (
+    DUPLICATE,
+    FUTURE,
+    MALFORMED,
+    OUT_OF_RANGE,
+    STALE,
+    UNKNOWN_COLLECTION,
+    WRONG_SHAPE,
+    dedupe_window,
+    row_problems,
+    shape_problem,
+    time_problems,
+    window_starts,
+)
 from collection.wire import (
     AttributeColumns,
     Concatenation,
@@ -35,16 +48,9 @@ from edge.plans import EdgePlan
 from ldp.base import ReportSchema
 
 # Reason codes (metric labels: a bounded set); the detail goes in the answer.
-MALFORMED = "malformed"
 TOO_LARGE = "too_large"
 UNSUPPORTED = "unsupported_media_type"
-UNKNOWN_COLLECTION = "unknown_collection"
-WRONG_SHAPE = "wrong_shape"
-OUT_OF_RANGE = "out_of_range"
-STALE = "stale_timestamp"
-FUTURE = "future_timestamp"
 WRONG_DEVICE = "wrong_device"
-DUPLICATE = "duplicate"
 UNAUTHORIZED = "unauthorized"
 REPLAYED = "replayed"
 RATE_LIMITED = "rate_limited"
