@@ -552,11 +552,14 @@ def worker_phases(run: Run, spec: CollectionSpec, specs: str, counter: StoreCoun
         fleet_ = encode_fleet(spec, devices * workers, run.next_seed(), args.batch, single)
         produce_timed(run.cfg.bootstrap, spec.topic, fleet_, args.phase_timeout)
     processes = run.workers(specs, group, workers)
+    # One producer for the sending phases, long-lived as a gateway's is: a new one's first messages wait for its
+    # connection and idempotent producer id (up to 0.5 s here), which would count as the pipeline's freshness.
+    producer = producer_for(run.cfg.bootstrap)
     try:
         out["preloaded"], _ = consume_phase(run, counter, base, fleet_, processes, group, workers)
         base += fleet_.total
         fleet_ = encode_fleet(spec, devices, run.next_seed(), args.batch, single)
-        sending = Sending(producer_for(run.cfg.bootstrap), spec.topic, fleet_)
+        sending = Sending(producer, spec.topic, fleet_)
         out["concurrent"], _ = consume_phase(run, counter, base, fleet_, processes, group, workers, sending)
         sending.finish(args.phase_timeout)
         base += fleet_.total
@@ -570,7 +573,7 @@ def worker_phases(run: Run, spec: CollectionSpec, specs: str, counter: StoreCoun
             rate = fraction * min(rates)
             reports = max(1, int(rate * args.freshness_seconds))
             fleet_ = encode_fleet(spec, reports, run.next_seed(), min(args.batch, reports), single)
-            sending = Sending(producer_for(run.cfg.bootstrap), spec.topic, fleet_, rate=rate)
+            sending = Sending(producer, spec.topic, fleet_, rate=rate)
             phase, trace = consume_phase(run, counter, base, fleet_, processes, group, workers, sending)
             sending.finish(args.phase_timeout)
             base += fleet_.total

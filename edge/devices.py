@@ -17,7 +17,6 @@ Marks of reports that are then not acknowledged are removed again (`release`), s
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import redis.asyncio
 from collection.auth import MAX_SKEW_MS, Credential, device_key
 from collection.spec import ALL_TIME, window_seconds
 from collection.validation import DEFAULT_MAX_AGE_MS
+from runtime.secrets import create_secret
 
 ADMIT = """
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= '1' then return {-1} end
@@ -132,18 +132,7 @@ def master_key(path: Path, create: bool = False) -> bytes:
 
     FileNotFoundError when it does not exist and `create` is false: an edge without the key enrolment used
     could verify nobody."""
-    if create and not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # made meanwhile by another process
-        else:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(secrets.token_bytes(32))
-                handle.flush()
-                os.fsync(handle.fileno())
-    key = path.read_bytes()
+    key = create_secret(path, lambda: secrets.token_bytes(32)) if create else path.read_bytes()
     if len(key) < 32:
         raise ValueError(f"{path}: a master key has at least 32 bytes")
     return key

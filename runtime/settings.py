@@ -34,12 +34,14 @@ class Settings:
     specs_topic: str = SPECS_TOPIC
     metrics_addr: str = "127.0.0.1"
     edge_key_file: Path | None = None
+    secrets_dir_override: Path | None = None
     start_timeout_s: float = 90.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read LDP_STATE_DIR, LDP_DEPLOY_DIR, KAFKA_PORT, KAFKA_CONTROLLER_PORT, KAFKA_VERSION, LOG4J2_VERSION,
-        KAFKA_HEAP, REDIS_PORT, KAFKA_BOOTSTRAP, REDIS_URL, LDP_SPECS_TOPIC, LDP_METRICS_ADDR, LDP_EDGE_KEY_FILE
+        KAFKA_HEAP, REDIS_PORT, KAFKA_BOOTSTRAP, REDIS_URL, LDP_SPECS_TOPIC, LDP_METRICS_ADDR, LDP_EDGE_KEY_FILE,
+        LDP_SECRETS_DIR
         (defaults: `.local/` and `deploy/local/` of the project)."""
         e = os.environ if env is None else env
         return cls(
@@ -56,6 +58,7 @@ class Settings:
             specs_topic=e.get("LDP_SPECS_TOPIC") or SPECS_TOPIC,
             metrics_addr=e.get("LDP_METRICS_ADDR") or "127.0.0.1",
             edge_key_file=Path(e["LDP_EDGE_KEY_FILE"]).resolve() if e.get("LDP_EDGE_KEY_FILE") else None,
+            secrets_dir_override=Path(e["LDP_SECRETS_DIR"]).resolve() if e.get("LDP_SECRETS_DIR") else None,
         )
 
     @property
@@ -68,6 +71,12 @@ class Settings:
         """The ingestion edge's master key file (device keys derive from it): LDP_EDGE_KEY_FILE, else in the
         state directory."""
         return self.edge_key_file or self.state_dir / "edge" / "master.key"
+
+    @property
+    def secrets_dir(self) -> Path:
+        """Where generated credentials live (`runtime.secrets`): LDP_SECRETS_DIR, else `secrets/` in the state
+        directory."""
+        return self.secrets_dir_override or self.state_dir / "secrets"
 
     @property
     def redis(self) -> str:
