@@ -12,6 +12,7 @@ import redis
 
 from aggregator.health import WorkerRegistry, worker_id
 from aggregator.worker import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_MESSAGES, RESTART, WorkerConfig, build_app
+from runtime.access import AGGREGATOR_GROUPS, act_as, kafka_security
 from runtime.redis import redis_client
 from runtime.settings import Settings
 
@@ -25,7 +26,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="message bytes per store write (about 26 per report of a batched envelope)")
     parser.add_argument("--loglevel", default="warn", choices=["crit", "error", "warn", "info", "debug"])
     args = parser.parse_args(argv)
+    act_as("aggregator")
     cfg = Settings.from_env()
+    if kafka_security(cfg) and cfg.kafka_config is None and not args.group.startswith(AGGREGATOR_GROUPS):
+        parser.error(f"--group {args.group}: the aggregator principal may join only consumer groups named "
+                     f"{AGGREGATOR_GROUPS}* (its ACLs, runtime.access)")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = build_app(WorkerConfig(cfg.bootstrap, cfg.redis, group=args.group, max_messages=args.max_messages,
                                  metrics_port=args.metrics_port, max_batch_bytes=args.max_batch_bytes))

@@ -32,6 +32,7 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import threading
 import time
 from collections import defaultdict
@@ -54,6 +55,7 @@ from aggregator.quarantine import QUARANTINE_AFTER, CrashMarks, Marks, MemoryCra
 from aggregator.store import NOT_APPLIED, RedisStore, StatsStore
 from collection.topics import collection_of, is_report_topic, source, source_partition, source_topic
 from runtime import metrics
+from runtime.access import aiokafka_auth, kafka_security
 from runtime.clock import now_ms
 from runtime.dlq import DeadLetter, DeadLetterProducer, DeliveryTimeout, Message
 from runtime.kafka import existing_topics
@@ -395,12 +397,24 @@ def wait_for_report_topics(plans: PlanRegistry, bootstrap: str, poll_s: float = 
     return topics
 
 
+def broker_credentials(settings: Settings) -> faust.auth.Credentials | None:
+    """faust's (aiokafka's) form of this process's Kafka credentials (`runtime.access.kafka_security`)."""
+    auth = aiokafka_auth(kafka_security(settings))
+    protocol = auth.get("security_protocol", "PLAINTEXT")
+    context = ssl.create_default_context(cafile=auth.get("cafile")) if protocol.endswith("SSL") else None
+    if protocol.startswith("SASL"):
+        return faust.SASLCredentials(username=auth.get("username"), password=auth.get("password"),
+                                     mechanism=auth.get("sasl_mechanism", "PLAIN"), ssl_context=context)
+    return faust.SSLCredentials(context) if context is not None else None
+
+
 def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     """The faust app of one worker process."""
     settings = Settings.from_env()
     state = settings.state_dir / "faust"
     state.mkdir(parents=True, exist_ok=True)
     app = faust.App(cfg.group, broker=f"kafka://{cfg.bootstrap}", store="memory://", web_enabled=False,
+                    broker_credentials=broker_credentials(settings),
                     datadir=str(state / cfg.group), consumer_auto_offset_reset="earliest", topic_partitions=8,
                     stream_buffer_maxsize=max(4096, 4 * cfg.max_messages), broker_commit_every=cfg.max_messages,
                     consumer_max_fetch_size=8 * 1024 * 1024, broker_session_timeout=SESSION_TIMEOUT_S,

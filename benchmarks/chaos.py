@@ -251,7 +251,7 @@ def main() -> None:
         env = {**os.environ, **services.env, "LDP_HEALTH_STALL_S": "30"}
         log = open(state / "aggregate.log", "ab")  # noqa: SIM115 (the child keeps it)
         pool = subprocess.Popen([sys.executable, "-m", "ldpstream", "aggregate", "--workers", str(args.workers),
-                                 "--group", "chaos"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                 "--group", "ldp-aggregator-chaos"], env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         stream_s = args.devices / args.rate
         result: list[Any] = []

@@ -17,6 +17,7 @@ import uuid
 import faust
 import redis
 
+from aggregator.worker import broker_credentials
 from runtime.kafka import producer_client
 from runtime.process import stop_pid
 from runtime.redis import redis_client
@@ -27,6 +28,7 @@ def build_app(topic: str, redis_key: str, group: str, cfg: Settings, batch: int 
     """A faust app whose one agent adds the size of every micro-batch of `topic` to `redis_key`."""
     (cfg.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = faust.App(group, broker=f"kafka://{cfg.bootstrap}", store="memory://", web_enabled=False,
+                    broker_credentials=broker_credentials(cfg),
                     datadir=str(cfg.state_dir / "faust" / group),
                     topic_partitions=8, consumer_auto_offset_reset="earliest", producer_acks=-1)
     source = app.topic(topic, value_type=bytes, value_serializer="raw", key_serializer="raw")

@@ -6,6 +6,8 @@ REPORTS_PREFIX = "ldp.reports."
 SPECS_TOPIC = "ldp.collections"  # the default; `Settings.specs_topic` (LDP_SPECS_TOPIC) names another
 STRATEGIES_TOPIC = "ldp.strategies"
 DLQ_TOPIC = "ldp.dlq"
+GRADIENTS_TOPIC = "ldp.sgd.gradients"  # devices' noisy gradients for the SGD coordinator
+MODELS_TOPIC = "ldp.sgd.models"  # compacted, keyed by job id
 
 
 def report_topic(collection: str) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from edge.app import EdgeConfig, serve
 from edge.devices import master_key
+from runtime.access import act_as
 from runtime.settings import Settings
 
 
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delivery-timeout-ms", type=int, default=defaults.delivery_timeout_ms,
                         help="after this long without a Kafka acknowledgement a message is spooled")
     args = parser.parse_args(argv)
+    act_as("edge")
     cfg = Settings.from_env()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = EdgeConfig(cfg.bootstrap, cfg.redis, master_key(cfg.edge_key, create=True),

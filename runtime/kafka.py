@@ -1,7 +1,8 @@
 """Kafka clients, built in one place: producers, consumers and admin clients, topic creation and reads.
 
 Every confluent-kafka client of the project comes from `producer_client`, `consumer_client` or `admin_client`, so
-that connection settings (and, later, credentials) are decided once. `ReportProducer` is the idempotent,
+that connection settings and credentials (`runtime.access.kafka_security`: this process's principal) are decided
+once. `ReportProducer` is the idempotent,
 acks=all, batching producer with delivery counts; `flush` raises `DeliveryError` if anything was not delivered.
 """
 
@@ -15,9 +16,14 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from runtime.access import kafka_security
+from runtime.settings import Settings
+
 COMPRESSIONS = ("lz4", "zstd", "none")  # preference order: lz4 is the cheapest on CPU
 ADMIN_TIMEOUT_S = 30.0
 QUIET = 4  # librdkafka log level: warnings and worse
+# a principal without the right to create a topic may still use an existing one
+NOT_ALLOWED = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED)
 
 
 class DeliveryError(RuntimeError):
@@ -28,28 +34,31 @@ class TopicError(RuntimeError):
     """A topic could not be created or read."""
 
 
-def client_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
-    """The settings every client starts from: the bootstrap servers, then `overrides`."""
-    return {"bootstrap.servers": bootstrap, **overrides}
+def client_config(bootstrap: str, principal: str | None = None, **overrides: Any) -> dict[str, Any]:
+    """The settings every client starts from: the bootstrap servers, the credentials of `principal` (default: this
+    process's), then `overrides`."""
+    return {"bootstrap.servers": bootstrap, **kafka_security(Settings.from_env(), principal), **overrides}
 
 
-def producer_client(bootstrap: str, **overrides: Any) -> Producer:
+def producer_client(bootstrap: str, principal: str | None = None, **overrides: Any) -> Producer:
     """An idempotent, acks=all producer (no duplicates from its retries; nothing acknowledged before every in-sync
     replica has it) with `overrides` on top; ValueError for an invalid configuration."""
+    config = client_config(bootstrap, principal, **{"enable.idempotence": True, "acks": "all", **overrides})
     try:
-        return Producer(client_config(bootstrap, **{"enable.idempotence": True, "acks": "all", **overrides}))
+        return Producer(config)
     except KafkaException as exc:
         raise ValueError(f"invalid Kafka producer configuration: {exc.args[0]}") from exc
 
 
-def consumer_client(bootstrap: str, group: str, **overrides: Any) -> Consumer:
+def consumer_client(bootstrap: str, group: str, principal: str | None = None, **overrides: Any) -> Consumer:
     """A consumer in `group` that never commits by itself (offsets are the stores' business)."""
-    return Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False, **overrides}))
+    return Consumer(client_config(bootstrap, principal,
+                                  **{"group.id": group, "enable.auto.commit": False, **overrides}))
 
 
-def admin_client(bootstrap: str, **overrides: Any) -> AdminClient:
+def admin_client(bootstrap: str, principal: str | None = None, **overrides: Any) -> AdminClient:
     """An admin client that logs warnings and worse."""
-    return AdminClient(client_config(bootstrap, **{"log_level": QUIET, **overrides}))
+    return AdminClient(client_config(bootstrap, principal, **{"log_level": QUIET, **overrides}))
 
 
 @dataclass
@@ -73,12 +82,12 @@ class ReportProducer:
     """An idempotent, acks=all, batching Kafka producer that counts delivered and failed messages."""
 
     def __init__(self, bootstrap: str, *, linger_ms: float = 10.0, batch_bytes: int = 1_000_000,
-                 compression: str = "lz4", extra: dict[str, Any] | None = None) -> None:
+                 compression: str = "lz4", extra: dict[str, Any] | None = None, principal: str | None = None) -> None:
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
         self.counts = DeliveryCounts()
         self.sent = 0
-        self._producer = producer_client(bootstrap, **{
+        self._producer = producer_client(bootstrap, principal, **{
             "linger.ms": linger_ms, "batch.size": batch_bytes, "compression.type": compression,
             "queue.buffering.max.messages": 1_000_000, "on_delivery": self.counts.on_delivery, **(extra or {})})
 
@@ -117,10 +126,10 @@ class ReportProducer:
                                 f"{timeout_s:g} s (of {self.sent} sent); first errors: {self.counts.errors[:3]}")
 
 
-def metadata_answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
-    """True if the cluster at `bootstrap` answers a metadata request."""
+def metadata_answers(bootstrap: str, timeout_s: float = 3.0, **overrides: Any) -> bool:
+    """True if the cluster at `bootstrap` answers a metadata request (of a client with `overrides`)."""
     try:
-        md = admin_client(bootstrap, log_level=0).list_topics(timeout=timeout_s)
+        md = admin_client(bootstrap, **{"log_level": 0, **overrides}).list_topics(timeout=timeout_s)
     except Exception:
         return False
     return len(md.brokers) > 0
@@ -129,7 +138,8 @@ def metadata_answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
 def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = False, exact: bool = True) -> bool:
     """Create the topic if it does not exist (idempotent); True if this call created it.
 
-    An existing topic is left as it is; with `exact`, TopicError if it has a different number of partitions.
+    An existing topic is left as it is; with `exact`, TopicError if it has a different number of partitions. A
+    principal that may not create topics gets TopicError only if the topic does not exist.
     """
     config = {"cleanup.policy": "compact"} if compacted else {}
     client = admin_client(bootstrap)  # must outlive the future
@@ -139,8 +149,12 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = F
         futures[name].result()
         return True
     except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+        code = exc.args[0].code()
+        if code not in (KafkaError.TOPIC_ALREADY_EXISTS, *NOT_ALLOWED):
             raise TopicError(f"cannot create topic {name!r}: {exc.args[0].str()}") from exc
+        if code in NOT_ALLOWED and name not in existing_topics(bootstrap):
+            raise TopicError(f"topic {name!r} does not exist and this principal may not create it "
+                             f"({exc.args[0].str()}): the admin creates it (`ldp up`, `ldp spec publish`)") from exc
     existing = topic_partitions(bootstrap, name)
     if exact and existing != partitions:
         raise TopicError(f"topic {name!r} exists with {existing} partitions, not {partitions}")

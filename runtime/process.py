@@ -26,6 +26,7 @@ class ServiceStatus:
     pid: int | None
     answers: bool
     detail: str = ""
+    authentication: str = ""  # what a client must present, probed: "off" when one without credentials is served
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

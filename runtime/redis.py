@@ -1,23 +1,29 @@
-"""Redis clients, built in one place."""
+"""Redis clients, built in one place: each presents this process's principal's credentials (`runtime.access`)
+unless its URL carries some."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
 
+from runtime.access import redis_credentials
+from runtime.settings import Settings
 
-def redis_client(url: str, timeout_s: float | None = None, **overrides: Any) -> redis.Redis:
+
+def redis_client(url: str, timeout_s: float | None = None, principal: str | None = None,
+                 **overrides: Any) -> redis.Redis:
     """A client of the Redis at `url` (bytes replies; `timeout_s` bounds each command and the connection)."""
-    return redis.Redis.from_url(url, **{**_timeouts(timeout_s), **overrides})
+    return redis.Redis.from_url(url, **{**_credentials(url, principal), **_timeouts(timeout_s), **overrides})
 
 
 def redis_answers(url: str, timeout_s: float = 2.0) -> bool:
     """True if the Redis server at `url` answers PING."""
     try:
         return bool(redis_client(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s).ping())
-    except redis.RedisError:
+    except (redis.RedisError, OSError):  # OSError: no credentials generated yet
         return False
 
 
@@ -36,9 +42,17 @@ def move_applied_offset(client: redis.Redis, key: str, source: str, applied: int
     return bool(client.register_script(MOVE_OFFSET_SCRIPT)(keys=[key], args=[source, applied, new]))
 
 
-def async_redis_client(url: str, timeout_s: float | None = None, **overrides: Any) -> redis.asyncio.Redis:
+def async_redis_client(url: str, timeout_s: float | None = None, principal: str | None = None,
+                       **overrides: Any) -> redis.asyncio.Redis:
     """An asyncio client of the Redis at `url` (for services on an event loop; same settings as `redis_client`)."""
-    return redis.asyncio.Redis.from_url(url, **{**_timeouts(timeout_s), **overrides})
+    return redis.asyncio.Redis.from_url(url, **{**_credentials(url, principal), **_timeouts(timeout_s),
+                                                **overrides})
+
+
+def _credentials(url: str, principal: str | None) -> dict[str, str]:
+    if urlsplit(url).password is not None:
+        return {}
+    return redis_credentials(Settings.from_env(), principal)
 
 
 def _timeouts(timeout_s: float | None) -> dict[str, float]:

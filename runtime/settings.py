@@ -35,13 +35,15 @@ class Settings:
     metrics_addr: str = "127.0.0.1"
     edge_key_file: Path | None = None
     secrets_dir_override: Path | None = None
+    security: bool = True
+    kafka_config: Path | None = None
     start_timeout_s: float = 90.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read LDP_STATE_DIR, LDP_DEPLOY_DIR, KAFKA_PORT, KAFKA_CONTROLLER_PORT, KAFKA_VERSION, LOG4J2_VERSION,
         KAFKA_HEAP, REDIS_PORT, KAFKA_BOOTSTRAP, REDIS_URL, LDP_SPECS_TOPIC, LDP_METRICS_ADDR, LDP_EDGE_KEY_FILE,
-        LDP_SECRETS_DIR
+        LDP_SECRETS_DIR, LDP_SECURITY, LDP_KAFKA_CONFIG
         (defaults: `.local/` and `deploy/local/` of the project)."""
         e = os.environ if env is None else env
         return cls(
@@ -59,6 +61,8 @@ class Settings:
             metrics_addr=e.get("LDP_METRICS_ADDR") or "127.0.0.1",
             edge_key_file=Path(e["LDP_EDGE_KEY_FILE"]).resolve() if e.get("LDP_EDGE_KEY_FILE") else None,
             secrets_dir_override=Path(e["LDP_SECRETS_DIR"]).resolve() if e.get("LDP_SECRETS_DIR") else None,
+            security=security_setting(e.get("LDP_SECURITY", "on")),
+            kafka_config=Path(e["LDP_KAFKA_CONFIG"]).resolve() if e.get("LDP_KAFKA_CONFIG") else None,
         )
 
     @property
@@ -82,3 +86,12 @@ class Settings:
     def redis(self) -> str:
         """The Redis URL the project uses."""
         return self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
+
+
+def security_setting(value: str) -> bool:
+    """LDP_SECURITY: "on" (the default: credentials and ACLs everywhere) or "off" (open services, for comparison
+    runs on a trusted machine)."""
+    v = value.strip().lower()
+    if v not in ("on", "off"):
+        raise ValueError(f"LDP_SECURITY must be 'on' or 'off', not {value!r}")
+    return v == "on"

@@ -45,7 +45,7 @@ import numpy as np
 import redis
 from confluent_kafka import Consumer, TopicPartition
 
-from collection.topics import DLQ_TOPIC, source
+from collection.topics import DLQ_TOPIC, GRADIENTS_TOPIC, MODELS_TOPIC, source
 from collection.wire import WireError
 from ldp.base import LDPError
 from ldp.multidim import VectorMechanism
@@ -64,8 +64,6 @@ from runtime.offsets import NOT_APPLIED, resume_offset
 from sgd_coordinator.checkpoint import Checkpoint, GradientUpdate, JobState
 from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
 from sgd_coordinator.wire import (
-    GRADIENTS_TOPIC,
-    MODELS_TOPIC,
     DecodedGradients,
     ModelVersion,
     decode_gradients,

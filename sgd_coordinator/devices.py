@@ -25,15 +25,15 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from pydantic import BaseModel, ConfigDict, Field
 
 from collection.pseudonym import integer_pseudonyms
+from collection.topics import GRADIENTS_TOPIC, MODELS_TOPIC
 from collection.wire import WireError
 from ldp.multidim import VectorMechanism
+from runtime.access import GATEWAY
 from runtime.kafka import ReportProducer, consumer_client
 from sgd_coordinator.datasets import Dataset, adult, synthetic
 from sgd_coordinator.models import TrainingError
 from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
 from sgd_coordinator.wire import (
-    GRADIENTS_TOPIC,
-    MODELS_TOPIC,
     GradientBatch,
     ModelVersion,
     decode_model,
@@ -94,7 +94,7 @@ class ModelFollower:
         self.key = job.job_id.encode()
         self.latest: ModelVersion | None = None
         self.skipped = 0
-        self.consumer = consumer_client(bootstrap, "ldp-sgd-devices")
+        self.consumer = consumer_client(bootstrap, "ldp-sgd-devices", GATEWAY)
         self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
 
     def poll(self, timeout_s: float) -> ModelVersion | None:
@@ -171,7 +171,7 @@ class Fleet:
         """Take part until the job's final version, the population runs out, `stop` is set or the timeout."""
         stop = stop or threading.Event()
         follower = ModelFollower(self.bootstrap, self.job, self.models_topic)
-        producer = ReportProducer(self.bootstrap, linger_ms=2)
+        producer = ReportProducer(self.bootstrap, linger_ms=2, principal=GATEWAY)
         g = self.job.mini_batch_size
         version, sent_for_version, last_send, messages = -1, 0, 0.0, 0
         model: ModelVersion | None = None

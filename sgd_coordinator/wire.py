@@ -43,8 +43,6 @@ from collection.wire import (
 from ldp.base import Reports
 from sgd_coordinator.training import TrainingJob
 
-GRADIENTS_TOPIC = "ldp.sgd.gradients"
-MODELS_TOPIC = "ldp.sgd.models"  # compacted, keyed by job id
 GRADIENT_WIRE_VERSION = 1
 MODEL_WIRE_VERSION = 1
 

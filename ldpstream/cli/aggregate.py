@@ -13,7 +13,7 @@ from runtime.settings import Settings
 
 
 def aggregate(workers: int = typer.Option(1, min=1, max=64, help="worker processes (one consumer group)"),
-              group: str = typer.Option("ldp-aggregator", help="Kafka consumer group"),
+              group: str = typer.Option("ldp-aggregator", help="consumer group (ldp-aggregator*: ACLs)"),
               metrics_port: int = typer.Option(None, help="serve worker i's metrics on this port + i")) -> None:
     """Run aggregator workers in the foreground until SIGINT/SIGTERM (each batch applied whole or not at all)."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")

@@ -94,7 +94,7 @@ def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, on
     publish_spec(spec, cfg.bootstrap)
     store = RedisStore(cfg.redis)
     log_file = cfg.state_dir / "demo-worker.log"
-    worker = start_worker(group=f"ldp-{spec.name}", log_file=log_file)
+    worker = start_worker(group=f"ldp-aggregator-{spec.name}", log_file=log_file)
     try:
         started = time.perf_counter()
         with Progress(console=console, transient=True, disable=as_json) as progress:

@@ -59,10 +59,11 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
         typer.echo(json.dumps({"services": [r.__dict__ for r in rows],
                                "pipeline": None if health is None else health.as_dict()}))
     else:
-        table = Table("service", "address", "managed", "pid", "answers", "detail")
+        table = Table("service", "address", "managed", "pid", "answers", "authentication", "detail")
         for r in rows:
+            auth = f"[red]{r.authentication}[/]" if r.authentication == "off" else r.authentication
             table.add_row(r.name, r.address, "yes" if r.managed else "no", str(r.pid or "-"),
-                          "[green]yes[/]" if r.answers else "[red]no[/]", r.detail)
+                          "[green]yes[/]" if r.answers else "[red]no[/]", auth, r.detail)
         console.print(table)
         if health is not None:
             print_health(health)

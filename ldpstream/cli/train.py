@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from runtime import metrics
+from runtime.access import act_as
 from runtime.settings import Settings
 from sgd_coordinator.checkpoint import JobState, RedisCheckpoint
 from sgd_coordinator.coordinator import Coordinator
@@ -98,6 +99,7 @@ def train(
 def train_job(ctx: typer.Context, job_file: Path, metrics_port: int | None) -> None:
     """`ldp train --job FILE [--devices N] [--seed S] [--json]`: run the job's coordinator in the foreground."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    act_as("coordinator")  # its simulated devices (if any) send and read as the gateway
     try:
         spec = load_job_file(job_file)
     except ValueError as exc:

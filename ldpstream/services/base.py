@@ -45,6 +45,10 @@ class LocalService(ABC):
         """What `ldp status` says of our own server."""
 
     @abstractmethod
+    def authentication(self) -> str:
+        """Whether the server requires credentials, found by asking it without any: "off", else what it asks for."""
+
+    @abstractmethod
     def launch(self) -> str:
         """Start our own server (none is running) and wait until it answers; what was done."""
 
@@ -55,7 +59,9 @@ class LocalService(ABC):
     def status(self) -> ServiceStatus:
         pid = read_pid(self.pidfile) if self.managed else None
         detail = self.describe() if self.managed else f"external ({self.external_variable})"
-        return ServiceStatus(self.name, self.address, self.managed, pid, self.answers(2.0), detail)
+        answers = self.answers(2.0)
+        authentication = self.authentication() if answers else "-"
+        return ServiceStatus(self.name, self.address, self.managed, pid, answers, detail, authentication)
 
     def start(self) -> str:
         """Start the server unless it runs (idempotent); ServiceError with the reason if it cannot."""

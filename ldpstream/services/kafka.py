@@ -13,12 +13,27 @@ import shutil
 import subprocess
 import uuid
 
+from collection.topics import DLQ_TOPIC, STRATEGIES_TOPIC
 from ldpstream.services.base import LocalService
-from runtime.kafka import metadata_answers
+from runtime.access import (
+    ADMIN,
+    BROKER,
+    CONTROLLER,
+    SCRAM_ITERATIONS,
+    SCRAM_MECHANISM,
+    generate_passwords,
+    kafka_security,
+    password,
+)
+from runtime.dlq import DLQ_PARTITIONS
+from runtime.kafka import ensure_topic, metadata_answers
+from runtime.kafka_access import apply_acls, apply_users
 from runtime.process import ServiceError, port_in_use, spawn, wait_until
+from runtime.secrets import replace_secret
 from runtime.settings import Settings
 
 READY_LINE = "Kafka Server started"
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
 def kafka_cluster_id() -> str:
@@ -54,6 +69,15 @@ class KafkaService(LocalService):
     def answers(self, timeout_s: float) -> bool:
         return metadata_answers(self.address, timeout_s)
 
+    def authentication(self) -> str:
+        if metadata_answers(self.address, 2.0, **{"security.protocol": "PLAINTEXT"}):
+            return "off"
+        configured = kafka_security(self.cfg)
+        if not configured:
+            return "on (this process has no credentials)"
+        mechanism = configured.get("sasl.mechanism") or configured.get("sasl.mechanisms")
+        return f"SASL/{mechanism} + ACLs" if mechanism else configured.get("security.protocol", "on")
+
     def describe(self) -> str:
         return f"Kafka {self.cfg.kafka_version}, KRaft combined mode"
 
@@ -65,6 +89,7 @@ class KafkaService(LocalService):
                                    f"set KAFKA_PORT / KAFKA_CONTROLLER_PORT, or point KAFKA_BOOTSTRAP at an "
                                    f"existing broker")
         self.fetch_jars()
+        generate_passwords(self.cfg)
         self._write_properties()
         self._format(java)
         log_opts = [f"-Dlog4j2.configurationFile={self.cfg.deploy_dir / 'kafka' / 'log4j2.properties'}",
@@ -76,7 +101,17 @@ class KafkaService(LocalService):
                      self.log, self.pidfile)
         wait_until(lambda: READY_LINE in self.log.read_text(errors="replace") and metadata_answers(self.address),
                    lambda: proc.poll() is None, self.cfg.start_timeout_s, "Kafka broker", self.log)
+        if self.cfg.security:
+            apply_users(self.cfg)
+            apply_acls(self.cfg)
+        self.create_shared_topics()
         return f"started (pid {proc.pid}) at {self.address}"
+
+    def create_shared_topics(self) -> None:
+        """The topics every service reads or writes and only the admin may create: specs, strategies, the DLQ."""
+        ensure_topic(self.address, self.cfg.specs_topic, 1, compacted=True)
+        ensure_topic(self.address, STRATEGIES_TOPIC, 1, compacted=True)
+        ensure_topic(self.address, DLQ_TOPIC, DLQ_PARTITIONS, exact=False)
 
     def fetch_jars(self) -> None:
         """Copy the broker's runtime jars from Maven Central into the per-version cache (once)."""
@@ -103,23 +138,61 @@ class KafkaService(LocalService):
         (self.lib / ".complete").write_text("\n".join(jars))
 
     def _write_properties(self) -> None:
+        """server.properties from the template (0600: with security on it holds the broker's own passwords)."""
         self.home.mkdir(parents=True, exist_ok=True)
         template = (self.cfg.deploy_dir / "kafka" / "server.properties.in").read_text()
         text = (template.replace("@DATA_DIR@", str(self.data)).replace("@PORT@", str(self.cfg.kafka_port))
-                .replace("@CONTROLLER_PORT@", str(self.cfg.kafka_controller_port)))
-        self.properties.write_text(text)
+                .replace("@CONTROLLER_PORT@", str(self.cfg.kafka_controller_port))
+                .replace("@SECURITY@", self.security_properties()))
+        replace_secret(self.properties, text.encode())
+
+    def security_properties(self) -> str:
+        """SASL on both listeners (SCRAM for clients and the broker, PLAIN for the controller listener: a KRaft
+        controller cannot read SCRAM credentials before it has the metadata log) and the StandardAuthorizer with
+        no access where no ACL allows it; plaintext listeners with LDP_SECURITY=off."""
+        if not self.cfg.security:
+            return "listener.security.protocol.map=BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        broker, controller = password(self.cfg, "kafka", BROKER), password(self.cfg, "kafka", CONTROLLER)
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+        plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+        return "\n".join([
+            "listener.security.protocol.map=BROKER:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+            f"sasl.enabled.mechanisms={SCRAM_MECHANISM}",
+            f"listener.name.broker.sasl.enabled.mechanisms={SCRAM_MECHANISM}",
+            "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+            f"sasl.mechanism.inter.broker.protocol={SCRAM_MECHANISM}",
+            "sasl.mechanism.controller.protocol=PLAIN",
+            f'listener.name.broker.{SCRAM_MECHANISM.lower()}.sasl.jaas.config={scram} required '
+            f'username="{BROKER}" password="{broker}";',
+            f'listener.name.controller.plain.sasl.jaas.config={plain} required username="{CONTROLLER}" '
+            f'password="{controller}" user_{CONTROLLER}="{controller}";',
+            f"authorizer.class.name={AUTHORIZER}",
+            "allow.everyone.if.no.acl.found=false",
+            f"super.users=User:{ADMIN};User:{BROKER};User:{CONTROLLER}",
+        ])
 
     def _format(self, java: str) -> None:
         """Format the storage directory once; a formatted directory is reused (topics and offsets survive)."""
+        marker = self.home / "scram-users"
         if (self.data / "meta.properties").exists():
+            if self.cfg.security and not marker.exists():
+                raise ServiceError(f"{self.data} was formatted before this version made Kafka's credentials, so its "
+                                   f"admin cannot log in: `ldp down --purge` and `ldp up` (this deletes the local "
+                                   f"topics), or run it with LDP_SECURITY=off")
             return
         self.data.mkdir(parents=True, exist_ok=True)
+        # The broker's and the admin's SCRAM credentials go into the bootstrap metadata (whatever LDP_SECURITY
+        # says, so that security can be turned on later): with them the admin creates the other users.
+        scram = [arg for user in (BROKER, ADMIN) for arg in (
+            "--add-scram", f"{SCRAM_MECHANISM}=[name={user},iterations={SCRAM_ITERATIONS},"
+                           f"password={password(self.cfg, 'kafka', user)}]")]
         cmd = [java, "-Xmx512m", f"-Dlog4j2.configurationFile={self.cfg.deploy_dir / 'kafka' / 'log4j2.properties'}",
                "-cp", f"{self.lib}/*", "kafka.tools.StorageTool", "format", "-t", kafka_cluster_id(),
-               "-c", str(self.properties)]
+               "-c", str(self.properties), *scram]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
             raise ServiceError(f"formatting Kafka storage failed:\n{(result.stdout + result.stderr)[-3000:]}")
+        marker.write_text(f"{BROKER} {ADMIN}\n")
 
     @staticmethod
     def _require(tool: str, hint: str) -> str:

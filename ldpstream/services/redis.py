@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+from urllib.parse import urlsplit
+
+import redis
+
 from ldpstream.services.base import LocalService
 from ldpstream.services.debian import debian_program
+from runtime.access import REDIS_RULES, generate_passwords, password
 from runtime.process import ServiceError, port_in_use, spawn, wait_until
 from runtime.redis import redis_answers
 from runtime.settings import Settings
@@ -20,6 +26,7 @@ class RedisService(LocalService):
     def __init__(self, config: Settings) -> None:
         super().__init__(config)
         self.conf = self.home / "redis.conf"
+        self.users = self.home / "users.acl"
 
     @property
     def external(self) -> str | None:
@@ -32,6 +39,22 @@ class RedisService(LocalService):
     def answers(self, timeout_s: float) -> bool:
         return redis_answers(self.address, timeout_s)
 
+    def authentication(self) -> str:
+        host, port = self.address_host_port()
+        try:
+            redis.Redis(host=host, port=port, socket_timeout=2.0, socket_connect_timeout=2.0).ping()
+        except redis.AuthenticationError:
+            return "ACL users"
+        except redis.ResponseError as exc:
+            return "on" if "NOAUTH" in str(exc) else f"unknown ({exc})"
+        except redis.RedisError as exc:
+            return f"unknown ({exc})"
+        return "off"
+
+    def address_host_port(self) -> tuple[str, int]:
+        url = urlsplit(self.address)
+        return url.hostname or "127.0.0.1", url.port or 6379
+
     def describe(self) -> str:
         return "append-only persistence"
 
@@ -42,10 +65,25 @@ class RedisService(LocalService):
                                f"it, or set REDIS_PORT, or point REDIS_URL at an existing server")
         self.data.mkdir(parents=True, exist_ok=True)
         template = (self.cfg.deploy_dir / "redis" / "redis.conf.in").read_text()
-        self.conf.write_text(template.replace("@PORT@", str(self.cfg.redis_port)).replace("@DATA_DIR@", str(self.data)))
+        text = template.replace("@PORT@", str(self.cfg.redis_port)).replace("@DATA_DIR@", str(self.data))
+        if self.cfg.security:
+            generate_passwords(self.cfg)
+            self.users.write_text(self.acl_file())
+            self.users.chmod(0o600)
+            text += f"aclfile {self.users}\n"
+        self.conf.write_text(text)
         proc = spawn([server, str(self.conf)], self.log, self.pidfile)
         wait_until(lambda: redis_answers(self.address), lambda: proc.poll() is None, 30.0, "Redis", self.log)
         return f"started (pid {proc.pid}) at {self.address}"
+
+    def acl_file(self) -> str:
+        """Redis ACL users: each principal's rules with its password's SHA-256 (never the password), and the
+        default user off (a client that does not authenticate can do nothing)."""
+        lines = ["user default off resetkeys resetchannels -@all"]
+        for principal, rules in REDIS_RULES.items():
+            digest = hashlib.sha256(password(self.cfg, "redis", principal).encode()).hexdigest()
+            lines.append(f"user {principal} on #{digest} resetchannels {rules}")
+        return "\n".join(lines) + "\n"
 
     @staticmethod
     def _redis_server() -> str:

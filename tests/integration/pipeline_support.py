@@ -72,7 +72,7 @@ def published_collection(cfg: Settings) -> Iterator[Collection]:
     spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
         update={"name": f"it-{uuid.uuid4().hex[:10]}"})
     publish_spec(spec, cfg.bootstrap)
-    c = Collection(cfg, spec, RedisStore(cfg.redis), f"it-group-{spec.name}")
+    c = Collection(cfg, spec, RedisStore(cfg.redis), f"ldp-aggregator-it-{spec.name}")
     try:
         yield c
     finally:

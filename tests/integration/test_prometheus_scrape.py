@@ -88,8 +88,8 @@ def test_prometheus_scrapes_report_totals_estimates_and_worker_latency(
     processes: list[subprocess.Popen[bytes]] = []
     try:
         simulate(spec, DEVICES, ReportProducer(live_services.bootstrap), seed=7)
-        processes.append(start([sys.executable, "-m", "aggregator", "--group", f"it-prom-{name}", "--metrics-port",
-                                str(worker_port)], tmp_path / "worker.log"))
+        processes.append(start([sys.executable, "-m", "aggregator", "--group", f"ldp-aggregator-it-prom-{name}",
+                                "--metrics-port", str(worker_port)], tmp_path / "worker.log"))
         api = start([sys.executable, "-c", "from ldpstream.cli import main; main()", "serve", "--port", str(api_port)],
                     tmp_path / "api.log")
         processes.append(api)

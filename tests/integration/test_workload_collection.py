@@ -40,7 +40,7 @@ def test_prefix_workload_answers_within_4_standard_errors(live_services: Setting
     monkeypatch.setenv("LDP_STATE_DIR", str(tmp_path))  # an empty cache: the strategy comes from ldp.strategies
     assert load_strategy(pinned, live_services.bootstrap).hash == pinned
     store = RedisStore(live_services.redis)
-    collection = Collection(live_services, published.spec, store, f"it-group-{spec.name}")
+    collection = Collection(live_services, published.spec, store, f"ldp-aggregator-it-{spec.name}")
     result = aggregate_fleet(collection, 100_000, seed=9)
     entry = collection.estimates()["attributes"]["latency"]
     assert entry["workload"] == "prefix" and list(entry["answers"]) == [f"<= {v}" for v in VALUES]

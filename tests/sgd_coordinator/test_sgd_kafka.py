@@ -23,7 +23,7 @@ from confluent_kafka import TopicPartition
 from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
-from collection.topics import DLQ_TOPIC
+from collection.topics import DLQ_TOPIC, GRADIENTS_TOPIC, MODELS_TOPIC
 from ldpstream.cli import app
 from runtime.kafka import ReportProducer, consumer_client, read_to_end
 from runtime.settings import Settings
@@ -32,7 +32,7 @@ from sgd_coordinator.coordinator import Coordinator, CoordinatorResult, ensure_s
 from sgd_coordinator.devices import Fleet, Simulation, device_pseudonyms, perturb_gradients
 from sgd_coordinator.jobs import run_with_fleet
 from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
-from sgd_coordinator.wire import GRADIENTS_TOPIC, MODELS_TOPIC, decode_gradients, decode_model, encode_gradients
+from sgd_coordinator.wire import decode_gradients, decode_model, encode_gradients
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,66 @@
+"""Applying the access model (`runtime.access`) to a Kafka cluster as its admin: SCRAM users with the generated
+passwords, and exactly the ACLs of `KAFKA_GRANTS` for the service principals (stale ones of theirs are removed)."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+
+from runtime.access import ADMIN, KAFKA_GRANTS, PRINCIPALS, SCRAM_ITERATIONS, Grant, password
+from runtime.kafka import ADMIN_TIMEOUT_S, admin_client
+from runtime.settings import Settings
+
+RESOURCES = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}
+
+
+def binding(principal: str, grant: Grant) -> AclBinding:
+    """The Kafka ACL allowing `principal` the `grant` from any host."""
+    return AclBinding(RESOURCES[grant.resource], grant.name,
+                      ResourcePatternType.PREFIXED if grant.prefixed else ResourcePatternType.LITERAL,
+                      f"User:{principal}", "*", AclOperation[grant.operation.upper()], AclPermissionType.ALLOW)
+
+
+def apply_users(cfg: Settings, principals: tuple[str, ...] = PRINCIPALS) -> None:
+    """Create or update the SCRAM credentials of `principals` with their generated passwords."""
+    client = admin_client(cfg.bootstrap, ADMIN)
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
+    alterations = [UserScramCredentialUpsertion(p, info, password(cfg, "kafka", p).encode()) for p in principals]
+    for user, future in client.alter_user_scram_credentials(alterations, request_timeout=ADMIN_TIMEOUT_S).items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            raise RuntimeError(f"cannot set the Kafka credentials of {user!r}: {exc.args[0].str()}") from exc
+
+
+def apply_acls(cfg: Settings) -> int:
+    """Make the service principals' ACLs exactly those of the model; the number of ACLs removed as stale."""
+    client = admin_client(cfg.bootstrap, ADMIN)
+    wanted = {binding(p, g) for p, grants in KAFKA_GRANTS.items() for g in grants}
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                                  AclPermissionType.ANY)
+    present = set(client.describe_acls(everything, request_timeout=ADMIN_TIMEOUT_S).result())
+    ours = {f"User:{p}" for p in KAFKA_GRANTS}
+    stale = [b for b in present if b.principal in ours and b not in wanted]
+    if stale:
+        filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
+                                    b.permission_type) for b in stale]
+        for future in client.delete_acls(filters, request_timeout=ADMIN_TIMEOUT_S).values():
+            future.result()
+    missing = [b for b in wanted if b not in present]
+    if missing:
+        for acl, future in client.create_acls(missing, request_timeout=ADMIN_TIMEOUT_S).items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                raise RuntimeError(f"cannot create the ACL {acl}: {exc.args[0].str()}") from exc
+    return len(stale)
