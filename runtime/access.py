@@ -30,6 +30,7 @@ SCRAM_ITERATIONS = 8192
 BROKER, CONTROLLER = "broker", "controller"
 AGGREGATOR_GROUPS = "ldp-aggregator"  # the prefix of every aggregator worker's consumer group (and faust's topics)
 COORDINATOR_GROUPS = "ldp-sgd"
+READER_GROUP = "ldp-read-to-end"  # `runtime.kafka.read_to_end`'s: assigned partitions, never joined or committed
 
 _default: list[str] = [ADMIN]
 
@@ -51,7 +52,8 @@ def _topic(name: str, *operations: str, prefixed: bool = False) -> list[Grant]:
 
 def _reads_specs() -> list[Grant]:
     # specs and strategies topics: `ldp.collections` and the benchmarks' `ldp.collections.<run>` ones
-    return _topic(SPECS_TOPIC, "read", "describe", prefixed=True) + _topic(STRATEGIES_TOPIC, "read", "describe")
+    return (_topic(SPECS_TOPIC, "read", "describe", prefixed=True) + _topic(STRATEGIES_TOPIC, "read", "describe")
+            + [Grant("group", READER_GROUP, "read")])  # librdkafka looks up a consumer's group coordinator
 
 
 # Kafka: what each service principal may do (the admin is a super user: it publishes specs and strategies and creates

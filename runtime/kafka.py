@@ -16,7 +16,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from runtime.access import kafka_security
+from runtime.access import READER_GROUP, kafka_security
 from runtime.settings import Settings
 
 COMPRESSIONS = ("lz4", "zstd", "none")  # preference order: lz4 is the cheapest on CPU
@@ -198,7 +198,7 @@ def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator
 
     Reads without a consumer group (partitions assigned directly, no offsets committed).
     """
-    consumer = consumer_client(bootstrap, "ldp-read-to-end", **{"enable.partition.eof": True})
+    consumer = consumer_client(bootstrap, READER_GROUP, **{"enable.partition.eof": True})
     try:
         partitions = range(topic_partitions(bootstrap, topic))
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in partitions}
