@@ -6,6 +6,8 @@ import json
 import shutil
 
 import typer
+from confluent_kafka import KafkaException
+from redis import RedisError
 from rich.console import Console
 from rich.table import Table
 
@@ -14,6 +16,7 @@ from aggregator.health import Health, HealthPolicy, pipeline_health
 from aggregator.plans import PlanRegistry
 from aggregator.store import RedisStore
 from ldpstream.services import ServiceError, services
+from ldpstream.services.rotation import rotate
 from runtime.settings import Settings
 
 console = Console()
@@ -88,8 +91,23 @@ def print_health(health: Health) -> None:
         console.print(f"  [red]-[/] {reason}")
 
 
+def rotate_credentials(principal: str = typer.Argument(..., help="admin, edge, aggregator, api, coordinator, gateway")
+                       ) -> None:
+    """Give a principal new Kafka and Redis passwords on the running local services; restart its processes."""
+    cfg = Settings.from_env()
+    try:
+        rotate(cfg, principal)
+    except (ValueError, OSError, KafkaException, RedisError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from exc
+    console.print(f"{principal}: new passwords set on Kafka and Redis and written under {cfg.secrets_dir}")
+
+
 def register(app: typer.Typer) -> None:
     """Add the service commands to the `ldp` app."""
     app.command()(up)
     app.command()(down)
     app.command()(status)
+    credentials = typer.Typer(help="The generated credentials of the local services.", no_args_is_help=True)
+    credentials.command("rotate")(rotate_credentials)
+    app.add_typer(credentials, name="credentials")

@@ -4,6 +4,7 @@ Kafka and Redis return: no credentials, a wrong password, and each service princ
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterator
 
@@ -216,3 +217,26 @@ def test_no_service_principal_may_reconfigure_redis(secured: Settings) -> None:
         for command in (("CONFIG", "SET", "appendonly", "no"), ("FLUSHALL",), ("ACL", "LIST"), ("CONFIG", "GET", "*")):
             with pytest.raises(redis.exceptions.NoPermissionError):
                 client.execute_command(*command)
+
+
+def test_rotating_a_principal_retires_its_old_passwords(secured: Settings) -> None:
+    from ldpstream.services.rotation import rotate
+    from runtime.access import password
+
+    old_kafka, old_redis = password(secured, "kafka", "coordinator"), password(secured, "redis", "coordinator")
+    rotate(secured, "coordinator")
+    new_kafka, new_redis = password(secured, "kafka", "coordinator"), password(secured, "redis", "coordinator")
+    assert new_kafka != old_kafka and new_redis != old_redis
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(port=secured.redis_port, username="coordinator", password=old_redis).ping()
+    assert redis.Redis(port=secured.redis_port, username="coordinator", password=new_redis).ping()
+    for secret, works in ((old_kafka, False), (new_kafka, True)):
+        config = {**kafka_security(secured, "coordinator"), "sasl.password": secret}
+        client = AdminClient({"bootstrap.servers": secured.bootstrap, "log_level": 0, **config})
+        if works:
+            assert client.list_topics(timeout=10).brokers
+        else:
+            with pytest.raises(KafkaException):
+                client.list_topics(timeout=5)
+    assert f"#{hashlib.sha256(new_redis.encode()).hexdigest()}" in (
+        secured.state_dir / "redis" / "users.acl").read_text()
