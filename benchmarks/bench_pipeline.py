@@ -39,7 +39,7 @@ Targets, per worker process: >= 500k reports/s with batched envelopes, and withi
 do-nothing faust agent's message rate; p99 freshness of batched envelopes <= 0.5 s at half and <= 0.25 s at 10% of
 the maximum load.
 
-Isolation. Each collection is published to a specs topic of its own (`ldp.bench.specs.<run>-<size>`) instead of
+Isolation. Each collection is published to a specs topic of its own (`ldp.collections.bench-<run>-<size>`) instead of
 the shared `ldp.collections`, and the worker processes (`python -m aggregator` with `LDP_SPECS_TOPIC` set to it)
 read that one: a worker follows every collection of its specs topic, so with the shared one other sessions'
 data would mix into the measurement, and other sessions' workers would consume (and count) this run's topics.
@@ -75,6 +75,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Messag
 from aggregator.store import RedisStore
 from aggregator.worker import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_MESSAGES
 from collection.spec import CollectionSpec, load_spec, report_topic
+from collection.topics import SPECS_TOPIC
 from collection.wire import decode
 from producer.simulator import chunk_messages, fleet
 from runtime.kafka import TopicError, admin_client, consumer_client, delete_topic, producer_client
@@ -590,7 +591,7 @@ def measure_size(run: Run, base_spec: CollectionSpec, single: bool) -> dict[str,
     label = "single" if single else "batched"
     devices = args.single_reports if single else args.batched_reports
     spec = base_spec.model_copy(update={"name": f"bench-pipeline-{run.id}-{label}"})
-    specs = f"ldp.bench.specs.{run.id}-{label}"
+    specs = f"{SPECS_TOPIC}.bench-{run.id}-{label}"
     run.collections.append(spec.name)
     run.topics += [specs, spec.topic]
     with specs_topic(specs):

@@ -36,6 +36,7 @@ from aggregator.plans import PlanRegistry  # noqa: E402
 from aggregator.store import RedisStore  # noqa: E402
 from aggregator.worker import DEFAULT_MAX_MESSAGES, BatchHandler  # noqa: E402
 from collection.spec import CollectionSpec, load_spec  # noqa: E402
+from collection.topics import SPECS_TOPIC  # noqa: E402
 from ldpstream.services import Settings  # noqa: E402
 from runtime.dlq import DeadLetterProducer  # noqa: E402
 from runtime.kafka import delete_topic  # noqa: E402
@@ -145,7 +146,7 @@ def main() -> None:
     spec = load_spec(args.spec).model_copy(update={"name": f"bench-profile-{run}"})
     if args.no_dedupe:
         spec = spec.model_copy(update={"one_report_per_window": False})
-    specs = f"ldp.bench.specs.profile-{run}"  # private: no other session's worker follows this collection
+    specs = f"{SPECS_TOPIC}.profile-{run}"  # private: no other session's worker follows this collection
     store = RedisStore(cfg.redis)
     try:
         with specs_topic(specs):

@@ -126,21 +126,23 @@ def password(cfg: Settings, service: str, principal: str) -> str:
 
 def kafka_security(cfg: Settings, principal: str | None = None) -> dict[str, str]:
     """The librdkafka security properties of this process's Kafka clients: the file LDP_KAFKA_CONFIG when set, else
-    SASL/SCRAM with the generated password of `principal` (default: this process's) when security is on."""
+    SASL/SCRAM with the generated password of `principal` (default: this process's) when security is on (for an
+    external cluster, when the secrets directory holds that password: compose mounts it there)."""
     if cfg.kafka_config is not None:
         return read_properties(cfg.kafka_config)
-    if not cfg.security or cfg.kafka_bootstrap is not None:
-        return {}
     who = principal or current_principal()
+    if not cfg.security or (cfg.kafka_bootstrap is not None and not password_file(cfg, "kafka", who).exists()):
+        return {}  # an external cluster without our credentials is configured with LDP_KAFKA_CONFIG or is open
     return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SCRAM_MECHANISM, "sasl.username": who,
             "sasl.password": password(cfg, "kafka", who)}
 
 
 def redis_credentials(cfg: Settings, principal: str | None = None) -> dict[str, str]:
-    """Username and password for a Redis client of this process, when security is on and Redis is our own."""
-    if not cfg.security or cfg.redis_url is not None:
-        return {}
+    """Username and password for a Redis client of this process when security is on (for an external Redis, when
+    the secrets directory holds the password)."""
     who = principal or current_principal()
+    if not cfg.security or (cfg.redis_url is not None and not password_file(cfg, "redis", who).exists()):
+        return {}  # an external Redis takes its credentials in REDIS_URL
     return {"username": who, "password": password(cfg, "redis", who)}
 
 

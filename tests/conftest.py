@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -9,6 +10,10 @@ import pytest
 from runtime.kafka import TopicError, delete_topic, metadata_answers
 from runtime.redis import redis_answers
 from runtime.settings import Settings
+
+# Tests that move LDP_STATE_DIR (a fresh cache, a broker of their own) keep the running services' credentials, and
+# so do the processes they start.
+os.environ.setdefault("LDP_SECRETS_DIR", str(Settings.from_env().secrets_dir))
 
 
 @pytest.fixture(scope="session")

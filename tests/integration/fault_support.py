@@ -22,7 +22,8 @@ from pathlib import Path
 
 import redis
 
-from ldpstream.services import KafkaService
+from ldpstream.services import KafkaService, RedisService
+from runtime.access import ADMIN, password
 from runtime.process import read_pid
 from runtime.redis import redis_answers, redis_client
 from runtime.settings import Settings
@@ -45,13 +46,21 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
 
 class RedisServer:
     """A redis-server of the test's own: loopback, a free port, append-only file (`appendfsync everysec`, as the
-    project's Redis) in `directory`, no automatic rewrite (so one incr file takes every write)."""
+    project's Redis) in `directory`, no automatic rewrite (so one incr file takes every write), and the project's
+    ACL users when security is on."""
 
     def __init__(self, directory: Path, *extra: str) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.extra = list(extra)
+        cfg = Settings.from_env()
+        if cfg.security:
+            users = self.dir / "users.acl"
+            users.write_text(RedisService(cfg).acl_file())
+            self.extra += ["--aclfile", str(users)]
+            if "--replicaof" in extra:  # a replica logs in to its primary
+                self.extra += ["--masteruser", ADMIN, "--masterauth", password(cfg, "redis", ADMIN)]
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -163,7 +172,7 @@ def kafka_broker(live: Settings, state_dir: Path) -> Iterator[KafkaService]:
     """A Kafka broker of the test's own (state under `state_dir`, free ports, the live broker's jars), stopped and
     removed afterwards."""
     cfg = replace(live, state_dir=state_dir, kafka_port=free_port(), kafka_controller_port=free_port(),
-                  kafka_bootstrap=None)
+                  kafka_bootstrap=None, secrets_dir_override=live.secrets_dir)  # the same principals' passwords
     service = KafkaService(cfg)
     jars = KafkaService(live).lib
     if (jars / ".complete").exists():  # else `start` fetches them with Maven

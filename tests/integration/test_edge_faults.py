@@ -113,7 +113,7 @@ def test_kafka_down_while_devices_send_every_acknowledged_report_counted_once(
     port = free_port()
     edge = start_edge(port, tmp_path / "spool", "--delivery-timeout-ms", "2000", env=env,
                       log_file=tmp_path / "edge.log")
-    worker = start_worker(f"itf-{spec.name}", env=env)
+    worker = start_worker(f"ldp-aggregator-{spec.name}", env=env)
     url = f"http://127.0.0.1:{port}"
     answers: list[FleetAnswers] = []
     try:
@@ -159,7 +159,7 @@ def test_sigkill_of_an_edge_with_a_non_empty_spool_loses_nothing_acknowledged(
         edge = start_edge(port, tmp_path / "spool", *args, env=env, log_file=tmp_path / "edge.log")
         wait_live(url, edge)
         wait_ready(url, True, drained=True)
-        worker = start_worker(f"itf-{spec.name}", env=env)
+        worker = start_worker(f"ldp-aggregator-{spec.name}", env=env)
         assert wait_counted(live_services, spec, devices, 180) == devices
     finally:
         if worker is not None:

@@ -182,7 +182,7 @@ def test_10k_bad_messages_go_to_the_dlq_and_every_good_one_is_counted(live_servi
             expected[(partition, positions[partition])] = reason
         positions[partition] += 1
     assert len(expected) == 6 * per_kind == 12_000
-    worker = start_worker(f"it-bad-{spec.name}")
+    worker = start_worker(f"ldp-aggregator-bad-{spec.name}")
     try:
         total = len(sent)
         deadline = time.monotonic() + 240

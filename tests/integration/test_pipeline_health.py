@@ -46,7 +46,7 @@ def test_healthz_follows_the_workers_and_the_lag(live_services: Settings) -> Non
         update={"name": f"it-health-{uuid.uuid4().hex[:8]}", "partitions": 2})
     publish_spec(spec, live_services.bootstrap)
     store = RedisStore(live_services.redis)
-    collection = Collection(live_services, spec, store, f"it-health-{spec.name}")
+    collection = Collection(live_services, spec, store, f"ldp-aggregator-{spec.name}")
     ends = TopicEnds(live_services.bootstrap)
     app = create_app(store, PublishedPlans(PlanRegistry(live_services.bootstrap)), ends, {},
                      lambda: pipeline_health(store, {spec.name: spec.topic}, ends, POLICY, {collection.group}))
