@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from aggregator.tokens import Scope, TokenRecord, TokenStore, parse_ttl
 from runtime.clock import now_ms
@@ -80,7 +80,7 @@ def list_tokens(as_json: Annotated[bool, typer.Option("--json", help="print JSON
     if as_json:
         typer.echo(json.dumps({"tokens": [summary(r, at) for r in records]}))
         return
-    table = Table("id", "name", "scopes", "created", "expires", "status")
+    table = Table(Column("id", no_wrap=True), "name", "scopes", "created", "expires", "status")
     for r in records:
         status = f"revoked {when(r.revoked_ms)}" if r.revoked_ms is not None else r.status(at)
         table.add_row(r.id, r.name or "-", ", ".join(sorted(r.scopes)), when(r.created_ms), when(r.expires_ms),
