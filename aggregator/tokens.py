@@ -108,6 +108,7 @@ class TokenRecord:
 
 
 def _is_ms(value: object) -> bool:
+    """Whether a JSON value is a time in epoch milliseconds (an int, not a bool, >= 0)."""
     return type(value) is int and value >= 0
 
 
@@ -188,7 +189,7 @@ class TokenStore:
         while True:
             issued = new_token(scopes, name, now, ttl_ms)
             if self.redis.hsetnx(TOKENS_KEY, issued.record.id, issued.record.to_json()):
-                return issued  # else the random id was taken (one chance in ~10^14 per token): draw again
+                return issued  # else the random id is taken (n stored tokens: n chances in 2^48): draw again
 
     def records(self) -> list[TokenRecord]:
         """Every token ever issued, oldest first; ValueError if a stored record is malformed."""
