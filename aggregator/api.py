@@ -1,13 +1,22 @@
 """The read side over HTTP (aiohttp): published collections, live estimates, Prometheus metrics, health.
 
-- `GET /collections`: every published collection with its versions, attributes (mechanisms resolved), windows
-  and report counts;
-- `GET /collections/{name}/estimates?window=all|1h|1h:<start_ms>&version=V&postprocess=none|clip|norm_sub|project`:
-  `aggregator.estimates.collection_estimates` as JSON (404: unknown collection or version; 400: bad parameter);
-- `GET /metrics`: the store-wide metrics of `aggregator.metrics.StoreCollector` (Prometheus text format);
-- `GET /healthz`: whether Kafka and Redis answer and, over the project's services, whether the pipeline is
-  healthy (`aggregator.health`: workers alive, no crash loop, no collection stalled with messages waiting);
-  200, else 503 with the reasons in the body.
+Every route but `/healthz` needs `Authorization: Bearer <token>` (`aggregator.tokens`; `ldp tokens create`) whose
+scopes include the route's:
+- `GET /collections` (scope `read`): every published collection with its versions, attributes (mechanisms
+  resolved), windows and report counts;
+- `GET /collections/{name}/estimates?window=all|1h|1h:<start_ms>&version=V&postprocess=none|clip|norm_sub|project`
+  (scope `read`): `aggregator.estimates.collection_estimates` as JSON (404: unknown collection or version; 400: bad
+  parameter);
+- `GET /metrics` (scope `metrics`): the store-wide metrics of `aggregator.metrics.StoreCollector` (Prometheus text
+  format);
+- `GET /healthz` (open, for liveness probes that carry no token): whether Kafka and Redis answer and, over the
+  project's services, whether the pipeline is healthy (`aggregator.health`: workers alive, no crash loop, no
+  collection stalled with messages waiting); 200, else 503 with the reasons in the body. Anyone who reaches it
+  learns worker ids (host:pid), consumer groups, and every collection's name and backlog; no statistics.
+Without a token, or with one that does not verify (malformed, unknown, wrong secret, expired, revoked), the answer
+is 401 with `WWW-Authenticate: Bearer realm="ldpstream"` (and `error="invalid_token"` when a token was sent, RFC
+6750); a valid token without the route's scope gets 403 (`error="insufficient_scope"`); a route not listed in
+`ROUTE_SCOPES` needs `admin`. Checking a token only reads Redis (the API's Redis user may be read-only).
 Errors are JSON objects `{"error": "..."}` (503 while Redis or Kafka fails). Store, Kafka and metrics calls
 block, so they run in the default executor, never on the event loop. Query strings are outside input: no value of
 a parameter makes a request fail with a 500 (numbers are ASCII digits, parsed only after a full match).
@@ -23,7 +32,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -34,14 +43,19 @@ from aggregator.health import Health, HealthPolicy, pipeline_health
 from aggregator.metrics import EndOffsets, StoreCollector, store_registry
 from aggregator.plans import Plan, PlanRegistry
 from aggregator.store import ALL_TIME, RedisStore, StatsStore
+from aggregator.tokens import Scope, TokenError, TokenVerifier
 from collection.spec import CategoricalAttribute, CollectionSpec, SpecError, window_seconds
 from runtime.kafka import admin_client, metadata_answers
-from runtime.redis import redis_answers
+from runtime.redis import async_redis_client, redis_answers
 from runtime.settings import Settings
 
 T = TypeVar("T")
 KAFKA_TIMEOUT_S = 5.0
 NUMBER = re.compile(r"[0-9]{1,18}")  # str.isdigit() takes '²' (which int() refuses) and digits beyond int64
+OPEN_ROUTES = frozenset({"/healthz"})
+ROUTE_SCOPES = {"/collections": Scope.READ, "/collections/{name}/estimates": Scope.READ, "/metrics": Scope.METRICS}
+REALM = 'Bearer realm="ldpstream"'
+NO_TOKEN = "no token: send Authorization: Bearer <token> (an admin makes one with `ldp tokens create`)"
 
 
 class PublishedPlans:
@@ -92,12 +106,14 @@ class TopicEnds:
 
 @dataclass(frozen=True)
 class Api:
-    """What the handlers read: the store, the published plans, the metrics registry, the health checks."""
+    """What the handlers read: the store, the published plans, the metrics registry, the health checks, and the
+    token verifier of the authentication middleware."""
 
     store: StatsStore
     plans: PublishedPlans
     metrics: CollectorRegistry
     health: Mapping[str, Callable[[], bool]]
+    tokens: TokenVerifier
     pipeline: Callable[[], Health] | None = None
 
 
@@ -106,15 +122,18 @@ API = web.AppKey("api", Api)
 
 def create_app(store: StatsStore, plans: PublishedPlans, end_offsets: EndOffsets,
                health: Mapping[str, Callable[[], bool]],
-               pipeline: Callable[[], Health] | None = None) -> web.Application:
+               pipeline: Callable[[], Health] | None = None, *, tokens: TokenVerifier) -> web.Application:
     """The web application over a store and the published plans; `health` says whether each service answers,
-    `pipeline` assesses the workers and collections."""
-    app = web.Application(middlewares=[json_errors])
-    app[API] = Api(store, plans, store_registry(StoreCollector(store, plans.all, end_offsets)), health, pipeline)
+    `pipeline` assesses the workers and collections, `tokens` verifies bearer tokens (the app closes it on
+    cleanup)."""
+    app = web.Application(middlewares=[json_errors, bearer_tokens])
+    app[API] = Api(store, plans, store_registry(StoreCollector(store, plans.all, end_offsets)), health, tokens,
+                   pipeline)
     app.router.add_get("/collections", list_collections)
     app.router.add_get("/collections/{name}/estimates", estimates)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    app.on_cleanup.append(close_tokens)
     return app
 
 
@@ -124,7 +143,13 @@ def app_for_services(cfg: Settings) -> web.Application:
     return create_app(store, plans, ends, {"kafka": lambda: metadata_answers(cfg.bootstrap, 2.0),
                                            "redis": lambda: redis_answers(cfg.redis, 2.0)},
                       lambda: pipeline_health(store, {p.spec.name: p.spec.topic for p in plans.all()}, ends,
-                                              HealthPolicy.from_env()))
+                                              HealthPolicy.from_env()),
+                      tokens=TokenVerifier(async_redis_client(cfg.redis, 2.0)))
+
+
+async def close_tokens(app: web.Application) -> None:
+    """Close the token verifier's Redis client (on the app's cleanup)."""
+    await app[API].tokens.close()
 
 
 class ApiError(Exception):
@@ -149,6 +174,37 @@ async def json_errors(request: web.Request,
         if exc.status < 400:
             raise
         return web.json_response({"error": exc.reason}, status=exc.status)
+
+
+@web.middleware
+async def bearer_tokens(request: web.Request,
+                        handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """Let a request through if its route is open, or its bearer token verifies (else 401) and has the route's
+    scope (else 403). A path no route matches needs a valid token only, so its 404 or 405 tells nothing to
+    strangers."""
+    unmatched = request.match_info.http_exception is not None
+    route = None if unmatched else request.match_info.route.resource
+    canonical = None if route is None else route.canonical
+    if canonical in OPEN_ROUTES:
+        return await handler(request)
+    presented = request.headers.getall(hdrs.AUTHORIZATION, [])
+    if not any(presented):
+        return refused(401, NO_TOKEN, REALM)
+    try:  # two Authorization headers are one too many: "" verifies as an invalid token
+        token = await request.app[API].tokens.verify(presented[0] if len(presented) == 1 else "")
+    except TokenError as exc:
+        return refused(401, str(exc), f'{REALM}, error="invalid_token"')
+    if canonical is not None:
+        scope = ROUTE_SCOPES.get(canonical, Scope.ADMIN)
+        if not token.allows(scope):
+            return refused(403, f"this token lacks the scope {scope.value!r}",
+                           f'{REALM}, error="insufficient_scope", scope="{scope.value}"')
+    return await handler(request)
+
+
+def refused(status: int, message: str, challenge: str) -> web.Response:
+    """A 401 or 403 with its JSON error and WWW-Authenticate challenge."""
+    return web.json_response({"error": message}, status=status, headers={hdrs.WWW_AUTHENTICATE: challenge})
 
 
 async def blocking(fn: Callable[..., T], *args: Any) -> T:

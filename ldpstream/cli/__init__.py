@@ -14,12 +14,14 @@ from ldpstream.cli import (
     services,
     simulate,
     spec,
+    tokens,
     train,
     workload,
 )
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="ldpstream: private telemetry over Kafka.")
-for command in (services, demo, train, spec, simulate, aggregate, edge, estimate, mechanisms, serve, workload):
+for command in (services, demo, train, spec, simulate, aggregate, edge, estimate, mechanisms, serve, tokens,
+                workload):
     command.register(app)
 
 

@@ -2,9 +2,10 @@
 
 Publish the smartphone-diagnostics spec (under a name of its own for this run, so every run starts from zero),
 start an aggregator worker, send the perturbed reports of a simulated fleet through Kafka, wait until the worker
-has applied them all in Redis, read the estimates back through the HTTP API (`ldp serve`), and print every
-estimate next to the population's true value. Then train a logistic model over Kafka with LDP SGD and print its
-misclassification next to non-private SGD's on the same held-out rows.
+has applied them all in Redis, read the estimates back through the HTTP API (`ldp serve`, with a short-lived token
+of its own, revoked afterwards), and print every estimate next to the population's true value. Then train a
+logistic model over Kafka with LDP SGD and print its misclassification next to non-private SGD's on the same
+held-out rows.
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ from rich.progress import Progress
 
 from aggregator.processes import start_worker, stop_worker
 from aggregator.store import RedisStore
+from aggregator.tokens import Scope, TokenStore
 from collection.spec import load_spec
 from ldpstream.cli.output import estimates_table
 from producer.simulator import simulate
+from runtime.clock import now_ms
 from runtime.kafka import ReportProducer
 from runtime.process import stop_pid
+from runtime.redis import redis_client
 from runtime.settings import PROJECT_ROOT, Settings
 from runtime.specs import publish_spec
 from sgd_coordinator.jobs import train_over_kafka_demo
@@ -51,24 +55,27 @@ def wait_for_accepted(store: RedisStore, collection: str, target: int, timeout_s
     return accepted
 
 
-def read_through_api(collection: str, timeout_s: float = 60.0) -> tuple[dict[str, Any], bool]:
-    """Start `ldp serve` on a free port, read a collection's estimates and check /metrics names it; stop it."""
+def read_through_api(collection: str, token: str, timeout_s: float = 60.0) -> tuple[dict[str, Any], bool]:
+    """Start `ldp serve` on a free port, read a collection's estimates and check /metrics names it (with `token`,
+    scopes read and metrics); stop it."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": f"Bearer {token}"}
     server = subprocess.Popen([sys.executable, "-m", "ldpstream", "serve", "--port", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                with urllib.request.urlopen(f"{base}/collections/{collection}/estimates", timeout=10) as r:
+                with urllib.request.urlopen(urllib.request.Request(f"{base}/collections/{collection}/estimates",
+                                                                   headers=auth), timeout=10) as r:
                     estimates = json.load(r)
                 break
             except OSError:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise
                 time.sleep(0.2)
-        with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
+        with urllib.request.urlopen(urllib.request.Request(f"{base}/metrics", headers=auth), timeout=30) as r:
             text = r.read().decode()
         metrics_ok = f'collection="{collection}"' in text and "ldp_reports_total" in text
         return estimates, metrics_ok
@@ -109,7 +116,12 @@ def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, on
     if accepted != devices:
         console.print(f"[red]error:[/] the aggregator applied {accepted:,} of {devices:,} reports; see {log_file}")
         raise typer.Exit(1)
-    estimates, metrics_ok = read_through_api(spec.name)
+    tokens = TokenStore(redis_client(cfg.redis, 10.0))
+    token = tokens.issue([Scope.READ, Scope.METRICS], "ldp demo", now_ms(), ttl_ms=600_000)
+    try:
+        estimates, metrics_ok = read_through_api(spec.name, token.token)
+    finally:
+        tokens.revoke(token.record.id, now_ms())
     training = None
     if train_devices:
         with console.status(f"training a logistic model over Kafka with LDP SGD ({train_devices:,} devices) ..."):
@@ -124,7 +136,8 @@ def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, on
     console.print(f"Read through the HTTP API; /metrics {'exports' if metrics_ok else '[red]does not export[/]'} "
                   f"the report totals and estimates. Any time: [bold]ldp estimate {spec.name}[/], or "
                   f"[bold]ldp serve[/] and http://127.0.0.1:8000/collections/{spec.name}/estimates, "
-                  f"http://127.0.0.1:8000/metrics")
+                  f"http://127.0.0.1:8000/metrics with a token from [bold]ldp tokens create --scope read "
+                  f"--scope metrics[/] (header Authorization: Bearer TOKEN)")
     if training is not None:
         console.print(f"LDP SGD over Kafka ({training['devices']:,} devices, eps = {training['epsilon']}, HM, "
                       f"{training['iterations']} iterations of {training['batch_size']:,} gradients, "

@@ -1,4 +1,5 @@
-"""The HTTP API on a real socket: published specs from the real Kafka, statistics in a MemoryStore.
+"""The HTTP API on a real socket: published specs from the real Kafka, statistics in a MemoryStore, bearer tokens
+in the real Redis (their checks: `test_api_auth.py`).
 
 The fixture publishes a spec under a unique name, produces four messages to partition 0 of its topic (three fleet
 chunks and one undecodable message) and aggregates the first three into the store, so the store holds known
@@ -31,14 +32,16 @@ from aggregator.estimates import collection_estimates
 from aggregator.plans import Plan, PlanRegistry
 from aggregator.processing import Message, PartitionProcessor
 from aggregator.store import MemoryStore, RedisStore
+from aggregator.tokens import Scope, TokenVerifier
 from collection.collector import resolved_mechanisms
 from collection.spec import CollectionSpec, load_spec
 from collection.wire import encode
 from producer.simulator import fleet
 from runtime.kafka import delete_topic, metadata_answers, producer_client
-from runtime.redis import redis_answers
+from runtime.redis import async_redis_client, redis_answers
 from runtime.settings import PROJECT_ROOT, Settings
 from runtime.specs import publish_spec
+from tests.tokens import api_tokens
 
 CHUNK = 700
 GARBAGE = b"\x93not an envelope"
@@ -52,9 +55,10 @@ class Served:
     spec: CollectionSpec
     store: MemoryStore
     hour_start_ms: int
+    token: str  # scopes read and metrics
 
     def get(self, path: str) -> tuple[int, str, str]:
-        return http_get(self.url + path)
+        return http_get(self.url + path, self.token)
 
     def json(self, path: str, status: int = 200) -> Any:
         code, content_type, body = self.get(path)
@@ -62,13 +66,19 @@ class Served:
         return json.loads(body)
 
 
-def http_get(url: str) -> tuple[int, str, str]:
-    """(status, content type, body) of a GET."""
+def http_get(url: str, token: str | None = None) -> tuple[int, str, str]:
+    """(status, content type, body) of a GET, with `Authorization: Bearer <token>` when a token is given."""
+    request = urllib.request.Request(url, headers={} if token is None else {"Authorization": f"Bearer {token}"})
     try:
-        with urllib.request.urlopen(url, timeout=30) as resp:
+        with urllib.request.urlopen(request, timeout=30) as resp:
             return resp.status, resp.headers.get_content_type(), resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.headers.get_content_type(), exc.read().decode()
+
+
+def token_verifier(cfg: Settings) -> TokenVerifier:
+    """A verifier of the tokens in the live Redis (the app that gets it closes it)."""
+    return TokenVerifier(async_redis_client(cfg.redis, 5.0))
 
 
 @contextmanager
@@ -116,9 +126,10 @@ def served(live_services: Settings) -> Iterator[Served]:
     health = {"kafka": lambda: metadata_answers(live_services.bootstrap, 5.0),
               "redis": lambda: redis_answers(live_services.redis)}
     app = create_app(store, PublishedPlans(PlanRegistry(live_services.bootstrap)), TopicEnds(live_services.bootstrap),
-                     health)
-    with serving(app) as url:
-        yield Served(url, spec, store, now_ms // 3_600_000 * 3_600_000)
+                     health, tokens=token_verifier(live_services))
+    with api_tokens(live_services.redis) as tokens, serving(app) as url:
+        token = tokens.issue([Scope.READ, Scope.METRICS]).token
+        yield Served(url, spec, store, now_ms // 3_600_000 * 3_600_000, token)
     delete_topic(live_services.bootstrap, spec.topic)
     RedisStore(live_services.redis).delete_collection(spec.name)  # whatever a worker of another test added
 
@@ -229,7 +240,8 @@ def test_healthz_says_what_answers(served: Served) -> None:
 
 def test_healthz_is_503_when_a_service_does_not_answer(live_services: Settings) -> None:
     app = create_app(MemoryStore(), PublishedPlans(PlanRegistry(live_services.bootstrap)),
-                     TopicEnds(live_services.bootstrap), {"redis": lambda: redis_answers("redis://127.0.0.1:1/0", 1.0)})
+                     TopicEnds(live_services.bootstrap), {"redis": lambda: redis_answers("redis://127.0.0.1:1/0", 1.0)},
+                     tokens=token_verifier(live_services))
 
     with serving(app) as url:
         status, content_type, body = http_get(url + "/healthz")
@@ -238,10 +250,10 @@ def test_healthz_is_503_when_a_service_does_not_answer(live_services: Settings) 
 
 def test_a_store_that_does_not_answer_is_503_with_a_json_error(live_services: Settings, served: Served) -> None:
     app = create_app(RedisStore("redis://127.0.0.1:1/0"), PublishedPlans(PlanRegistry(live_services.bootstrap)),
-                     TopicEnds(live_services.bootstrap), {})
+                     TopicEnds(live_services.bootstrap), {}, tokens=token_verifier(live_services))
     with serving(app) as url:
-        answers = [http_get(url + path) for path in ("/collections", "/metrics",
-                                                     f"/collections/{served.spec.name}/estimates")]
+        answers = [http_get(url + path, served.token) for path in ("/collections", "/metrics",
+                                                                   f"/collections/{served.spec.name}/estimates")]
     for status, content_type, body in answers:
         assert (status, content_type) == (503, "application/json")
         assert json.loads(body)["error"].startswith("the store or Kafka is unavailable: ")
@@ -257,13 +269,24 @@ class StubRegistry:
         return self._plans
 
 
+@dataclass(frozen=True)
+class Offline:
+    """The API over an empty MemoryStore and stubbed plans and Kafka (tokens in the real Redis)."""
+
+    url: str
+    token: str  # scope read
+
+    def get(self, path: str) -> tuple[int, str, str]:
+        return http_get(self.url + path, self.token)
+
+
 @pytest.fixture(scope="module")
-def offline_url() -> Iterator[str]:
-    """The API over an empty MemoryStore and stubbed plans and Kafka: no services needed."""
+def offline(live_services: Settings) -> Iterator[Offline]:
     spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml")
-    app = create_app(MemoryStore(), PublishedPlans(StubRegistry(spec)), lambda topics: {}, {})  # type: ignore[arg-type]
-    with serving(app) as url:
-        yield url
+    app = create_app(MemoryStore(), PublishedPlans(StubRegistry(spec)), lambda topics: {}, {},  # type: ignore[arg-type]
+                     tokens=token_verifier(live_services))
+    with api_tokens(live_services.redis) as tokens, serving(app) as url:
+        yield Offline(url, tokens.issue([Scope.READ]).token)
 
 
 ODD = st.one_of(
@@ -276,11 +299,11 @@ ODD = st.one_of(
 @given(st.lists(st.tuples(st.sampled_from(["version", "window", "postprocess", "x"]), ODD), max_size=4),
        st.sampled_from(["diagnostics", "nowhere", "dïagnostics", "%ff", "a%2Fb"]), st.lists(st.sampled_from(
            ["%ff", "%c3%28", "%", "%zz", "&&", "=", ";", "+"]), max_size=3))
-def test_no_query_string_makes_the_estimates_fail_with_a_500(offline_url: str, params: list[tuple[str, str]],
+def test_no_query_string_makes_the_estimates_fail_with_a_500(offline: Offline, params: list[tuple[str, str]],
                                                              name: str, raw: list[str]) -> None:
     query = "&".join([urllib.parse.urlencode(params), *(f"version={r}" for r in raw)])
     path = urllib.parse.quote(f"/collections/{name}/estimates", safe="/%")
-    status, content_type, body = http_get(f"{offline_url}{path}?{query}")
+    status, content_type, body = offline.get(f"{path}?{query}")
     assert status in (200, 400, 404), body
     if content_type != "application/json":  # aiohttp's own answer to a request line over 8190 bytes
         assert status == 400 and body.startswith("Got more than 8190 bytes"), body
@@ -290,6 +313,6 @@ def test_no_query_string_makes_the_estimates_fail_with_a_500(offline_url: str, p
 
 @pytest.mark.parametrize("query", ["version=²", "version=" + "9" * 5000, "window=1h:²", "window=1h:" + "9" * 5000,
                                    "version=%ff"])
-def test_odd_digits_are_a_400_not_a_500(offline_url: str, query: str) -> None:
-    status, _, body = http_get(f"{offline_url}/collections/diagnostics/estimates?{urllib.parse.quote(query, '=%:')}")
+def test_odd_digits_are_a_400_not_a_500(offline: Offline, query: str) -> None:
+    status, _, body = offline.get(f"/collections/diagnostics/estimates?{urllib.parse.quote(query, '=%:')}")
     assert status == 400, body

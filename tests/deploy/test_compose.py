@@ -32,3 +32,17 @@ def test_compose_file_is_well_formed() -> None:
 def test_prometheus_config_parses() -> None:
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     assert config["scrape_configs"]
+
+
+def test_prometheus_reads_the_api_token_that_the_setup_service_writes() -> None:
+    services = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    (api_job,) = [job for job in config["scrape_configs"] if job["job_name"] == "ldp-api"]
+    credentials = Path(api_job["authorization"]["credentials_file"])
+    mounts = {name: {target: source for source, target, *_ in (v.split(":") for v in services[name]["volumes"])}
+              for name in ("prometheus", "prometheus-token")}
+    volume = mounts["prometheus"][str(credentials.parent)]
+    assert mounts["prometheus-token"][str(credentials.parent)] == volume
+    command = " ".join(services["prometheus-token"]["command"]).split()
+    assert command[:3] == ["ldp", "tokens", "create"] and command[command.index("--out") + 1] == str(credentials)
+    assert command[command.index("--scope") + 1] == "metrics"

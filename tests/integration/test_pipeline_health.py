@@ -20,7 +20,7 @@ from aggregator.store import RedisStore
 from collection.spec import load_spec
 from runtime.settings import PROJECT_ROOT, Settings
 from runtime.specs import publish_spec
-from tests.aggregator.test_api import http_get, serving
+from tests.aggregator.test_api import http_get, serving, token_verifier
 
 pytestmark = pytest.mark.integration
 POLICY = HealthPolicy(heartbeat_max_age_s=5, stall_s=4, crash_limit=3, crash_window_s=60)
@@ -49,7 +49,8 @@ def test_healthz_follows_the_workers_and_the_lag(live_services: Settings) -> Non
     collection = Collection(live_services, spec, store, f"ldp-aggregator-{spec.name}")
     ends = TopicEnds(live_services.bootstrap)
     app = create_app(store, PublishedPlans(PlanRegistry(live_services.bootstrap)), ends, {},
-                     lambda: pipeline_health(store, {spec.name: spec.topic}, ends, POLICY, {collection.group}))
+                     lambda: pipeline_health(store, {spec.name: spec.topic}, ends, POLICY, {collection.group}),
+                     tokens=token_verifier(live_services))  # /healthz is open: no token is sent
     send_in_background(collection, DEVICES, seed=3).join()
     worker = None
     with serving(app) as url:

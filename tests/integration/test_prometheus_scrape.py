@@ -2,7 +2,8 @@
 
 A collection is published, 2,000 simulated devices report through Kafka to an aggregator worker into Redis,
 and Prometheus, started on a free loopback port with a temporary config, must then hold the exact report total,
-the estimates and the worker's batch-latency histogram.
+the estimates and the worker's batch-latency histogram. It scrapes the API with a `metrics` token from a
+credentials file, as the compose config does; a job without the token must find the API down (401).
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from aggregator.store import RedisStore
+from aggregator.tokens import Scope
 from collection.spec import load_spec
 from ldpstream.services import ServiceError, Settings
 from ldpstream.services.debian import debian_program
@@ -32,6 +35,7 @@ from runtime.kafka import ReportProducer, delete_topic
 from runtime.process import stop_pid
 from runtime.settings import PROJECT_ROOT
 from runtime.specs import publish_spec
+from tests.tokens import ApiTokens
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +90,10 @@ def test_prometheus_scrapes_report_totals_estimates_and_worker_latency(
     store = RedisStore(live_services.redis)
     api_port, worker_port, prom_port = free_port(), free_port(), free_port()
     processes: list[subprocess.Popen[bytes]] = []
+    tokens = ApiTokens(live_services.redis)
+    credentials = tmp_path / "api_metrics_token"
     try:
+        credentials.write_text(tokens.issue([Scope.METRICS], name="prometheus").token)
         simulate(spec, DEVICES, ReportProducer(live_services.bootstrap), seed=7)
         processes.append(start([sys.executable, "-m", "aggregator", "--group", f"ldp-aggregator-it-prom-{name}",
                                 "--metrics-port", str(worker_port)], tmp_path / "worker.log"))
@@ -97,7 +104,9 @@ def test_prometheus_scrapes_report_totals_estimates_and_worker_latency(
         config.write_text(json.dumps({  # JSON is YAML
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
             "scrape_configs": [
-                {"job_name": "ldp-api", "static_configs": [{"targets": [f"127.0.0.1:{api_port}"]}]},
+                {"job_name": "ldp-api", "static_configs": [{"targets": [f"127.0.0.1:{api_port}"]}],
+                 "authorization": {"type": "Bearer", "credentials_file": str(credentials)}},
+                {"job_name": "ldp-api-anonymous", "static_configs": [{"targets": [f"127.0.0.1:{api_port}"]}]},
                 {"job_name": "ldp-aggregator", "static_configs": [{"targets": [f"127.0.0.1:{worker_port}"]}]},
             ]}))
         processes.append(start([prometheus_program, f"--config.file={config}",
@@ -119,6 +128,7 @@ def test_prometheus_scrapes_report_totals_estimates_and_worker_latency(
                 f'ldp_estimate{{collection="{name}",window="all"}} and ldp_estimate_stderr'), processes)
             latency = wait_for("the worker's batch latency in Prometheus", lambda: query(
                 'sum(ldp_worker_batch_duration_seconds_count{job="ldp-aggregator"}) > 0'), processes)
+            anonymous = wait_for("a scrape without a token", lambda: query('up{job="ldp-api-anonymous"}'), processes)
         except BaseException:
             for log in sorted(tmp_path.glob("*.log")):
                 print(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}")
@@ -127,6 +137,7 @@ def test_prometheus_scrapes_report_totals_estimates_and_worker_latency(
         series = {(r["metric"]["attribute"], r["metric"].get("value", "")) for r in estimates}
         assert series == {(a.name, v) for a in spec.attributes for v in getattr(a, "values", [""])}
         assert float(latency[0]["value"][1]) > 0
+        assert float(anonymous[0]["value"][1]) == 0  # the API refused it (401): the token is what opens /metrics
         api.send_signal(signal.SIGTERM)
         assert api.wait(15) == 0, "ldp serve did not stop cleanly on SIGTERM"
     finally:
@@ -135,11 +146,18 @@ def test_prometheus_scrapes_report_totals_estimates_and_worker_latency(
                 stop_pid(proc.pid)
         store.delete_collection(name)
         delete_topic(live_services.bootstrap, spec.topic)
+        tokens.clear()
 
 
-def test_the_compose_prometheus_config_is_valid(prometheus_program: str) -> None:
+def test_the_compose_prometheus_config_is_valid_and_scrapes_the_api_with_a_token(prometheus_program: str,
+                                                                                  tmp_path: Path) -> None:
+    config = yaml.safe_load((PROJECT_ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    (api_job,) = [job for job in config["scrape_configs"] if job["job_name"] == "ldp-api"]
+    assert api_job["authorization"] == {"type": "Bearer", "credentials_file": "/run/secrets/api_metrics_token"}
+    api_job["authorization"]["credentials_file"] = str(tmp_path / "api_metrics_token")  # promtool checks it exists
+    (tmp_path / "api_metrics_token").write_text("ldp_000000000000_" + "A" * 43)
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     promtool = Path(prometheus_program).with_name("promtool")  # shipped in the same Debian package
-    result = subprocess.run([str(promtool), "check", "config", str(PROJECT_ROOT / "deploy" / "prometheus" /
-                                                                     "prometheus.yml")],
+    result = subprocess.run([str(promtool), "check", "config", str(tmp_path / "prometheus.yml")],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
