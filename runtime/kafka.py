@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -18,6 +18,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 COMPRESSIONS = ("lz4", "zstd", "none")  # preference order: lz4 is the cheapest on CPU
 ADMIN_TIMEOUT_S = 30.0
 QUIET = 4  # librdkafka log level: warnings and worse
+
+Headers = tuple[tuple[str, bytes | None], ...]  # a message's headers: (name, value) pairs
 
 
 class DeliveryError(RuntimeError):
@@ -90,15 +92,16 @@ class ReportProducer:
     def failed(self) -> int:
         return self.counts.failed
 
-    def produce(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None) -> None:
-        """Queue one message (to `partition`, else where the key hashes); when the local queue is full, serve
-        delivery reports until there is room."""
+    def produce(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None,
+                headers: Headers = ()) -> None:
+        """Queue one message (to `partition`, else where the key hashes) with `headers`; when the local queue is
+        full, serve delivery reports until there is room."""
+        extra: dict[str, Any] = {} if partition is None else {"partition": partition}
+        if headers:
+            extra["headers"] = list(headers)  # only when there are some: passing any doubles the call's cost
         while True:
             try:
-                if partition is None:
-                    self._producer.produce(topic, value, key)
-                else:
-                    self._producer.produce(topic, value, key, partition=partition)
+                self._producer.produce(topic, value, key, **extra)
                 break
             except BufferError:
                 self._producer.poll(0.05)
@@ -179,8 +182,26 @@ def end_offsets(bootstrap: str, topic: str, group: str, timeout_s: float = 30.0)
         consumer.close()
 
 
-def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """Every (key, value) of a topic from the beginning up to its end as of the call, in offset order per partition.
+class Record(NamedTuple):
+    """A message read back: its key, value and headers (None when they cannot be decoded: `message_headers`)."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Headers | None
+
+
+def message_headers(msg: Message) -> Headers | None:
+    """A consumed message's headers (empty if none); None if confluent-kafka cannot decode them: it raises
+    SystemError on a header name that is not UTF-8 (which any Kafka client can send) and, asked again, returns a
+    broken list, so this asks once."""
+    try:
+        return tuple(msg.headers() or ())
+    except SystemError:
+        return None
+
+
+def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator[Record]:
+    """Every message of a topic from the beginning up to its end as of the call, in offset order per partition.
 
     Reads without a consumer group (partitions assigned directly, no offsets committed).
     """
@@ -206,6 +227,6 @@ def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator
             if offset >= ends[partition] - 1:
                 pending.discard(partition)
             if offset < ends[partition]:
-                yield msg.key(), msg.value()
+                yield Record(msg.key(), msg.value(), message_headers(msg))
     finally:
         consumer.close()
