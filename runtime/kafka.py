@@ -7,6 +7,7 @@ acks=all, batching producer with delivery counts; `flush` raises `DeliveryError`
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -190,12 +191,19 @@ class Record(NamedTuple):
     headers: Headers | None
 
 
+_HEADERS = operator.methodcaller("headers")
+
+
 def message_headers(msg: Message) -> Headers | None:
-    """A consumed message's headers (empty if none); None if confluent-kafka cannot decode them: it raises
-    SystemError on a header name that is not UTF-8 (which any Kafka client can send) and, asked again, returns a
-    broken list, so this asks once."""
+    """A consumed message's headers (empty if none); None if confluent-kafka cannot decode them.
+
+    A header name that is not UTF-8 (any Kafka client can send one) makes confluent-kafka return a list holding a
+    NULL with an exception set. Called as `msg.headers()`, CPython's specialised call instruction lets that list
+    through (touching it crashes the process) and raises the exception later, elsewhere; called through
+    `methodcaller`, a generic call, the result is checked and SystemError raised here. Asked again, the message
+    returns the broken list: this asks once."""
     try:
-        return tuple(msg.headers() or ())
+        return tuple(_HEADERS(msg) or ())
     except SystemError:
         return None
 
