@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collection.spec import SpecError
+from runtime.kafka import Headers
 from runtime.settings import Settings
 from runtime.signing import (
     DOMAIN,
@@ -40,10 +41,9 @@ KEY, VALUE = b"app@1", b'{"name":"app","version":1}'
 GOOD = sign(ADMIN, KEY, VALUE)
 
 
-def refusal(headers: tuple[tuple[str, bytes | None], ...] | None, key: bytes = KEY, value: bytes = VALUE,
-            trusted: dict = TRUSTED) -> str:  # type: ignore[type-arg]
+def refusal(headers: Headers | None, key: bytes = KEY, value: bytes = VALUE) -> str:
     with pytest.raises(SpecError) as error:
-        verify(trusted, key, value, headers, "specs[app@1]")
+        verify(TRUSTED, key, value, headers, "specs[app@1]")
     return str(error.value)
 
 
@@ -70,7 +70,7 @@ def test_a_signature_holds_for_its_key_value_and_signer_only() -> None:
     (((SIGNATURE_HEADER, GOOD[:-1]),), "malformed ldp-sig header (71 bytes"),
     (((SIGNATURE_HEADER, GOOD + b"\0"),), "malformed ldp-sig header (73 bytes"),
 ])
-def test_headers_without_exactly_one_well_formed_signature_are_refused(headers: tuple | None, reason: str) -> None:  # type: ignore[type-arg]
+def test_headers_without_exactly_one_well_formed_signature_are_refused(headers: Headers | None, reason: str) -> None:
     assert reason in refusal(headers)
     assert refusal(headers).startswith("specs[app@1]: ")
 
@@ -91,7 +91,7 @@ HEADERS = st.one_of(st.none(), st.lists(st.tuples(NAMES, SIGNATURES), max_size=4
 @settings(max_examples=300, deadline=None)
 @given(HEADERS, st.sampled_from([KEY, b"app@2", b"", b"\xff@1"]), st.sampled_from([VALUE, b"", VALUE + b" "]))
 def test_any_headers_verify_exactly_when_they_hold_the_one_valid_signature(
-        headers: tuple | None, key: bytes, value: bytes) -> None:  # type: ignore[type-arg]
+        headers: Headers | None, key: bytes, value: bytes) -> None:
     valid = [v for n, v in headers or () if n == SIGNATURE_HEADER] == [sign(ADMIN, key, value)]  # Ed25519: one
     try:
         verify(TRUSTED, key, value, headers, "specs[x]")
