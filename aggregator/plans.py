@@ -18,7 +18,7 @@ from collection.collector import Strategies, collector_for
 from collection.spec import CollectionSpec, SpecError
 from ldp.base import Estimate, Mechanism, ReportSchema
 from ldp.mixed import MixedCollector, block_size, joined_stats
-from runtime.specs import read_specs
+from runtime.specs import log_refused, read_specs
 from runtime.strategies import strategies_for
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,7 @@ class PlanRegistry:
         self.refresh_s = refresh_s
         self._plans: dict[str, Plan] = {}
         self._last_refresh = -float("inf")
+        self._refused: set[str] = set()  # reasons for refused spec messages, logged once
         self._lock = threading.Lock()
 
     def get(self, name: str, version: int) -> Plan | None:
@@ -89,10 +90,12 @@ class PlanRegistry:
         with self._lock:
             self._last_refresh = time.monotonic()
             try:
-                specs = read_specs(self.bootstrap, known={k: p.spec for k, p in self._plans.items()})
+                invalid: list[str] = []
+                specs = read_specs(self.bootstrap, invalid, known={k: p.spec for k, p in self._plans.items()})
             except (SpecError, RuntimeError, KafkaException) as exc:
                 log.error("cannot read published specs: %s", exc)
                 return
+            log_refused(invalid, self._refused, log)
             for key, spec in specs.items():
                 if key not in self._plans:
                     try:

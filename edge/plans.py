@@ -13,7 +13,7 @@ from collection.collector import collector_for
 from collection.spec import CollectionSpec, SpecError
 from ldp.base import LDPError, ReportSchema
 from runtime.kafka import TopicError
-from runtime.specs import read_specs
+from runtime.specs import log_refused, read_specs
 from runtime.strategies import strategies_for
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ class EdgePlans:
         self.refresh_s = refresh_s
         self._plans: dict[str, EdgePlan] = {}
         self._read_at = -float("inf")
+        self._refused: set[str] = set()  # reasons for refused spec messages, logged once
         self._lock = threading.RLock()
 
     def cached(self, name: str, version: int) -> EdgePlan | None:
@@ -65,10 +66,12 @@ class EdgePlans:
         with self._lock:
             self._read_at = time.monotonic()
             try:
-                specs = read_specs(self.bootstrap, known={k: p.spec for k, p in self._plans.items()})
+                invalid: list[str] = []
+                specs = read_specs(self.bootstrap, invalid, known={k: p.spec for k, p in self._plans.items()})
             except (SpecError, TopicError, KafkaException, RuntimeError) as exc:
                 log.error("cannot read published specs: %s", exc)
                 return
+            log_refused(invalid, self._refused, log)
             for key, spec in specs.items():
                 if key not in self._plans:
                     try:

@@ -8,10 +8,11 @@ acks=all, batching producer with delivery counts; `flush` raises `DeliveryError`
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -24,6 +25,8 @@ ADMIN_TIMEOUT_S = 30.0
 QUIET = 4  # librdkafka log level: warnings and worse
 # a principal without the right to create a topic may still use an existing one
 NOT_ALLOWED = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED)
+
+Headers = tuple[tuple[str, bytes | None], ...]  # a message's headers: (name, value) pairs
 
 
 class DeliveryError(RuntimeError):
@@ -99,15 +102,16 @@ class ReportProducer:
     def failed(self) -> int:
         return self.counts.failed
 
-    def produce(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None) -> None:
-        """Queue one message (to `partition`, else where the key hashes); when the local queue is full, serve
-        delivery reports until there is room."""
+    def produce(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None,
+                headers: Headers = ()) -> None:
+        """Queue one message (to `partition`, else where the key hashes) with `headers`; when the local queue is
+        full, serve delivery reports until there is room."""
+        extra: dict[str, Any] = {} if partition is None else {"partition": partition}
+        if headers:
+            extra["headers"] = list(headers)  # only when there are some: passing any doubles the call's cost
         while True:
             try:
-                if partition is None:
-                    self._producer.produce(topic, value, key)
-                else:
-                    self._producer.produce(topic, value, key, partition=partition)
+                self._producer.produce(topic, value, key, **extra)
                 break
             except BufferError:
                 self._producer.poll(0.05)
@@ -193,8 +197,33 @@ def end_offsets(bootstrap: str, topic: str, group: str, timeout_s: float = 30.0)
         consumer.close()
 
 
-def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """Every (key, value) of a topic from the beginning up to its end as of the call, in offset order per partition.
+class Record(NamedTuple):
+    """A message read back: its key, value and headers (None when they cannot be decoded: `message_headers`)."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Headers | None
+
+
+_HEADERS = operator.methodcaller("headers")
+
+
+def message_headers(msg: Message) -> Headers | None:
+    """A consumed message's headers (empty if none); None if confluent-kafka cannot decode them.
+
+    A header name that is not UTF-8 (any Kafka client can send one) makes confluent-kafka return a list holding a
+    NULL with an exception set. Called as `msg.headers()`, CPython's specialised call instruction lets that list
+    through (touching it crashes the process) and raises the exception later, elsewhere; called through
+    `methodcaller`, a generic call, the result is checked and SystemError raised here. Asked again, the message
+    returns the broken list: this asks once."""
+    try:
+        return tuple(_HEADERS(msg) or ())
+    except SystemError:
+        return None
+
+
+def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator[Record]:
+    """Every message of a topic from the beginning up to its end as of the call, in offset order per partition.
 
     Reads without a consumer group (partitions assigned directly, no offsets committed).
     """
@@ -220,6 +249,6 @@ def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator
             if offset >= ends[partition] - 1:
                 pending.discard(partition)
             if offset < ends[partition]:
-                yield msg.key(), msg.value()
+                yield Record(msg.key(), msg.value(), message_headers(msg))
     finally:
         consumer.close()

@@ -34,6 +34,8 @@ class Settings:
     specs_topic: str = SPECS_TOPIC
     metrics_addr: str = "127.0.0.1"
     edge_key_file: Path | None = None
+    spec_signing_key_file: Path | None = None
+    spec_trusted_keys_file: Path | None = None
     secrets_dir_override: Path | None = None
     security: bool = True
     kafka_config: Path | None = None
@@ -43,7 +45,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read LDP_STATE_DIR, LDP_DEPLOY_DIR, KAFKA_PORT, KAFKA_CONTROLLER_PORT, KAFKA_VERSION, LOG4J2_VERSION,
         KAFKA_HEAP, REDIS_PORT, KAFKA_BOOTSTRAP, REDIS_URL, LDP_SPECS_TOPIC, LDP_METRICS_ADDR, LDP_EDGE_KEY_FILE,
-        LDP_SECRETS_DIR, LDP_SECURITY, LDP_KAFKA_CONFIG
+        LDP_SECRETS_DIR, LDP_SECURITY, LDP_KAFKA_CONFIG, LDP_SPEC_SIGNING_KEY, LDP_SPEC_TRUSTED_KEYS
         (defaults: `.local/` and `deploy/local/` of the project)."""
         e = os.environ if env is None else env
         return cls(
@@ -60,6 +62,10 @@ class Settings:
             specs_topic=e.get("LDP_SPECS_TOPIC") or SPECS_TOPIC,
             metrics_addr=e.get("LDP_METRICS_ADDR") or "127.0.0.1",
             edge_key_file=Path(e["LDP_EDGE_KEY_FILE"]).resolve() if e.get("LDP_EDGE_KEY_FILE") else None,
+            spec_signing_key_file=(Path(e["LDP_SPEC_SIGNING_KEY"]).resolve() if e.get("LDP_SPEC_SIGNING_KEY")
+                                   else None),
+            spec_trusted_keys_file=(Path(e["LDP_SPEC_TRUSTED_KEYS"]).resolve() if e.get("LDP_SPEC_TRUSTED_KEYS")
+                                    else None),
             secrets_dir_override=Path(e["LDP_SECRETS_DIR"]).resolve() if e.get("LDP_SECRETS_DIR") else None,
             security=security_setting(e.get("LDP_SECURITY", "on")),
             kafka_config=Path(e["LDP_KAFKA_CONFIG"]).resolve() if e.get("LDP_KAFKA_CONFIG") else None,
@@ -75,6 +81,18 @@ class Settings:
         """The ingestion edge's master key file (device keys derive from it): LDP_EDGE_KEY_FILE, else in the
         state directory."""
         return self.edge_key_file or self.state_dir / "edge" / "master.key"
+
+    @property
+    def spec_signing_key(self) -> Path:
+        """The admin's spec-signing private key (`runtime.signing`): LDP_SPEC_SIGNING_KEY, else in the secrets
+        directory."""
+        return self.spec_signing_key_file or self.secrets_dir / "spec-signing.key"
+
+    @property
+    def spec_trusted_keys(self) -> Path:
+        """The public keys a reader accepts spec signatures from: LDP_SPEC_TRUSTED_KEYS, else in the secrets
+        directory."""
+        return self.spec_trusted_keys_file or self.secrets_dir / "spec-signing.pub"
 
     @property
     def secrets_dir(self) -> Path:

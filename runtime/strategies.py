@@ -92,7 +92,7 @@ def load_strategy(content_hash: str, bootstrap: str | None = None) -> Factorizat
     bootstrap = bootstrap or Settings.from_env().bootstrap
     ensure_topic(bootstrap, STRATEGIES_TOPIC, 1, compacted=True)
     problems: list[str] = []
-    for key, value in read_to_end(bootstrap, STRATEGIES_TOPIC):
+    for key, value, _ in read_to_end(bootstrap, STRATEGIES_TOPIC):
         if key != content_hash.encode() or not value:
             continue
         try:

@@ -18,18 +18,20 @@ from aggregator.store import RedisStore
 from ldpstream.services import ServiceError, services
 from ldpstream.services.rotation import rotate
 from runtime.settings import Settings
+from runtime.signing import SigningError, ensure_signing_keys
 
 console = Console()
 
 
 def up() -> None:
-    """Start the local Kafka broker and Redis server (idempotent)."""
+    """Make the spec-signing keys if missing, start the local Kafka broker and Redis server (idempotent)."""
     cfg = Settings.from_env()
     try:
+        console.print(f"[bold]spec signing[/]: {ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys)}")
         for svc in services(cfg):
             with console.status(f"starting {svc.name} ..."):
                 console.print(f"[bold]{svc.name}[/]: {svc.start()}")
-    except ServiceError as exc:
+    except (ServiceError, SigningError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from exc
 

@@ -1,4 +1,5 @@
-"""`ldp spec validate|publish FILE`: check a collection spec, publish it once."""
+"""`ldp spec validate|publish FILE`: check a collection spec, publish it once (signed). `ldp spec keys
+init|list|rotate|retire`: the spec-signing keys (`runtime.signing`)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from collection.spec import CollectionSpec, NumericAttribute, SpecError, load_sp
 from ldp.base import LDPError
 from runtime.kafka import DeliveryError, TopicError
 from runtime.settings import Settings
-from runtime.specs import publish_spec
+from runtime.signing import SigningError, ensure_signing_keys, key_id, load_signing_key, load_trusted_keys
+from runtime.specs import publish_spec, retire_old_keys, rotate_signing_key
 from runtime.strategies import strategies_for, with_strategies
 
 console = Console()
 errors = Console(stderr=True)
 spec_app = typer.Typer(no_args_is_help=True, help="Collection specs: validate and publish.")
+keys_app = typer.Typer(no_args_is_help=True, help="The keys that sign published specs, and the keys readers trust.")
+spec_app.add_typer(keys_app, name="keys")
 
 
 def load_checked(path: Path) -> CollectionSpec:
@@ -68,11 +72,61 @@ def publish(file: Annotated[Path, typer.Argument(help="spec file (YAML or JSON)"
     spec = load_checked(file)
     try:
         result = publish_spec(spec, Settings.from_env().bootstrap)
-    except (SpecError, TopicError, DeliveryError) as exc:
+    except (SpecError, SigningError, TopicError, DeliveryError) as exc:
         errors.print(f"[red]not published[/]: {exc}")
         raise typer.Exit(1) from exc
     what = "published" if result.created else "already published with the same content"
     console.print(f"{result.key}: {what}; reports go to {result.topic}")
+
+
+@keys_app.command("init")
+def keys_init() -> None:
+    """Make the spec-signing key pair if it is missing and trust its public key (`ldp up` does it too)."""
+    cfg = Settings.from_env()
+    try:
+        console.print(ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys))
+    except SigningError as exc:
+        errors.print(f"[red]error[/]: {exc}")
+        raise typer.Exit(1) from exc
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """Print the id of every trusted key, marking the one that signs (if this machine has it)."""
+    cfg = Settings.from_env()
+    try:
+        trusted = load_trusted_keys(cfg.spec_trusted_keys)
+        signer = key_id(load_signing_key(cfg.spec_signing_key).public_key()) if cfg.spec_signing_key.exists() else None
+    except SigningError as exc:
+        errors.print(f"[red]error[/]: {exc}")
+        raise typer.Exit(1) from exc
+    for kid in trusted:
+        console.print(f"{kid.hex()}{'  (signing key)' if kid == signer else ''}")
+
+
+@keys_app.command("rotate")
+def keys_rotate(retire_old: bool = typer.Option(False, "--retire-old",
+                                                help="then trust only the new key (once every reader has it)")) -> None:
+    """Sign with a new key from now on: trust it beside the old ones, re-publish every spec signed with it."""
+    try:
+        rotation = rotate_signing_key(Settings.from_env().bootstrap, retire_old)
+    except (SigningError, SpecError, TopicError, DeliveryError) as exc:
+        errors.print(f"[red]rotation not finished[/]: {exc}")
+        raise typer.Exit(1) from exc
+    console.print(f"signing key {rotation.new_key}: re-signed {len(rotation.resigned)} published spec(s)")
+    if rotation.retired:
+        console.print(f"no longer trusted: {', '.join(rotation.retired)}")
+
+
+@keys_app.command("retire")
+def keys_retire() -> None:
+    """Trust only the signing key (after `rotate`, once every spec is re-signed and every reader trusts it)."""
+    try:
+        retired = retire_old_keys(Settings.from_env().bootstrap)
+    except (SigningError, SpecError, TopicError) as exc:
+        errors.print(f"[red]nothing retired[/]: {exc}")
+        raise typer.Exit(1) from exc
+    console.print(f"no longer trusted: {', '.join(retired) or 'none (only the signing key was trusted)'}")
 
 
 def register(app: typer.Typer) -> None:

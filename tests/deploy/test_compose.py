@@ -29,6 +29,19 @@ def test_compose_file_is_well_formed() -> None:
     assert kafka_env["KAFKA_PROCESS_ROLES"] == "broker,controller"
 
 
+def test_every_reader_of_specs_trusts_the_admin_key_and_only_the_publisher_holds_it() -> None:
+    services = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]
+    ours = {name: svc for name, svc in services.items() if "build" in svc}
+    trust = "/etc/ldpstream/trust/spec-signing.pub"
+    for name, svc in ours.items():
+        mounts = {v.split(":")[0]: v for v in svc.get("volumes", [])}
+        assert svc["environment"]["LDP_SPEC_TRUSTED_KEYS"] == trust and "spec-trust" in mounts, name
+        assert ("spec-admin" in mounts) == (name in ("spec-keys", "demo")), name
+        if name != "spec-keys":
+            assert mounts["spec-trust"].endswith(":ro"), name
+            assert svc["depends_on"]["spec-keys"] == {"condition": "service_completed_successfully"}, name
+
+
 def test_prometheus_config_parses() -> None:
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     assert config["scrape_configs"]

@@ -37,6 +37,7 @@ def test_prefix_workload_answers_within_4_standard_errors(live_services: Setting
     pinned = published.spec.attributes[0].strategy  # type: ignore[union-attr]
     assert pinned is not None and read_specs(live_services.bootstrap)[spec.key] == published.spec
     assert publish_spec(spec, live_services.bootstrap).created is False  # same file, same optimised strategy
+    monkeypatch.setenv("LDP_SPEC_TRUSTED_KEYS", str(live_services.spec_trusted_keys))  # the worker's, kept
     monkeypatch.setenv("LDP_STATE_DIR", str(tmp_path))  # an empty cache: the strategy comes from ldp.strategies
     assert load_strategy(pinned, live_services.bootstrap).hash == pinned
     store = RedisStore(live_services.redis)

@@ -50,7 +50,8 @@ def test_publish_then_simulate_with_truth(live_services: Settings, tmp_path: Pat
     assert result.exit_code == 0, result.output
     numbers = json.loads(result.output.strip().splitlines()[-1])
     assert numbers["reports"] == 2500 and numbers["messages"] == 4  # chunks of 2 x 1000: an envelope per partition
-    times = np.concatenate([decode(v).timestamps_ms for _, v in read_to_end(live_services.bootstrap, numbers["topic"])])  # type: ignore[arg-type]
+    records = read_to_end(live_services.bootstrap, numbers["topic"])
+    times = np.concatenate([decode(r.value).timestamps_ms for r in records])  # type: ignore[arg-type]
     assert len(times) == 2500 and (times == 1_700_000_000_000).all()
     written = json.loads(truth.read_text())
     assert written["devices"] == 2500

@@ -55,14 +55,14 @@ def test_device_reports_round_trip_and_the_ledger_refuses_a_second_one(live_serv
     producer.flush(10)
     assert producer.delivered == 2 and producer.failed == 0
     received = list(read_to_end(live_services.bootstrap, spec.topic))
-    assert sorted(value for _, value in received) == sorted(sent)
+    assert sorted(value for _, value, _ in received) == sorted(sent)
     pseudonym = device_pseudonym(spec.name, "phone-17")
-    assert {key for key, _ in received} == {pseudonym_key(pseudonym)}
-    for _, value in received:
+    assert {key for key, _, _ in received} == {pseudonym_key(pseudonym)}
+    for _, value, _ in received:
         decoded = decode(value)  # type: ignore[arg-type]
         assert decoded.collection == spec.name and decoded.devices.tolist() == [pseudonym]
         assert len(decoded.attributes) == 1  # k = 1 at eps = 2 (000 Eq. 12)
-    assert sorted(decode(v).timestamps_ms[0] for _, v in received) == [T0 + 1000, T0 + HOUR_MS]  # type: ignore[arg-type]
+    assert sorted(decode(v).timestamps_ms[0] for _, v, _ in received) == [T0 + 1000, T0 + HOUR_MS]  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("single", [False, True])
@@ -72,7 +72,7 @@ def test_simulated_fleet_arrives_whole(live_services: Settings, single: bool, to
     result = simulate(spec, 3000, producer, seed=4, batch=700, single=single)
     # batched: chunks of 700 x 2 partitions (1400, 1400, 200), each an envelope per partition
     assert result.reports == 3000 and producer.delivered == result.messages == (3000 if single else 6)
-    devices = np.concatenate([decode(v).devices for _, v in read_to_end(live_services.bootstrap, spec.topic)])  # type: ignore[arg-type]
+    devices = np.concatenate([decode(r.value).devices for r in read_to_end(live_services.bootstrap, spec.topic)])  # type: ignore[arg-type]
     assert len(devices) == 3000 and len(np.unique(devices)) == 3000
     assert result.truth["devices"] == 3000
 

@@ -10,6 +10,7 @@ from collection.spec import SpecError, parse_spec
 from collection.topics import DLQ_TOPIC, SPECS_TOPIC
 from runtime.kafka import ReportProducer, ensure_topic, topic_partitions
 from runtime.settings import Settings
+from runtime.signing import SIGNATURE_HEADER, load_signing_key, sign
 from runtime.specs import publish_spec, read_specs
 
 pytestmark = pytest.mark.integration
@@ -59,9 +60,11 @@ def test_ensure_topic_is_idempotent_and_checks_partitions(live_services: Setting
 
 def test_invalid_messages_in_the_specs_topic_are_skipped_with_a_reason(live_services: Settings) -> None:
     good = parse_spec(fresh_spec())
+    admin = load_signing_key(live_services.spec_signing_key)  # signed, so that the content is what is refused
     producer = ReportProducer(live_services.bootstrap, linger_ms=0)
-    producer.produce(SPECS_TOPIC, b"{not: [a spec", f"{good.name}-bad@1".encode())
-    producer.produce(SPECS_TOPIC, good.canonical_json().encode(), f"{good.name}@7".encode())  # wrong key
+    for key, value in ((f"{good.name}-bad@1".encode(), b"{not: [a spec"),
+                       (f"{good.name}@7".encode(), good.canonical_json().encode())):  # wrong key
+        producer.produce(SPECS_TOPIC, value, key, headers=((SIGNATURE_HEADER, sign(admin, key, value)),))
     producer.flush()
     publish_spec(good, live_services.bootstrap)
     invalid: list[str] = []

@@ -95,7 +95,7 @@ def test_a_bad_message_under_the_hash_is_skipped_and_a_damaged_cache_file_read_a
     monkeypatch.setenv("LDP_STATE_DIR", str(tmp_path))
     target = MECHANISMS[1]
     key = target.hash.encode()
-    topic = [(key, VALID[1][:100]), (key, VALID[0]), (b"other", VALID[1]), (key, VALID[1])]
+    topic = [(key, VALID[1][:100], ()), (key, VALID[0], ()), (b"other", VALID[1], ()), (key, VALID[1], ())]
     monkeypatch.setattr("runtime.strategies.ensure_topic", lambda *args, **kwargs: True)
     monkeypatch.setattr("runtime.strategies.read_to_end", lambda bootstrap, name: iter(topic))
     assert load_strategy(target.hash, "unused:0").hash == target.hash

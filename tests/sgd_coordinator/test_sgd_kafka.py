@@ -63,7 +63,7 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
 
 def models_of(bootstrap: str, job_id: str) -> list[tuple[int, np.ndarray, bool]]:
     """(t, params, done) of every version the job published, in order."""
-    return [(m.t, m.params, m.done) for m in (decode_model(v) for k, v in read_to_end(bootstrap, MODELS_TOPIC)
+    return [(m.t, m.params, m.done) for m in (decode_model(v) for k, v, _ in read_to_end(bootstrap, MODELS_TOPIC)
                                               if k == job_id.encode() and v)]
 
 
