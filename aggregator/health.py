@@ -134,6 +134,11 @@ def pipeline_health(store: RedisStore | StatsStore, topics: Mapping[str, str], e
     return assess(workers, crashes, collection_progress(store, topics, end_offsets), now, policy)
 
 
+def silent(beat: Mapping[str, Any], now_ms: int) -> bool:
+    """True for a worker's beat older than FORGET_WORKER_MS: it is forgotten."""
+    return now_ms - int(beat["beat_ms"]) > FORGET_WORKER_MS
+
+
 class WorkerRegistry:
     """Worker heartbeats and abnormal exits in Redis."""
 
@@ -142,7 +147,13 @@ class WorkerRegistry:
         self.workers_key, self.crashes_key = f"{namespace}:workers", f"{namespace}:crashes"
 
     def beat(self, wid: str, info: Mapping[str, Any]) -> None:
+        """Record a worker's beat (`info` has its `beat_ms`), and forget workers silent for FORGET_WORKER_MS: the
+        writers prune, so readers (the API's read-only Redis user) only read."""
         self.redis.hset(self.workers_key, wid, json.dumps({**info, "id": wid}))
+        raw: dict[bytes, bytes] = self.redis.hgetall(self.workers_key)  # type: ignore[assignment]
+        gone = [b["id"] for b in map(json.loads, raw.values()) if silent(b, int(info["beat_ms"]))]
+        if gone:
+            self.redis.hdel(self.workers_key, *gone)
 
     def leave(self, wid: str) -> None:
         self.redis.hdel(self.workers_key, wid)
@@ -155,13 +166,10 @@ class WorkerRegistry:
         self.leave(wid)
 
     def workers(self, now_ms: int) -> list[dict[str, Any]]:
-        """Every worker's last beat (entries silent for FORGET_WORKER_MS are dropped)."""
+        """Every worker's last beat, but those silent for FORGET_WORKER_MS (read only)."""
         raw: dict[bytes, bytes] = self.redis.hgetall(self.workers_key)  # type: ignore[assignment]
         beats = [json.loads(v) for v in raw.values()]
-        gone = [b["id"] for b in beats if now_ms - int(b["beat_ms"]) > FORGET_WORKER_MS]
-        if gone:
-            self.redis.hdel(self.workers_key, *gone)
-        return sorted((b for b in beats if b["id"] not in gone), key=lambda b: b["id"])
+        return sorted((b for b in beats if not silent(b, now_ms)), key=lambda b: b["id"])
 
     def crashes(self, since_ms: int) -> list[dict[str, Any]]:
         members: list[bytes] = self.redis.zrangebyscore(self.crashes_key, since_ms, "+inf")  # type: ignore[assignment]

@@ -65,6 +65,9 @@ def test_the_registry_keeps_beats_and_crashes_in_redis(live_services: Settings) 
         registry.beat("h:2", {"group": "g", "beat_ms": NOW - 10**9, "started_ms": NOW - 10**9})  # long gone
         registry.record_crash("h:3", "g", -9, NOW)
         assert [w["id"] for w in registry.workers(NOW)] == ["h:1"]
+        assert registry.redis.hexists(registry.workers_key, "h:2")  # reading never writes (the API's user may not)
+        registry.beat("h:1", {"group": "g", "beat_ms": NOW, "started_ms": NOW})
+        assert not registry.redis.hexists(registry.workers_key, "h:2")  # a writer forgets the silent ones
         assert registry.crashes(NOW - 1) == [{"id": "h:3", "group": "g", "code": -9, "at_ms": NOW}]
         registry.leave("h:1")
         assert registry.workers(NOW) == []
