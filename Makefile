@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 LDP    := $(VENV)/bin/ldp
 PYTEST_ARGS ?=
 
-.PHONY: demo test install install-test up down status bench clean
+.PHONY: demo test install install-test up down status bench clean compose-secrets
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ test: install-test
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ "$$started" = yes ]; then $(LDP) down; fi; \
 	exit $$rc
+
+# The docker compose deployment's secrets (deploy/secrets/, 0700, git-ignored), made once: see deploy/docker-compose.yml.
+compose-secrets: install
+	$(LDP) credentials generate --dir deploy/secrets
 
 bench: install
 	$(PY) -m pip install -q -e '.[bench]'

@@ -1,5 +1,6 @@
 """Applying the access model (`runtime.access`) to a Kafka cluster as its admin: SCRAM users with the generated
-passwords, and exactly the ACLs of `KAFKA_GRANTS` for the service principals (stale ones of theirs are removed)."""
+passwords, exactly the ACLs of `KAFKA_GRANTS` for the service principals (stale ones of theirs are removed), and
+the topics every service uses but only the admin may create."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from collection.topics import DLQ_TOPIC, STRATEGIES_TOPIC
 from runtime.access import ADMIN, KAFKA_GRANTS, PRINCIPALS, SCRAM_ITERATIONS, Grant, password
-from runtime.kafka import ADMIN_TIMEOUT_S, admin_client
+from runtime.dlq import DLQ_PARTITIONS
+from runtime.kafka import ADMIN_TIMEOUT_S, admin_client, ensure_topic
 from runtime.settings import Settings
 
 RESOURCES = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}
@@ -64,3 +67,13 @@ def apply_acls(cfg: Settings) -> int:
             except KafkaException as exc:
                 raise RuntimeError(f"cannot create the ACL {acl}: {exc.args[0].str()}") from exc
     return len(stale)
+
+
+def apply_access(cfg: Settings) -> None:
+    """Users and ACLs (when security is on), then the shared topics: specs, strategies, the dead-letter topic."""
+    if cfg.security:
+        apply_users(cfg)
+        apply_acls(cfg)
+    ensure_topic(cfg.bootstrap, cfg.specs_topic, 1, compacted=True)
+    ensure_topic(cfg.bootstrap, STRATEGIES_TOPIC, 1, compacted=True)
+    ensure_topic(cfg.bootstrap, DLQ_TOPIC, DLQ_PARTITIONS, exact=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import typer
 from confluent_kafka import KafkaException
@@ -16,7 +17,9 @@ from aggregator.health import Health, HealthPolicy, pipeline_health
 from aggregator.plans import PlanRegistry
 from aggregator.store import RedisStore
 from ldpstream.services import ServiceError, services
+from ldpstream.services.compose import generate
 from ldpstream.services.rotation import rotate
+from runtime.kafka_access import apply_access
 from runtime.settings import Settings
 from runtime.signing import SigningError, ensure_signing_keys
 
@@ -105,6 +108,26 @@ def rotate_credentials(principal: str = typer.Argument(..., help="admin, edge, a
     console.print(f"{principal}: new passwords set on Kafka and Redis and written under {cfg.secrets_dir}")
 
 
+def generate_credentials(directory: Path = typer.Option(Path("deploy/secrets"), "--dir",
+                                                        help="where compose finds them")) -> None:
+    """Make the docker compose deployment's secrets once (kept if they exist): every principal's passwords, the
+    Redis ACL file, the broker's configuration, the spec-signing keys, the edge's master key, Grafana's password."""
+    files = generate(directory)
+    console.print(f"{len(files)} secret files under {directory.resolve()} (0700; never commit it)")
+
+
+def apply_credentials() -> None:
+    """As the admin: create the principals' Kafka users, make the ACLs the model's and create the shared topics on
+    the cluster at KAFKA_BOOTSTRAP (the compose `setup` service runs it)."""
+    cfg = Settings.from_env()
+    try:
+        apply_access(cfg)
+    except (OSError, KafkaException, RuntimeError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from exc
+    console.print(f"users, ACLs and shared topics applied at {cfg.bootstrap}")
+
+
 def register(app: typer.Typer) -> None:
     """Add the service commands to the `ldp` app."""
     app.command()(up)
@@ -112,4 +135,6 @@ def register(app: typer.Typer) -> None:
     app.command()(status)
     credentials = typer.Typer(help="The generated credentials of the local services.", no_args_is_help=True)
     credentials.command("rotate")(rotate_credentials)
+    credentials.command("generate")(generate_credentials)
+    credentials.command("apply")(apply_credentials)
     app.add_typer(credentials, name="credentials")

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import uuid
 
-from collection.topics import DLQ_TOPIC, STRATEGIES_TOPIC
 from ldpstream.services.base import LocalService
 from runtime.access import (
     ADMIN,
@@ -25,9 +24,8 @@ from runtime.access import (
     kafka_security,
     password,
 )
-from runtime.dlq import DLQ_PARTITIONS
-from runtime.kafka import ensure_topic, metadata_answers
-from runtime.kafka_access import apply_acls, apply_users
+from runtime.kafka import metadata_answers
+from runtime.kafka_access import apply_access
 from runtime.process import ServiceError, port_in_use, spawn, wait_until
 from runtime.secrets import replace_secret
 from runtime.settings import Settings
@@ -101,17 +99,8 @@ class KafkaService(LocalService):
                      self.log, self.pidfile)
         wait_until(lambda: READY_LINE in self.log.read_text(errors="replace") and metadata_answers(self.address),
                    lambda: proc.poll() is None, self.cfg.start_timeout_s, "Kafka broker", self.log)
-        if self.cfg.security:
-            apply_users(self.cfg)
-            apply_acls(self.cfg)
-        self.create_shared_topics()
+        apply_access(self.cfg)
         return f"started (pid {proc.pid}) at {self.address}"
-
-    def create_shared_topics(self) -> None:
-        """The topics every service reads or writes and only the admin may create: specs, strategies, the DLQ."""
-        ensure_topic(self.address, self.cfg.specs_topic, 1, compacted=True)
-        ensure_topic(self.address, STRATEGIES_TOPIC, 1, compacted=True)
-        ensure_topic(self.address, DLQ_TOPIC, DLQ_PARTITIONS, exact=False)
 
     def fetch_jars(self) -> None:
         """Copy the broker's runtime jars from Maven Central into the per-version cache (once)."""
@@ -140,36 +129,9 @@ class KafkaService(LocalService):
     def _write_properties(self) -> None:
         """server.properties from the template (0600: with security on it holds the broker's own passwords)."""
         self.home.mkdir(parents=True, exist_ok=True)
-        template = (self.cfg.deploy_dir / "kafka" / "server.properties.in").read_text()
-        text = (template.replace("@DATA_DIR@", str(self.data)).replace("@PORT@", str(self.cfg.kafka_port))
-                .replace("@CONTROLLER_PORT@", str(self.cfg.kafka_controller_port))
-                .replace("@SECURITY@", self.security_properties()))
+        text = server_properties(self.cfg, data_dir=str(self.data), port=self.cfg.kafka_port,
+                                 controller_port=self.cfg.kafka_controller_port)
         replace_secret(self.properties, text.encode())
-
-    def security_properties(self) -> str:
-        """SASL on both listeners (SCRAM for clients and the broker, PLAIN for the controller listener: a KRaft
-        controller cannot read SCRAM credentials before it has the metadata log) and the StandardAuthorizer with
-        no access where no ACL allows it; plaintext listeners with LDP_SECURITY=off."""
-        if not self.cfg.security:
-            return "listener.security.protocol.map=BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT"
-        broker, controller = password(self.cfg, "kafka", BROKER), password(self.cfg, "kafka", CONTROLLER)
-        scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
-        plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
-        return "\n".join([
-            "listener.security.protocol.map=BROKER:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
-            f"sasl.enabled.mechanisms={SCRAM_MECHANISM}",
-            f"listener.name.broker.sasl.enabled.mechanisms={SCRAM_MECHANISM}",
-            "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
-            f"sasl.mechanism.inter.broker.protocol={SCRAM_MECHANISM}",
-            "sasl.mechanism.controller.protocol=PLAIN",
-            f'listener.name.broker.{SCRAM_MECHANISM.lower()}.sasl.jaas.config={scram} required '
-            f'username="{BROKER}" password="{broker}";',
-            f'listener.name.controller.plain.sasl.jaas.config={plain} required username="{CONTROLLER}" '
-            f'password="{controller}" user_{CONTROLLER}="{controller}";',
-            f"authorizer.class.name={AUTHORIZER}",
-            "allow.everyone.if.no.acl.found=false",
-            f"super.users=User:{ADMIN};User:{BROKER};User:{CONTROLLER}",
-        ])
 
     def _format(self, java: str) -> None:
         """Format the storage directory once; a formatted directory is reused (topics and offsets survive)."""
@@ -200,3 +162,42 @@ class KafkaService(LocalService):
         if path is None:
             raise ServiceError(f"`{tool}` is not on PATH: Kafka needs {hint}")
         return path
+
+
+def server_properties(cfg: Settings, *, data_dir: str, port: int, controller_port: int, listen_host: str = "127.0.0.1",
+                      advertised_host: str = "127.0.0.1") -> str:
+    """The broker's server.properties: the template of `cfg.deploy_dir` with these addresses and `cfg`'s security
+    (SASL and ACLs with the broker's own passwords from `cfg.secrets_dir`, or plaintext with LDP_SECURITY=off)."""
+    template = (cfg.deploy_dir / "kafka" / "server.properties.in").read_text()
+    return (template.replace("@DATA_DIR@", data_dir).replace("@PORT@", str(port))
+            .replace("@CONTROLLER_PORT@", str(controller_port)).replace("@LISTEN_HOST@", listen_host)
+            .replace("@ADVERTISED_HOST@", advertised_host).replace("@SECURITY@", security_properties(cfg)))
+
+
+def security_properties(cfg: Settings) -> str:
+    """SASL on both listeners (SCRAM for clients and the broker, PLAIN for the controller listener: a KRaft
+    controller cannot read SCRAM credentials before it has the metadata log) and the StandardAuthorizer with no
+    access where no ACL allows it; plaintext listeners with LDP_SECURITY=off."""
+    if not cfg.security:
+        return "listener.security.protocol.map=BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    broker, controller = password(cfg, "kafka", BROKER), password(cfg, "kafka", CONTROLLER)
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    return "\n".join([
+        "listener.security.protocol.map=BROKER:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        f"sasl.enabled.mechanisms={SCRAM_MECHANISM}",
+        f"listener.name.broker.sasl.enabled.mechanisms={SCRAM_MECHANISM}",
+        "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+        f"sasl.mechanism.inter.broker.protocol={SCRAM_MECHANISM}",
+        "sasl.mechanism.controller.protocol=PLAIN",
+        f"listener.name.broker.{SCRAM_MECHANISM.lower()}.sasl.jaas.config={scram_jaas(BROKER, broker)}",
+        f'listener.name.controller.plain.sasl.jaas.config={plain} required username="{CONTROLLER}" '
+        f'password="{controller}" user_{CONTROLLER}="{controller}";',
+        f"authorizer.class.name={AUTHORIZER}",
+        "allow.everyone.if.no.acl.found=false",
+        f"super.users=User:{ADMIN};User:{BROKER};User:{CONTROLLER}",
+    ])
+
+
+def scram_jaas(user: str, secret: str) -> str:
+    """A Java client's (or the broker's) SCRAM login line."""
+    return f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{secret}";'

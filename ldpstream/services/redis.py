@@ -68,7 +68,7 @@ class RedisService(LocalService):
         text = template.replace("@PORT@", str(self.cfg.redis_port)).replace("@DATA_DIR@", str(self.data))
         if self.cfg.security:
             generate_passwords(self.cfg)
-            self.users.write_text(self.acl_file())
+            self.users.write_text(acl_file(self.cfg))
             self.users.chmod(0o600)
             text += f"aclfile {self.users}\n"
         self.conf.write_text(text)
@@ -76,16 +76,17 @@ class RedisService(LocalService):
         wait_until(lambda: redis_answers(self.address), lambda: proc.poll() is None, 30.0, "Redis", self.log)
         return f"started (pid {proc.pid}) at {self.address}"
 
-    def acl_file(self) -> str:
-        """Redis ACL users: each principal's rules with its password's SHA-256 (never the password), and the
-        default user off (a client that does not authenticate can do nothing)."""
-        lines = ["user default off resetkeys resetchannels -@all"]
-        for principal, rules in REDIS_RULES.items():
-            digest = hashlib.sha256(password(self.cfg, "redis", principal).encode()).hexdigest()
-            lines.append(f"user {principal} on #{digest} resetchannels {rules}")
-        return "\n".join(lines) + "\n"
-
     @staticmethod
     def _redis_server() -> str:
         """redis-server from PATH, or Debian's package installed when we are root."""
         return debian_program("redis-server", "redis-server", "or point REDIS_URL at an existing server")
+
+
+def acl_file(cfg: Settings) -> str:
+    """Redis ACL users: each principal's rules with its password's SHA-256 (never the password), and the default
+    user off (a client that does not authenticate can do nothing)."""
+    lines = ["user default off resetkeys resetchannels -@all"]
+    for principal, rules in REDIS_RULES.items():
+        digest = hashlib.sha256(password(cfg, "redis", principal).encode()).hexdigest()
+        lines.append(f"user {principal} on #{digest} resetchannels {rules}")
+    return "\n".join(lines) + "\n"

@@ -7,7 +7,7 @@ import secrets
 
 from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
-from ldpstream.services.redis import RedisService
+from ldpstream.services.redis import RedisService, acl_file
 from runtime.access import ADMIN, PRINCIPALS, SCRAM_ITERATIONS, password_file
 from runtime.kafka import ADMIN_TIMEOUT_S, admin_client
 from runtime.redis import redis_client
@@ -33,4 +33,4 @@ def rotate(cfg: Settings, principal: str) -> None:
     replace_secret(password_file(cfg, "kafka", principal), kafka_password.encode())
     replace_secret(password_file(cfg, "redis", principal), redis_password.encode())
     service = RedisService(cfg)
-    replace_secret(service.users, service.acl_file().encode())  # what a restarted Redis loads
+    replace_secret(service.users, acl_file(cfg).encode())  # what a restarted Redis loads

@@ -1,22 +1,41 @@
-"""deploy/docker-compose.yml is well-formed (no Docker engine here, so the file is parsed and cross-checked)."""
+"""deploy/docker-compose.yml is well-formed and secure (no Docker engine here, so the file is parsed and
+cross-checked against what `ldp credentials generate` makes and what each principal may hold)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
+from ldpstream.services.compose import generate
+
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+OURS = ("setup", "demo", "aggregator", "api", "edge")
 
 
-def test_compose_file_is_well_formed() -> None:
-    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+
+
+def mounted(svc: dict[str, Any]) -> dict[str, str]:
+    """A service's secrets: source -> path in the container."""
+    out = {}
+    for entry in svc.get("secrets", []):
+        source, target = (entry, entry) if isinstance(entry, str) else (entry["source"], entry.get("target", ""))
+        out[source] = target if target.startswith("/") else f"/run/secrets/{target or source}"
+    return out
+
+
+def test_compose_file_is_well_formed(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert {"kafka", "redis", "prometheus", "grafana"} <= set(services)
+    assert {"kafka", "redis", "prometheus", "grafana", *OURS} <= set(services)
     for name, svc in services.items():
         assert ("image" in svc) != ("build" in svc), f"{name}: exactly one of image/build"
-        depends = svc.get("depends_on", [])
-        assert set(depends) <= set(services), f"{name} depends on an unknown service"
+        assert set(svc.get("depends_on", [])) <= set(services), f"{name} depends on an unknown service"
+        assert set(mounted(svc)) <= set(compose["secrets"]), f"{name}: undeclared secret"
         for volume in svc.get("volumes", []):
             source = volume.split(":")[0]
             if source.startswith("."):
@@ -25,21 +44,47 @@ def test_compose_file_is_well_formed() -> None:
                 assert source in compose.get("volumes", {}), f"{name}: undeclared volume {source}"
         if "build" in svc:
             assert (DEPLOY / svc["build"]["context"] / svc["build"]["dockerfile"]).exists()
-    kafka_env = services["kafka"]["environment"]
-    assert kafka_env["KAFKA_PROCESS_ROLES"] == "broker,controller"
 
 
-def test_every_reader_of_specs_trusts_the_admin_key_and_only_the_publisher_holds_it() -> None:
-    services = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]
-    ours = {name: svc for name, svc in services.items() if "build" in svc}
-    trust = "/etc/ldpstream/trust/spec-signing.pub"
-    for name, svc in ours.items():
-        mounts = {v.split(":")[0]: v for v in svc.get("volumes", [])}
-        assert svc["environment"]["LDP_SPEC_TRUSTED_KEYS"] == trust and "spec-trust" in mounts, name
-        assert ("spec-admin" in mounts) == (name in ("spec-keys", "demo")), name
-        if name != "spec-keys":
-            assert mounts["spec-trust"].endswith(":ro"), name
-            assert svc["depends_on"]["spec-keys"] == {"condition": "service_completed_successfully"}, name
+def test_every_secret_is_a_file_that_ldp_credentials_generate_makes(compose: dict[str, Any], tmp_path: Path) -> None:
+    made = {p.relative_to(tmp_path / "secrets").as_posix() for p in generate(tmp_path / "secrets")}
+    declared = {spec["file"].removeprefix("./secrets/") for spec in compose["secrets"].values()}
+    assert declared <= made, declared - made
+    assert (tmp_path / "secrets").stat().st_mode & 0o777 == 0o700
+    properties = (tmp_path / "secrets" / "kafka" / "server.properties").read_text()
+    assert "advertised.listeners=BROKER://kafka:9092" in properties and "StandardAuthorizer" in properties
+    assert "allow.everyone.if.no.acl.found=false" in properties
+
+
+def test_nothing_is_published_but_the_edge_and_a_loopback_grafana(compose: dict[str, Any]) -> None:
+    published = {name: svc["ports"] for name, svc in compose["services"].items() if svc.get("ports")}
+    assert set(published) == {"edge", "grafana"}
+    assert all(port.startswith("127.0.0.1:") for port in published["grafana"])
+    assert compose["services"]["grafana"]["environment"]["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+
+
+def test_each_service_holds_only_its_principals_credentials(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    expected = {"aggregator": {"aggregator"}, "api": {"api"}, "edge": {"edge"},
+                "demo": {"admin", "aggregator", "gateway"}, "setup": {"admin", "edge", "aggregator", "api",
+                                                                     "coordinator", "gateway"}}
+    for name, principals in expected.items():
+        paths = mounted(services[name]).values()
+        held = {Path(p).stem for p in paths if p.startswith("/run/ldp-secrets/kafka/")}
+        assert held == principals, (name, held)
+        assert services[name]["environment"]["LDP_SECRETS_DIR"] == "/run/ldp-secrets"
+    for name in OURS:
+        holds_key = "/run/ldp-secrets/spec-signing.key" in mounted(services[name]).values()
+        assert holds_key == (name == "demo"), name  # only the publisher signs
+        if name in ("demo", "aggregator", "api", "edge"):
+            assert "/run/ldp-secrets/spec-signing.pub" in mounted(services[name]).values(), name
+    assert services["aggregator"]["environment"]["LDP_PRINCIPAL"] == "aggregator"
+
+
+def test_the_brokers_own_secrets_stay_with_the_broker(compose: dict[str, Any]) -> None:
+    for name, svc in compose["services"].items():
+        for secret in ("kafka_server_properties", "kafka_broker_password", "redis_users"):
+            assert (secret in mounted(svc)) == (name in ("kafka", "redis") and secret.startswith(name)), (name, secret)
 
 
 def test_prometheus_config_parses() -> None:
@@ -47,15 +92,15 @@ def test_prometheus_config_parses() -> None:
     assert config["scrape_configs"]
 
 
-def test_prometheus_reads_the_api_token_that_the_setup_service_writes() -> None:
-    services = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]
+def test_prometheus_reads_the_api_token_that_the_setup_service_writes(compose: dict[str, Any]) -> None:
+    services = compose["services"]
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     (api_job,) = [job for job in config["scrape_configs"] if job["job_name"] == "ldp-api"]
     credentials = Path(api_job["authorization"]["credentials_file"])
-    mounts = {name: {target: source for source, target, *_ in (v.split(":") for v in services[name]["volumes"])}
-              for name in ("prometheus", "prometheus-token")}
-    volume = mounts["prometheus"][str(credentials.parent)]
-    assert mounts["prometheus-token"][str(credentials.parent)] == volume
-    command = " ".join(services["prometheus-token"]["command"]).split()
-    assert command[:3] == ["ldp", "tokens", "create"] and command[command.index("--out") + 1] == str(credentials)
+    volume = {target: source for source, target, *_ in (v.split(":") for v in services["prometheus"]["volumes"])}[
+        str(credentials.parent)]
+    setup_mounts = {source: target for source, target, *_ in (v.split(":") for v in services["setup"]["volumes"])}
+    command = " ".join(services["setup"]["command"]).split()
+    written = Path(command[command.index("--out") + 1].rstrip(")"))
+    assert setup_mounts[volume] == str(written.parent) and written.name == credentials.name
     assert command[command.index("--scope") + 1] == "metrics"

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import redis
 
-from ldpstream.services import KafkaService, RedisService
+from ldpstream.services import KafkaService
+from ldpstream.services.redis import acl_file
 from runtime.access import ADMIN, password
 from runtime.process import read_pid
 from runtime.redis import redis_answers, redis_client
@@ -57,7 +58,7 @@ class RedisServer:
         cfg = Settings.from_env()
         if cfg.security:
             users = self.dir / "users.acl"
-            users.write_text(RedisService(cfg).acl_file())
+            users.write_text(acl_file(cfg))
             self.extra += ["--aclfile", str(users)]
             if "--replicaof" in extra:  # a replica logs in to its primary
                 self.extra += ["--masteruser", ADMIN, "--masterauth", password(cfg, "redis", ADMIN)]
