@@ -25,9 +25,11 @@ def test_up_makes_the_signing_key_pair_once(live_services: Settings, tmp_path: P
     monkeypatch.setenv("LDP_STATE_DIR", str(tmp_path))  # the running services, as external ones: nothing started
     monkeypatch.setenv("KAFKA_BOOTSTRAP", live_services.bootstrap)
     monkeypatch.setenv("REDIS_URL", live_services.redis)
+    private, public = tmp_path / "secrets" / "spec-signing.key", tmp_path / "secrets" / "spec-signing.pub"
+    monkeypatch.setenv("LDP_SPEC_SIGNING_KEY", str(private))  # (their credentials stay in LDP_SECRETS_DIR)
+    monkeypatch.setenv("LDP_SPEC_TRUSTED_KEYS", str(public))
     result = runner.invoke(app, ["up"])
     assert result.exit_code == 0, result.output
-    private, public = tmp_path / "secrets" / "spec-signing.key", tmp_path / "secrets" / "spec-signing.pub"
     assert stat.S_IMODE(private.stat().st_mode) == stat.S_IMODE(public.stat().st_mode) == 0o600
     signer = key_id(load_signing_key(private).public_key())
     assert list(load_trusted_keys(public)) == [signer] and "made now" in result.output
