@@ -350,8 +350,9 @@ class Observer:
         return desc.state.name == "STABLE" and len(desc.members) == members
 
 
-def freshness(sending: Sending, trace: Trace) -> dict[str, float | int]:
-    """p50/p99 (and max) seconds from each message's send to the first sample showing it applied, over reports."""
+def freshness(sending: Sending, trace: Trace, dump: Path | None = None) -> dict[str, Any]:
+    """p50/p99 (and max) seconds from each message's send to the first sample showing it applied, over reports
+    (each message's send time, visibility time and reports saved to `dump`, an .npz, when given)."""
     if not trace.offsets:
         raise BenchError("no offsets were sampled")
     times, applied = np.asarray(trace.times), np.vstack(trace.offsets)
@@ -363,11 +364,16 @@ def freshness(sending: Sending, trace: Trace) -> dict[str, float | int]:
         seen = j < len(times)
         seen_at[mine[seen]] = times[j[seen]]
     latency = seen_at - sending.sent_at
+    if dump is not None:
+        np.savez(dump, sent=sending.sent_at, seen=seen_at, reports=sending.fleet.reports, partition=sending.partition)
     visible = np.isfinite(latency)
-    out: dict[str, float | int] = {"messages": len(latency), "not_visible": int((~visible).sum())}
+    out: dict[str, Any] = {"messages": len(latency), "not_visible": int((~visible).sum())}
     if visible.any():
         p50, p99 = weighted_quantiles(latency[visible], sending.fleet.reports[visible], [0.5, 0.99])
         out.update(p50_s=round(p50, 4), p99_s=round(p99, 4), max_s=round(float(latency[visible].max()), 4))
+        # where the tail is: the seconds into the phase at which messages slower than p99 were sent (to 0.1 s)
+        slow = visible & (latency > p99)
+        out["slow_sent_at_s"] = sorted({round(float(t), 1) for t in sending.sent_at[slow] - np.nanmin(sending.sent_at)})
     return out
 
 
@@ -578,7 +584,8 @@ def worker_phases(run: Run, spec: CollectionSpec, specs: str, counter: StoreCoun
             phase, trace = consume_phase(run, counter, base, fleet_, processes, group, workers, sending)
             sending.finish(args.phase_timeout)
             base += fleet_.total
-            phase.update(offered_reports_per_s=round(rate), load_fraction=fraction, **freshness(sending, trace))
+            dump = run.args.logs / f"{group}-freshness-{fraction}.npz" if run.args.logs else None
+            phase.update(offered_reports_per_s=round(rate), load_fraction=fraction, **freshness(sending, trace, dump))
             out["freshness"].append(phase)
     finally:
         run.stop(processes)
