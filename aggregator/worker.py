@@ -43,7 +43,7 @@ from typing import Any
 
 import faust
 import redis
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
@@ -55,12 +55,13 @@ from aggregator.quarantine import QUARANTINE_AFTER, CrashMarks, Marks, MemoryCra
 from aggregator.store import NOT_APPLIED, RedisStore, StatsStore
 from collection.topics import collection_of, is_report_topic, source, source_partition, source_topic
 from runtime import metrics
-from runtime.access import aiokafka_auth, kafka_security
+from runtime.access import READER_GROUP, aiokafka_auth, kafka_security
 from runtime.clock import now_ms
 from runtime.dlq import DeadLetter, DeadLetterProducer, DeliveryTimeout, Message
-from runtime.kafka import existing_topics
+from runtime.kafka import consumer_client, existing_topics
 from runtime.offsets import resume_offset
 from runtime.settings import Settings
+from runtime.specs import specs_topic
 
 log = logging.getLogger(__name__)
 
@@ -389,6 +390,27 @@ def report_topics(plans: PlanRegistry, bootstrap: str) -> list[str]:
     return sorted({p.spec.topic for p in plans.plans()} & existing_topics(bootstrap))
 
 
+class PublishedTopics:
+    """`report_topics`, read again only when the specs topic has grown or a published collection's topic was still
+    missing: a watermark request on one long-lived client instead of new clients, a read of the specs topic and a
+    listing of the cluster's topics every SPEC_POLL_S (that work, in a thread, held the GIL for up to 0.1 s)."""
+
+    def __init__(self, plans: PlanRegistry, bootstrap: str) -> None:
+        self.plans, self.bootstrap = plans, bootstrap
+        self.consumer = consumer_client(bootstrap, READER_GROUP)
+        self.end: int | None = None
+        self.topics: list[str] = []
+        self.complete = False
+
+    def __call__(self) -> list[str]:
+        end = self.consumer.get_watermark_offsets(TopicPartition(specs_topic(), 0), timeout=10.0)[1]
+        if end != self.end or not self.complete:
+            published = {p.spec.topic for p in self.plans.plans()}
+            existing = existing_topics(self.bootstrap)
+            self.topics, self.complete, self.end = sorted(published & existing), published <= existing, end
+        return self.topics
+
+
 def wait_for_report_topics(plans: PlanRegistry, bootstrap: str, poll_s: float = 2.0) -> list[str]:
     """Block until at least one collection is published; its report topics."""
     while not (topics := report_topics(plans, bootstrap)):
@@ -434,11 +456,13 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     topics = wait_for_report_topics(plans, cfg.bootstrap)
     reports = app.topic(*topics, value_type=bytes, value_serializer="raw", key_serializer="raw")
 
+    published_topics = PublishedTopics(plans, cfg.bootstrap)
+
     @app.timer(SPEC_POLL_S)
     async def follow_published_collections() -> None:
         try:
             # in a thread: reading the specs topic and the cluster's topics must not stall the loop's batches
-            new = sorted(set(await asyncio.to_thread(report_topics, plans, cfg.bootstrap)) - set(topics))
+            new = sorted(set(await asyncio.to_thread(published_topics)) - set(topics))
         except KafkaException as exc:  # Kafka unreachable: look again at the next tick
             log.warning("cannot list published collections: %s", exc)
             return
