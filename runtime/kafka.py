@@ -166,12 +166,19 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = F
 
 
 def delete_topic(bootstrap: str, name: str) -> None:
-    """Delete a topic (benchmarks and tests clean up with it); TopicError if the broker refuses."""
+    """Delete a topic and wait until the cluster's metadata no longer lists it (benchmarks and tests clean up with
+    it: a worker that starts meanwhile must not subscribe to a topic about to vanish, which crashes faust's
+    fetcher); TopicError if the broker refuses or the topic is still listed after ADMIN_TIMEOUT_S."""
     client = admin_client(bootstrap)
     try:
         client.delete_topics([name], operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)[name].result()
     except KafkaException as exc:
         raise TopicError(f"cannot delete topic {name!r}: {exc.args[0].str()}") from exc
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    while name in set(client.list_topics(timeout=ADMIN_TIMEOUT_S).topics):
+        if time.monotonic() > deadline:
+            raise TopicError(f"topic {name!r} is still listed {ADMIN_TIMEOUT_S:g} s after its deletion")
+        time.sleep(0.1)
 
 
 def topic_partitions(bootstrap: str, name: str) -> int:
