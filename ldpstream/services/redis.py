@@ -84,8 +84,12 @@ class RedisService(LocalService):
 
 def acl_file(cfg: Settings) -> str:
     """Redis ACL users: each principal's rules with its password's SHA-256 (never the password), and the default
-    user off (a client that does not authenticate can do nothing)."""
-    lines = ["user default off resetkeys resetchannels -@all"]
+    user off: a client that does not authenticate can do nothing (NOAUTH).
+
+    The default user keeps every permission although no one can log in as it: Redis (7.0) replays the append-only
+    file as the default user, and re-checks its permissions at each EXEC, so with `-@all` every scripted write
+    (scripts are logged as MULTI/EXEC of their effects) was dropped, with a log line, at each restart (tested)."""
+    lines = ["user default off resetchannels ~* &* +@all"]
     for principal, rules in REDIS_RULES.items():
         digest = hashlib.sha256(password(cfg, "redis", principal).encode()).hexdigest()
         lines.append(f"user {principal} on #{digest} resetchannels {rules}")

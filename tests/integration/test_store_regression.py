@@ -28,7 +28,9 @@ from pipeline_support import (
 from aggregator.processes import stop_worker
 from aggregator.store import NOT_APPLIED, RedisStore
 from collection.wire import decode
+from runtime.access import ADMIN
 from runtime.kafka import admin_client
+from runtime.redis import redis_client
 from runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -169,3 +171,26 @@ def test_reports_kafka_deleted_before_they_were_applied_are_reported_and_not_wai
     reported = sorted(re.findall(r"\[ERROR\] (\S+: offsets \d+ to \d+) were deleted by Kafka's retention",
                                  log.read_text()))
     assert reported == [f"{topic}:0: offsets 0 to {cut[0] - 1}", f"{topic}:3: offsets 0 to 0"]
+
+
+def test_a_restarted_redis_reloads_every_scripted_write(live_services: Settings, tmp_path: Path) -> None:
+    """With the project's ACL users, a clean restart replays the append-only file whole: scripts (logged as
+    MULTI/EXEC of their effects) and transactions too. (Redis replays as the default user; with `-@all` on it, every
+    EXEC was refused at load and the writes vanished, the only trace a log line.)"""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        aggregator = redis_client(server.url, 5.0, principal="aggregator")
+        aggregator.eval("redis.call('HINCRBY', KEYS[1], 'accepted', 7); redis.call('APPEND', KEYS[2], 'ab')", 2,
+                        "ldp:{acl}:outcomes", "ldp:{acl}:seen")
+        with aggregator.pipeline(transaction=True) as pipe:
+            pipe.hset("ldp:{acl}:offsets", "t:0", 41).hset("ldp:{acl}:offsets", "t:1", 42).execute()
+        server.stop()  # a clean shutdown: the file is complete
+        server.start()
+        admin = redis_client(server.url, 5.0, principal=ADMIN)
+        assert admin.hgetall("ldp:{acl}:outcomes") == {b"accepted": b"7"}
+        assert admin.get("ldp:{acl}:seen") == b"ab"
+        assert admin.hgetall("ldp:{acl}:offsets") == {b"t:0": b"41", b"t:1": b"42"}
+        assert "CRITICAL" not in (server.dir / "redis.log").read_text()
+    finally:
+        server.stop()
