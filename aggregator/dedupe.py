@@ -2,9 +2,8 @@
 
 A device's reports all go to one partition (`collection.pseudonym.device_partitions`), so "has this device reported
 in this window?" is answered from its partition's list alone. `SeenDevices` keeps those lists in memory as
-`SortedRuns` (sorted uint64 arrays of geometrically growing sizes, so adding a micro-batch's devices costs
-O(log n) copies per device, not a copy of the whole list), loaded from the store on first use together with the
-applied offset they match (`synced`). A
+`DeviceSet`s (vectorised hash tables: a micro-batch's lookups and additions cost O(1) per device), loaded from the
+store on first use together with the applied offset they match (`synced`). A
 micro-batch is checked against them and written with that offset as its `expected` one; the store refuses the
 write (`stale`) if another worker applied batches from the partition since, and the caller then `invalidate`s it
 and tries again on a fresh load. After a write is applied, `commit` adds its devices and moves `synced` on.
@@ -27,72 +26,91 @@ from collection.topics import collection_of, source, source_partition
 CONFLICT = -2  # never an applied offset: a write expecting it is refused as stale
 
 
-def sorted_contains(known: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per value, whether it is in the sorted array `known` (vectorised binary search).
+EMPTY = np.uint64(0)  # a free slot; the device id 0 is kept apart (`DeviceSet.has_zero`)
+FIBONACCI = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio: multiplicative hashing, the high bits as the slot
+
+
+class DeviceSet:
+    """A set of uint64 device ids: an open-addressing hash table (linear probing, at most half full) whose every
+    operation is vectorised over a micro-batch's ids, so a lookup costs about two probes per id whatever the set's
+    size. (Sorted runs, before, cost a binary search per id in each of log n runs: at millions of devices per
+    partition the dedupe was most of a worker's time, benchmarks/bench_pipeline.py.)
 
     Examples
     --------
-    >>> sorted_contains(np.array([2, 5, 9], dtype=np.uint64), np.array([5, 6, 9, 1], dtype=np.uint64)).tolist()
-    [True, False, True, False]
-    """
-    if not len(known):
-        return np.zeros(len(values), dtype=bool)
-    at = np.minimum(np.searchsorted(known, values), len(known) - 1)
-    return known[at] == values
-
-
-def sorted_union(known: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """The sorted array `known` with the values of `new` (none of them in `known`) inserted in order.
-
-    Examples
-    --------
-    >>> sorted_union(np.array([2, 9], dtype=np.uint64), np.array([5, 1], dtype=np.uint64)).tolist()
-    [1, 2, 5, 9]
-    """
-    new = np.sort(new)
-    return np.insert(known, np.searchsorted(known, new), new)
-
-
-class SortedRuns:
-    """A set of uint64 values as sorted runs, each more than twice the size of the next newer one: O(log n) runs,
-    and each value is copied O(log n) times over all the additions.
-
-    Examples
-    --------
-    >>> runs = SortedRuns(np.array([9, 2], dtype=np.uint64))
-    >>> runs.add(np.array([5], dtype=np.uint64))
-    >>> runs.contains(np.array([5, 6, 9], dtype=np.uint64)).tolist(), len(runs)
-    ([True, False, True], 3)
+    >>> seen = DeviceSet(np.array([9, 2, 0], dtype=np.uint64))
+    >>> seen.add(np.array([5], dtype=np.uint64))
+    >>> seen.contains(np.array([5, 6, 9, 0], dtype=np.uint64)).tolist(), len(seen)
+    ([True, False, True, True], 4)
     """
 
     def __init__(self, values: np.ndarray | None = None) -> None:
-        self.runs: list[np.ndarray] = []
+        self.table = np.zeros(16, dtype=np.uint64)
+        self.size = 0
+        self.has_zero = False
         if values is not None and len(values):
-            self.add(np.unique(values))
+            ordered = np.sort(np.asarray(values, dtype=np.uint64))  # (np.unique hashes: 10x slower at millions)
+            self.add(ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))])
 
     def __len__(self) -> int:
-        return sum(len(r) for r in self.runs)
+        return self.size
+
+    def values(self) -> np.ndarray:
+        """The ids, sorted."""
+        kept = self.table[self.table != EMPTY]
+        return np.sort(np.concatenate([kept, np.zeros(int(self.has_zero), dtype=np.uint64)]))
 
     def contains(self, values: np.ndarray) -> np.ndarray:
-        """Per value, whether it is in the set (faster when `values` is sorted)."""
-        hit = np.zeros(len(values), dtype=bool)
-        for run in self.runs:
-            hit |= sorted_contains(run, values)
+        """Per id, whether it is in the set."""
+        values = np.asarray(values, dtype=np.uint64)
+        hit = values == 0
+        hit &= self.has_zero
+        todo = np.flatnonzero(values != 0)
+        slots, mask = self._home(values[todo]), len(self.table) - 1
+        while len(todo):
+            found = self.table[slots]
+            match = found == values[todo]
+            hit[todo[match]] = True
+            on = ~match & (found != EMPTY)  # an occupied slot holding another id: look at the next one
+            todo, slots = todo[on], (slots[on] + 1) & mask
         return hit
 
     def add(self, new: np.ndarray) -> None:
-        """Add values that are distinct and not in the set yet."""
-        run = np.sort(new)
-        while self.runs and len(self.runs[-1]) <= 2 * len(run):
-            run = sorted_union(self.runs.pop(), run)
-        if len(run):
-            self.runs.append(run)
+        """Add ids that are distinct and not in the set yet."""
+        new = np.asarray(new, dtype=np.uint64)
+        if (new == 0).any():
+            self.has_zero, self.size, new = True, self.size + 1, new[new != 0]
+        if 2 * (self.size + len(new)) > len(self.table):
+            self._resize(self.size + len(new))
+        self._place(new)
+        self.size += len(new)
+
+    def _home(self, values: np.ndarray) -> np.ndarray:
+        shift = np.uint64(64 - (len(self.table).bit_length() - 1))
+        return ((values * FIBONACCI) >> shift).astype(np.int64)  # uint64 products wrap: the hash is mod 2^64
+
+    def _place(self, values: np.ndarray) -> None:
+        slots, mask = self._home(values), len(self.table) - 1
+        while len(values):
+            free = np.flatnonzero(self.table[slots] == EMPTY)
+            self.table[slots[free]] = values[free]  # ids wanting the same free slot: one of them lands
+            rest = np.ones(len(values), dtype=bool)
+            rest[free[self.table[slots[free]] == values[free]]] = False
+            values, slots = values[rest], (slots[rest] + 1) & mask  # every slot they wanted is taken now
+
+    def _resize(self, size: int) -> None:
+        capacity = len(self.table)
+        while 2 * size > capacity:
+            capacity *= 2
+        kept = self.table[self.table != EMPTY]
+        self.table = np.zeros(capacity, dtype=np.uint64)
+        self._place(kept)
 
 
 @dataclass
 class _Partition:
     synced: int  # the applied offset the lists match
-    windows: dict[WindowKey, SortedRuns] = field(default_factory=dict)
+    windows: dict[WindowKey, DeviceSet] = field(default_factory=dict)
 
 
 class SeenDevices:
@@ -103,7 +121,7 @@ class SeenDevices:
         self._lock = threading.Lock()
         self._partitions: dict[tuple[str, int], _Partition] = {}
 
-    def devices(self, topic: str, partition: int, key: WindowKey) -> SortedRuns:
+    def devices(self, topic: str, partition: int, key: WindowKey) -> DeviceSet:
         """The devices the partition has counted in the dedupe window `key`, loaded on first use."""
         with self._lock:
             state = self._partitions.get((topic, partition))
@@ -114,7 +132,7 @@ class SeenDevices:
             state = self._partitions.setdefault((topic, partition), _Partition(applied))
             if state.synced != applied:
                 state.synced = CONFLICT
-            state.windows[key] = SortedRuns(lists[key])
+            state.windows[key] = DeviceSet(lists[key])
             return state.windows[key]
 
     def contains(self, topic: str, partition: int, key: WindowKey, devices: np.ndarray) -> np.ndarray:

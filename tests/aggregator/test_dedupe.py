@@ -9,7 +9,7 @@ import pytest
 from test_processing import NOW, TOPIC, message, processor
 
 import aggregator.dedupe
-from aggregator.dedupe import CONFLICT, SeenDevices, SortedRuns, sorted_contains, sorted_union
+from aggregator.dedupe import CONFLICT, DeviceSet, SeenDevices
 from aggregator.processing import DUPLICATE, PartitionProcessor
 from aggregator.store import BatchUpdate, MemoryStore, OffsetRange, WindowIncrement
 
@@ -22,33 +22,27 @@ def test_doctests() -> None:
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_sorted_helpers_equal_set_operations(seed: int) -> None:
+def test_the_device_set_equals_a_python_set(seed: int) -> None:
+    """Across many additions and growths, with colliding ids (equal low or high bits) and the ids 0 and 2^64 - 1."""
     rng = np.random.default_rng(seed)
-    known = np.unique(rng.integers(0, 2**64, rng.integers(0, 50), dtype=np.uint64))
-    values = np.concatenate([known[: len(known) // 2], rng.integers(0, 2**64, 20, dtype=np.uint64),
-                             np.array([0, 2**64 - 1], dtype=np.uint64)])
-    assert sorted_contains(known, values).tolist() == [v in set(known.tolist()) for v in values.tolist()]
-    new = np.setdiff1d(values, known)
-    assert sorted_union(known, new).tolist() == sorted(set(known.tolist()) | set(new.tolist()))
-
-
-def test_sorted_runs_stay_few_and_equal_a_set() -> None:
-    rng = np.random.default_rng(7)
-    runs, truth = SortedRuns(), set[int]()
-    for size in rng.integers(1, 3000, 200):
-        drawn = np.unique(rng.integers(0, 2**64, int(size), dtype=np.uint64))
-        values = drawn[[v not in truth for v in drawn.tolist()]]
-        runs.add(values)
-        truth.update(values.tolist())
-        assert len(runs.runs) <= np.log2(len(truth)) + 1  # each run more than twice the next newer one
-    known = np.array(sorted(truth), dtype=np.uint64)
-    probe = np.concatenate([known[::97], rng.integers(0, 2**64, 500, dtype=np.uint64)])
-    assert runs.contains(probe).tolist() == [v in truth for v in probe.tolist()]
-    assert len(runs) == len(truth) and all((r[1:] > r[:-1]).all() for r in runs.runs)
+    seen, truth = DeviceSet(), set[int]()
+    crowded = (np.arange(1, 400, dtype=np.uint64) << np.uint64(40)) | np.uint64(seed)  # equal low bits
+    for size in rng.integers(0, 3000, 60):
+        drawn = np.concatenate([rng.integers(0, 2**64, int(size), dtype=np.uint64), rng.choice(crowded, 5),
+                                np.array([0, 2**64 - 1, 1], dtype=np.uint64)[: rng.integers(0, 4)]])
+        drawn = np.unique(drawn)
+        new = drawn[[v not in truth for v in drawn.tolist()]]
+        probe = np.concatenate([drawn, rng.integers(0, 2**64, 200, dtype=np.uint64)])
+        assert seen.contains(probe).tolist() == [v in truth for v in probe.tolist()]
+        seen.add(new)
+        truth.update(new.tolist())
+        assert len(seen) == len(truth) and 2 * len(seen) <= len(seen.table)  # never more than half full
+    assert seen.values().tolist() == sorted(truth)
+    assert DeviceSet(seen.values()).values().tolist() == sorted(truth)
 
 
 def devices(seen: SeenDevices, key: tuple[int, str, int]) -> list[int]:
-    return sorted(np.concatenate([np.zeros(0, np.uint64), *seen.devices(TOPIC, 0, key).runs]).tolist())
+    return seen.devices(TOPIC, 0, key).values().tolist()
 
 
 def run(proc: PartitionProcessor, store: MemoryStore, seen: SeenDevices, devices: list[int], offset: int,
