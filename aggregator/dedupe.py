@@ -28,13 +28,49 @@ CONFLICT = -2  # never an applied offset: a write expecting it is refused as sta
 
 EMPTY = np.uint64(0)  # a free slot; the device id 0 is kept apart (`DeviceSet.has_zero`)
 FIBONACCI = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio: multiplicative hashing, the high bits as the slot
+MIGRATE_SLOTS = 1 << 17  # slots of a replaced table moved per addition: a resize is spread, never one long stall
+
+
+class HashTable:
+    """Open addressing with linear probing over uint64 ids (never 0), vectorised over a batch of ids."""
+
+    def __init__(self, capacity: int) -> None:
+        self.slots = np.zeros(capacity, dtype=np.uint64)
+        self.mask = capacity - 1
+        self.shift = np.uint64(64 - (capacity.bit_length() - 1))
+
+    def home(self, ids: np.ndarray) -> np.ndarray:
+        return ((ids * FIBONACCI) >> self.shift).astype(np.int64)  # uint64 products wrap: the hash is mod 2^64
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """Per id (none 0), whether it is in the table."""
+        hit = np.zeros(len(ids), dtype=bool)
+        todo, at = np.arange(len(ids)), self.home(ids)
+        while len(todo):
+            found = self.slots[at]
+            match = found == ids[todo]
+            hit[todo[match]] = True
+            on = ~match & (found != EMPTY)  # an occupied slot holding another id: look at the next one
+            todo, at = todo[on], (at[on] + 1) & self.mask
+        return hit
+
+    def place(self, ids: np.ndarray) -> None:
+        """Insert ids (distinct, none 0, not in the table; the table must stay below full)."""
+        at = self.home(ids)
+        while len(ids):
+            free = np.flatnonzero(self.slots[at] == EMPTY)
+            self.slots[at[free]] = ids[free]  # ids wanting the same free slot: one of them lands
+            rest = np.ones(len(ids), dtype=bool)
+            rest[free[self.slots[at[free]] == ids[free]]] = False
+            ids, at = ids[rest], (at[rest] + 1) & self.mask  # every slot they wanted is taken now
 
 
 class DeviceSet:
-    """A set of uint64 device ids: an open-addressing hash table (linear probing, at most half full) whose every
-    operation is vectorised over a micro-batch's ids, so a lookup costs about two probes per id whatever the set's
-    size. (Sorted runs, before, cost a binary search per id in each of log n runs: at millions of devices per
-    partition the dedupe was most of a worker's time, benchmarks/bench_pipeline.py.)
+    """A set of uint64 device ids: a hash table at most half full whose every operation is vectorised over a
+    micro-batch's ids, so a lookup costs about two probes per id whatever the set's size. Growing moves the old
+    table's ids over the next additions, MIGRATE_SLOTS at a time (meanwhile lookups ask both tables). (Sorted runs,
+    before, cost a binary search per id in each of log n runs: at millions of devices per partition the dedupe was
+    most of a worker's time, benchmarks/bench_pipeline.py.)
 
     Examples
     --------
@@ -45,11 +81,13 @@ class DeviceSet:
     """
 
     def __init__(self, values: np.ndarray | None = None) -> None:
-        self.table = np.zeros(16, dtype=np.uint64)
+        self.table = HashTable(16)
+        self.old: HashTable | None = None  # the table being moved into `table`, from slot `moved` on
+        self.moved = 0
         self.size = 0
         self.has_zero = False
         if values is not None and len(values):
-            ordered = np.sort(np.asarray(values, dtype=np.uint64))  # (np.unique hashes: 10x slower at millions)
+            ordered = np.sort(np.asarray(values, dtype=np.uint64))  # (np.unique hashes: 4x slower at millions)
             self.add(ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))])
 
     def __len__(self) -> int:
@@ -57,22 +95,19 @@ class DeviceSet:
 
     def values(self) -> np.ndarray:
         """The ids, sorted."""
-        kept = self.table[self.table != EMPTY]
-        return np.sort(np.concatenate([kept, np.zeros(int(self.has_zero), dtype=np.uint64)]))
+        tables = [self.table.slots] + ([self.old.slots[self.moved:]] if self.old is not None else [])
+        kept = [t[t != EMPTY] for t in tables]
+        return np.sort(np.concatenate([*kept, np.zeros(int(self.has_zero), dtype=np.uint64)]))
 
     def contains(self, values: np.ndarray) -> np.ndarray:
         """Per id, whether it is in the set."""
         values = np.asarray(values, dtype=np.uint64)
-        hit = values == 0
-        hit &= self.has_zero
-        todo = np.flatnonzero(values != 0)
-        slots, mask = self._home(values[todo]), len(self.table) - 1
-        while len(todo):
-            found = self.table[slots]
-            match = found == values[todo]
-            hit[todo[match]] = True
-            on = ~match & (found != EMPTY)  # an occupied slot holding another id: look at the next one
-            todo, slots = todo[on], (slots[on] + 1) & mask
+        hit = (values == 0) & self.has_zero
+        rest = np.flatnonzero(values != 0)
+        found = self.table.contains(values[rest])
+        if self.old is not None:  # ids not moved yet are in the old table only (moved ones are in both)
+            found |= self.old.contains(values[rest])
+        hit[rest] = found
         return hit
 
     def add(self, new: np.ndarray) -> None:
@@ -80,31 +115,28 @@ class DeviceSet:
         new = np.asarray(new, dtype=np.uint64)
         if (new == 0).any():
             self.has_zero, self.size, new = True, self.size + 1, new[new != 0]
-        if 2 * (self.size + len(new)) > len(self.table):
-            self._resize(self.size + len(new))
-        self._place(new)
         self.size += len(new)
+        if 2 * self.size > len(self.table.slots):
+            self._finish_move()  # (a second growth before the last was spread out: rare, done at once)
+            capacity = len(self.table.slots)
+            while 2 * self.size > capacity:
+                capacity *= 2
+            self.old, self.moved, self.table = self.table, 0, HashTable(capacity)
+        self.table.place(new)
+        self._move(MIGRATE_SLOTS)
 
-    def _home(self, values: np.ndarray) -> np.ndarray:
-        shift = np.uint64(64 - (len(self.table).bit_length() - 1))
-        return ((values * FIBONACCI) >> shift).astype(np.int64)  # uint64 products wrap: the hash is mod 2^64
+    def _move(self, count: int) -> None:
+        if self.old is None:
+            return
+        chunk = self.old.slots[self.moved:self.moved + count]
+        self.table.place(chunk[chunk != EMPTY])
+        self.moved += count
+        if self.moved >= len(self.old.slots):
+            self.old = None
 
-    def _place(self, values: np.ndarray) -> None:
-        slots, mask = self._home(values), len(self.table) - 1
-        while len(values):
-            free = np.flatnonzero(self.table[slots] == EMPTY)
-            self.table[slots[free]] = values[free]  # ids wanting the same free slot: one of them lands
-            rest = np.ones(len(values), dtype=bool)
-            rest[free[self.table[slots[free]] == values[free]]] = False
-            values, slots = values[rest], (slots[rest] + 1) & mask  # every slot they wanted is taken now
-
-    def _resize(self, size: int) -> None:
-        capacity = len(self.table)
-        while 2 * size > capacity:
-            capacity *= 2
-        kept = self.table[self.table != EMPTY]
-        self.table = np.zeros(capacity, dtype=np.uint64)
-        self._place(kept)
+    def _finish_move(self) -> None:
+        if self.old is not None:
+            self._move(len(self.old.slots))
 
 
 @dataclass

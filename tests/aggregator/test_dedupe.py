@@ -22,9 +22,12 @@ def test_doctests() -> None:
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_the_device_set_equals_a_python_set(seed: int) -> None:
-    """Across many additions and growths, with colliding ids (equal low or high bits) and the ids 0 and 2^64 - 1."""
+def test_the_device_set_equals_a_python_set(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Across many additions and growths (moved a few slots at a time, so lookups meet both tables), with colliding
+    ids (equal low or high bits) and the ids 0 and 2^64 - 1."""
+    monkeypatch.setattr(aggregator.dedupe, "MIGRATE_SLOTS", 64)
     rng = np.random.default_rng(seed)
+    moving = 0
     seen, truth = DeviceSet(), set[int]()
     crowded = (np.arange(1, 400, dtype=np.uint64) << np.uint64(40)) | np.uint64(seed)  # equal low bits
     for size in rng.integers(0, 3000, 60):
@@ -36,7 +39,9 @@ def test_the_device_set_equals_a_python_set(seed: int) -> None:
         assert seen.contains(probe).tolist() == [v in truth for v in probe.tolist()]
         seen.add(new)
         truth.update(new.tolist())
-        assert len(seen) == len(truth) and 2 * len(seen) <= len(seen.table)  # never more than half full
+        assert len(seen) == len(truth) and 2 * len(seen) <= len(seen.table.slots)  # never more than half full
+        moving += seen.old is not None
+    assert moving > 0  # some lookups ran while a growth was being moved
     assert seen.values().tolist() == sorted(truth)
     assert DeviceSet(seen.values()).values().tolist() == sorted(truth)
 
