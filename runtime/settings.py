@@ -61,14 +61,12 @@ class Settings:
             redis_url=e.get("REDIS_URL") or None,
             specs_topic=e.get("LDP_SPECS_TOPIC") or SPECS_TOPIC,
             metrics_addr=e.get("LDP_METRICS_ADDR") or "127.0.0.1",
-            edge_key_file=Path(e["LDP_EDGE_KEY_FILE"]).resolve() if e.get("LDP_EDGE_KEY_FILE") else None,
-            spec_signing_key_file=(Path(e["LDP_SPEC_SIGNING_KEY"]).resolve() if e.get("LDP_SPEC_SIGNING_KEY")
-                                   else None),
-            spec_trusted_keys_file=(Path(e["LDP_SPEC_TRUSTED_KEYS"]).resolve() if e.get("LDP_SPEC_TRUSTED_KEYS")
-                                    else None),
-            secrets_dir_override=Path(e["LDP_SECRETS_DIR"]).resolve() if e.get("LDP_SECRETS_DIR") else None,
+            edge_key_file=_path(e, "LDP_EDGE_KEY_FILE"),
+            spec_signing_key_file=_path(e, "LDP_SPEC_SIGNING_KEY"),
+            spec_trusted_keys_file=_path(e, "LDP_SPEC_TRUSTED_KEYS"),
+            secrets_dir_override=_path(e, "LDP_SECRETS_DIR"),
             security=security_setting(e.get("LDP_SECURITY", "on")),
-            kafka_config=Path(e["LDP_KAFKA_CONFIG"]).resolve() if e.get("LDP_KAFKA_CONFIG") else None,
+            kafka_config=_path(e, "LDP_KAFKA_CONFIG"),
         )
 
     @property
@@ -113,3 +111,8 @@ def security_setting(value: str) -> bool:
     if v not in ("on", "off"):
         raise ValueError(f"LDP_SECURITY must be 'on' or 'off', not {value!r}")
     return v == "on"
+
+
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    """The absolute path an environment variable names, or None when it is unset or empty."""
+    return Path(env[name]).resolve() if env.get(name) else None
