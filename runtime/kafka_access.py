@@ -4,6 +4,8 @@ the topics every service uses but only the admin may create."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
@@ -35,9 +37,14 @@ def binding(principal: str, grant: Grant) -> AclBinding:
 
 def apply_users(cfg: Settings, principals: tuple[str, ...] = PRINCIPALS) -> None:
     """Create or update the SCRAM credentials of `principals` with their generated passwords."""
+    set_passwords(cfg, {p: password(cfg, "kafka", p) for p in principals})
+
+
+def set_passwords(cfg: Settings, passwords: Mapping[str, str]) -> None:
+    """As the admin: create or update each user's SCRAM-SHA-512 credentials with its password."""
     client = admin_client(cfg.bootstrap, ADMIN)
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
-    alterations = [UserScramCredentialUpsertion(p, info, password(cfg, "kafka", p).encode()) for p in principals]
+    alterations = [UserScramCredentialUpsertion(user, info, secret.encode()) for user, secret in passwords.items()]
     for user, future in client.alter_user_scram_credentials(alterations, request_timeout=ADMIN_TIMEOUT_S).items():
         try:
             future.result()

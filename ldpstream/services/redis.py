@@ -91,6 +91,10 @@ def acl_file(cfg: Settings) -> str:
     (scripts are logged as MULTI/EXEC of their effects) was dropped, with a log line, at each restart (tested)."""
     lines = ["user default off resetchannels ~* &* +@all"]
     for principal, rules in REDIS_RULES.items():
-        digest = hashlib.sha256(password(cfg, "redis", principal).encode()).hexdigest()
-        lines.append(f"user {principal} on #{digest} resetchannels {rules}")
+        lines.append(f"user {principal} on {password_hash(password(cfg, 'redis', principal))} resetchannels {rules}")
     return "\n".join(lines) + "\n"
+
+
+def password_hash(secret: str) -> str:
+    """A Redis ACL password rule that holds the password's SHA-256, never the password."""
+    return "#" + hashlib.sha256(secret.encode()).hexdigest()

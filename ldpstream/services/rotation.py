@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 
-from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
-
-from ldpstream.services.redis import RedisService, acl_file
-from runtime.access import ADMIN, PRINCIPALS, SCRAM_ITERATIONS, password_file
-from runtime.kafka import ADMIN_TIMEOUT_S, admin_client
+from ldpstream.services.redis import RedisService, acl_file, password_hash
+from runtime.access import ADMIN, PRINCIPALS, password_file
+from runtime.kafka_access import set_passwords
 from runtime.redis import redis_client
 from runtime.secrets import replace_secret
 from runtime.settings import Settings
@@ -22,14 +19,9 @@ def rotate(cfg: Settings, principal: str) -> None:
     if principal not in PRINCIPALS:
         raise ValueError(f"unknown principal {principal!r}; one of {', '.join(PRINCIPALS)}")
     kafka_password, redis_password = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-    kafka = admin_client(cfg.bootstrap, ADMIN)
-    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
-    upsert = UserScramCredentialUpsertion(principal, info, kafka_password.encode())
-    for future in kafka.alter_user_scram_credentials([upsert], request_timeout=ADMIN_TIMEOUT_S).values():
-        future.result()
+    set_passwords(cfg, {principal: kafka_password})
     store = redis_client(cfg.redis, 10.0, principal=ADMIN)
-    digest = hashlib.sha256(redis_password.encode()).hexdigest()
-    store.execute_command("ACL", "SETUSER", principal, "resetpass", f"#{digest}")
+    store.execute_command("ACL", "SETUSER", principal, "resetpass", password_hash(redis_password))
     replace_secret(password_file(cfg, "kafka", principal), kafka_password.encode())
     replace_secret(password_file(cfg, "redis", principal), redis_password.encode())
     service = RedisService(cfg)
