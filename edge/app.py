@@ -167,8 +167,9 @@ class Edge:
                                   "stored": stored}, status=200 if stored == KAFKA else 202)
 
     async def ready(self, _request: web.Request) -> web.Response:
-        """Ready: Kafka answers and the spool has room."""
-        reasons = [r for r, bad in (("Kafka unreachable", not self.forwarder.kafka_up),
+        """Ready: the published specs are loaded, Kafka answers and the spool has room."""
+        reasons = [r for r, bad in (("loading the published specs", not self.plans.loaded),
+                                    ("Kafka unreachable", not self.forwarder.kafka_up),
                                     ("spool full", self.spool.full)) if bad]
         return web.json_response({"ready": not reasons, "reasons": reasons, "spool_bytes": self.spool.size},
                                  status=503 if reasons else 200)
@@ -230,6 +231,8 @@ def make_app(config: EdgeConfig) -> web.Application:
 
     async def on_startup(_app: web.Application) -> None:
         await edge.forwarder.start()
+        # the specs before the first requests (/readyz waits for them): misses under load each wait for a read
+        asyncio.get_running_loop().run_in_executor(None, edge.plans.refresh)
 
     async def on_cleanup(_app: web.Application) -> None:
         await edge.forwarder.stop()

@@ -45,6 +45,8 @@ class EdgePlans:
         self._read_at = -float("inf")
         self._refused: set[str] = set()  # reasons for refused spec messages, logged once
         self._lock = threading.RLock()
+        self.loaded = False  # the topic was read once
+
 
     def cached(self, name: str, version: int) -> EdgePlan | None:
         """The plan if it is known already (never blocks)."""
@@ -78,3 +80,4 @@ class EdgePlans:
                         self._plans[key] = EdgePlan.load(spec, self.bootstrap)
                     except (SpecError, LDPError, RuntimeError, KafkaException) as exc:
                         log.error("published spec %s left out: %s", key, exc)
+            self.loaded = True

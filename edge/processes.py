@@ -26,14 +26,15 @@ def start_edge(port: int, spool_dir: Path, *args: str, host: str = "127.0.0.1", 
             out.close()
 
 
-def wait_live(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
-    """Wait until the edge at `url` answers /healthz (RuntimeError if it exits or time runs out)."""
+def wait_live(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0, probe: str = "/healthz") -> None:
+    """Wait until the edge at `url` answers `probe` (/healthz: alive; /readyz: ready) with 200 (RuntimeError if it
+    exits or time runs out)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the edge exited with {proc.returncode}")
         try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=1.0) as response:
+            with urllib.request.urlopen(f"{url}{probe}", timeout=1.0) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, OSError):

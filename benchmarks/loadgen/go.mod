@@ -1,0 +1,3 @@
+module ldpstream/loadgen
+
+go 1.22
