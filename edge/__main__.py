@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from edge.app import EdgeConfig, serve
+from edge.app import EdgeConfig, serve, server_tls
 from edge.devices import master_key
 from runtime.access import act_as
 from runtime.settings import Settings
@@ -27,7 +27,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--linger-ms", type=float, default=defaults.linger_s * 1000)
     parser.add_argument("--delivery-timeout-ms", type=int, default=defaults.delivery_timeout_ms,
                         help="after this long without a Kafka acknowledgement a message is spooled")
+    parser.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS with this certificate chain (PEM)")
+    parser.add_argument("--tls-key", type=Path, default=None, help="the certificate's private key (PEM)")
     args = parser.parse_args(argv)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together")
     act_as("edge")
     cfg = Settings.from_env()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -37,7 +41,8 @@ def main(argv: list[str] | None = None) -> None:
                         max_inflated_bytes=4 * args.max_body_bytes, max_reports=args.max_reports,
                         rate_per_s=args.rate, linger_s=args.linger_ms / 1000,
                         delivery_timeout_ms=args.delivery_timeout_ms)
-    serve(config, args.host, args.port, reuse_port=args.reuse_port, loop=args.loop)
+    serve(config, args.host, args.port, reuse_port=args.reuse_port, loop=args.loop,
+          ssl_context=None if args.tls_cert is None else server_tls(args.tls_cert, args.tls_key))
 
 
 if __name__ == "__main__":

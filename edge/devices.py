@@ -5,8 +5,8 @@ or 0 once revoked): a device's key is derived from the edge's master key (`colle
 in Redis lets anyone sign a request, and a signature verifies without a lookup. Revoking a device makes every
 request it signs answer 401; a revoked id is never enrolled again (enrolment issues new random ids).
 
-Admission (`Admission.admit`, one Lua script, atomic: the one Redis round trip of a request) after the signature
-has verified and the reports passed their checks:
+Admission (`Admission.admit`, one Lua script per collection over the requests that arrived together, atomic:
+one Redis round trip for them all) after the signature has verified and the reports passed their checks:
 1. the device is enrolled and not revoked;
 2. the signature was not seen in the last 2 x the allowed clock skew (replay: `...:sig:<hex>`, with a TTL);
 3. the device's request count in the current second is within its rate limit (`...:rate:<id>`, TTL 1 s);
@@ -32,17 +32,32 @@ from collection.validation import DEFAULT_MAX_AGE_MS
 from runtime.secrets import create_secret
 
 ADMIT = """
-if redis.call('HGET', KEYS[1], ARGV[1]) ~= '1' then return {-1} end
-if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return {-2} end
-local n = redis.call('INCR', KEYS[3])
-if n == 1 then redis.call('PEXPIRE', KEYS[3], 1000) end
-if n > tonumber(ARGV[3]) then return {-3} end
-local used = {0}
-for i = 4, #KEYS do
-  if not redis.call('SET', KEYS[i], '1', 'NX', 'PX', ARGV[4]) then table.insert(used, i - 4) end
+local replay_ttl, rate, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local out, k = {}, 2
+for r = 0, n - 1 do
+  local device, marks, ttl = ARGV[4 + 3 * r], tonumber(ARGV[5 + 3 * r]), ARGV[6 + 3 * r]
+  local signature, counter = KEYS[k], KEYS[k + 1]
+  k = k + 2
+  if redis.call('HGET', KEYS[1], device) ~= '1' then table.insert(out, -1)
+  elseif not redis.call('SET', signature, '1', 'NX', 'PX', replay_ttl) then table.insert(out, -2)
+  else
+    local count = redis.call('INCR', counter)
+    if count == 1 then redis.call('PEXPIRE', counter, 1000) end
+    if count > rate then table.insert(out, -3)
+    else
+      local used = {}
+      for i = 0, marks - 1 do
+        if not redis.call('SET', KEYS[k + i], '1', 'NX', 'PX', ttl) then table.insert(used, i) end
+      end
+      table.insert(out, #used)
+      for _, i in ipairs(used) do table.insert(out, i) end
+    end
+  end
+  k = k + marks
 end
-return used
-"""
+return out
+"""  # KEYS: the devices hash, then per request its signature key, rate key and marks; ARGV: replay TTL, rate, n,
+# then per request device, mark count, mark TTL. Out: per request a code < 0, or the number of used marks and them.
 REVOKED, REPLAYED, RATE_LIMITED = -1, -2, -3
 
 
@@ -109,17 +124,30 @@ class Admission:
         return [f"{_prefix(collection)}:seen:{version}:{start}:{device}" for start in starts.tolist()]
 
     async def admit(self, requests: Sequence[Admit]) -> list[list[int] | int]:
-        """Per request (one pipelined round trip for all): the positions (in its `marks`) of reports whose window
-        the device already used, or REVOKED (not enrolled, or revoked), REPLAYED or RATE_LIMITED (then nothing
-        was marked)."""
+        """Per request (one script call per collection, all pipelined in one round trip): the positions (in its
+        `marks`) of reports whose window the device already used, or REVOKED (not enrolled, or revoked), REPLAYED
+        or RATE_LIMITED (then nothing was marked)."""
+        by_collection: dict[str, list[int]] = {}
+        for i, r in enumerate(requests):
+            by_collection.setdefault(r.collection, []).append(i)
         pipe = self.redis.pipeline(transaction=False)
-        for r in requests:
-            ttl = 2 * (window_seconds(r.window) * 1000 if r.window != ALL_TIME else DEFAULT_MAX_AGE_MS)
-            keys = [f"{_prefix(r.collection)}:devices", f"{_prefix(r.collection)}:sig:{r.signature}",
-                    f"{_prefix(r.collection)}:rate:{r.device}", *r.marks]
-            await self._script(keys=keys, args=[r.device, 2 * MAX_SKEW_MS, self.rate_per_s, ttl], client=pipe)
-        answers = await pipe.execute()
-        return [int(a[0]) if a[0] < 0 else [int(i) for i in a[1:]] for a in answers]
+        for collection, members in by_collection.items():
+            prefix = _prefix(collection)
+            keys, args = [f"{prefix}:devices"], [2 * MAX_SKEW_MS, self.rate_per_s, len(members)]
+            for i in members:
+                r = requests[i]
+                ttl = 2 * (window_seconds(r.window) * 1000 if r.window != ALL_TIME else DEFAULT_MAX_AGE_MS)
+                keys += [f"{prefix}:sig:{r.signature}", f"{prefix}:rate:{r.device}", *r.marks]
+                args += [r.device, len(r.marks), ttl]
+            await self._script(keys=keys, args=args, client=pipe)
+        answers: list[list[int] | int] = [0] * len(requests)
+        for members, out in zip(by_collection.values(), await pipe.execute(), strict=True):
+            j = 0
+            for i in members:
+                code = int(out[j])
+                answers[i] = code if code < 0 else [int(u) for u in out[j + 1:j + 1 + code]]
+                j += 1 + max(code, 0)
+        return answers
 
     async def release(self, marks: Sequence[str]) -> None:
         """Forget window marks of reports that were not acknowledged (the device will send them again)."""

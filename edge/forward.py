@@ -1,7 +1,7 @@
 """Checked reports -> columnar envelopes per (topic, partition) -> Kafka, or the spool; the acknowledgement rule.
 
 The delivery guarantee, step by step:
-1. `send` puts a request's checked envelope in the pending list of its device's partition and waits; it refuses
+1. `submit` puts the checked envelopes of requests in the pending list of their devices' partition; it refuses
    (503 `overloaded`) when the reports pending or in flight would exceed `max_in_flight` (memory stays bounded);
 2. every `linger_s` the pending lists become one envelope per partition (`collection.wire.concatenate`, then
    `encode_envelope`: one message for many devices) and go to the idempotent, acks=all producer
@@ -84,22 +84,24 @@ class Forwarder:
         for thread in self._threads:
             thread.join(5)
 
-    async def send(self, topic: str, partition: int, envelope: Envelope, rows: int) -> str:
-        """Where the reports are safe once this returns (`KAFKA` or `SPOOL`); Refusal 503/507 otherwise."""
+    def submit(self, topic: str, partition: int, envelopes: list[Envelope], rows: int) -> asyncio.Future[str]:
+        """Step 1 for the reports of some requests to one partition (envelopes of one spec version): a future of
+        where they are safe (`KAFKA` or `SPOOL`) or a Refusal; Refusal 503/507 at once when there is no room."""
         if self.in_flight + rows > self.max_in_flight:
             raise Refusal(503, OVERLOADED, "the edge has too many reports in flight; retry later")
         if self.spooling and self.spool.full:
             raise Refusal(507, SPOOL_FULL, "Kafka is unavailable and the spool is full; retry later")
         waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        pending = self._pending[(topic, partition, envelope.spec_version)]
-        pending.envelopes.append(envelope)
+        pending = self._pending[(topic, partition, envelopes[0].spec_version)]
+        pending.envelopes.extend(envelopes)
         pending.waiters.append(waiter)
         self.in_flight += rows
+        waiter.add_done_callback(lambda _: self._done(rows))
         self._wake.set()
-        try:
-            return await waiter
-        finally:
-            self.in_flight -= rows
+        return waiter
+
+    def _done(self, rows: int) -> None:
+        self.in_flight -= rows
 
     async def _batches(self) -> None:
         """Step 2, forever: the pending lists as one message per partition, every `linger_s`."""

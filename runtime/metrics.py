@@ -3,7 +3,13 @@ label values are listed in `aggregator.metrics`, which also defines the store-wi
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client.multiprocess import MultiProcessCollector
+
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # set (before this module is imported) by a parent of processes that
+# share one /metrics, such as `ldp edge --workers N`: each writes its values there and any of them serves the sum
 
 REPORTS = Counter("ldp_worker_reports", "Reports processed by this worker, by outcome",
                   ["collection", "outcome", "reason"])
@@ -30,13 +36,24 @@ def serve(port: int, addr: str = "127.0.0.1") -> None:
     """Serve this process's metrics on `addr`:`port` (a background thread)."""
     start_http_server(port, addr=addr)
 
-# The ingestion edge (`ldp edge`, per process). Reasons are edge.intake.REASONS; no collection label (the path is
-# outside input, and a label per made-up name would grow without bound).
-EDGE_REQUESTS = Counter("ldp_edge_requests", "Report requests answered by this edge process, by status and reason",
+
+def metrics_text() -> bytes:
+    """The exposition text: this process's metrics, or every process's of its group (`MULTIPROCESS_DIR`)."""
+    if not os.environ.get(MULTIPROCESS_DIR):
+        return generate_latest()
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)
+    return generate_latest(registry)
+
+# The ingestion edge (`ldp edge`: summed over its processes, `MULTIPROCESS_DIR`). Reasons are edge.intake.REASONS;
+# no collection label (the path is outside input, and a label per made-up name would grow without bound).
+EDGE_REQUESTS = Counter("ldp_edge_requests", "Report requests answered by the edge, by status and reason",
                         ["status", "reason"])
-EDGE_REPORTS = Counter("ldp_edge_reports", "Reports answered by this edge process: accepted (to Kafka or the spool) "
+EDGE_REPORTS = Counter("ldp_edge_reports", "Reports answered by the edge: accepted (to Kafka or the spool) "
                        "or rejected with a reason", ["outcome", "reason"])
 EDGE_SECONDS = Histogram("ldp_edge_request_duration_seconds", "Time from a report request's arrival to its answer",
                          buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0))
-EDGE_SPOOL_BYTES = Gauge("ldp_edge_spool_bytes", "Bytes in this edge process's on-disk spool")
-EDGE_IN_FLIGHT = Gauge("ldp_edge_reports_in_flight", "Reports this edge process holds, not yet acknowledged")
+EDGE_SPOOL_BYTES = Gauge("ldp_edge_spool_bytes", "Bytes in the edge processes' on-disk spools",
+                         multiprocess_mode="livesum")
+EDGE_IN_FLIGHT = Gauge("ldp_edge_reports_in_flight", "Reports the edge processes hold, not yet acknowledged",
+                       multiprocess_mode="livesum")
