@@ -10,6 +10,7 @@ device's report as its own request, `concurrency` at a time.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -83,11 +84,12 @@ class FleetAnswers:
 
 
 async def post_all(base_url: str, requests: Sequence[tuple[Credential, bytes]], concurrency: int = 64,
-                   timeout_s: float = 60.0) -> FleetAnswers:
-    """Send every (credential, body) request, `concurrency` at a time; the count of final answers per status."""
+                   timeout_s: float = 60.0, tls: ssl.SSLContext | None = None) -> FleetAnswers:
+    """Send every (credential, body) request, `concurrency` at a time; the count of final answers per status
+    (`tls`: how an https edge is verified; default: the system's CAs)."""
     statuses: dict[int, int] = {}
     queue = iter(requests)
-    connector = aiohttp.TCPConnector(limit=concurrency)
+    connector = aiohttp.TCPConnector(limit=concurrency, ssl=tls if tls is not None else True)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         client = EdgeClient(session, base_url)
 
@@ -117,10 +119,10 @@ def fleet_requests(spec: CollectionSpec, credentials: Sequence[Credential], seed
 
 
 def send_fleet(spec: CollectionSpec, credentials: Sequence[Credential], base_url: str, *, seed: int = 0,
-               concurrency: int = 64) -> tuple[SimulationResult, FleetAnswers]:
+               concurrency: int = 64, tls: ssl.SSLContext | None = None) -> tuple[SimulationResult, FleetAnswers]:
     """Every enrolled device's report sent through the edge at `base_url`; the run and its answers."""
     requests, truth = fleet_requests(spec, credentials, seed)
     start = time.perf_counter()
-    answers = asyncio.run(post_all(base_url, requests, concurrency))
+    answers = asyncio.run(post_all(base_url, requests, concurrency, tls=tls))
     return (SimulationResult(truth, answers.acknowledged, len(requests), sum(len(b) for _, b in requests),
                              time.perf_counter() - start), answers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -10,9 +11,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from prometheus_client.multiprocess import mark_process_dead
 
 from edge.devices import DeviceRegistry, master_key
 from edge.processes import start_edge, stop_edge
+from runtime.metrics import MULTIPROCESS_DIR
 from runtime.redis import redis_client
 from runtime.settings import Settings
 
@@ -24,24 +27,33 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
          workers: Annotated[int, typer.Option(min=1, max=64, help="edge processes sharing the port "
                                                                   "(SO_REUSEPORT), each with its own spool")] = 1,
          max_reports: Annotated[int, typer.Option(help="reports per request (a device's outbox)")] = 100,
-         rate: Annotated[int, typer.Option(help="requests per device per second")] = 20) -> None:
+         rate: Annotated[int, typer.Option(help="requests per device per second")] = 20,
+         tls_cert: Annotated[Path | None, typer.Option(help="serve HTTPS with this certificate chain (PEM)")] = None,
+         tls_key: Annotated[Path | None, typer.Option(help="the certificate's private key (PEM)")] = None) -> None:
     """Serve POST /v1/collections/NAME/reports, /healthz, /readyz, /metrics, /openapi.json until SIGINT/SIGTERM;
-    a process that exits is started again (its spool is drained when it is back)."""
-    spools = Settings.from_env().state_dir / "edge" / "spool"
-    args = ["--max-reports", str(max_reports), "--rate", str(rate), *(["--reuse-port"] if workers > 1 else [])]
+    a process that exits is started again (its spool is drained when it is back). /metrics, from any process,
+    sums them all."""
+    state = Settings.from_env().state_dir / "edge"
+    tls = ["--tls-cert", str(tls_cert), "--tls-key", str(tls_key)] if tls_cert or tls_key else []
+    args = ["--max-reports", str(max_reports), "--rate", str(rate), *(["--reuse-port"] if workers > 1 else []), *tls]
+    metrics_dir = state / "metrics" / str(port)  # the processes' summed metrics: this group's, from zero
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(parents=True)
 
     def start(i: int) -> subprocess.Popen[bytes]:
-        return start_edge(port, spools / f"{port}-{i}", *args, host=host)
+        return start_edge(port, state / "spool" / f"{port}-{i}", *args, host=host,
+                          env={MULTIPROCESS_DIR: str(metrics_dir)})
 
     procs = [start(i) for i in range(workers)]
     stopping = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.append(True))
-    typer.echo(f"edge: {workers} process(es) on http://{host}:{port}")
+    typer.echo(f"edge: {workers} process(es) on http{'s' if tls else ''}://{host}:{port}")
     while not stopping:
         for i, proc in enumerate(procs):
             if proc.poll() is not None and not stopping:
                 typer.echo(f"edge process {proc.pid} exited with {proc.returncode}; restarting", err=True)
+                mark_process_dead(proc.pid, str(metrics_dir))  # its gauges leave the sum; its counters stay
                 procs[i] = start(i)
         time.sleep(0.5)
     for proc in procs:

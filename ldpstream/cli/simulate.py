@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 from pathlib import Path
 from typing import Annotated
 
@@ -39,12 +40,15 @@ def simulate_command(
     credentials: Annotated[Path | None, typer.Option(help="with --via: the enrolled devices (`ldp devices "
                                                           "enroll --out`)")] = None,
     concurrency: Annotated[int, typer.Option(help="with --via: requests in flight")] = 64,
+    ca_file: Annotated[Path | None, typer.Option(help="with an https --via: the CA certificate(s) that signed the "
+                                                      "edge's (default: the system's)")] = None,
 ) -> None:
     """Simulate a fleet with a known population: perturb in vectorised chunks and produce to Kafka (or, with
     --via, send each enrolled device's report to the ingestion edge)."""
     spec = load_checked(spec_file)
     if via is not None:
-        simulate_via(spec, devices, via, credentials, seed, concurrency, truth, as_json)
+        simulate_via(spec, devices, via, credentials, seed, concurrency, truth, as_json,
+                     None if ca_file is None else ssl.create_default_context(cafile=ca_file))
         return
     bootstrap = Settings.from_env().bootstrap
     try:
@@ -73,7 +77,7 @@ def simulate_command(
 
 
 def simulate_via(spec: CollectionSpec, devices: int, via: str, credentials: Path | None, seed: int,
-                 concurrency: int, truth: Path | None, as_json: bool) -> None:
+                 concurrency: int, truth: Path | None, as_json: bool, tls: ssl.SSLContext | None = None) -> None:
     """`ldp simulate --via URL`: the fleet's reports as signed HTTP requests of enrolled devices."""
     if credentials is None:
         errors.print("[red]--via needs --credentials[/] (a file from `ldp devices enroll`)")
@@ -82,7 +86,7 @@ def simulate_via(spec: CollectionSpec, devices: int, via: str, credentials: Path
     if len(enrolled) < devices:
         errors.print(f"[red]{credentials} holds {len(enrolled)} devices of {spec.name}, not {devices}[/]")
         raise typer.Exit(1)
-    result, answers = send_fleet(spec, enrolled, via, seed=seed, concurrency=concurrency)
+    result, answers = send_fleet(spec, enrolled, via, seed=seed, concurrency=concurrency, tls=tls)
     if truth is not None:
         truth.write_text(json.dumps(result.truth, indent=2))
     numbers = {"collection": spec.key, "via": via, "requests": result.messages, "acknowledged": result.reports,

@@ -6,16 +6,24 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
-from edge_support import free_port
+from edge_support import free_port, self_signed_certificate
 from pipeline_support import Collection
 
 from aggregator.processes import start_worker, stop_worker
 from edge.devices import DeviceRegistry
 from edge.processes import start_edge, stop_edge, wait_live
 from producer.edge_client import fleet_requests, post_all
+from runtime.process import stop_pid
+from runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -40,3 +48,46 @@ def test_two_edge_processes_share_a_port_and_survive_one_another(collection: Col
         stop_worker(worker)
         for proc in edges:
             stop_edge(proc)
+
+
+def test_ldp_edge_serves_https_from_several_processes_with_one_metrics(collection: Collection,
+                                                                       enrolled: DeviceRegistry,
+                                                                       tmp_path: Path) -> None:
+    """`ldp edge --workers 2 --tls-cert --tls-key`: requests over HTTPS (verified against the edge's certificate)
+    reach both processes, and every scrape of /metrics, whichever process answers, counts them all."""
+    cert, key = self_signed_certificate(tmp_path)
+    tls = ssl.create_default_context(cafile=cert)
+    port = free_port()
+    url = f"https://127.0.0.1:{port}"
+    supervisor = subprocess.Popen([sys.executable, "-m", "ldpstream", "edge", "--port", str(port), "--workers", "2",
+                                   "--tls-cert", str(cert), "--tls-key", str(key)], start_new_session=True)
+    requests, _ = fleet_requests(collection.spec, enrolled.enroll(collection.spec.name, 200), seed=22)
+    try:
+        deadline = time.monotonic() + 60
+        while not _answers(f"{url}/readyz", tls):
+            assert time.monotonic() < deadline and supervisor.poll() is None, "the edge did not get ready"
+            time.sleep(0.2)
+        with pytest.raises(urllib.error.URLError):  # not the certificate it trusts: refused
+            _answers(f"{url}/healthz", ssl.create_default_context())
+        assert asyncio.run(post_all(url, requests, 16, tls=tls)).statuses == {200: 200}
+        metrics_dir = Settings.from_env().state_dir / "edge" / "metrics" / str(port)
+        assert len({f.stem.rsplit("_", 1)[-1] for f in metrics_dir.glob("counter_*.db")}) == 2  # two processes
+        for _ in range(8):  # new connections: SO_REUSEPORT spreads them over the processes
+            with urllib.request.urlopen(f"{url}/metrics", context=tls, timeout=10) as response:
+                text = response.read().decode()
+            assert 'ldp_edge_requests_total{reason="",status="200"} 200.0' in text
+            assert 'ldp_edge_reports_total{outcome="accepted",reason=""} 200.0' in text
+    finally:
+        stop_pid(supervisor.pid)
+
+
+def _answers(url: str, tls: ssl.SSLContext) -> bool:
+    try:
+        with urllib.request.urlopen(url, context=tls, timeout=2) as response:
+            return response.status == 200
+    except urllib.error.HTTPError:
+        return False
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ssl.SSLError):
+            raise
+        return False
