@@ -34,7 +34,8 @@ from aiohttp import web
 from collection.auth import authorization
 from collection.spec import CollectionSpec, load_spec
 from collection.wire import encode
-from edge.devices import DeviceRegistry, master_key
+from edge.devices import DeviceRegistry
+from edge.keyring import Keyring
 from edge.processes import start_edge, stop_edge, wait_live
 from producer.perturb import perturb, row_range
 from producer.population import Population
@@ -164,7 +165,7 @@ def main() -> None:
         update={"name": f"bench-edge-{uuid.uuid4().hex[:6]}", "one_report_per_window": False})
     publish_spec(spec, cfg.bootstrap)
     client = redis_client(cfg.redis)
-    registry = DeviceRegistry(client, master_key(cfg.edge_key, create=True))
+    registry = DeviceRegistry(client, Keyring.create(cfg.edge_key))
     credentials = [(c.device, c.key) for c in registry.enroll(spec.name, args.devices)]
     count = int(args.max_rate * args.seconds)
     results: dict[str, object] = {"seconds_per_step": args.seconds, "concurrency": args.concurrency,

@@ -7,13 +7,13 @@ import logging
 from pathlib import Path
 
 from edge.app import EdgeConfig, serve, server_tls
-from edge.devices import master_key
+from edge.keyring import Keyring
 from runtime.access import act_as
 from runtime.settings import Settings
 
 
 def main(argv: list[str] | None = None) -> None:
-    defaults = EdgeConfig("", "", b"", Path())
+    defaults = EdgeConfig("", "", Path(), Path())
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     act_as("edge")
     cfg = Settings.from_env()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    config = EdgeConfig(cfg.bootstrap, cfg.redis, master_key(cfg.edge_key, create=True),
+    Keyring.create(cfg.edge_key)
+    config = EdgeConfig(cfg.bootstrap, cfg.redis, cfg.edge_key,
                         args.spool_dir or cfg.state_dir / "edge" / "spool" / str(args.port),
                         spool_bytes=args.spool_bytes, max_body_bytes=args.max_body_bytes,
                         max_inflated_bytes=4 * args.max_body_bytes, max_reports=args.max_reports,

@@ -66,6 +66,7 @@ from edge.intake import (
 from edge.intake import (
     REPLAYED as REPLAY_REASON,
 )
+from edge.keyring import Keyring
 from edge.plans import EdgePlan, EdgePlans
 from edge.spool import Spool
 from runtime.clock import now_ms
@@ -91,7 +92,7 @@ class EdgeConfig:
 
     bootstrap: str
     redis_url: str
-    master: bytes
+    keyring: Path
     spool_dir: Path
     spool_bytes: int = 256 * 2**20
     max_body_bytes: int = 1 * 2**20
@@ -133,7 +134,7 @@ class Edge:
         self.config = config
         self.plans = EdgePlans(config.bootstrap)
         self.redis = async_redis_client(config.redis_url, timeout_s=5.0)
-        self.admission = Admission(self.redis, config.master, config.rate_per_s)
+        self.admission = Admission(self.redis, Keyring(config.keyring), config.rate_per_s)
         self.spool = Spool(config.spool_dir, config.spool_bytes)
         self.intake: Coalesce[Incoming, Accepted] = Coalesce(self._intake_many)
         self.forwarder = Forwarder(config.bootstrap, self.spool, linger_s=config.linger_s,

@@ -1,7 +1,8 @@
 """Enrolled devices and the per-request admission state, in Redis.
 
 Redis holds, per collection, only whether each device id is enrolled (`ldp:edge:{NAME}:devices`, device id -> 1,
-or 0 once revoked): a device's key is derived from the edge's master key (`collection.auth.device_key`), so nothing
+or 0 once revoked): a device's key is derived from the edge's master key (`collection.auth.device_key`, the
+generation its id names: `edge.keyring`), so nothing
 in Redis lets anyone sign a request, and a signature verifies without a lookup. Revoking a device makes every
 request it signs answer 401; a revoked id is never enrolled again (enrolment issues new random ids).
 
@@ -17,19 +18,17 @@ Marks of reports that are then not acknowledged are removed again (`release`), s
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import redis
 import redis.asyncio
 
-from collection.auth import MAX_SKEW_MS, Credential, device_key
+from collection.auth import MAX_SKEW_MS, Credential
 from collection.spec import ALL_TIME, window_seconds
 from collection.validation import DEFAULT_MAX_AGE_MS
-from runtime.secrets import create_secret
+from edge.keyring import Keyring, new_device_id
 
 ADMIT = """
 local replay_ttl, rate, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -68,19 +67,19 @@ def _prefix(collection: str) -> str:
 class DeviceRegistry:
     """Enrol and revoke devices."""
 
-    def __init__(self, client: redis.Redis, master: bytes) -> None:
+    def __init__(self, client: redis.Redis, keyring: Keyring) -> None:
         self.redis = client
-        self.master = master
+        self.keyring = keyring
 
     def enroll(self, collection: str, count: int) -> list[Credential]:
-        """Enrol `count` new devices (random ids) and return their credentials."""
+        """Enrol `count` new devices (random ids, the current master-key generation) and return their credentials."""
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
-        ids = [secrets.token_hex(12) for _ in range(count)]  # 96 random bits: ids never collide
+        ids = [new_device_id(self.keyring.current) for _ in range(count)]
         key = f"{_prefix(collection)}:devices"
         for lo in range(0, count, 10_000):
             self.redis.hset(key, mapping={d: 1 for d in ids[lo:lo + 10_000]})
-        return [Credential(collection, d, device_key(self.master, collection, d)) for d in ids]
+        return [Credential(collection, d, self.keyring.device_key(collection, d)) for d in ids]
 
     def revoke(self, collection: str, devices: Sequence[str]) -> int:
         """Revoke devices (their requests answer 401 from now on); the number that were enrolled."""
@@ -108,15 +107,16 @@ class Admission:
     """The edge's per-request state (asyncio): device keys, and the replay, rate and once-per-window checks of
     `ADMIT` (see the module docstring)."""
 
-    def __init__(self, client: redis.asyncio.Redis, master: bytes, rate_per_s: int) -> None:
+    def __init__(self, client: redis.asyncio.Redis, keyring: Keyring, rate_per_s: int) -> None:
         self.redis = client
-        self.master = master
+        self.keyring = keyring
         self.rate_per_s = rate_per_s
         self._script = client.register_script(ADMIT)
 
     def key_of(self, collection: str, device: str) -> bytes:
-        """The key a device's requests must be signed with (whether it is enrolled is `admit`'s question)."""
-        return device_key(self.master, collection, device)
+        """The key a device's requests must be signed with (whether it is enrolled is `admit`'s question);
+        AuthError if its master-key generation is retired."""
+        return self.keyring.device_key(collection, device)
 
     @staticmethod
     def window_keys(collection: str, version: int, device: str, starts: np.ndarray) -> list[str]:
@@ -153,14 +153,3 @@ class Admission:
         """Forget window marks of reports that were not acknowledged (the device will send them again)."""
         if marks:
             await self.redis.delete(*marks)
-
-
-def master_key(path: Path, create: bool = False) -> bytes:
-    """The edge's master key (32 random bytes in a 0600 file), made on first use when `create`.
-
-    FileNotFoundError when it does not exist and `create` is false: an edge without the key enrolment used
-    could verify nobody."""
-    key = create_secret(path, lambda: secrets.token_bytes(32)) if create else path.read_bytes()
-    if len(key) < 32:
-        raise ValueError(f"{path}: a master key has at least 32 bytes")
-    return key

@@ -13,7 +13,8 @@ from typing import Annotated
 import typer
 from prometheus_client.multiprocess import mark_process_dead
 
-from edge.devices import DeviceRegistry, master_key
+from edge.devices import DeviceRegistry
+from edge.keyring import Keyring
 from edge.processes import start_edge, stop_edge
 from runtime.metrics import MULTIPROCESS_DIR
 from runtime.redis import redis_client
@@ -66,7 +67,7 @@ def enroll(collection: Annotated[str, typer.Option(help="collection name")],
            out: Annotated[Path, typer.Option(help="write the credentials here (JSON; keep it secret)")]) -> None:
     """Issue credentials (device id + key) for COUNT new devices; the edge stores only their generation."""
     cfg = Settings.from_env()
-    registry = DeviceRegistry(redis_client(cfg.redis, 10.0), master_key(cfg.edge_key, create=True))
+    registry = DeviceRegistry(redis_client(cfg.redis, 10.0), Keyring.create(cfg.edge_key))
     credentials = registry.enroll(collection, count)
     out.write_text(json.dumps([c.to_json() for c in credentials]))
     out.chmod(0o600)
@@ -78,10 +79,30 @@ def revoke(collection: Annotated[str, typer.Option(help="collection name")],
            device: Annotated[list[str], typer.Argument(help="device ids")]) -> None:
     """Revoke devices: every request they sign is answered 401 from now on."""
     cfg = Settings.from_env()
-    found = DeviceRegistry(redis_client(cfg.redis, 10.0), master_key(cfg.edge_key)).revoke(collection, device)
+    found = DeviceRegistry(redis_client(cfg.redis, 10.0), Keyring(cfg.edge_key)).revoke(collection, device)
     typer.echo(f"{found} of {len(device)} device(s) revoked in {collection}")
     if found < len(device):
         raise typer.Exit(1)
+
+
+@devices_app.command("rotate-key")
+def rotate_key() -> None:
+    """Add a master-key generation: new enrolments use it; devices of older generations keep reporting."""
+    keyring = Keyring.create(Settings.from_env().edge_key)
+    generation = keyring.rotate()
+    typer.echo(f"master key generation {generation} made; generations in service: {keyring.generations}")
+
+
+@devices_app.command("retire-key")
+def retire_key(generation: Annotated[int, typer.Argument(help="the generation to retire")]) -> None:
+    """Delete a master-key generation: its devices are answered 401 from now on (they enrol again)."""
+    keyring = Keyring(Settings.from_env().edge_key)
+    try:
+        keyring.retire(generation)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"master key generation {generation} retired; generations in service: {keyring.generations}")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,8 @@ import pytest
 from edge_support import EdgeProcess, free_port
 from pipeline_support import Collection, published_collection
 
-from edge.devices import DeviceRegistry, master_key
+from edge.devices import DeviceRegistry
+from edge.keyring import Keyring
 from edge.processes import start_edge, stop_edge, wait_live
 from runtime.redis import redis_client
 from runtime.settings import Settings
@@ -39,7 +40,7 @@ def edge(live_services: Settings, tmp_path: Path) -> Iterator[EdgeProcess]:
 def enrolled(live_services: Settings, collection: Collection) -> Iterator[DeviceRegistry]:
     """The registry devices of the test's collection are enrolled in (cleared after the test)."""
     client = redis_client(live_services.redis)
-    yield DeviceRegistry(client, master_key(live_services.edge_key, create=True))
+    yield DeviceRegistry(client, Keyring.create(live_services.edge_key))
     keys = list(client.scan_iter(f"ldp:edge:{collection.spec.name}:*", count=10_000))
     for lo in range(0, len(keys), 10_000):
         client.delete(*keys[lo:lo + 10_000])

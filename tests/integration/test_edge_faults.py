@@ -26,7 +26,8 @@ from aggregator.processes import start_worker, stop_worker
 from aggregator.store import RedisStore
 from collection.auth import Credential
 from collection.spec import CollectionSpec, load_spec
-from edge.devices import DeviceRegistry, master_key
+from edge.devices import DeviceRegistry
+from edge.keyring import Keyring
 from edge.processes import start_edge, stop_edge, wait_live
 from ldpstream.services import KafkaService
 from producer.edge_client import FleetAnswers, fleet_requests, post_all
@@ -73,7 +74,7 @@ def setup(own_kafka: KafkaService, live_services: Settings, tmp_path: Path) -> I
 
 
 def credentials(live_services: Settings, spec: CollectionSpec, n: int) -> list[Credential]:
-    registry = DeviceRegistry(redis_client(live_services.redis), master_key(live_services.edge_key, create=True))
+    registry = DeviceRegistry(redis_client(live_services.redis), Keyring.create(live_services.edge_key))
     return [c for c in registry.enroll(spec.name, n)]
 
 

@@ -6,10 +6,12 @@ import gzip
 import http.client
 import json
 import secrets
+import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
-from edge_support import EdgeProcess, post, report_body
+from edge_support import EdgeProcess, free_port, post, report_body
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pipeline_support import Collection, topic_messages
@@ -18,7 +20,10 @@ from collection.auth import Credential
 from collection.pseudonym import device_pseudonym
 from collection.wire import decode
 from edge.devices import DeviceRegistry
+from edge.keyring import Keyring, generation_of
+from edge.processes import start_edge, stop_edge, wait_live
 from runtime.clock import now_ms
+from runtime.redis import redis_client
 
 pytestmark = pytest.mark.integration
 HOUR_MS = 3600 * 1000
@@ -175,3 +180,34 @@ def test_the_json_form_of_an_outbox_is_accepted_like_its_envelope(collection: Co
     status, answer, _ = post(edge.url, device, body, "application/json")
     assert (status, answer["accepted"]) == (200, 2), answer
     assert rows_in_kafka(collection) == [device_pseudonym(collection.spec.name, device.device)] * 2
+
+
+@pytest.mark.usefixtures("enrolled")  # its cleanup of the collection's edge keys
+def test_a_rotated_master_key_keeps_old_devices_until_their_generation_is_retired(
+        collection: Collection, tmp_path: Path) -> None:
+    """A running edge: devices of generation 0 and, after `rotate`, of generation 1 are accepted; once generation
+    0 is retired its devices are 401 (within the keyring's re-read second) and generation 1's still accepted."""
+    keyring = Keyring.create(tmp_path / "master.key")  # this test's own master keys, not the suite's
+    registry = DeviceRegistry(redis_client(collection.cfg.redis), keyring)
+    name = collection.spec.name
+    port = free_port()
+    proc = start_edge(port, tmp_path / "spool", log_file=tmp_path / "edge.log",
+                      env={"LDP_EDGE_KEY_FILE": str(keyring.path)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_live(url, proc, probe="/readyz")
+        old = registry.enroll(name, 2)
+        keyring.rotate()
+        new = registry.enroll(name, 2)
+        assert {generation_of(c.device) for c in old} == {0} and {generation_of(c.device) for c in new} == {1}
+        for credential in (old[0], new[0]):
+            assert post(url, credential, report_body(collection.spec, credential))[0] == 200
+        keyring.retire(0)
+        time.sleep(1.2)
+        status, answer, _ = post(url, old[1], report_body(collection.spec, old[1]))
+        assert (status, answer["reason"]) == (401, "unauthorized") and "generation 0" in answer["error"]
+        assert post(url, new[1], report_body(collection.spec, new[1]))[0] == 200
+        assert sorted(rows_in_kafka(collection)) == sorted(device_pseudonym(name, c.device)
+                                                           for c in (old[0], new[0], new[1]))
+    finally:
+        stop_edge(proc)
