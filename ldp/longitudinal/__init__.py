@@ -8,6 +8,9 @@ L-GRR, L-OUE, L-OSUE, L-SUE (`two_stage`), RAPPOR (`rappor`), Microsoft's 1BitMe
 """
 
 from ldp.longitudinal.base import Longitudinal
+from ldp.longitudinal.dbitflip import DBitFlip
+from ldp.longitudinal.one_bit_mean import OneBitMean
+from ldp.longitudinal.rappor import RAPPOR
 from ldp.longitudinal.two_stage import LGRR, LOSUE, LOUE, LSUE, TwoStageOracle
 
-__all__ = ["LGRR", "LOSUE", "LOUE", "LSUE", "Longitudinal", "TwoStageOracle"]
+__all__ = ["LGRR", "LOSUE", "LOUE", "LSUE", "RAPPOR", "DBitFlip", "Longitudinal", "OneBitMean", "TwoStageOracle"]

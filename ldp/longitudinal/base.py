@@ -10,6 +10,7 @@ one-report channel that the estimators' unbiasedness and variance are stated for
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from typing import Any, ClassVar, Literal
 
@@ -61,3 +62,13 @@ def check_secrets(secrets: np.ndarray, n: int) -> np.ndarray:
     if keys.shape != (n,) or keys.dtype != np.uint64:
         raise LDPError(f"secrets must be a uint64 vector with one entry per value ({n}), got {keys.dtype} {keys.shape}")
     return keys
+
+
+def flipped_epsilon(epsilon: float, gamma: float) -> float:
+    """The budget of an eps-LDP bit sent through a fresh flip with probability gamma (output perturbation).
+
+    P[y = 1] ranges over gamma + (1 - 2 gamma) [1/(e^eps + 1), e^eps/(e^eps + 1)], so the ratio is
+    (e^eps (1 - gamma) + gamma) / ((1 - gamma) + gamma e^eps), the same for y = 0 by symmetry.
+    """
+    e = math.exp(epsilon)
+    return math.log((e * (1 - gamma) + gamma) / ((1 - gamma) + gamma * e))

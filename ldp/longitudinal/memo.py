@@ -57,8 +57,9 @@ def mix64(x: np.ndarray) -> np.ndarray:
 def keyed_words(secrets: np.ndarray, tag: int, *keys: np.ndarray | int) -> np.ndarray:
     """Uniform 64-bit words, one per broadcast (secret, key...) combination, deterministic in its inputs."""
     h = mix64(np.asarray(secrets, dtype=np.uint64) ^ np.uint64(tag))
-    for key in keys:
-        h = mix64(h + (np.asarray(key).astype(np.uint64) + np.uint64(1)) * GAMMA)
+    with np.errstate(over="ignore"):  # arithmetic modulo 2^64 is the point (numpy warns for 0-d keys)
+        for key in keys:
+            h = mix64(h + (np.asarray(key).astype(np.uint64) + np.uint64(1)) * GAMMA)
     return h
 
 

@@ -186,7 +186,7 @@ class LGRR(SolvedTwoStage, GRR):
     >>> import numpy as np
     >>> oracle = LGRR(2.0, 4, epsilon_first=1.0)
     >>> round(oracle.p2, 4), round(math.log(oracle.p / oracle.q), 6)  # one report: exactly eps_1
-    (0.6473, 1.0)
+    (0.6165, 1.0)
     >>> secrets = np.array([7, 7, 7], dtype=np.uint64)
     >>> oracle.permanent_response([2, 2, 2], secrets)["value"].tolist()  # one device, one value: one memo
     [2, 2, 2]
