@@ -36,7 +36,7 @@ from ldp.longitudinal.memo import TAG_PERMANENT, TAG_SAMPLE, draw_secrets, keyed
 class DBitFlip(Longitudinal, Mechanism):
     """dBitFlip: d of K buckets fixed per device, one memoized bit each, output perturbation gamma.
 
-    A report is {"buckets": uint32 (n, d), ascending and distinct, "bits": uint8 (n, d)}. Statistics: per value the
+    A report is {"buckets": uint32 (n, d), ascending and distinct, "bits": uint8 (n, d)} ((n,) each when d = 1). Statistics: per value the
     count of 1 bits, then per value the count of devices that sampled it, then n (length 2K + 1, additive).
 
     Examples
@@ -104,16 +104,22 @@ class DBitFlip(Longitudinal, Mechanism):
         memo = keyed_uniform(keys[:, None], TAG_PERMANENT, codes[:, None], np.arange(self.sampled))
         bits = memo < np.where(own, self.memo_own, 1 - self.memo_own)
         bits ^= rng.random(bits.shape) < self.gamma  # output perturbation, fresh per report
-        return {"buckets": buckets.astype(np.uint32), "bits": bits.astype(np.uint8)}
+        shape = (codes.shape[0], *self.schema.columns[0].row_shape())  # rows of d entries; one entry when d = 1
+        return {"buckets": buckets.astype(np.uint32).reshape(shape), "bits": bits.astype(np.uint8).reshape(shape)}
+
+    def _columns(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
+        """(buckets int64, bits bool), each (n, d), of a checked batch."""
+        n = check_report_batch(self.schema, reports)
+        buckets = np.asarray(reports["buckets"], dtype=np.int64).reshape(n, self.sampled)
+        return buckets, np.asarray(reports["bits"], dtype=bool).reshape(n, self.sampled)
 
     def accumulate(self, reports: Reports) -> np.ndarray:
-        n = check_report_batch(self.schema, reports)
-        buckets = np.asarray(reports["buckets"], dtype=np.intp)
-        if self.sampled > 1 and not (np.diff(buckets, axis=1) > 0).all():
+        buckets, bits = self._columns(reports)
+        if not (np.diff(buckets, axis=1) > 0).all():
             raise LDPError("each report's buckets must be distinct and ascending")
-        ones = np.bincount(buckets[np.asarray(reports["bits"], dtype=bool)], minlength=self.domain_size)
+        ones = np.bincount(buckets[bits], minlength=self.domain_size)
         seen = np.bincount(buckets.ravel(), minlength=self.domain_size)
-        return np.concatenate([ones, seen, [n]]).astype(np.float64)
+        return np.concatenate([ones, seen, [buckets.shape[0]]]).astype(np.float64)
 
     def estimate(self, stats: np.ndarray) -> Estimate:
         """Unbiased frequency of every value (module docstring), stderr from the closed form at the clipped estimate."""
@@ -146,13 +152,11 @@ class DBitFlip(Longitudinal, Mechanism):
 
     def log_pmf(self, reports: Reports, values: np.ndarray | int | list[int]) -> np.ndarray:
         """(n, len(values)): log Pr[report j | true value values[i]] of one report (the buckets are uniform)."""
-        check_report_batch(self.schema, reports)
+        buckets, bits = self._columns(reports)
         codes = check_codes(values, self.domain_size)
-        buckets = np.asarray(reports["buckets"], dtype=np.int64)[:, None, :]
-        bits = np.asarray(reports["bits"], dtype=bool)[:, None, :]
-        prob = np.where(buckets == codes[None, :, None], self.p_own, self.p_other)
+        prob = np.where(buckets[:, None, :] == codes[None, :, None], self.p_own, self.p_other)
         subsets = -math.log(math.comb(self.domain_size, self.sampled))
-        return subsets + np.where(bits, np.log(prob), np.log1p(-prob)).sum(axis=2)
+        return subsets + np.where(bits[:, None, :], np.log(prob), np.log1p(-prob)).sum(axis=2)
 
     def __repr__(self) -> str:
         return (
