@@ -36,8 +36,9 @@ from ldp.longitudinal.memo import TAG_PERMANENT, TAG_SAMPLE, draw_secrets, keyed
 class DBitFlip(Longitudinal, Mechanism):
     """dBitFlip: d of K buckets fixed per device, one memoized bit each, output perturbation gamma.
 
-    A report is {"buckets": uint32 (n, d), ascending and distinct, "bits": uint8 (n, d)} ((n,) each when d = 1). Statistics: per value the
-    count of 1 bits, then per value the count of devices that sampled it, then n (length 2K + 1, additive).
+    A report is {"buckets": uint32 (n, d), ascending and distinct, "bits": uint8 (n, d)} ((n,) each when d = 1).
+    Statistics: per value the count of 1 bits, then per value the count of devices that sampled it, then n
+    (length 2K + 1, additive).
 
     Examples
     --------
