@@ -10,6 +10,9 @@ e^{eps/2}, so the memoized response to a value is eps-LDP (their Thm 2), and eve
 is eps_lifetime = eps; L distinct values cost at most L eps. One report: each bit with output perturbation has
 P[1 | own] = P_own = gamma + (1 - 2 gamma) e^{eps/2} / (e^{eps/2} + 1) and P[1 | other] = P_other likewise, so
 eps_1 = 2 `flipped_epsilon`(eps / 2, gamma).
+Erratum, found by enumerating the channel (tests/ldp/test_longitudinal.py): with d = 1 two values are never both
+sampled, so only one bit can differ and the paper's e^{eps/2} bit is eps/2-LDP, half the budget. Here a bit takes
+the whole eps when d = 1 (and eps_1 = `flipped_epsilon`(eps, gamma)), so the budget is spent exactly for every d.
 
 Estimator (their Sec. 2.2, debiased for gamma): with Delta = P_own - P_other,
     f_hat(v) = K / (n d) * sum over the devices that sampled v of (y_v - P_other) / Delta,
@@ -47,7 +50,7 @@ class DBitFlip(Longitudinal, Mechanism):
     >>> secrets = np.array([5, 5, 6], dtype=np.uint64)
     >>> mech.sampled_buckets(secrets).tolist()  # fixed per device
     [[3, 4], [3, 4], [4, 6]]
-    >>> round(mech.worst_case_variance(), 4)  # (K/d) P_other (1 - P_other) / Delta^2 = 4 e / (e - 1)^2
+    >>> round(mech.worst_case_variance(), 4)  # (K/d) P_other (1 - P_other) / Delta^2 = 4 e / (e - 1)^2 (eps/2 a bit)
     3.6827
     """
 
@@ -60,8 +63,9 @@ class DBitFlip(Longitudinal, Mechanism):
         if isinstance(sampled, bool) or not isinstance(sampled, (int, np.integer)) or not 1 <= sampled <= k:
             raise LDPError(f"sampled buckets d must be an integer in [1, {k}], got {sampled!r}")
         self.epsilon_lifetime, self.domain_size, self.sampled, self.gamma = lifetime, k, int(sampled), g
-        self.epsilon = 2 * flipped_epsilon(lifetime / 2, g)
-        self.memo_own = 1 / (1 + math.exp(-lifetime / 2))  # their Sec. 2.2, at eps/2 per bit
+        differing = min(2, self.sampled)  # bits two values can change (module docstring, erratum)
+        self.epsilon = differing * flipped_epsilon(lifetime / differing, g)
+        self.memo_own = 1 / (1 + math.exp(-lifetime / differing))  # their Sec. 2.2, at eps/2 per bit when d > 1
         self.p_own = g + (1 - 2 * g) * self.memo_own
         self.p_other = g + (1 - 2 * g) * (1 - self.memo_own)
 

@@ -54,7 +54,8 @@ def rappor_lifetime_epsilon(f: float, hashes: int) -> float:
 class RAPPOR(TwoStageOracle):
     """RAPPOR with h hashes into an m-bit partitioned Bloom filter; f from eps_inf (or `from_f`), IRR p < q.
 
-    A report is {"a": uint32 (n, h), "b": uint32 (n, h), "bits": uint8 (n, m)}: the device's seeds and the IRR.
+    A report is {"a": uint32 (n, h), "b": uint32 (n, h), "bits": uint8 (n, m)}: the device's seeds ((n,) when
+    h = 1) and the IRR.
 
     Examples
     --------
@@ -169,7 +170,9 @@ class RAPPOR(TwoStageOracle):
     def _permanent(self, codes: np.ndarray, secrets: np.ndarray) -> Reports:
         a, b = self.seeds(secrets)
         own = hash_buckets(a, b, codes[:, None], self.width) + self.width * np.arange(self.hashes)  # (n, h)
-        return {"a": a, "b": b, "bits": permanent_bits(secrets, codes, own, self.bits, self.p1, self.q1)}
+        shape = (codes.shape[0], *self.schema.columns[0].row_shape())  # rows of h seeds; one seed when h = 1
+        bits = permanent_bits(secrets, codes, own, self.bits, self.p1, self.q1)
+        return {"a": a.reshape(shape), "b": b.reshape(shape), "bits": bits}
 
     def _instantaneous(self, permanent: Reports, rng: np.random.Generator) -> Reports:
         bits = instantaneous_bits(np.asarray(permanent["bits"], dtype=bool), self.p2, self.q2, rng)
@@ -177,8 +180,8 @@ class RAPPOR(TwoStageOracle):
 
     def _set_at_values(self, reports: Reports, rows: slice, codes: np.ndarray) -> np.ndarray:
         """(rows, len(codes)): how many of each value's h filter bits are set in each report of the slice."""
-        a, b = np.asarray(reports["a"])[rows], np.asarray(reports["b"])[rows]
         bits = np.asarray(reports["bits"])[rows]
+        a, b = (np.asarray(reports[name])[rows].reshape(bits.shape[0], self.hashes) for name in ("a", "b"))
         positions = self.filter_positions(a, b, codes)
         set_bits = np.take_along_axis(bits, positions.reshape(bits.shape[0], -1), axis=1)
         return set_bits.reshape(positions.shape).sum(axis=2, dtype=np.int64)
