@@ -12,6 +12,16 @@ the inputs, averaged over several runs; for the oracles both libraries run on th
 compare directly (the closed-form MSE is logged on stderr as the reference).
 
 Prints {"tasks": [{"task", "n", "ours_per_s", "pure_ldp_per_s", "speedup", "ours_mse", "pure_ldp_mse"}]}.
+
+Longitudinal mechanisms (`ldp.longitudinal`, eps_inf = 2, eps_1 = 1; `python benchmarks/bench_mechanisms.py
+--longitudinal` runs this part alone, without pure-LDP): perturbation of n reports by devices whose secrets are given
+(the memoized path a device runs every window) and aggregation + estimation, per mechanism. L-GRR, L-OUE, L-OSUE and
+L-SUE are compared with multi-freq-ldpy (`pip install multi-freq-ldpy`; skipped when missing) on the same n_mfl
+inputs, one report per device (its clients redraw the permanent response at every call: memoizing is the caller's
+job), both MSEs against the inputs' truth: multi-freq-ldpy's estimator clips and renormalizes, so ours is given raw
+and after the same clip-and-renormalize (ours over 40 runs, theirs over 8). Prints {"longitudinal": [{"task", "n",
+"ours_per_s", "ours_aggregate_per_s", "mfl_per_s", "speedup", "ours_mse", "ours_clipped_mse", "closed_form_mse",
+"mfl_mse"}]}.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import numpy as np
 from ldp import registry
 from ldp.base import Reports
 from ldp.frequency.base import FrequencyOracle
+from ldp.longitudinal.memo import draw_secrets
 from ldp.numeric.base import NumericMechanism
 
 EPSILON = 1.0
@@ -165,8 +176,95 @@ def frequency_tasks(spec: OracleTask, rng: np.random.Generator) -> list[dict]:
     ]
 
 
+# --- longitudinal mechanisms ---------------------------------------------------------------------------------------
+
+LIFETIME, FIRST = 2.0, 1.0
+
+
+def multi_freq_ldpy_clients() -> dict[str, Callable[[int, int], Any]] | None:
+    """Our name -> (value, k) -> one multi-freq-ldpy report, or None when the package is missing."""
+    try:
+        from multi_freq_ldpy.long_freq_est import L_GRR, L_OSUE, L_OUE, L_SUE
+    except ImportError as exc:
+        log(f"multi-freq-ldpy is missing ({exc}): its comparison is skipped")
+        return None
+    return {
+        "l-grr": lambda v, k: L_GRR.L_GRR_Client(v, k, LIFETIME, FIRST),
+        "l-oue": lambda v, k: L_OUE.L_OUE_Client(v, k, LIFETIME, FIRST),
+        "l-osue": lambda v, k: L_OSUE.L_OSUE_Client(v, k, LIFETIME, FIRST),
+        "l-sue": lambda v, k: L_SUE.L_SUE_Client(v, k, LIFETIME, FIRST),
+    }
+
+
+def multi_freq_ldpy_estimate(name: str, reports: list[Any], k: int) -> np.ndarray:
+    from multi_freq_ldpy.long_freq_est import L_GRR, L_OSUE, L_OUE, L_SUE
+
+    if name == "l-grr":
+        return np.asarray(L_GRR.L_GRR_Aggregator_MI(reports, k, LIFETIME, FIRST))
+    aggregate = {"l-oue": L_OUE.L_OUE_Aggregator_MI, "l-osue": L_OSUE.L_OSUE_Aggregator_MI,
+                 "l-sue": L_SUE.L_SUE_Aggregator_MI}[name]
+    return np.asarray(aggregate(np.asarray(reports), LIFETIME, FIRST))
+
+
+def clip_and_normalize(freqs: np.ndarray) -> np.ndarray:
+    """multi-freq-ldpy's post-processing: negative frequencies to 0, then sum to 1."""
+    clipped = np.clip(freqs, 0.0, None)
+    return clipped / clipped.sum()
+
+
+def longitudinal_tasks(rng: np.random.Generator, n: int = 1_000_000, n_mfl: int = 20_000, runs: int = 40) -> list[dict]:
+    clients = multi_freq_ldpy_clients()
+    cases = (("l-grr", 16, {"epsilon_first": FIRST}), ("l-oue", 16, {"epsilon_first": FIRST}),
+             ("l-osue", 16, {"epsilon_first": FIRST}), ("l-sue", 16, {"epsilon_first": FIRST}),
+             ("rappor", 128, {}), ("dbitflip", 128, {"sampled": 4, "gamma": 0.1}), ("1bitmean", None, {"gamma": 0.1}))
+    out = []
+    for name, k, params in cases:
+        mech = registry.make(name, LIFETIME, k, **params)
+        secrets = draw_secrets(rng, n)
+        if k is None:
+            values: np.ndarray = 2 * rng.beta(2.0, 5.0, n) - 1
+        else:
+            zipf = 1.0 / np.arange(1, k + 1) ** 1.1
+            values = rng.choice(k, size=n, p=zipf / zipf.sum())
+        reports = mech.perturb(values, rng, secrets=secrets)  # type: ignore[call-arg]
+        perturb_s = best_seconds(lambda: mech.perturb(values, rng, secrets=secrets), 3)  # type: ignore[call-arg]  # noqa: B023
+        aggregate_s = best_seconds(lambda: mech.estimate(mech.accumulate(reports)), 3)  # noqa: B023
+        row = {"task": name if k is None else f"{name}_k{k}", "n": n, "ours_per_s": n / perturb_s,
+               "ours_aggregate_per_s": n / aggregate_s, "mfl_per_s": None, "speedup": None}
+        shared = values[:n_mfl]
+        if k is None:
+            truth = shared.mean()
+            row["ours_mse"] = float(np.mean([(mech.estimate(mech.accumulate(mech.perturb(shared, rng))).value - truth)
+                                             ** 2 for _ in range(runs)]))
+            row["closed_form_mse"] = float(np.mean(mech.variance(shared)) / n_mfl)  # type: ignore[attr-defined]
+            out.append(row)
+            continue
+        truth = np.bincount(shared, minlength=k) / n_mfl
+        ours = [mech.estimate(mech.accumulate(mech.perturb(shared, rng))).value for _ in range(runs)]
+        row["ours_mse"] = float(np.mean([np.mean((e - truth) ** 2) for e in ours]))
+        row["ours_clipped_mse"] = float(np.mean([np.mean((clip_and_normalize(e) - truth) ** 2) for e in ours]))
+        row["closed_form_mse"] = float(np.mean(mech.variance(truth)) / n_mfl)  # type: ignore[attr-defined]
+        if clients is not None and name in clients:
+            as_list = shared.tolist()
+            start = time.perf_counter()
+            theirs = [clients[name](v, k) for v in as_list]
+            mfl_s = time.perf_counter() - start
+            mfl_runs = [multi_freq_ldpy_estimate(name, theirs, k)]
+            mfl_runs += [multi_freq_ldpy_estimate(name, [clients[name](v, k) for v in as_list], k) for _ in range(7)]
+            row["mfl_per_s"] = n_mfl / mfl_s
+            row["speedup"] = row["ours_per_s"] / row["mfl_per_s"]
+            row["mfl_mse"] = float(np.mean([np.mean((e - truth) ** 2) for e in mfl_runs]))
+        log(f"{row['task']}: {json.dumps({key: value for key, value in row.items() if key != 'task'})}")
+        out.append(row)
+    return out
+
+
 def main() -> None:
     rng = np.random.default_rng(SEED)
+    if "--longitudinal" in sys.argv[1:]:
+        np.random.seed(SEED)  # multi-freq-ldpy draws from numpy's global state
+        print(json.dumps({"longitudinal": longitudinal_tasks(rng)}, indent=1))
+        return
     random.seed(SEED)  # pure-LDP draws from the global random and numpy.random states
     np.random.seed(SEED)
     warnings.filterwarnings("ignore", category=RuntimeWarning, module="pure_ldp")
@@ -179,7 +277,7 @@ def main() -> None:
     tasks = [*numeric_tasks("pm", 1_000_000, 50, rng), *numeric_tasks("hm", 1_000_000, 50, rng)]
     for spec in oracles:
         tasks.extend(frequency_tasks(spec, rng))
-    print(json.dumps({"tasks": tasks}, indent=1))
+    print(json.dumps({"tasks": tasks, "longitudinal": longitudinal_tasks(rng)}, indent=1))
 
 
 if __name__ == "__main__":

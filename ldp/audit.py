@@ -18,6 +18,13 @@ reports of a and of b -> candidate events). `audit_plan` chooses them per kind o
   coordinate, the minimum and the maximum;
 - frequency oracles (categories, with a `log_pmf(reports, values)`): inputs 0 and 1; events
   {ln P[y | a] - ln P[y | b] >= c}, the Neyman-Pearson tests of a against b, plus each distinct report.
+
+Longitudinal mode (`audit_longitudinal`): each sample is one device reporting the same value T times
+(`RepeatedReports`: a memoized mechanism keeps the device's secret across the T reports, any other draws fresh noise
+each time), and the events are on the sum over the T reports of the one-report statistic above (the one-report
+log-likelihood ratio, or the numeric report). The bound then lower-bounds the budget of all T reports together:
+it grows about T eps for fresh noise (sequential composition is tight for i.i.d. reports, up to the ln(n) ceiling
+of what n samples can show) and stays <= eps_lifetime for a memoized mechanism.
 """
 
 from __future__ import annotations
@@ -25,17 +32,25 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from scipy.stats import beta
 
 from ldp.base import LDPError, Mechanism, Reports
+from ldp.longitudinal.base import Longitudinal
+from ldp.longitudinal.memo import draw_secrets
 from ldp.multidim import VectorMechanism
 from ldp.numeric.base import NumericMechanism
 
 MAX_OUTCOMES = 256  # a report batch with at most this many distinct rows gets one event per outcome
 QUANTILES = np.concatenate([np.linspace(0.001, 0.05, 8), np.linspace(0.1, 0.9, 9), np.linspace(0.95, 0.999, 8)])
+
+
+class Perturbs(Protocol):
+    """What the auditor samples from: a mechanism, or T repeated reports of one (`RepeatedReports`)."""
+
+    def perturb(self, values: Any, rng: np.random.Generator) -> Reports: ...
 
 
 @dataclass(frozen=True)
@@ -114,7 +129,7 @@ def _batch(value: np.ndarray, n: int) -> np.ndarray:
 
 
 def audit(
-    mechanism: Mechanism,
+    mechanism: Perturbs,
     pairs: Sequence[tuple[Any, Any]],
     events: EventFactory,
     rng: np.random.Generator,
@@ -262,3 +277,61 @@ def audit_mechanism(
     """
     pairs, events = audit_plan(mechanism)
     return audit(mechanism, pairs, events, np.random.default_rng(seed), n=n, n_select=n_select, confidence=confidence)
+
+
+# --- longitudinal mode ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepeatedReports:
+    """Each row is one device reporting its value `reports` times: columns gain a report axis, (n, T, ...).
+
+    A longitudinal mechanism gets one secret per device for all T reports (its memo), any other fresh noise.
+    """
+
+    mechanism: Mechanism
+    reports: int
+
+    def perturb(self, values: Any, rng: np.random.Generator) -> Reports:
+        n = len(values)
+        memo = {"secrets": draw_secrets(rng, n)} if isinstance(self.mechanism, Longitudinal) else {}
+        perturb: Callable[..., Reports] = self.mechanism.perturb
+        batches = [perturb(values, rng, **memo) for _ in range(self.reports)]
+        return {name: np.stack([b[name] for b in batches], axis=1) for name in batches[0]}
+
+
+def one_report_statistic(mechanism: Mechanism) -> Callable[[Reports], np.ndarray]:
+    """A scalar per report: the numeric report itself, or ln P[y | 0] - ln P[y | 1] for a frequency mechanism."""
+    if isinstance(mechanism, NumericMechanism):
+        return lambda r: np.asarray(r["value"], dtype=np.float64)
+    log_pmf = getattr(mechanism, "log_pmf", None)
+    if log_pmf is None:
+        raise LDPError(f"{type(mechanism).__name__} has no one-report statistic for the longitudinal audit")
+    return lambda r: log_pmf(r, [0])[:, 0] - log_pmf(r, [1])[:, 0]
+
+
+def audit_longitudinal(
+    mechanism: Mechanism,
+    reports: int,
+    seed: int = 0,
+    n: int = 200_000,
+    n_select: int = 50_000,
+    confidence: float = 0.999,
+) -> AuditResult:
+    """Lower-bound the budget of `reports` reports of one value by one device (module docstring).
+
+    Examples
+    --------
+    >>> from ldp.frequency import GRR
+    >>> audit_longitudinal(GRR(0.5, 2), reports=4, n=20_000, n_select=5_000).epsilon_lower_bound > 0.5
+    True
+    """
+    if isinstance(reports, bool) or not isinstance(reports, int) or reports < 1:
+        raise LDPError(f"reports must be a positive integer, got {reports!r}")
+    single = one_report_statistic(mechanism)
+    total = lambda r: sum(single({k: col[:, t] for k, col in r.items()}) for t in range(reports))  # noqa: E731
+    inputs = (1.0, -1.0) if isinstance(mechanism, NumericMechanism) else (0, 1)
+    label = f"sum over {reports} reports"
+    events = combined(outcome_events(label, lambda r: total(r)[:, None]), threshold_events(label, total))
+    rng = np.random.default_rng(seed)
+    return audit(RepeatedReports(mechanism, reports), [inputs], events, rng, n, n_select, confidence)

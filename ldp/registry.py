@@ -3,7 +3,8 @@
 This is the one list of mechanisms: `auto` (`ldp.numeric.auto`, `ldp.frequency.auto`), the vector mechanisms of
 `ldp.multidim`, `ldp mechanisms list` and the test suite's contract, audit and doctest checks enumerate it. A new
 mechanism is a module and one line here; what `auto` and `ldp.multidim` need to know about it, its class declares
-(`auto_rank`, and for a numeric one `vector_scheme` and `auto_one_dimensional`).
+(`auto_rank`, and for a numeric one `vector_scheme` and `auto_one_dimensional`). LONGITUDINAL lists the memoized
+mechanisms (`ldp.longitudinal`), which the CLI, the contract and audit checks enumerate but `auto` does not.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ldp.base import LDPError, Mechanism
 
 if TYPE_CHECKING:
     from ldp.frequency.base import FrequencyOracle
+    from ldp.longitudinal.base import Longitudinal
     from ldp.numeric.base import NumericMechanism
 
 # name -> "module:Class"; imported on first use so that listing names costs nothing.
@@ -36,6 +38,17 @@ FREQUENCY: dict[str, str] = {
     "olh": "ldp.frequency.local_hash:OLH",
     "hadamard": "ldp.frequency.hadamard:HadamardResponse",
 }
+# Memoized mechanisms for reports every window (`ldp.longitudinal`): apart, since `auto` and `ldp.multidim` must not
+# pick them (a device needs its secret to run them); their classes say which kind they are (`Longitudinal.kind`).
+LONGITUDINAL: dict[str, str] = {
+    "l-grr": "ldp.longitudinal.two_stage:LGRR",
+    "l-oue": "ldp.longitudinal.two_stage:LOUE",
+    "l-osue": "ldp.longitudinal.two_stage:LOSUE",
+    "l-sue": "ldp.longitudinal.two_stage:LSUE",
+    "rappor": "ldp.longitudinal.rappor:RAPPOR",
+    "1bitmean": "ldp.longitudinal.one_bit_mean:OneBitMean",
+    "dbitflip": "ldp.longitudinal.dbitflip:DBitFlip",
+}
 
 
 def _load(target: str) -> type[Mechanism]:
@@ -43,11 +56,16 @@ def _load(target: str) -> type[Mechanism]:
     return getattr(importlib.import_module(module), cls)
 
 
+def known_names() -> list[str]:
+    """Every registered name, numeric, frequency oracles, then longitudinal, each sorted."""
+    return sorted(NUMERIC) + sorted(FREQUENCY) + sorted(LONGITUDINAL)
+
+
 def mechanism_class(name: str) -> type[Mechanism]:
-    """The class registered under `name` (numeric or frequency oracle)."""
-    target = NUMERIC.get(name) or FREQUENCY.get(name)
+    """The class registered under `name` (numeric, frequency oracle or longitudinal)."""
+    target = NUMERIC.get(name) or FREQUENCY.get(name) or LONGITUDINAL.get(name)
     if target is None:
-        raise LDPError(f"unknown mechanism {name!r}; known: {sorted(NUMERIC) + sorted(FREQUENCY)}")
+        raise LDPError(f"unknown mechanism {name!r}; known: {known_names()}")
     return _load(target)
 
 
@@ -67,15 +85,28 @@ def frequency_class(name: str) -> type[FrequencyOracle]:
     return cast("type[FrequencyOracle]", _class_in(FREQUENCY, "frequency oracle", name))
 
 
+def longitudinal_class(name: str) -> type[Longitudinal]:
+    """The class registered under `name` in LONGITUDINAL."""
+    return cast("type[Longitudinal]", _class_in(LONGITUDINAL, "longitudinal mechanism", name))
+
+
+def takes_domain(name: str) -> bool:
+    """Whether the mechanism `name` collects a category of a domain of size K (and `make` needs the domain)."""
+    return name in FREQUENCY or (name in LONGITUDINAL and longitudinal_class(name).kind == "frequency")
+
+
 def by_preference(names: Iterable[str]) -> tuple[str, ...]:
     """The registered `names` in `auto`'s tie-break order: by their classes' `auto_rank`, lowest first."""
     return tuple(sorted(names, key=lambda name: mechanism_class(name).auto_rank))
 
 
 def make(name: str, epsilon: float, domain: int | None = None, **params: Any) -> Mechanism:
-    """Build a mechanism by name: numeric ones take epsilon, frequency oracles epsilon and the domain size."""
+    """Build a mechanism by name: numeric ones take epsilon, frequency oracles epsilon and the domain size.
+
+    For a longitudinal mechanism epsilon is its lifetime budget; `params` name the rest (e.g. epsilon_first).
+    """
     cls = mechanism_class(name)
-    if name in FREQUENCY:
+    if takes_domain(name):
         if domain is None:
             raise LDPError(f"frequency oracle {name!r} needs a domain size")
         return cls(epsilon, domain, **params)  # type: ignore[call-arg]

@@ -15,13 +15,17 @@ independent Bernoulli(p) or Bernoulli(q) variables,
 
 (expand Var of the indicator sum: n_v p (1 - p) + (n - n_v) q (1 - q), divided by n^2 (p - q)^2).
 The rare-value limit f(v) -> 0 is 004's Table 1 (`worst_case_variance`).
+
+A report may carry s > 1 support indicators per value (`supports_per_report`; RAPPOR: one per Bloom hash), each
+Bernoulli(p) for the own value and Bernoulli(q) for any other, independent given the true value. The support count
+then lies in [0, s n], the estimate is (support_count / (s n) - q) / (p - q), and the variance above is divided by s.
 """
 
 from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -100,13 +104,17 @@ def check_report_batch(schema: ReportSchema, reports: Reports) -> int:
 
 def randomized_response(truth: np.ndarray, size: int, keep: float, rng: np.random.Generator) -> np.ndarray:
     """Keep each entry of `truth` (in 0..size-1) with probability `keep`, else replace it by one of the other
-    size - 1 values uniformly (generalized randomized response, 004 "Direct Encoding"); int64, vectorised.
+    size - 1 values uniformly (generalized randomized response, 004 "Direct Encoding"); int64, vectorised."""
+    return randomized_response_from_uniform(truth, size, keep, rng.random(truth.shape[0]))
+
+
+def randomized_response_from_uniform(truth: np.ndarray, size: int, keep: float, u: np.ndarray) -> np.ndarray:
+    """`randomized_response` driven by given uniforms u in [0, 1), one per entry (a memo passes keyed ones).
 
     One uniform u per entry decides both: u < keep keeps the value (shift 0); otherwise (u - keep) / (1 - keep) is
     uniform on [0, 1) and picks the shift 1..size-1 added modulo size (exact up to the 2^-53 grid of u). The sign of
     u - keep is exact in floating point, so the value is kept exactly when u < keep.
     """
-    u = rng.random(truth.shape[0])
     # |(u - keep) (size - 1) / (1 - keep)| <= e^eps + size - 1 < 2^63 for eps <= MAX_EPSILON: the cast is exact.
     shift = np.floor((u - keep) * ((size - 1) / (1 - keep))).astype(np.int64)
     shift += 1  # kept: <= 0; replaced: 1..size-1 (size only by rounding as u -> 1)
@@ -151,6 +159,11 @@ class FrequencyOracle(Mechanism):
     def report_bits(self) -> int:
         """Bits needed to encode one report (the communication cost of 004 Table 1)."""
 
+    @property
+    def supports_per_report(self) -> int:
+        """s: the independent support indicators one report carries for each value (module docstring); 1 here."""
+        return 1
+
     @abstractmethod
     def _sample(self, codes: np.ndarray, rng: np.random.Generator) -> Reports:
         """Reports for a chunk of validated codes (vectorised; `perturb` casts them to the schema's dtypes)."""
@@ -161,7 +174,7 @@ class FrequencyOracle(Mechanism):
 
     @abstractmethod
     def _support_matrix(self, reports: Reports) -> np.ndarray:
-        """(n, K) bool: row j marks Support(y_j) (for tests and small batches; O(n K) memory)."""
+        """(n, K): row j marks Support(y_j), bool (for s > 1 supports per report: how many of them are set)."""
 
     @abstractmethod
     def _log_pmf(self, reports: Reports, codes: np.ndarray) -> np.ndarray:
@@ -174,11 +187,15 @@ class FrequencyOracle(Mechanism):
 
     def perturb(self, values: np.ndarray | int | list[int], rng: np.random.Generator) -> Reports:
         codes = check_codes(values, self.domain_size)
+        return self._in_chunks(codes.shape[0], lambda rows: self._sample(codes[rows], rng))
+
+    def _in_chunks(self, n: int, sample: Callable[[slice], Reports]) -> Reports:
+        """A batch of n reports, sampled chunk of users by chunk (`sample(rows)`) and cast to the schema's dtypes."""
         columns = self.schema.columns
-        reports = {c.name: np.empty((codes.shape[0], *c.row_shape()), dtype=c.dtype) for c in columns}
+        reports = {c.name: np.empty((n, *c.row_shape()), dtype=c.dtype) for c in columns}
         rows = max(1, SAMPLE_CHUNK_ENTRIES // max(c.width for c in columns))
-        for start in range(0, codes.shape[0], rows):  # chunks of users, each sampled vectorised
-            chunk = self._sample(codes[start : start + rows], rng)
+        for start in range(0, n, rows):  # chunks of users, each sampled vectorised
+            chunk = sample(slice(start, start + rows))
             for name, column in reports.items():
                 column[start : start + rows] = chunk[name]
         return reports
@@ -189,7 +206,7 @@ class FrequencyOracle(Mechanism):
         return np.append(counts, float(n))
 
     def support_matrix(self, reports: Reports) -> np.ndarray:
-        """(n, K) bool: which values each report supports; its column sums are `accumulate`'s counts."""
+        """(n, K): which values each report supports (module docstring); its column sums are `accumulate`'s counts."""
         check_report_batch(self.schema, reports)
         return self._support_matrix(reports)
 
@@ -214,10 +231,10 @@ class FrequencyOracle(Mechanism):
         counts, n = self._check_stats(stats)
         if n == 0:
             return Estimate(n=0, value=np.full(self.domain_size, np.nan), stderr=np.full(self.domain_size, np.inf))
-        p, q = self.p, self.q
-        freqs = (counts / n - q) / (p - q)  # 004, pure estimator c(v) / n
+        p, q, s = self.p, self.q, self.supports_per_report
+        freqs = (counts / (s * n) - q) / (p - q)  # 004, pure estimator c(v) / n
         # The plug-in frequency is clipped to [0, 1] so that the variance is that of a possible distribution.
-        stderr = np.sqrt(pure_variance(p, q, np.clip(freqs, 0.0, 1.0)) / n)
+        stderr = np.sqrt(pure_variance(p, q, np.clip(freqs, 0.0, 1.0)) / (s * n))
         return Estimate(n=n, value=freqs, stderr=stderr)
 
     def variance(self, frequencies: np.ndarray | float) -> np.ndarray:
@@ -225,7 +242,7 @@ class FrequencyOracle(Mechanism):
         f = np.asarray(frequencies, dtype=np.float64)
         if not (np.all(f >= 0) and np.all(f <= 1)):
             raise LDPError("frequencies must lie in [0, 1] (NaN is not a frequency)")
-        return pure_variance(self.p, self.q, f)
+        return pure_variance(self.p, self.q, f) / self.supports_per_report
 
     def worst_case_variance(self) -> float:
         """n * Var[f_hat(v)] in the limit of a rare value, q (1 - q) / (p - q)^2 (004 Table 1).
@@ -233,7 +250,7 @@ class FrequencyOracle(Mechanism):
         This is the CLI's contract. The variance is linear in f(v); for oracles with p + q < 1 (UE with p = 1/2)
         a very common value has slightly more, `variance(1.0)`.
         """
-        return float(pure_variance(self.p, self.q, 0.0))
+        return float(pure_variance(self.p, self.q, 0.0)) / self.supports_per_report
 
     def _check_stats(self, stats: np.ndarray) -> tuple[np.ndarray, int]:
         s = np.asarray(stats, dtype=np.float64)
@@ -242,8 +259,8 @@ class FrequencyOracle(Mechanism):
         counts, n = s[:-1], s[-1]
         if not np.isfinite(s).all() or n < 0 or n != math.floor(n):
             raise LDPError(f"statistics are not finite or n = {n} is not a count")
-        if counts.size and not (counts.min() >= 0 and counts.max() <= n):
-            raise LDPError("support counts must lie in [0, n]")
+        if counts.size and not (counts.min() >= 0 and counts.max() <= self.supports_per_report * n):
+            raise LDPError("support counts must lie in [0, s n] (s supports per report)")
         return counts, int(n)
 
     def __repr__(self) -> str:

@@ -7,14 +7,18 @@ JSON contracts (`--json`):
 - simulate: {"mechanism", "epsilon", "n", "dims", "domain", "seed", "trials", "empirical_mse", "theoretical_mse"}:
   mean squared error of the estimated means (numeric) or frequencies (oracle) over `trials` collections from one
   seeded population of n users, next to the closed form (mean over attributes/values of Var / n).
-- audit: {"mechanism", "epsilon", "dims", "domain", "epsilon_lower_bound", "confidence", "n", "inputs", "event",
-  "counts", "within_epsilon"}; exit status 1 when the bound exceeds epsilon.
+- audit: {"mechanism", "epsilon", "dims", "domain", "reports", "claimed_epsilon", "epsilon_lower_bound",
+  "confidence", "n", "inputs", "event", "counts", "within_epsilon"}; exit status 1 when the bound exceeds the
+  claimed budget of `reports` reports of one value by one device: T eps for a mechanism with fresh noise,
+  min(T eps_1, eps_lifetime) for a longitudinal one (whose --epsilon is its lifetime budget).
+- privacy (longitudinal mechanisms): {"mechanism", "epsilon_lifetime", "epsilon_one_report", "parameters"}.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 import typer
@@ -22,8 +26,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ldp import registry
-from ldp.audit import audit_mechanism
+from ldp.audit import audit_longitudinal, audit_mechanism
 from ldp.base import LDPError, Mechanism
+from ldp.longitudinal.base import Longitudinal
 from ldp.multidim import VectorMechanism, make_vector_mechanism
 from ldpstream.cli.output import print_fields
 
@@ -38,16 +43,44 @@ JSON = typer.Option(False, "--json", help="print JSON")
 
 
 def build_mechanism(name: str, epsilon: float, dims: int = 1, domain: int | None = None) -> Mechanism:
-    """The mechanism a command line names: 1-D numeric, d-dimensional numeric, or a frequency oracle."""
-    if name in registry.FREQUENCY:
+    """The mechanism a command line names: 1-D numeric, d-dimensional numeric, a frequency oracle, or a longitudinal
+    mechanism (epsilon its lifetime budget, its other parameters at their defaults)."""
+    registry.mechanism_class(name)  # LDPError naming the known ones, for an unknown name
+    if registry.takes_domain(name):
         if dims != 1:
             raise LDPError(f"--dims applies to numeric mechanisms, not to the frequency oracle {name!r}")
         return registry.make(name, epsilon, domain=domain)
-    if name not in registry.NUMERIC:
-        raise LDPError(f"unknown mechanism {name!r}; known: {sorted(registry.NUMERIC) + sorted(registry.FREQUENCY)}")
     if domain is not None:
         raise LDPError(f"--domain applies to frequency oracles, not to the numeric mechanism {name!r}")
+    if name in registry.LONGITUDINAL and dims != 1:
+        raise LDPError(f"--dims does not apply to the longitudinal mechanism {name!r}")
     return registry.make(name, epsilon) if dims == 1 else make_vector_mechanism(name, epsilon, dims)
+
+
+def build_longitudinal(name: str, lifetime: float | None, domain: int | None, options: dict[str, Any]) -> Longitudinal:
+    """A longitudinal mechanism from its lifetime budget (or RAPPOR's f) and the options given on the command line.
+
+    `options` holds the given ones only ({"epsilon_first": ..., "f": ...}); one the class does not take is an error.
+    """
+    cls = registry.longitudinal_class(name)
+    options = dict(options)
+    f = options.pop("f", None)
+    build: Any = cls if f is None else getattr(cls, "from_f", None)
+    if build is None:
+        raise LDPError(f"--f applies to rappor, not to {name!r}")
+    accepted = set(inspect.signature(build).parameters)
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        flags = ", ".join("--" + key.replace("_", "-") for key in unknown)
+        raise LDPError(f"{flags} does not apply to {name!r} (it takes {', '.join(sorted(accepted))})")
+    if cls.kind == "frequency" and domain is None:
+        raise LDPError(f"{name!r} needs --domain")
+    positional = [] if cls.kind == "numeric" else [domain]
+    if f is not None:
+        return build(*positional, f, **options)
+    if lifetime is None:
+        raise LDPError(f"{name!r} needs --epsilon-lifetime (or --epsilon)")
+    return build(lifetime, *positional, **options)
 
 
 def _fail(exc: Exception) -> NoReturn:
@@ -63,10 +96,11 @@ def list_mechanisms(
 ) -> None:
     """Every registered mechanism with its worst-case variance at --epsilon (oracles at --domain)."""
     rows = []
-    for kind, names in (("numeric", registry.NUMERIC), ("frequency", registry.FREQUENCY)):
+    tables = (("numeric", registry.NUMERIC), ("frequency", registry.FREQUENCY), ("longitudinal", registry.LONGITUDINAL))
+    for kind, names in tables:
         for name, target in names.items():
             try:
-                mech = build_mechanism(name, epsilon, domain=domain if kind == "frequency" else None)
+                mech = build_mechanism(name, epsilon, domain=domain if registry.takes_domain(name) else None)
                 variance = float(mech.worst_case_variance())  # type: ignore[attr-defined]
             except LDPError as exc:
                 _fail(exc)
@@ -162,28 +196,71 @@ def audit(
     n: int = typer.Option(500_000, "--n", "-n", help="reports per input in the measurement"),
     seed: int = typer.Option(0, "--seed", "-s", help="seed"),
     confidence: float = typer.Option(0.999, "--confidence", help="confidence of the lower bound"),
+    reports: int = typer.Option(1, "--reports", "-T", help="reports of one value by one device (longitudinal mode)"),
     as_json: bool = JSON,
 ) -> None:
-    """Lower-bound the epsilon a mechanism provides from samples (Clopper-Pearson); exit 1 if above --epsilon."""
+    """Lower-bound the epsilon a mechanism provides from samples (Clopper-Pearson); exit 1 if above the claim.
+
+    With --reports T > 1 each sample is one device reporting the same value T times (`ldp.audit`, longitudinal mode).
+    """
     try:
-        if not 0 < confidence < 1 or n < 1:
-            raise LDPError("--confidence must lie in (0, 1) and --n be positive")
+        if not 0 < confidence < 1 or n < 1 or reports < 1:
+            raise LDPError("--confidence must lie in (0, 1), --n and --reports be positive")
         mech = build_mechanism(mechanism, epsilon, dims, domain)
-        result = audit_mechanism(mech, seed=seed, n=n, n_select=max(1, n // 5), confidence=confidence)
+        n_select = max(1, n // 5)
+        if reports == 1:
+            result = audit_mechanism(mech, seed=seed, n=n, n_select=n_select, confidence=confidence)
+        else:
+            result = audit_longitudinal(mech, reports, seed=seed, n=n, n_select=n_select, confidence=confidence)
     except LDPError as exc:
         _fail(exc)
-    within = result.epsilon_lower_bound <= epsilon
+    claimed = reports * mech.epsilon
+    if isinstance(mech, Longitudinal):
+        claimed = min(claimed, mech.epsilon_lifetime)
+    within = result.epsilon_lower_bound <= claimed
     payload = {
         "mechanism": mechanism,
         "epsilon": epsilon,
         "dims": dims,
         "domain": domain,
+        "reports": reports,
+        "claimed_epsilon": claimed,
         **result.to_dict(),
         "within_epsilon": within,
     }
     print_fields(payload, as_json)
     if not within:
         raise typer.Exit(1)
+
+
+@mechanisms_app.command("privacy")
+def privacy(
+    mechanism: str = MECHANISM,
+    domain: int | None = DOMAIN,
+    epsilon_lifetime: float | None = typer.Option(None, "--epsilon-lifetime", help="budget of all reports of a value"),
+    epsilon_first: float | None = typer.Option(None, "--epsilon-first", help="budget of one report (two-stage)"),
+    epsilon: float | None = typer.Option(None, "--epsilon", "-e", help="the memoized budget (1bitmean, dbitflip)"),
+    gamma: float | None = typer.Option(None, "--gamma", help="output perturbation flip probability"),
+    hashes: int | None = typer.Option(None, "--hashes", help="RAPPOR: Bloom filter hashes h"),
+    f: float | None = typer.Option(None, "--f", help="RAPPOR: permanent response noise f"),
+    p: float | None = typer.Option(None, "--p", help="RAPPOR: P[report 1 | permanent bit 0]"),
+    q: float | None = typer.Option(None, "--q", help="RAPPOR: P[report 1 | permanent bit 1]"),
+    bits: int | None = typer.Option(None, "--bits", help="RAPPOR: Bloom filter bits m"),
+    buckets: int | None = typer.Option(None, "--buckets", help="1BitMean: rounding buckets s"),
+    sampled: int | None = typer.Option(None, "--sampled", help="dBitFlip: buckets d sampled per device"),
+    as_json: bool = JSON,
+) -> None:
+    """The lifetime and one-report budgets of a longitudinal mechanism, and the parameters they come from."""
+    given = {"epsilon_first": epsilon_first, "gamma": gamma, "hashes": hashes, "f": f, "p": p, "q": q, "bits": bits,
+             "buckets": buckets, "sampled": sampled}
+    try:
+        if epsilon is not None and epsilon_lifetime is not None:
+            raise LDPError("give the lifetime budget once: --epsilon-lifetime or --epsilon")
+        lifetime = epsilon_lifetime if epsilon_lifetime is not None else epsilon
+        mech = build_longitudinal(mechanism, lifetime, domain, {k: v for k, v in given.items() if v is not None})
+    except LDPError as exc:
+        _fail(exc)
+    print_fields({"mechanism": mechanism, **mech.privacy()}, as_json)
 
 
 def register(app: typer.Typer) -> None:

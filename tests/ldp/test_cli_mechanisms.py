@@ -33,12 +33,12 @@ def invoke(app: typer.Typer, *args: str) -> tuple[int, str]:
 def test_list(app: typer.Typer) -> None:
     code, out = invoke(app, "mechanisms", "list", "--epsilon", "2")
     assert code == 0
-    for name in list(registry.NUMERIC) + list(registry.FREQUENCY):
+    for name in registry.known_names():
         assert name in out
     code, out = invoke(app, "mechanisms", "list", "--epsilon", "2", "--json")
     rows = {r["mechanism"]: r for r in json.loads(out)["mechanisms"]}
     assert rows["pm"]["worst_case_variance"] == pytest.approx(Piecewise(2.0).worst_case_variance())
-    assert set(rows) == set(registry.NUMERIC) | set(registry.FREQUENCY)
+    assert set(rows) == set(registry.known_names())
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ def test_doctests(name: str) -> None:
     assert result.failed == 0
 
 
-@pytest.mark.parametrize("name", [*registry.NUMERIC, *registry.FREQUENCY])
+@pytest.mark.parametrize("name", [*registry.NUMERIC, *registry.FREQUENCY, *registry.LONGITUDINAL])
 def test_every_registered_mechanism_has_examples(name: str) -> None:
     """The class's own docstring carries a seeded example (and its module is in MODULES, so the example runs)."""
     cls = registry.mechanism_class(name)

@@ -19,7 +19,14 @@ from ldp.numeric.auto import choose_numeric, one_dimensional_candidates, vector_
 from ldp.numeric.base import VectorScheme
 from ldp.numeric.laplace import Laplace
 from ldpstream.cli import mechanisms
-from tests.ldp import test_audit, test_frequency, test_mechanism_doctests, test_multidim, test_numeric
+from tests.ldp import (
+    test_audit,
+    test_frequency,
+    test_longitudinal,
+    test_mechanism_doctests,
+    test_multidim,
+    test_numeric,
+)
 from tests.ldp.checks import run_all
 
 
@@ -45,7 +52,9 @@ def test_the_suite_checks_every_registered_mechanism() -> None:
     assert set(test_frequency.NAMES) == frequency
     assert set(test_audit.NUMERIC_NAMES) == {name for name, _ in test_audit.VECTOR_CASES} == numeric
     assert set(test_audit.FREQUENCY_NAMES) == frequency
-    modules = {registry.mechanism_class(name).__module__ for name in numeric | frequency}
+    longitudinal = set(registry.LONGITUDINAL)
+    assert set(test_longitudinal.NAMES) == longitudinal and not longitudinal & (numeric | frequency)
+    modules = {registry.mechanism_class(name).__module__ for name in numeric | frequency | longitudinal}
     assert modules <= set(test_mechanism_doctests.MODULES)
     assert set(vector_candidates()) == numeric
     assert set(frequency_candidates()) == frequency
@@ -54,7 +63,7 @@ def test_the_suite_checks_every_registered_mechanism() -> None:
 
 
 def test_every_registered_class_declares_what_auto_and_multidim_need() -> None:
-    for table in (registry.NUMERIC, registry.FREQUENCY):
+    for table in (registry.NUMERIC, registry.FREQUENCY, registry.LONGITUDINAL):
         ranks = [registry.mechanism_class(name).auto_rank for name in table]
         assert all(isinstance(rank, int) for rank in ranks)
         assert len(set(ranks)) == len(ranks), "ties in auto_rank would leave a choice to the dict order"
@@ -63,6 +72,9 @@ def test_every_registered_class_declares_what_auto_and_multidim_need() -> None:
         assert cls.name == name and cls.vector_scheme in typing.get_args(VectorScheme)
     for name in registry.FREQUENCY:
         assert registry.frequency_class(name).name == name
+    for name in registry.LONGITUDINAL:
+        cls = registry.longitudinal_class(name)
+        assert cls.name == name and cls.kind in ("frequency", "numeric")  # type: ignore[attr-defined]
 
 
 def test_todays_preference_orders_are_kept() -> None:
