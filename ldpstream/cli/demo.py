@@ -1,7 +1,8 @@
 """`ldp demo`: the main job end to end against the running services.
 
 Publish the smartphone-diagnostics spec (under a name of its own for this run, so every run starts from zero),
-start an aggregator worker, send the perturbed reports of a simulated fleet through Kafka, wait until the worker
+start an aggregator worker and an ingestion edge, enrol a simulated fleet, send each device's perturbed report to
+the edge as a signed HTTP request (`--direct`: straight to Kafka in bulk instead), wait until the worker
 has applied them all in Redis, read the estimates back through the HTTP API (`ldp serve`, with a short-lived token
 of its own, revoked afterwards), and print every estimate next to the population's true value. Then train a
 logistic model over Kafka with LDP SGD and print its misclassification next to non-private SGD's on the same
@@ -17,6 +18,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,13 @@ from rich.progress import Progress
 from aggregator.processes import start_worker, stop_worker
 from aggregator.store import RedisStore
 from aggregator.tokens import Scope, TokenStore
-from collection.spec import load_spec
+from collection.spec import CollectionSpec, load_spec
+from edge.devices import DeviceRegistry
+from edge.keyring import Keyring
+from edge.processes import start_edge, stop_edge, wait_live
 from ldpstream.cli.output import estimates_table
-from producer.simulator import simulate
+from producer.edge_client import send_fleet
+from producer.simulator import SimulationResult, simulate
 from runtime.clock import now_ms
 from runtime.kafka import ReportProducer
 from runtime.process import stop_pid
@@ -83,18 +89,40 @@ def read_through_api(collection: str, token: str, timeout_s: float = 60.0) -> tu
         stop_pid(server.pid)
 
 
+def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: int) -> SimulationResult:
+    """Enrol `devices` devices, start an edge process, send each device's report to it as a signed request; the
+    run (RuntimeError if a request was not acknowledged). The devices are removed afterwards."""
+    client = redis_client(cfg.redis, 10.0)
+    credentials = DeviceRegistry(client, Keyring.create(cfg.edge_key)).enroll(spec.name, devices)
+    port = free_port()
+    edge = start_edge(port, cfg.state_dir / "edge" / "spool" / f"demo-{port}",
+                      log_file=cfg.state_dir / "demo-edge.log")
+    try:
+        wait_live(f"http://127.0.0.1:{port}", edge, probe="/readyz")
+        result, answers = send_fleet(spec, credentials, f"http://127.0.0.1:{port}", seed=seed, concurrency=128)
+    finally:
+        stop_edge(edge)
+        client.delete(f"ldp:edge:{spec.name}:devices")
+    if answers.acknowledged != devices:
+        raise RuntimeError(f"the edge acknowledged {answers.acknowledged:,} of {devices:,} requests: "
+                           f"{answers.statuses}; see {cfg.state_dir / 'demo-edge.log'}")
+    return result
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, one report each"),
+def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one report each"),
          spec_file: Path = typer.Option(DEFAULT_SPEC, "--spec", help="collection spec to run"),
          seed: int = typer.Option(0, help="population and noise seed"),
+         direct: bool = typer.Option(False, "--direct", help="produce to Kafka in bulk instead of through the edge"),
          train_devices: int = typer.Option(200_000, min=0, help="devices of the LDP SGD demo over Kafka (0: skip)"),
          as_json: bool = typer.Option(False, "--json", help="print the estimates and truth as JSON")) -> None:
-    """Publish a spec, aggregate a simulated fleet's reports through Kafka into Redis, compare with the truth."""
+    """Publish a spec, send a simulated fleet's reports through the edge and Kafka into Redis, compare with the
+    truth."""
     cfg = Settings.from_env()
     base = load_spec(spec_file)
     spec = base.model_copy(update={"name": f"{base.name}-demo-{time.strftime('%Y%m%d-%H%M%S')}"})
@@ -104,10 +132,15 @@ def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, on
     worker = start_worker(group=f"ldp-aggregator-{spec.name}", log_file=log_file)
     try:
         started = time.perf_counter()
-        with Progress(console=console, transient=True, disable=as_json) as progress:
-            task = progress.add_task(f"{devices:,} devices -> {spec.topic}", total=devices)
-            result = simulate(spec, devices, ReportProducer(cfg.bootstrap), seed=seed,
-                              on_progress=lambda k: progress.advance(task, k))
+        if direct:
+            with Progress(console=console, transient=True, disable=as_json) as progress:
+                task = progress.add_task(f"{devices:,} devices -> {spec.topic}", total=devices)
+                result = simulate(spec, devices, ReportProducer(cfg.bootstrap), seed=seed,
+                                  on_progress=lambda k: progress.advance(task, k))
+        else:
+            with console.status(f"{devices:,} enrolled devices -> the edge -> {spec.topic} ...") if not as_json \
+                    else nullcontext():
+                result = through_the_edge(cfg, spec, devices, seed)
         accepted = wait_for_accepted(store, spec.name, devices, timeout_s=300,
                                      worker_alive=lambda: worker.poll() is None)
         elapsed = time.perf_counter() - started
@@ -131,8 +164,10 @@ def demo(devices: int = typer.Option(200_000, min=1, help="simulated devices, on
                                "training": training}))
         return
     console.print(estimates_table(estimates, truth=result.truth["attributes"]))  # type: ignore[arg-type]
-    console.print(f"{devices:,} devices simulated and perturbed (eps = {spec.epsilon}), sent through Kafka and "
-                  f"aggregated into Redis in {elapsed:.1f} s, the worker's start-up included.")
+    path = "produced to Kafka in bulk" if direct else "enrolled, each report sent to the ingestion edge (signed " \
+        "HTTP), batched into Kafka"
+    console.print(f"{devices:,} devices simulated and perturbed (eps = {spec.epsilon}), {path}, and aggregated into "
+                  f"Redis in {elapsed:.1f} s, the worker's start-up included.")
     console.print(f"Read through the HTTP API; /metrics {'exports' if metrics_ok else '[red]does not export[/]'} "
                   f"the report totals and estimates. Any time: [bold]ldp estimate {spec.name}[/], or "
                   f"[bold]ldp serve[/] and http://127.0.0.1:8000/collections/{spec.name}/estimates, "
