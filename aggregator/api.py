@@ -1,6 +1,6 @@
 """The read side over HTTP (aiohttp): published collections, live estimates, Prometheus metrics, health.
 
-Every route but `/healthz` needs `Authorization: Bearer <token>` (`aggregator.tokens`; `ldp tokens create`) whose
+Every route but `/healthz` needs `Authorization: Bearer <token>` (`runtime.tokens`; `ldp tokens create`) whose
 scopes include the route's:
 - `GET /collections` (scope `read`): every published collection with its versions, attributes (mechanisms
   resolved), windows and report counts;
@@ -43,19 +43,17 @@ from aggregator.health import Health, HealthPolicy, pipeline_health
 from aggregator.metrics import EndOffsets, StoreCollector, store_registry
 from aggregator.plans import Plan, PlanRegistry
 from aggregator.store import ALL_TIME, RedisStore, StatsStore
-from aggregator.tokens import Scope, TokenError, TokenVerifier
 from collection.spec import CategoricalAttribute, CollectionSpec, SpecError, window_seconds
 from runtime.kafka import admin_client, metadata_answers
 from runtime.redis import async_redis_client, redis_answers
 from runtime.settings import Settings
+from runtime.tokens import Refused, Scope, TokenVerifier
 
 T = TypeVar("T")
 KAFKA_TIMEOUT_S = 5.0
 NUMBER = re.compile(r"[0-9]{1,18}")  # str.isdigit() takes '²' (which int() refuses) and digits beyond int64
 OPEN_ROUTES = frozenset({"/healthz"})
 ROUTE_SCOPES = {"/collections": Scope.READ, "/collections/{name}/estimates": Scope.READ, "/metrics": Scope.METRICS}
-REALM = 'Bearer realm="ldpstream"'
-NO_TOKEN = "no token: send Authorization: Bearer <token> (an admin makes one with `ldp tokens create`)"
 
 
 class PublishedPlans:
@@ -187,24 +185,17 @@ async def bearer_tokens(request: web.Request,
     canonical = None if route is None else route.canonical
     if canonical in OPEN_ROUTES:
         return await handler(request)
-    presented = request.headers.getall(hdrs.AUTHORIZATION, [])
-    if not any(presented):
-        return refused(401, NO_TOKEN, REALM)
-    try:  # two Authorization headers are one too many: "" verifies as an invalid token
-        token = await request.app[API].tokens.verify(presented[0] if len(presented) == 1 else "")
-    except TokenError as exc:
-        return refused(401, str(exc), f'{REALM}, error="invalid_token"')
-    if canonical is not None:
-        scope = ROUTE_SCOPES.get(canonical, Scope.ADMIN)
-        if not token.allows(scope):
-            return refused(403, f"this token lacks the scope {scope.value!r}",
-                           f'{REALM}, error="insufficient_scope", scope="{scope.value}"')
+    scope = None if canonical is None else ROUTE_SCOPES.get(canonical, Scope.ADMIN)
+    refusal = await request.app[API].tokens.refusal(request.headers.getall(hdrs.AUTHORIZATION, []), scope)
+    if refusal is not None:
+        return refused(refusal)
     return await handler(request)
 
 
-def refused(status: int, message: str, challenge: str) -> web.Response:
+def refused(refusal: Refused) -> web.Response:
     """A 401 or 403 with its JSON error and WWW-Authenticate challenge."""
-    return web.json_response({"error": message}, status=status, headers={hdrs.WWW_AUTHENTICATE: challenge})
+    return web.json_response({"error": refusal.error}, status=refusal.status,
+                             headers={hdrs.WWW_AUTHENTICATE: refusal.challenge})
 
 
 async def blocking(fn: Callable[..., T], *args: Any) -> T:

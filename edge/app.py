@@ -80,6 +80,7 @@ from runtime.metrics import (
     metrics_text,
 )
 from runtime.redis import async_redis_client
+from runtime.tokens import Scope, TokenVerifier
 
 log = logging.getLogger(__name__)
 OPENAPI = Path(__file__).with_name("openapi.json")
@@ -135,6 +136,7 @@ class Edge:
         self.plans = EdgePlans(config.bootstrap)
         self.redis = async_redis_client(config.redis_url, timeout_s=5.0)
         self.admission = Admission(self.redis, Keyring(config.keyring), config.rate_per_s)
+        self.tokens = TokenVerifier(self.redis)  # of /metrics scrapes (the API's tokens, scope metrics)
         self.spool = Spool(config.spool_dir, config.spool_bytes)
         self.intake: Coalesce[Incoming, Accepted] = Coalesce(self._intake_many)
         self.forwarder = Forwarder(config.bootstrap, self.spool, linger_s=config.linger_s,
@@ -287,6 +289,9 @@ class Routes:
         if request.path == "/readyz":
             return self.edge.ready()
         if request.path == "/metrics":
+            refusal = await self.edge.tokens.refusal(request.headers.getall("Authorization", []), Scope.METRICS)
+            if refusal is not None:
+                return _json({"error": refusal.error}, refusal.status, {"WWW-Authenticate": refusal.challenge})
             EDGE_SPOOL_BYTES.set(self.edge.spool.size)
             EDGE_IN_FLIGHT.set(self.edge.forwarder.in_flight)
             return web.Response(body=metrics_text(), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -73,13 +73,13 @@ KAFKA_GRANTS: Mapping[str, list[Grant]] = {
 }
 PRINCIPALS = (ADMIN, *KAFKA_GRANTS)
 
-# Redis ACL rules after the password (key patterns, commands). The API only reads; the edge only touches its keys.
+# Redis ACL rules after the password (key patterns, commands). The API only reads; the edge writes only its keys.
 _WRITER = "+@all -@dangerous -@admin +info"
 REDIS_RULES: Mapping[str, str] = {
     ADMIN: "~* &* +@all",
     "aggregator": f"~ldp:{{* ~ldp:health:* {_WRITER}",
     "api": "%R~ldp:* +@read +@connection -@dangerous +info",
-    "edge": f"~ldp:edge:* {_WRITER}",
+    "edge": f"~ldp:edge:* %R~ldp:api:tokens {_WRITER}",  # the tokens: read, to check its /metrics scrapes
     "coordinator": f"~ldp:sgd:* {_WRITER}",
     GATEWAY: "resetkeys +@connection",
 }

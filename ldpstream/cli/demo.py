@@ -28,7 +28,6 @@ from rich.progress import Progress
 
 from aggregator.processes import start_worker, stop_worker
 from aggregator.store import RedisStore
-from aggregator.tokens import Scope, TokenStore
 from collection.spec import CollectionSpec, load_spec
 from edge.devices import DeviceRegistry
 from edge.keyring import Keyring
@@ -42,6 +41,7 @@ from runtime.process import stop_pid
 from runtime.redis import redis_client
 from runtime.settings import PROJECT_ROOT, Settings
 from runtime.specs import publish_spec
+from runtime.tokens import Scope, TokenStore
 from sgd_coordinator.jobs import train_over_kafka_demo
 
 console = Console(width=None if Console().is_terminal else 120)

@@ -6,11 +6,11 @@ import typer
 from redis import RedisError
 
 from aggregator.api import serve as serve_api
-from aggregator.tokens import TokenStore
 from runtime.access import act_as
 from runtime.clock import now_ms
 from runtime.redis import redis_client
 from runtime.settings import Settings
+from runtime.tokens import TokenStore
 
 NO_TOKEN_HINT = ("no active API token: every request but /healthz is answered 401 until an admin issues one, e.g. "
                  "`ldp tokens create --scope read --name dashboards` (and `--scope metrics --out FILE` for "

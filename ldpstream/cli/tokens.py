@@ -1,4 +1,4 @@
-"""`ldp tokens create|list|revoke`: the bearer tokens of the HTTP API (`aggregator.tokens`)."""
+"""`ldp tokens create|list|revoke`: the bearer tokens of the HTTP API (`runtime.tokens`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
-from aggregator.tokens import Scope, TokenRecord, TokenStore, parse_ttl
 from runtime.clock import now_ms
 from runtime.redis import redis_client
 from runtime.secrets import replace_secret
 from runtime.settings import Settings
+from runtime.tokens import Scope, TokenRecord, TokenStore, parse_ttl
 
 tokens_app = typer.Typer(no_args_is_help=True, help="Issue, list and revoke the bearer tokens of the HTTP API.")
 console = Console()

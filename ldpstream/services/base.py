@@ -52,6 +52,11 @@ class LocalService(ABC):
     def launch(self) -> str:
         """Start our own server (none is running) and wait until it answers; what was done."""
 
+    @abstractmethod
+    def apply_access(self) -> None:
+        """Make a running server's users and permissions those of `runtime.access` (after an upgrade changed
+        them)."""
+
     @property
     def managed(self) -> bool:
         return self.external is None
@@ -72,6 +77,7 @@ class LocalService(ABC):
         pid = read_pid(self.pidfile)
         if pid is not None:
             if self.answers(3.0):
+                self.apply_access()
                 return f"already running (pid {pid})"
             raise ServiceError(f"{self.name} process {pid} is running but does not answer at {self.address}; run "
                                f"`ldp down` and retry. Last lines of {self.log}:\n{tail(self.log)}")

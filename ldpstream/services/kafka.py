@@ -99,8 +99,11 @@ class KafkaService(LocalService):
                      self.log, self.pidfile)
         wait_until(lambda: READY_LINE in self.log.read_text(errors="replace") and metadata_answers(self.address),
                    lambda: proc.poll() is None, self.cfg.start_timeout_s, "Kafka broker", self.log)
-        apply_access(self.cfg)
+        self.apply_access()
         return f"started (pid {proc.pid}) at {self.address}"
+
+    def apply_access(self) -> None:
+        apply_access(self.cfg)
 
     def fetch_jars(self) -> None:
         """Copy the broker's runtime jars from Maven Central into the per-version cache (once)."""

@@ -11,7 +11,7 @@ from ldpstream.services.base import LocalService
 from ldpstream.services.debian import debian_program
 from runtime.access import REDIS_RULES, generate_passwords, password
 from runtime.process import ServiceError, port_in_use, spawn, wait_until
-from runtime.redis import redis_answers
+from runtime.redis import redis_answers, redis_client
 from runtime.settings import Settings
 
 
@@ -75,6 +75,11 @@ class RedisService(LocalService):
         proc = spawn([server, str(self.conf)], self.log, self.pidfile)
         wait_until(lambda: redis_answers(self.address), lambda: proc.poll() is None, 30.0, "Redis", self.log)
         return f"started (pid {proc.pid}) at {self.address}"
+
+    def apply_access(self) -> None:
+        if self.cfg.security and self.users.exists():
+            self.users.write_text(acl_file(self.cfg))
+            redis_client(self.address, 10.0).execute_command("ACL", "LOAD")
 
     @staticmethod
     def _redis_server() -> str:

@@ -32,7 +32,6 @@ from aggregator.estimates import collection_estimates
 from aggregator.plans import Plan, PlanRegistry
 from aggregator.processing import Message, PartitionProcessor
 from aggregator.store import MemoryStore, RedisStore
-from aggregator.tokens import Scope, TokenVerifier
 from collection.collector import resolved_mechanisms
 from collection.spec import CollectionSpec, load_spec
 from collection.wire import encode
@@ -41,6 +40,7 @@ from runtime.kafka import delete_topic, metadata_answers, producer_client
 from runtime.redis import async_redis_client, redis_answers
 from runtime.settings import PROJECT_ROOT, Settings
 from runtime.specs import publish_spec
+from runtime.tokens import Scope, TokenVerifier
 from tests.tokens import api_tokens
 
 CHUNK = 700

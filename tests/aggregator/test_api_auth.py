@@ -17,13 +17,13 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aggregator.api import NO_TOKEN, OPEN_ROUTES, ROUTE_SCOPES, PublishedPlans, create_app
+from aggregator.api import OPEN_ROUTES, ROUTE_SCOPES, PublishedPlans, create_app
 from aggregator.store import MemoryStore
-from aggregator.tokens import EXPIRED, INVALID, MAX_AGE_S, REVOKED, Issued, Scope, TokenVerifier, new_token
 from collection.spec import load_spec
 from runtime.clock import now_ms
 from runtime.redis import async_redis_client
 from runtime.settings import PROJECT_ROOT, Settings
+from runtime.tokens import EXPIRED, INVALID, MAX_AGE_S, NO_TOKEN, REVOKED, Issued, Scope, TokenVerifier, new_token
 from tests.aggregator.test_api import StubRegistry, serving
 from tests.tokens import ApiTokens, api_tokens
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from edge_support import free_port, self_signed_certificate
 from pipeline_support import Collection
+from tokens import api_tokens
 
 from aggregator.processes import start_worker, stop_worker
 from edge.devices import DeviceRegistry
@@ -24,6 +25,7 @@ from edge.processes import start_edge, stop_edge, wait_live
 from producer.edge_client import fleet_requests, post_all
 from runtime.process import stop_pid
 from runtime.settings import Settings
+from runtime.tokens import Scope
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +56,8 @@ def test_ldp_edge_serves_https_from_several_processes_with_one_metrics(collectio
                                                                        enrolled: DeviceRegistry,
                                                                        tmp_path: Path) -> None:
     """`ldp edge --workers 2 --tls-cert --tls-key`: requests over HTTPS (verified against the edge's certificate)
-    reach both processes, and every scrape of /metrics, whichever process answers, counts them all."""
+    reach both processes, and every scrape of /metrics (a token with the metrics scope: else 401/403), whichever
+    process answers, counts them all."""
     cert, key = self_signed_certificate(tmp_path)
     tls = ssl.create_default_context(cafile=cert)
     port = free_port()
@@ -72,11 +75,20 @@ def test_ldp_edge_serves_https_from_several_processes_with_one_metrics(collectio
         assert asyncio.run(post_all(url, requests, 16, tls=tls)).statuses == {200: 200}
         metrics_dir = Settings.from_env().state_dir / "edge" / "metrics" / str(port)
         assert len({f.stem.rsplit("_", 1)[-1] for f in metrics_dir.glob("counter_*.db")}) == 2  # two processes
-        for _ in range(8):  # new connections: SO_REUSEPORT spreads them over the processes
-            with urllib.request.urlopen(f"{url}/metrics", context=tls, timeout=10) as response:
-                text = response.read().decode()
-            assert 'ldp_edge_requests_total{reason="",status="200"} 200.0' in text
-            assert 'ldp_edge_reports_total{outcome="accepted",reason=""} 200.0' in text
+        with api_tokens(collection.cfg.redis) as tokens:
+            scrape = {"Authorization": f"Bearer {tokens.issue([Scope.METRICS]).token}"}
+            read_only = {"Authorization": f"Bearer {tokens.issue([Scope.READ]).token}"}
+            for headers, status in (({}, 401), (read_only, 403)):
+                with pytest.raises(urllib.error.HTTPError) as refused:
+                    urllib.request.urlopen(urllib.request.Request(f"{url}/metrics", headers=headers), context=tls,
+                                           timeout=10)
+                assert refused.value.code == status
+            for _ in range(8):  # new connections: SO_REUSEPORT spreads them over the processes
+                with urllib.request.urlopen(urllib.request.Request(f"{url}/metrics", headers=scrape), context=tls,
+                                            timeout=10) as response:
+                    text = response.read().decode()
+                assert 'ldp_edge_requests_total{reason="",status="200"} 200.0' in text
+                assert 'ldp_edge_reports_total{outcome="accepted",reason=""} 200.0' in text
     finally:
         stop_pid(supervisor.pid)
 

@@ -26,7 +26,6 @@ import pytest
 import yaml
 
 from aggregator.store import RedisStore
-from aggregator.tokens import Scope
 from collection.spec import load_spec
 from ldpstream.services import ServiceError, Settings
 from ldpstream.services.debian import debian_program
@@ -35,6 +34,7 @@ from runtime.kafka import ReportProducer, delete_topic
 from runtime.process import stop_pid
 from runtime.settings import PROJECT_ROOT
 from runtime.specs import publish_spec
+from runtime.tokens import Scope
 from tests.tokens import ApiTokens
 
 pytestmark = pytest.mark.integration

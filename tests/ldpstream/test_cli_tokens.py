@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from aggregator.tokens import REVOKED, TOKENS_KEY, TokenError, TokenRecord, TokenVerifier, parse_bearer
 from ldpstream.cli import app
 from ldpstream.cli.serve import NO_TOKEN_HINT, token_hint
 from runtime.redis import async_redis_client, redis_client
 from runtime.settings import Settings
+from runtime.tokens import REVOKED, TOKENS_KEY, TokenError, TokenRecord, TokenVerifier, parse_bearer
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()

@@ -260,3 +260,31 @@ class TokenVerifier:
     async def close(self) -> None:
         """Close the Redis client."""
         await self.redis.aclose()
+
+    async def refusal(self, presented: list[str], scope: Scope | None) -> Refused | None:
+        """Why a request carrying these Authorization header values may not use a route needing `scope` (None:
+        any valid token), or None if it may (RFC 6750: 401 without a token or with one that does not verify,
+        403 without the scope). RedisError if Redis does not answer."""
+        if not any(presented):
+            return Refused(401, NO_TOKEN, REALM)
+        try:  # two Authorization headers are one too many: "" verifies as an invalid token
+            token = await self.verify(presented[0] if len(presented) == 1 else "")
+        except TokenError as exc:
+            return Refused(401, str(exc), f'{REALM}, error="invalid_token"')
+        if scope is not None and not token.allows(scope):
+            return Refused(403, f"this token lacks the scope {scope.value!r}",
+                           f'{REALM}, error="insufficient_scope", scope="{scope.value}"')
+        return None
+
+
+REALM = 'Bearer realm="ldpstream"'
+NO_TOKEN = "no token: send Authorization: Bearer <token> (an admin makes one with `ldp tokens create`)"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A request a token does not allow: the HTTP status, the error for the body, the WWW-Authenticate value."""
+
+    status: int
+    error: str
+    challenge: str

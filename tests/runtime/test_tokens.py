@@ -15,7 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.tokens import (
+from runtime.redis import async_redis_client, redis_client
+from runtime.settings import Settings
+from runtime.tokens import (
     EXPIRED,
     INVALID,
     MAX_AGE_S,
@@ -31,8 +33,6 @@ from aggregator.tokens import (
     parse_bearer,
     parse_ttl,
 )
-from runtime.redis import async_redis_client, redis_client
-from runtime.settings import Settings
 from tests.tokens import ApiTokens, api_tokens
 
 HOUR_MS = 3_600_000
