@@ -385,15 +385,13 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
                 await asyncio.sleep(OUTAGE_RETRY_S)
 
 
-def report_topics(plans: PlanRegistry, bootstrap: str) -> list[str]:
-    """The report topics of the published collections that exist in the cluster."""
-    return sorted({p.spec.topic for p in plans.plans()} & existing_topics(bootstrap))
-
-
 class PublishedTopics:
-    """`report_topics`, read again only when the specs topic has grown or a published collection's topic was still
-    missing: a watermark request on one long-lived client instead of new clients, a read of the specs topic and a
-    listing of the cluster's topics every SPEC_POLL_S (that work, in a thread, held the GIL for up to 0.1 s)."""
+    """The report topics of the published collections that exist in the cluster, read when made (at the worker's
+    start) and again only when the specs topic has grown or a published collection's topic was still missing: a
+    watermark request on one long-lived client instead of new clients, a read of the specs topic and a listing of
+    the cluster's topics every SPEC_POLL_S. That read holds the GIL (YAML, signatures) for a quarter second with
+    a few hundred specs: done first at the first tick, 5 s after the start, it stalled every batch of a worker
+    under a steady stream for that long (p99 freshness 0.45 s at 10% load; benchmarks/bench_pipeline.py)."""
 
     def __init__(self, plans: PlanRegistry, bootstrap: str) -> None:
         self.plans, self.bootstrap = plans, bootstrap
@@ -401,6 +399,7 @@ class PublishedTopics:
         self.end: int | None = None
         self.topics: list[str] = []
         self.complete = False
+        self()
 
     def __call__(self) -> list[str]:
         end = self.consumer.get_watermark_offsets(TopicPartition(specs_topic(), 0), timeout=10.0)[1]
@@ -411,9 +410,9 @@ class PublishedTopics:
         return self.topics
 
 
-def wait_for_report_topics(plans: PlanRegistry, bootstrap: str, poll_s: float = 2.0) -> list[str]:
+def wait_for_report_topics(published: PublishedTopics, poll_s: float = 2.0) -> list[str]:
     """Block until at least one collection is published; its report topics."""
-    while not (topics := report_topics(plans, bootstrap)):
+    while not (topics := published()):
         log.warning("no collection is published yet (ldp spec publish FILE); waiting")
         time.sleep(poll_s)
     return topics
@@ -453,10 +452,9 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     # faust's aiokafka driver cannot subscribe to a pattern, and changing a running subscription races in its
     # fetcher; so a worker subscribes to the report topics of the collections published when it starts, and when
     # another is published it stops cleanly (like SIGTERM) and `python -m aggregator` starts it again (re-exec).
-    topics = wait_for_report_topics(plans, cfg.bootstrap)
-    reports = app.topic(*topics, value_type=bytes, value_serializer="raw", key_serializer="raw")
-
     published_topics = PublishedTopics(plans, cfg.bootstrap)
+    topics = wait_for_report_topics(published_topics)
+    reports = app.topic(*topics, value_type=bytes, value_serializer="raw", key_serializer="raw")
 
     @app.timer(SPEC_POLL_S)
     async def follow_published_collections() -> None:

@@ -38,6 +38,7 @@ def test_the_specs_topic_is_read_again_only_when_it_grew_or_a_topic_was_missing(
     ensure_topic(live_services.bootstrap, first, 1)
     plans = CountingPlans([first])
     watch = PublishedTopics(plans, live_services.bootstrap)  # type: ignore[arg-type]
+    assert plans.reads == 1  # read when made: the worker's start, not its first tick under load
     assert watch() == [first] and plans.reads == 1
     assert watch() == [first] and watch() == [first] and plans.reads == 1  # nothing new: no read
     plans.topics.append(second)  # published, its topic not created yet
