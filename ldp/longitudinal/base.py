@@ -32,7 +32,8 @@ class Longitudinal:
 
     @classmethod
     @abstractmethod
-    def with_budgets(cls, epsilon_lifetime: float, epsilon_first: float, domain_size: int | None = None) -> Longitudinal:
+    def with_budgets(cls, epsilon_lifetime: float, epsilon_first: float,
+                     domain_size: int | None = None) -> Longitudinal:
         """The mechanism (other parameters at their defaults) whose memo is eps_inf- and one report eps_1-LDP;
         LDPError if it cannot reach that pair. `domain_size` is K for a frequency mechanism, None for a numeric one."""
 
