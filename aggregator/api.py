@@ -3,7 +3,8 @@
 Every route but `/healthz` needs `Authorization: Bearer <token>` (`runtime.tokens`; `ldp tokens create`) whose
 scopes include the route's:
 - `GET /collections` (scope `read`): every published collection with its versions, attributes (mechanisms
-  resolved), windows and report counts;
+  resolved), windows, report counts and privacy guarantees (`collection.collector.privacy_budgets`: per report and,
+  with a privacy block, over a device's lifetime);
 - `GET /collections/{name}/estimates?window=all|1h|1h:<start_ms>&version=V&postprocess=none|clip|norm_sub|project`
   (scope `read`): `aggregator.estimates.collection_estimates` as JSON (404: unknown collection or version; 400: bad
   parameter);
@@ -43,6 +44,7 @@ from aggregator.health import Health, HealthPolicy, pipeline_health
 from aggregator.metrics import EndOffsets, StoreCollector, store_registry
 from aggregator.plans import Plan, PlanRegistry
 from aggregator.store import ALL_TIME, RedisStore, StatsStore
+from collection.collector import privacy_budgets
 from collection.spec import CategoricalAttribute, CollectionSpec, SpecError, window_seconds
 from runtime.kafka import admin_client, metadata_answers
 from runtime.redis import async_redis_client, redis_answers
@@ -296,6 +298,7 @@ def version_summary(store: StatsStore, plan: Plan, windows: list[tuple[int, str,
         domain = {"values": attr.values} if isinstance(attr, CategoricalAttribute) else {"range": list(attr.range)}
         attributes.append({"name": attr.name, "type": attr.type, "mechanism": mechanism.name, **domain})
     return {"version": spec.version, "description": spec.description, "epsilon": spec.epsilon,
+            "privacy": privacy_budgets(spec, plan.strategies),
             "sampling": spec.sampling, "attributes_per_report": plan.attributes_per_device,
             "one_report_per_window": spec.one_report_per_window, "topic": spec.topic,
             "windows": [*spec.windows, ALL_TIME],

@@ -11,6 +11,10 @@
   attribute's workload with the strategy the spec pins by hash, which the caller passes in `strategies` (loading
   them is I/O: `runtime.strategies`).
 
+With a `privacy` block (`collection.spec.Privacy`) the collector has the lifetime budget lifetime / values and
+reports every attribute with a memoized mechanism ("auto": `ldp.longitudinal.auto`), `ldp.mixed`'s "over time";
+`privacy_budgets` says what a device spends, per report and over its lifetime, and checks the mechanisms keep it.
+
 The result depends only on the spec's content and the strategies its hashes name (content-addressed), so it is
 cached by the spec's canonical JSON (and, to skip serialising the spec on every call, by the identity of the spec
 object).
@@ -19,6 +23,7 @@ object).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from collection.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, SpecError, parse_spec
 from ldp.frequency.auto import choose_frequency
@@ -29,6 +34,7 @@ from ldp.multidim import sampled_attributes
 from ldp.workload.mechanism import FactorizationMechanism
 
 CACHED_SPECS = 256
+BUDGET_RTOL = 1e-9  # relative slack on budgets computed in floating point
 Strategies = Mapping[str, FactorizationMechanism]  # content hash -> the strategy's mechanism
 
 
@@ -93,13 +99,38 @@ def _build(spec: CollectionSpec, strategies: Strategies) -> MixedCollector:
             attributes.append(MixedCategorical(a.name, len(a.values), FACTORIZATION,
                                                mechanism=strategies[a.strategy]))  # type: ignore[index]
         elif isinstance(a, CategoricalAttribute):
-            oracle = choose_frequency(spec.epsilon / k, len(a.values)) if a.mechanism == "auto" else a.mechanism
+            fresh_auto = a.mechanism == "auto" and spec.privacy is None  # with a lifetime, ldp.mixed resolves auto
+            oracle = choose_frequency(spec.epsilon / k, len(a.values)) if fresh_auto else a.mechanism
             attributes.append(MixedCategorical(a.name, len(a.values), oracle))
         else:
             attributes.append(MixedNumeric(a.name, a.range[0], a.range[1], a.mechanism))
-    return MixedCollector(attributes, spec.epsilon, k=k)
+    lifetime = None if spec.privacy is None else spec.privacy.per_value
+    return MixedCollector(attributes, spec.epsilon, k=k, epsilon_lifetime=lifetime)
 
 
 def resolved_mechanisms(spec: CollectionSpec, strategies: Strategies | None = None) -> dict[str, str]:
     """Per attribute, the name of the mechanism its reports use (with "auto" resolved)."""
     return {name: mech.name for name, mech in collector_for(spec, strategies).mechanisms.items()}
+
+
+def privacy_budgets(spec: CollectionSpec, strategies: Strategies | None = None) -> dict[str, Any]:
+    """What a device spends on the spec's collection: {"per_report", "lifetime", "values", "attributes": {name:
+    {"mechanism", "one_report", "per_value"}}}. Without a privacy block "lifetime" and "values" are None (T reports
+    cost T per_report) and "per_value" is None; SpecError if a mechanism would spend more than the spec states."""
+    collector = collector_for(spec, strategies)
+    k = collector.k
+    attributes: dict[str, dict[str, Any]] = {}
+    for name, mech in collector.mechanisms.items():
+        per_value = getattr(mech, "epsilon_lifetime", None) if spec.privacy is not None else None
+        attributes[name] = {"mechanism": mech.name, "one_report": mech.epsilon, "per_value": per_value}
+        if mech.epsilon > spec.epsilon / k * (1 + BUDGET_RTOL):
+            raise SpecError(f"{spec.key}: {name}'s {mech.name} spends {mech.epsilon:g} per report > eps / k = "
+                            f"{spec.epsilon / k:g}")
+        if spec.privacy is not None and not (per_value is not None
+                                             and per_value <= spec.privacy.per_value / k * (1 + BUDGET_RTOL)):
+            raise SpecError(f"{spec.key}: {name}'s {mech.name} cannot keep the lifetime bound: it spends "
+                            f"{per_value} per value, the spec allows lifetime / (k values) = "
+                            f"{spec.privacy.per_value / k:g}")
+    privacy = spec.privacy
+    return {"per_report": spec.epsilon, "lifetime": None if privacy is None else privacy.lifetime,
+            "values": None if privacy is None else privacy.values, "attributes": attributes}

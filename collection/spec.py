@@ -12,6 +12,16 @@ A spec is YAML or JSON, validated here. Example (see `examples/diagnostics.yaml`
       - {name: battery_level, type: numeric, range: [0, 100], mechanism: auto}
       - {name: display_mode, type: categorical, values: [light, dark], mechanism: auto}
 
+Privacy over time: instead of `epsilon`, a spec may state both guarantees of a device that reports every window,
+
+    privacy: {per_report: 1.0, lifetime: 4.0}   # eps_1 of one report, eps_inf of all of them (values: 1)
+
+Then every attribute is reported by a memoized mechanism of `ldp.longitudinal` (`mechanism: auto` picks one), each
+of the k attributes a report carries at (lifetime / (k * values), per_report / k): all the reports of a device
+about `values` distinct values of each attribute stay lifetime-LDP, however many windows (`ldp.mixed`, and the
+device's ledger refuses what would go beyond, `producer.ledger`). `epsilon` is then per_report (it may be given
+too, equal). A spec without `privacy` composes: T reports cost T eps.
+
 Specs are read from the specs topic, so `parse_spec` takes outside bytes: whatever they are, it returns a valid
 spec or raises `SpecError`, nothing else. A spec is at most `MAX_SPEC_SIZE` long and a tree: YAML aliases are
 refused (JSON has none; an alias can make a small text a huge or recursive structure, "billion laughs").
@@ -47,6 +57,11 @@ class SpecError(ValueError):
     """A collection spec is invalid; the message says where and why."""
 
 
+def memoized_names(kind: Literal["frequency", "numeric"]) -> list[str]:
+    """The registered longitudinal (memoized) mechanisms of one kind, sorted."""
+    return sorted(name for name in registry.LONGITUDINAL if registry.longitudinal_class(name).kind == kind)
+
+
 class NumericAttribute(BaseModel):
     """A numeric attribute with a declared range, mapped to [-1, 1] for the mechanism."""
 
@@ -67,8 +82,9 @@ class NumericAttribute(BaseModel):
     @field_validator("mechanism")
     @classmethod
     def _known_numeric(cls, v: str) -> str:
-        if v != "auto" and v not in registry.NUMERIC:
-            raise ValueError(f"unknown numeric mechanism {v!r}; known: auto, {', '.join(sorted(registry.NUMERIC))}")
+        known = sorted(registry.NUMERIC) + memoized_names("numeric")
+        if v != "auto" and v not in known:
+            raise ValueError(f"unknown numeric mechanism {v!r}; known: auto, {', '.join(known)}")
         return v
 
 
@@ -99,9 +115,9 @@ class CategoricalAttribute(BaseModel):
     @field_validator("mechanism")
     @classmethod
     def _known_oracle(cls, v: str) -> str:
-        if v not in ("auto", FACTORIZATION) and v not in registry.FREQUENCY:
-            raise ValueError(f"unknown frequency oracle {v!r}; known: auto, {FACTORIZATION}, "
-                             f"{', '.join(sorted(registry.FREQUENCY))}")
+        known = sorted(registry.FREQUENCY) + memoized_names("frequency")
+        if v not in ("auto", FACTORIZATION) and v not in known:
+            raise ValueError(f"unknown frequency oracle {v!r}; known: auto, {FACTORIZATION}, {', '.join(known)}")
         return v
 
     @model_validator(mode="after")
@@ -118,6 +134,28 @@ class CategoricalAttribute(BaseModel):
 Attribute = Annotated[NumericAttribute | CategoricalAttribute, Field(discriminator="type")]
 
 
+class Privacy(BaseModel):
+    """A device's two guarantees: one report is `per_report`-LDP, all its reports together `lifetime`-LDP while
+    each attribute it reports takes at most `values` distinct values (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    per_report: Annotated[float, Field(gt=0, le=50)]
+    lifetime: Annotated[float, Field(gt=0, le=500)]
+    values: Annotated[int, Field(ge=1, le=1000)] = 1
+
+    @model_validator(mode="after")
+    def _report_within_memo(self) -> Privacy:
+        if self.per_report > self.lifetime / self.values:
+            raise ValueError(f"one report (per_report = {self.per_report:g}) cannot cost more than one value's share "
+                             f"of the lifetime budget (lifetime / values = {self.lifetime / self.values:g})")
+        return self
+
+    @property
+    def per_value(self) -> float:
+        """The lifetime budget of all the reports about one record (each attribute one value): lifetime / values."""
+        return self.lifetime / self.values
+
+
 class CollectionSpec(BaseModel):
     """A versioned collection: its attributes, privacy budget, sampling, windows and topic layout."""
 
@@ -126,11 +164,25 @@ class CollectionSpec(BaseModel):
     version: Annotated[int, Field(ge=1)]
     epsilon: Annotated[float, Field(gt=0, le=50)]
     attributes: list[Attribute] = Field(min_length=1)
+    privacy: Privacy | None = None
     sampling: Literal["auto", "one", "split"] | Annotated[int, Field(ge=1)] = "auto"
     windows: list[str] = Field(default_factory=lambda: ["1h"])
     one_report_per_window: bool = True
     partitions: Annotated[int, Field(ge=1, le=1024)] = 8
     description: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _epsilon_from_privacy(cls, data: Any) -> Any:
+        """`epsilon` is privacy.per_report when the spec states a privacy block (it may repeat it, equal)."""
+        if not isinstance(data, dict) or not isinstance(data.get("privacy"), dict):
+            return data
+        per_report = data["privacy"].get("per_report")
+        if "epsilon" not in data:
+            return {**data, "epsilon": per_report}
+        if data["epsilon"] != per_report:
+            raise ValueError(f"epsilon {data['epsilon']!r} and privacy.per_report {per_report!r} differ: state one")
+        return data
 
     @field_validator("windows")
     @classmethod
@@ -149,6 +201,15 @@ class CollectionSpec(BaseModel):
             raise ValueError(f"attribute names must be distinct: {names}")
         if isinstance(self.sampling, int) and self.sampling > len(self.attributes):
             raise ValueError(f"sampling k = {self.sampling} exceeds the {len(self.attributes)} attributes")
+        memoized = [a.name for a in self.attributes if a.mechanism in registry.LONGITUDINAL]
+        if self.privacy is None and memoized:
+            raise ValueError(f"attributes {memoized} name memoized mechanisms, which need a privacy block "
+                             "{per_report, lifetime}")
+        fresh = [a.name for a in self.attributes if a.mechanism not in registry.LONGITUDINAL and a.mechanism != "auto"]
+        if self.privacy is not None and fresh:
+            raise ValueError(f"attributes {fresh} use mechanisms with fresh noise per report, whose spend grows with "
+                             f"every report: a lifetime budget needs memoized ones (auto, "
+                             f"{', '.join(sorted(registry.LONGITUDINAL))})")
         return self
 
     @property

@@ -33,6 +33,17 @@ that no device sampled yet estimates 0 (the unbiased estimator's value) with the
 
 Privacy: the sampled set does not depend on the data, and each of the k reports is (eps/k)-LDP, so a device's
 reports are eps-LDP by sequential composition (000 Lemma 4; Harmony's argument for k = 1, 001 Sec. 3.2).
+
+Over time (`epsilon_lifetime`, a device reporting every window): every attribute is reported by a memoized
+mechanism of `ldp.longitudinal` built for (eps_inf / k, eps / k) ("auto": `ldp.longitudinal.auto`), perturbing
+with the devices' collection secrets (`perturb(records, rng, secrets)`); each attribute reads its own secret
+(`ldp.longitudinal.memo.attribute_secrets`), and the k attributes a device reports are fixed by its secret too,
+so that it reports the same k in every window. Then one report is eps-LDP as above, and all the reports of a
+device whose record stays the same are eps_inf-LDP together (k memos of eps_inf / k each, whatever the number of
+reports); each further distinct value of an attribute costs another eps_inf / k (`memo_keys` says which memo each
+report reads, so the device's ledger can charge it once). Within one window the fixed sample is still each device
+including attribute j with probability k/d, independently across devices, so the estimator and its variance above
+hold per window unchanged.
 """
 
 from __future__ import annotations
@@ -44,6 +55,9 @@ import numpy as np
 
 from ldp import registry
 from ldp.base import Estimate, LDPError, Mechanism, Reports, ReportSchema, check_epsilon
+from ldp.longitudinal.auto import choose_longitudinal
+from ldp.longitudinal.base import Longitudinal, check_secrets
+from ldp.longitudinal.memo import TAG_ATTRIBUTE_SAMPLE, attribute_secrets, keyed_uniform, name_key
 from ldp.multidim import check_dims, sampled_attributes
 from ldp.numeric.auto import choose_sampled
 from ldp.numeric.base import NumericMechanism, second_moment_plugin
@@ -121,8 +135,10 @@ class MixedCollector:
     (1, ['age', 'load'])
     """
 
-    def __init__(self, attributes: Sequence[Attribute], epsilon: float, k: int | None = None) -> None:
+    def __init__(self, attributes: Sequence[Attribute], epsilon: float, k: int | None = None,
+                 epsilon_lifetime: float | None = None) -> None:
         self.epsilon = check_epsilon(epsilon)
+        self.epsilon_lifetime = None if epsilon_lifetime is None else check_epsilon(epsilon_lifetime)
         self.attributes = tuple(attributes)
         names = [a.name for a in self.attributes]
         if not names or len(set(names)) != len(names):
@@ -148,6 +164,10 @@ class MixedCollector:
 
     def _mechanism(self, attr: Attribute) -> Mechanism:
         eps = self.epsilon / self.k
+        if self.epsilon_lifetime is not None:
+            return self._memoized(attr, eps)
+        if isinstance(attr, CategoricalAttribute) and attr.oracle in registry.LONGITUDINAL:
+            raise LDPError(f"attribute {attr.name!r}: the memoized {attr.oracle!r} needs a lifetime budget")
         if isinstance(attr, CategoricalAttribute) and attr.mechanism is not None:
             if not np.isclose(attr.mechanism.epsilon, eps, rtol=1e-12, atol=0.0):
                 raise LDPError(f"attribute {attr.name!r}: its mechanism is built for eps = {attr.mechanism.epsilon}, "
@@ -160,6 +180,22 @@ class MixedCollector:
             raise LDPError(f"attribute {attr.name!r}: {name!r} is not a numeric mechanism ({sorted(registry.NUMERIC)})")
         return registry.make(name, eps)
 
+    def _memoized(self, attr: Attribute, eps: float) -> Mechanism:
+        """The attribute's longitudinal mechanism at (eps_inf / k, eps / k) (module docstring)."""
+        lifetime = self.epsilon_lifetime / self.k  # type: ignore[operator]
+        kind = "numeric" if isinstance(attr, NumericAttribute) else "frequency"
+        if isinstance(attr, CategoricalAttribute) and attr.mechanism is not None:
+            raise LDPError(f"attribute {attr.name!r}: a given mechanism has no memo; a lifetime budget needs "
+                           f"one of {sorted(registry.LONGITUDINAL)}")
+        domain = attr.domain if isinstance(attr, CategoricalAttribute) else None
+        name = attr.oracle if isinstance(attr, CategoricalAttribute) else attr.mechanism
+        name = choose_longitudinal(kind, lifetime, eps, domain) if name == "auto" else name
+        if name not in registry.LONGITUDINAL or registry.longitudinal_class(name).kind != kind:
+            known = sorted(n for n in registry.LONGITUDINAL if registry.longitudinal_class(n).kind == kind)
+            raise LDPError(f"attribute {attr.name!r}: with a lifetime budget a {kind} attribute is reported by a "
+                           f"memoized mechanism (auto, {', '.join(known)}), not {name!r}")
+        return registry.make_longitudinal(name, lifetime, eps, domain)
+
     @property
     def schemas(self) -> dict[str, ReportSchema]:
         """Per attribute, the shape and range of its valid reports."""
@@ -168,29 +204,74 @@ class MixedCollector:
     def empty_stats(self) -> np.ndarray:
         return np.zeros(self.stats_size, dtype=np.float64)
 
-    def perturb(self, records: Mapping[str, np.ndarray], rng: np.random.Generator) -> MixedBatch:
-        """Reports of n devices whose true values are the columns `records[name]` (all of length n)."""
+    def perturb(self, records: Mapping[str, np.ndarray], rng: np.random.Generator,
+                secrets: np.ndarray | None = None) -> MixedBatch:
+        """Reports of n devices whose true values are the columns `records[name]` (all of length n); `secrets`, the
+        devices' uint64 collection secrets, with a lifetime budget and only then."""
+        n, inputs = self._validated(records)
+        keys = self._secrets(secrets, n)
+        chosen = self._sampled(n, rng, keys)
+        rows, reports = {}, {}
+        for j, attr in enumerate(self.attributes):
+            sampled = np.flatnonzero(chosen[:, j])
+            rows[attr.name] = sampled
+            mech = self.mechanisms[attr.name]
+            reports[attr.name] = (mech.perturb(inputs[attr.name][sampled], rng) if keys is None else
+                                  mech.perturb(inputs[attr.name][sampled], rng,  # type: ignore[call-arg]
+                                               secrets=attribute_secrets(keys[sampled], attr.name)))
+        return MixedBatch(n=n, rows=rows, reports=reports)
+
+    def memo_keys(self, records: Mapping[str, np.ndarray],
+                  secrets: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """With a lifetime budget: per attribute, the rows (devices) that report it and the key of the memo each
+        one's report reads (`Longitudinal.memo_keys`), as `perturb` with the same secrets uses them."""
+        n, inputs = self._validated(records)
+        keys = self._secrets(secrets, n)
+        if keys is None:
+            raise LDPError("only a collector with a lifetime budget memoizes")
+        chosen = self._sampled(n, None, keys)
+        out = {}
+        for j, attr in enumerate(self.attributes):
+            rows = np.flatnonzero(chosen[:, j])
+            mech: Longitudinal = self.mechanisms[attr.name]  # type: ignore[assignment]
+            out[attr.name] = (rows, mech.memo_keys(inputs[attr.name][rows], attribute_secrets(keys[rows], attr.name)))
+        return out
+
+    def _validated(self, records: Mapping[str, np.ndarray]) -> tuple[int, dict[str, np.ndarray]]:
+        """n and every column as its mechanism takes it (validated before sampling, so a bad value is rejected
+        even where it would not be sampled)."""
         missing = [a.name for a in self.attributes if a.name not in records]
         if missing:
             raise LDPError(f"records lack attribute columns {missing}")
         lengths = {len(np.atleast_1d(records[a.name])) for a in self.attributes}
         if len(lengths) != 1:
             raise LDPError(f"attribute columns have different lengths: {sorted(lengths)}")
-        n = lengths.pop()
-        # Validate every column before sampling, so a bad value is rejected even where it would not be sampled.
-        inputs = {a.name: self._inputs(a, records[a.name]) for a in self.attributes}
-        keys = rng.random((n, self.dims))
+        return lengths.pop(), {a.name: self._inputs(a, records[a.name]) for a in self.attributes}
+
+    def _secrets(self, secrets: np.ndarray | None, n: int) -> np.ndarray | None:
+        """The devices' secrets, checked: required with a lifetime budget, refused without one."""
+        if self.epsilon_lifetime is None:
+            if secrets is not None:
+                raise LDPError("device secrets go with a lifetime budget (memoized mechanisms) only")
+            return None
+        if secrets is None:
+            raise LDPError("a collector with a lifetime budget needs every device's secret")
+        return check_secrets(secrets, n)
+
+    def _sampled(self, n: int, rng: np.random.Generator | None, secrets: np.ndarray | None) -> np.ndarray:
+        """(n, d) bool: the k attributes each device reports, fresh from rng, or fixed by its secret (keyed by the
+        attributes' names)."""
+        if secrets is None:
+            scores = rng.random((n, self.dims))  # type: ignore[union-attr]
+        else:
+            names = np.array([name_key(a.name) for a in self.attributes], dtype=np.uint64)
+            scores = keyed_uniform(secrets[:, None], TAG_ATTRIBUTE_SAMPLE, names[None, :])
         chosen = np.zeros((n, self.dims), dtype=bool)
         if self.k == self.dims:
             chosen[:] = True
         else:
-            np.put_along_axis(chosen, np.argpartition(keys, self.k - 1, axis=1)[:, : self.k], True, axis=1)
-        rows, reports = {}, {}
-        for j, attr in enumerate(self.attributes):
-            sampled = np.flatnonzero(chosen[:, j])
-            rows[attr.name] = sampled
-            reports[attr.name] = self.mechanisms[attr.name].perturb(inputs[attr.name][sampled], rng)
-        return MixedBatch(n=n, rows=rows, reports=reports)
+            np.put_along_axis(chosen, np.argpartition(scores, self.k - 1, axis=1)[:, : self.k], True, axis=1)
+        return chosen
 
     def _inputs(self, attr: Attribute, column: np.ndarray) -> np.ndarray:
         if isinstance(attr, NumericAttribute):

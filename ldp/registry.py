@@ -90,6 +90,13 @@ def longitudinal_class(name: str) -> type[Longitudinal]:
     return cast("type[Longitudinal]", _class_in(LONGITUDINAL, "longitudinal mechanism", name))
 
 
+def make_longitudinal(name: str, epsilon_lifetime: float, epsilon_first: float,
+                      domain: int | None = None) -> Longitudinal:
+    """The longitudinal mechanism `name` whose memo is eps_inf- and one report eps_1-LDP (`with_budgets`); `domain`
+    is K for a frequency mechanism, None for a numeric one."""
+    return longitudinal_class(name).with_budgets(epsilon_lifetime, epsilon_first, domain)
+
+
 def takes_domain(name: str) -> bool:
     """Whether the mechanism `name` collects a category of a domain of size K (and `make` needs the domain)."""
     return name in FREQUENCY or (name in LONGITUDINAL and longitudinal_class(name).kind == "frequency")

@@ -3,7 +3,8 @@
 `perturb` validates the records (every attribute present and no other, numeric values finite and inside the
 attribute's range, categories known), maps categorical values to their codes, runs the spec's collector
 (`collection.collector`, 000 Sec. IV-C) and wraps its output, and only its output, with
-`collection.wire.perturbed_batch`.
+`collection.wire.perturbed_batch`. A spec with a privacy block perturbs with the devices' collection secrets, and
+`report_memos` says which memos each device's report reads, for its ledger (`producer.ledger`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collection.pseudonym import device_partitions
 from collection.spec import CategoricalAttribute, CollectionSpec, NumericAttribute
 from collection.wire import AttributeReports, PerturbedBatch, perturbed_batch
 from ldp.base import LDPError
+from producer.ledger import Memo
 
 
 class RecordError(LDPError):
@@ -26,12 +28,13 @@ class RecordError(LDPError):
 
 def perturb(spec: CollectionSpec, devices: np.ndarray, timestamps_ms: np.ndarray,
             records: Mapping[str, np.ndarray], rng: np.random.Generator,
-            strategies: Strategies | None = None) -> PerturbedBatch:
+            strategies: Strategies | None = None, secrets: np.ndarray | None = None) -> PerturbedBatch:
     """Perturbed reports of n devices (pseudonyms `devices`, report times in ms) for the true `records`.
 
     `records` maps every attribute name to a column of n true values: numeric ones inside the attribute's range,
     categorical ones as value strings or integer codes 0..K-1; `strategies` holds the factorization strategies
-    the spec pins (`runtime.strategies.strategies_for`). RecordError if anything is malformed.
+    the spec pins (`runtime.strategies.strategies_for`); `secrets` the devices' uint64 collection secrets, which a
+    spec with a privacy block needs (and only it). RecordError if anything is malformed.
     """
     ids = np.asarray(devices)
     if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or (ids.dtype.kind == "i" and ids.min() < 0):
@@ -40,11 +43,40 @@ def perturb(spec: CollectionSpec, devices: np.ndarray, timestamps_ms: np.ndarray
     if times.shape != ids.shape or times.dtype.kind not in "iu":
         raise RecordError(f"timestamps_ms must be {len(ids)} integer milliseconds, got {times.dtype} {times.shape}")
     columns = true_columns(spec, records, len(ids))
-    batch = collector_for(spec, strategies).perturb(columns, rng)
+    batch = collector_for(spec, strategies).perturb(columns, rng, _secrets(spec, secrets, len(ids)))
     blocks = tuple(AttributeReports(index, batch.rows[a.name].astype(np.uint32), batch.reports[a.name])
                    for index, a in enumerate(spec.attributes) if len(batch.rows[a.name]))
     return perturbed_batch(spec.name, spec.version, ids.astype(np.uint64, copy=False),
                            times.astype(np.int64, copy=False), blocks)
+
+
+def report_memos(spec: CollectionSpec, records: Mapping[str, np.ndarray], secrets: np.ndarray,
+                 strategies: Strategies | None = None) -> list[list[Memo]]:
+    """Per device, the memos its report of `records` with its collection secret reads (a spec with a privacy block):
+    one per attribute it reports, keyed by the attribute, the mechanism with its budgets, and the memo key (the
+    value's code, or 1BitMean's rounded value), at the mechanism's eps_inf."""
+    n = len(np.atleast_1d(np.asarray(secrets)))
+    collector = collector_for(spec, strategies)
+    keys = collector.memo_keys(true_columns(spec, records, n), _secrets(spec, secrets, n))
+    memos: list[list[Memo]] = [[] for _ in range(n)]
+    for name, (rows, memo) in keys.items():
+        mech = collector.mechanisms[name]
+        prefix, cost = f"{name}/{mech!r}/", float(mech.epsilon_lifetime)  # type: ignore[attr-defined]
+        for row, key in zip(rows.tolist(), memo.tolist(), strict=True):
+            memos[row].append(Memo(f"{prefix}{key}", cost))
+    return memos
+
+
+def _secrets(spec: CollectionSpec, secrets: np.ndarray | None, n: int) -> np.ndarray | None:
+    """The secrets as uint64, or RecordError unless they come with a privacy block (and only then), one a device."""
+    if (secrets is None) != (spec.privacy is None):
+        raise RecordError(f"{spec.key}: device secrets go with a privacy block, and a privacy block needs them")
+    if secrets is None:
+        return None
+    keys = np.atleast_1d(np.asarray(secrets))
+    if keys.shape != (n,) or keys.dtype.kind not in "iu" or (keys.dtype.kind == "i" and keys.size and keys.min() < 0):
+        raise RecordError(f"secrets must be {n} unsigned 64-bit integers, got {keys.dtype} {keys.shape}")
+    return keys.astype(np.uint64, copy=False)
 
 
 def true_columns(spec: CollectionSpec, records: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:

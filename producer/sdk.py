@@ -1,7 +1,9 @@
 """The device SDK: one device's reports of one collection, perturbed on the device and produced to Kafka.
 
 `Device.report(record)` (1) validates and perturbs the record as a batch of one (`producer.perturb`), (2) charges
-the privacy-budget ledger, which refuses a report that would exceed the spec's epsilon in its window, (3) encodes
+the privacy-budget ledger, which refuses a report that would exceed the spec's epsilon in its window or, for a
+spec with a privacy block, its lifetime budget (the memos the report reads, `producer.perturb.report_memos`, each
+charged once; the perturbation uses the collection secret the ledger keeps), (3) encodes
 the perturbed batch (`collection.wire`, which accepts nothing else) and (4) produces it keyed by the device's
 pseudonym, to the device's partition (`collection.pseudonym.device_partitions`), or with an HTTP transport
 (`producer.outbox.HttpTransport`) stores it in the device's persistent outbox, which `Device.flush` sends to the
@@ -23,7 +25,7 @@ from collection.spec import CollectionSpec
 from collection.wire import encode
 from producer.ledger import PrivacyLedger
 from producer.outbox import HttpTransport
-from producer.perturb import perturb
+from producer.perturb import perturb, report_memos
 from runtime.clock import now_ms
 from runtime.kafka import ReportProducer
 from runtime.strategies import strategies_for
@@ -53,13 +55,19 @@ class Device:
         transport); return the encoded message.
 
         `timestamp` is the report time: milliseconds since the epoch, an aware datetime, or None for now.
-        Raises RecordError for a malformed record and BudgetExceeded when the window's budget is spent.
+        Raises RecordError for a malformed record and BudgetExceeded when the window's budget is spent, or the
+        lifetime budget would be (a new value of a collection with a privacy block, `producer.ledger`).
         """
         now = report_time_ms(timestamp)
-        self.ledger.check(self.spec, now)
         columns = {name: np.array([value]) for name, value in record.items()}
-        batch = perturb(self.spec, self._devices, np.array([now], dtype=np.int64), columns, self.rng, self.strategies)
-        self.ledger.charge(self.spec, now)
+        secrets, memos = None, []
+        if self.spec.privacy is not None:
+            secrets = np.array([self.ledger.secret(self.spec.name)], dtype=np.uint64)
+            memos = report_memos(self.spec, columns, secrets, self.strategies)[0]
+        self.ledger.check(self.spec, now, memos=memos)
+        batch = perturb(self.spec, self._devices, np.array([now], dtype=np.int64), columns, self.rng, self.strategies,
+                        secrets)
+        self.ledger.charge(self.spec, now, memos=memos)
         message = encode(batch)
         if self.producer is not None:
             self.producer.produce(self.spec.topic, message, self._key, self._partition)

@@ -6,7 +6,11 @@ Each chunk of B x P devices (P: the spec's partitions) (1) draws the devices' tr
 envelope of about B reports keyed by a batch id (halved until each envelope fits in MAX_MESSAGE_BYTES), or with
 `single` one-report envelopes keyed by the device pseudonym.
 Device i of a run has the integer id seed * 2^32 + i, so pseudonyms are unique within a run and across runs with
-different seeds; every simulated device reports once, so no ledger is needed. Report times come from `clock_ms`.
+different seeds; report times come from `clock_ms`. A run reports once per device, so it needs no ledger. Runs
+with the same seed are the same devices with the same true records: run them with `report_round` 0, 1, 2, ... and
+later times (one per window) and the fleet reports every window, with fresh noise per round. For a spec with a
+privacy block each device has a stable collection secret, `simulated_secrets` (derived from the seed and its index,
+vectorised), so its memos are the same in every round, as a real device's are (`producer.ledger`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collection.collector import Strategies
 from collection.pseudonym import device_partitions, integer_pseudonyms
 from collection.spec import CollectionSpec
 from collection.wire import PerturbedBatch, encode
+from ldp.longitudinal.memo import TAG_SIMULATED, keyed_words
 from producer.perturb import by_partition, perturb, row_range, single_reports
 from producer.population import Population, PopulationTruth, Records
 from runtime.clock import now_ms
@@ -47,18 +52,28 @@ class SimulationResult:
         return self.reports / self.seconds if self.seconds > 0 else float("inf")
 
 
+def simulated_secrets(seed: int, first: int, n: int) -> np.ndarray:
+    """The collection secrets (uint64) of devices first..first+n-1 of the run with `seed`: stable across runs."""
+    return keyed_words(np.uint64(seed), TAG_SIMULATED, np.arange(first, first + n, dtype=np.uint64))
+
+
 def fleet(spec: CollectionSpec, devices: int, *, seed: int = 0, chunk: int = 1000,
           clock_ms: Callable[[], int] = now_ms, strategies: Strategies | None = None,
-          devices_of: Callable[[int, int], np.ndarray] | None = None) -> Iterator[tuple[Records, PerturbedBatch]]:
+          devices_of: Callable[[int, int], np.ndarray] | None = None,
+          report_round: int = 0) -> Iterator[tuple[Records, PerturbedBatch]]:
     """The fleet's chunks, in order: the true records of up to `chunk` devices and their perturbed reports
     (`strategies`: those the spec pins; loaded with `runtime.strategies.strategies_for` when None;
-    `devices_of(lo, n)`: the pseudonyms of devices lo..lo+n-1, default those of the run's integer ids)."""
+    `devices_of(lo, n)`: the pseudonyms of devices lo..lo+n-1, default those of the run's integer ids;
+    `report_round`: which of the fleet's rounds of reports, for fresh noise on the same records)."""
     if not 1 <= devices <= MAX_DEVICES or not 1 <= chunk <= MAX_DEVICES:
         raise ValueError(f"devices and the chunk size must lie in [1, 2^32], got {devices} and {chunk}")
     if not 0 <= seed < 2**31:
         raise ValueError(f"seed must lie in [0, 2^31), got {seed}")
+    if not 0 <= report_round < 2**31:
+        raise ValueError(f"report_round must lie in [0, 2^31), got {report_round}")
     population = Population(spec, seed)
-    population_rng, noise_rng = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])
+    noise_seed = [seed, 2] if report_round == 0 else [seed, 2, report_round]  # round 0: the runs of before
+    population_rng, noise_rng = np.random.default_rng([seed, 1]), np.random.default_rng(noise_seed)
     first_id = seed * MAX_DEVICES
     strategies = strategies_for(spec) if strategies is None else strategies
     for lo in range(0, devices, chunk):
@@ -66,7 +81,9 @@ def fleet(spec: CollectionSpec, devices: int, *, seed: int = 0, chunk: int = 100
         records = population.sample(n, population_rng)
         ids = (integer_pseudonyms(spec.name, np.arange(first_id + lo, first_id + lo + n, dtype=np.uint64))
                if devices_of is None else devices_of(lo, n))
-        yield records, perturb(spec, ids, np.full(n, clock_ms(), dtype=np.int64), records, noise_rng, strategies)
+        secrets = None if spec.privacy is None else simulated_secrets(seed, lo, n)
+        yield records, perturb(spec, ids, np.full(n, clock_ms(), dtype=np.int64), records, noise_rng, strategies,
+                               secrets)
 
 
 def encode_within(batch: PerturbedBatch, limit: int) -> list[bytes]:
@@ -94,11 +111,12 @@ def chunk_messages(spec: CollectionSpec, reports: PerturbedBatch, key_prefix: st
 
 def simulate(spec: CollectionSpec, devices: int, producer: ReportProducer, *, seed: int = 0, batch: int = 1000,
              rate: float | None = None, single: bool = False, clock_ms: Callable[[], int] = now_ms,
-             on_progress: Callable[[int], None] | None = None, topic: str | None = None) -> SimulationResult:
+             on_progress: Callable[[int], None] | None = None, topic: str | None = None,
+             report_round: int = 0) -> SimulationResult:
     """Send one report for each of `devices` simulated devices to `topic` (default: the spec's report topic).
 
     `batch`: reports per envelope (about); `rate` caps reports per second; `on_progress(k)` is told after each
-    chunk that k more reports were queued.
+    chunk that k more reports were queued; `report_round`: as in `fleet`.
     Returns once Kafka has acknowledged every message (DeliveryError otherwise).
     """
     if rate is not None and not rate > 0:
@@ -109,7 +127,8 @@ def simulate(spec: CollectionSpec, devices: int, producer: ReportProducer, *, se
     truth = PopulationTruth(spec)
     sent = messages = size = 0
     start = time.perf_counter()
-    for index, (records, reports) in enumerate(fleet(spec, devices, seed=seed, chunk=chunk, clock_ms=clock_ms)):
+    for index, (records, reports) in enumerate(fleet(spec, devices, seed=seed, chunk=chunk, clock_ms=clock_ms,
+                                                       report_round=report_round)):
         truth.add(records)
         for partition, key, message in chunk_messages(spec, reports, f"{spec.key}/{seed}/{index}", single):
             producer.produce(topic, message, key, partition)

@@ -6,6 +6,9 @@ one memoized value guarantee together, however many there are. `perturb(values, 
 64-bit secrets (`ldp.longitudinal.memo`): the memoized part of a report is a function of (secret, memo key), the
 rest is fresh noise from rng. Without secrets every row is a new device (fresh secrets from rng), which is the
 one-report channel that the estimators' unbiasedness and variance are stated for.
+`memo_keys(values, secrets)` says which memo each report reads (the value's code, or 1BitMean's rounded value): a
+device spends eps_lifetime once per distinct key (`producer.ledger`). `with_budgets(eps_inf, eps_1, domain)` builds
+a mechanism whose one report is exactly eps_1-LDP and whose memo is eps_inf-LDP (a collection spec names both).
 """
 
 from __future__ import annotations
@@ -26,6 +29,18 @@ class Longitudinal:
     kind: ClassVar[Literal["frequency", "numeric"]]
     epsilon: float
     epsilon_lifetime: float
+
+    @classmethod
+    @abstractmethod
+    def with_budgets(cls, epsilon_lifetime: float, epsilon_first: float,
+                     domain_size: int | None = None) -> Longitudinal:
+        """The mechanism (other parameters at their defaults) whose memo is eps_inf- and one report eps_1-LDP;
+        LDPError if it cannot reach that pair. `domain_size` is K for a frequency mechanism, None for a numeric one."""
+
+    @abstractmethod
+    def memo_keys(self, values: np.ndarray, secrets: np.ndarray) -> np.ndarray:
+        """Per device (int64): the key of the memo its report of `values` reads; each distinct key costs the device
+        eps_lifetime once."""
 
     @abstractmethod
     def parameters(self) -> dict[str, Any]:
@@ -62,6 +77,30 @@ def check_secrets(secrets: np.ndarray, n: int) -> np.ndarray:
     if keys.shape != (n,) or keys.dtype != np.uint64:
         raise LDPError(f"secrets must be a uint64 vector with one entry per value ({n}), got {keys.dtype} {keys.shape}")
     return keys
+
+
+def check_no_domain(name: str, domain_size: int | None) -> None:
+    """LDPError if a numeric mechanism is given a domain size."""
+    if domain_size is not None:
+        raise LDPError(f"{name} is numeric: it takes no domain size, got {domain_size!r}")
+
+
+def flip_for(epsilon: float, target: float) -> float:
+    """The gamma for which `flipped_epsilon`(epsilon, gamma) = target (0 < target <= epsilon), or LDPError.
+
+    (E (1 - g) + g) / ((1 - g) + g E) = T, with E = e^eps and T = e^target, is linear in g:
+    g = (E - T) / ((E - 1)(T + 1)).
+
+    Examples
+    --------
+    >>> round(flipped_epsilon(2.0, flip_for(2.0, 0.5)), 12)
+    0.5
+    """
+    lifetime, first = check_epsilon(epsilon), check_epsilon(target)
+    if first > lifetime:
+        raise LDPError(f"the one-report epsilon {first:g} must not exceed the lifetime epsilon {lifetime:g}")
+    big, e = math.exp(lifetime), math.exp(first)
+    return (big - e) / ((big - 1) * (e + 1))
 
 
 def flipped_epsilon(epsilon: float, gamma: float) -> float:

@@ -32,7 +32,7 @@ import numpy as np
 
 from ldp.base import Column, Estimate, LDPError, Mechanism, Reports, ReportSchema
 from ldp.frequency.base import check_codes, check_domain_size, check_frequency_epsilon, check_report_batch
-from ldp.longitudinal.base import Longitudinal, check_gamma, check_secrets, flipped_epsilon
+from ldp.longitudinal.base import Longitudinal, check_gamma, check_secrets, flip_for, flipped_epsilon
 from ldp.longitudinal.memo import TAG_PERMANENT, TAG_SAMPLE, draw_secrets, keyed_uniform
 
 
@@ -68,6 +68,21 @@ class DBitFlip(Longitudinal, Mechanism):
         self.memo_own = 1 / (1 + math.exp(-lifetime / differing))  # their Sec. 2.2, at eps/2 per bit when d > 1
         self.p_own = g + (1 - 2 * g) * self.memo_own
         self.p_other = g + (1 - 2 * g) * (1 - self.memo_own)
+
+    @classmethod
+    def with_budgets(cls, epsilon_lifetime: float, epsilon_first: float, domain_size: int | None = None,
+                     sampled: int = 1) -> DBitFlip:
+        """dBitFlip with the output perturbation gamma that makes one report exactly eps_1-LDP (`flip_for` per
+        differing bit)."""
+        differing = min(2, sampled)
+        gamma = flip_for(epsilon_lifetime / differing, epsilon_first / differing)
+        return cls(epsilon_lifetime, domain_size, sampled, gamma)  # type: ignore[arg-type]
+
+    def memo_keys(self, values: np.ndarray, secrets: np.ndarray) -> np.ndarray:
+        """The value's code: the bits are memoized per (device, value)."""
+        codes = check_codes(values, self.domain_size)
+        check_secrets(secrets, codes.shape[0])
+        return codes
 
     def parameters(self) -> dict[str, Any]:
         return {"domain": self.domain_size, "sampled": self.sampled, "gamma": self.gamma,

@@ -10,7 +10,9 @@ the caller persists nothing else, and one call is vectorised over millions of de
 
 One secret per device AND collection: two collections (or attributes) of a device that shared a secret would read
 the same streams, so their permanent responses would be correlated. A device with one master secret derives the
-secret of each collection as `keyed_words(master, TAG_COLLECTION, collection_key)`.
+secret of each collection as `keyed_words(master, TAG_COLLECTION, collection_key)`, and a collector of several
+attributes gives each attribute its own, `attribute_secrets(secrets, name)` (keyed by the attribute's name, so that
+reordering a spec's attributes changes no memo).
 
 What this is not: a cryptographic PRF. The outputs for distinct keys are statistically independent uniforms (the
 tests check the permanent responses' distributions and their independence across keys by chi-square), which is
@@ -20,6 +22,8 @@ an adversary who can test many guesses of the secret against reports should swap
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -36,11 +40,24 @@ TAG_HASH_SEEDS = 0x54  # a device's hash seeds (RAPPOR's Bloom filter)
 TAG_ALPHA = 0x55  # 1BitMean's alpha-point rounding offset
 TAG_SAMPLE = 0x56  # dBitFlip's sampled buckets
 TAG_COLLECTION = 0x57  # a collection's secret derived from a device's master secret
+TAG_ATTRIBUTE = 0x58  # an attribute's secret derived from its collection's (`attribute_secrets`)
+TAG_ATTRIBUTE_SAMPLE = 0x59  # which k of a collection's d attributes a device reports, fixed by its secret
+TAG_SIMULATED = 0x5A  # a simulated device's secret derived from the simulation's seed and the device's index
 
 
 def draw_secrets(rng: np.random.Generator, n: int) -> np.ndarray:
     """n fresh uniform 64-bit device secrets (uint64)."""
     return rng.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)
+
+
+def name_key(name: str) -> int:
+    """A stable 64-bit key of a name (the first 8 bytes of its BLAKE2b digest, little-endian)."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
+
+
+def attribute_secrets(secrets: np.ndarray, name: str) -> np.ndarray:
+    """The secrets of attribute `name`, derived from the devices' collection secrets (uint64, same shape)."""
+    return keyed_words(secrets, TAG_ATTRIBUTE, np.uint64(name_key(name)))
 
 
 def mix64(x: np.ndarray) -> np.ndarray:

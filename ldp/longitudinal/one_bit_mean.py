@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldp.base import LDPError, Reports
-from ldp.longitudinal.base import Longitudinal, check_gamma, check_secrets, flipped_epsilon
+from ldp.longitudinal.base import Longitudinal, check_gamma, check_no_domain, check_secrets, flip_for, flipped_epsilon
 from ldp.longitudinal.memo import TAG_ALPHA, TAG_PERMANENT, draw_secrets, keyed_uniform
 from ldp.numeric.base import check_numeric_epsilon, check_unit_values
 from ldp.numeric.duchi import Duchi, duchi_bound_1d
@@ -62,6 +62,17 @@ class OneBitMean(Longitudinal, Duchi):
             raise LDPError(f"buckets must be a positive integer, got {buckets!r}")
         super().__init__(flipped_epsilon(lifetime, g))
         self.epsilon_lifetime, self.gamma, self.buckets = lifetime, g, int(buckets)
+
+    @classmethod
+    def with_budgets(cls, epsilon_lifetime: float, epsilon_first: float, domain_size: int | None = None,
+                     buckets: int = 8) -> OneBitMean:
+        """1BitMean with the output perturbation gamma that makes one report exactly eps_1-LDP (`flip_for`)."""
+        check_no_domain(cls.name, domain_size)
+        return cls(epsilon_lifetime, buckets, flip_for(epsilon_lifetime, epsilon_first))
+
+    def memo_keys(self, values: np.ndarray, secrets: np.ndarray) -> np.ndarray:
+        """The grid point after alpha-point rounding (`rounded`): the bit is memoized per (device, grid point)."""
+        return self.rounded(values, secrets)
 
     def parameters(self) -> dict[str, Any]:
         return {"buckets": self.buckets, "gamma": self.gamma, "bound": self.bound}

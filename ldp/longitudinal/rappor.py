@@ -34,6 +34,7 @@ import numpy as np
 
 from ldp.base import Column, LDPError, Reports, ReportSchema, check_epsilon
 from ldp.frequency.local_hash import HASH_PRIME, SEED_BITS, collision_probability, hash_buckets
+from ldp.longitudinal.base import check_budgets
 from ldp.longitudinal.memo import TAG_HASH_SEEDS, keyed_words
 from ldp.longitudinal.two_stage import (
     TwoStageOracle,
@@ -101,6 +102,17 @@ class RAPPOR(TwoStageOracle):
         if not 0 < f < 1:
             raise LDPError(f"f must lie in (0, 1), got {f!r}")
         return cls(rappor_lifetime_epsilon(f, hashes), domain_size, hashes, bits, p, q)
+
+    @classmethod
+    def with_budgets(cls, epsilon_lifetime: float, epsilon_first: float, domain_size: int | None = None,
+                     hashes: int = 2) -> RAPPOR:
+        """RAPPOR with a symmetric IRR (p = 1 - q) solved for eps_1 (derived): with p = 1 - q, q* = 1/2 + (1 - f)
+        (q - 1/2) and p* = 1 - q*, so eps_1 = 2h ln(q* / (1 - q*)), q* = 1 / (1 + e^{-eps_1 / (2h)}) and
+        q = 1/2 + (q* - 1/2) / (1 - f); q < 1 iff eps_1 < eps_inf."""
+        lifetime, first = check_budgets(epsilon_lifetime, epsilon_first)
+        f = 2 / (1 + math.exp(lifetime / (2 * hashes)))
+        q = 0.5 + (1 / (1 + math.exp(-first / (2 * hashes))) - 0.5) / (1 - f)
+        return cls(lifetime, domain_size, hashes, p=1 - q, q=q)  # type: ignore[arg-type]
 
     @property
     def q_star(self) -> float:

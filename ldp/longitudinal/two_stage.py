@@ -141,6 +141,12 @@ class TwoStageOracle(Longitudinal, FrequencyOracle):
             codes.shape[0], lambda rows: self._instantaneous(self._permanent(codes[rows], keys[rows]), rng)
         )
 
+    def memo_keys(self, values: np.ndarray, secrets: np.ndarray) -> np.ndarray:
+        """The value's code: the permanent response is memoized per (device, value)."""
+        codes = check_codes(values, self.domain_size)
+        check_secrets(secrets, codes.shape[0])
+        return codes
+
     def permanent_response(self, values: np.ndarray | int | list[int], secrets: np.ndarray) -> Reports:
         """The memoized stage-1 responses of devices (secrets) to values: what every later report perturbs."""
         codes = check_codes(values, self.domain_size)
@@ -167,6 +173,11 @@ class SolvedTwoStage(TwoStageOracle):
         lifetime, first = check_budgets(lifetime, lifetime / 2 if epsilon_first is None else epsilon_first)
         k = check_domain_size(domain_size)
         super().__init__(lifetime, first, k, self.first_stage(lifetime, k), self.second_stage(lifetime, first, k))
+
+    @classmethod
+    def with_budgets(cls, epsilon_lifetime: float, epsilon_first: float,
+                     domain_size: int | None = None) -> SolvedTwoStage:
+        return cls(epsilon_lifetime, domain_size, epsilon_first=epsilon_first)  # type: ignore[arg-type]
 
     @classmethod
     @abstractmethod

@@ -4,13 +4,13 @@ init|list|rotate|retire`: the spec-signing keys (`runtime.signing`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from collection.collector import resolved_mechanisms, sampled_count
+from collection.collector import privacy_budgets, resolved_mechanisms, sampled_count
 from collection.spec import CollectionSpec, NumericAttribute, SpecError, load_spec
 from ldp.base import LDPError
 from runtime.kafka import DeliveryError, TopicError
@@ -32,7 +32,7 @@ def load_checked(path: Path) -> CollectionSpec:
     try:
         spec = load_spec(path)
         spec = with_strategies(spec, spec.epsilon / sampled_count(spec), bootstrap=None)  # optimised, cached here
-        resolved_mechanisms(spec, strategies_for(spec))
+        privacy_budgets(spec, strategies_for(spec))  # builds the mechanisms, and checks they keep the budgets
     except (SpecError, LDPError) as exc:
         errors.print(f"[red]invalid spec[/]: {exc}")
         raise typer.Exit(1) from exc
@@ -47,13 +47,27 @@ def summary(spec: CollectionSpec) -> tuple[str, Table]:
             f"{', '.join([*spec.windows, 'all'])}; one report per window: {spec.one_report_per_window}; "
             f"topic {spec.topic} ({spec.partitions} partitions)")
     table = Table()
-    for column in ("attribute", "type", "domain", "mechanism"):
+    for column in ("attribute", "type", "domain", "mechanism", "eps one report", "eps_inf per value"):
         table.add_column(column)
+    budgets = privacy_budgets(spec, strategies_for(spec))
     for a in spec.attributes:
         domain = f"[{a.range[0]:g}, {a.range[1]:g}]" if isinstance(a, NumericAttribute) else ", ".join(a.values)
         chosen = mechanisms[a.name] + (" (auto)" if a.mechanism == "auto" else "")
-        table.add_row(a.name, a.type, domain, chosen)
-    return line, table
+        spend = budgets["attributes"][a.name]
+        per_value = "-" if spend["per_value"] is None else f"{spend['per_value']:g}"
+        table.add_row(a.name, a.type, domain, chosen, f"{spend['one_report']:g}", per_value)
+    return f"{line}\n{spending(budgets, k)}", table
+
+
+def spending(budgets: dict[str, Any], k: int) -> str:
+    """What a device spends per report and over its lifetime, in words (`privacy_budgets`)."""
+    per_report = f"a device spends eps = {budgets['per_report']:g} per report"
+    if budgets["lifetime"] is None:
+        return f"{per_report}; no lifetime bound: T reports cost T x {budgets['per_report']:g} (sequential composition)"
+    values = budgets["values"]
+    return (f"{per_report} and at most {budgets['lifetime']:g} over its lifetime: its {k} reported attribute(s) "
+            f"memoized, each distinct value at {budgets['lifetime'] / (k * values):g}, {values} value(s) per "
+            f"attribute; a further value is refused by its ledger")
 
 
 @spec_app.command("validate")

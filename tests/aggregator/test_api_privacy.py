@@ -1,0 +1,19 @@
+"""The API's version summary states the privacy guarantees: per report, and over a device's lifetime."""
+
+from __future__ import annotations
+
+import pytest
+
+from aggregator.api import version_summary
+from aggregator.plans import Plan
+from aggregator.store import MemoryStore
+from collection.spec import load_spec
+from runtime.settings import PROJECT_ROOT
+
+
+@pytest.mark.parametrize(("example", "lifetime"), [("app_usage.yaml", 4.0), ("diagnostics.yaml", None)])
+def test_versions_show_the_per_report_and_lifetime_guarantees(example: str, lifetime: float | None) -> None:
+    spec = load_spec(PROJECT_ROOT / "examples" / example)
+    privacy = version_summary(MemoryStore(), Plan(spec), [])["privacy"]
+    assert privacy["per_report"] == spec.epsilon and privacy["lifetime"] == lifetime
+    assert set(privacy["attributes"]) == {a.name for a in spec.attributes}
