@@ -29,7 +29,8 @@ CONFLICT = -2  # never an applied offset: a write expecting it is refused as sta
 EMPTY = np.uint64(0)  # a free slot; the device id 0 is kept apart (`DeviceSet.has_zero`)
 FIBONACCI = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio: multiplicative hashing, the high bits as the slot
 MIGRATE_SLOTS = 1 << 17  # slots of a replaced table moved per addition: a resize is spread, never one long stall
-PREPARE_FROM = 3 / 8  # load factor at which the next (twice as large) table starts being zeroed, a share per addition
+PREPARE_FROM, PREPARED_BY = 1 / 4, 0.45  # load factors between which the next (twice as large) table is zeroed, a
+# share per addition (it is needed at 1/2)
 
 
 class HashTable:
@@ -71,7 +72,7 @@ class DeviceSet:
     micro-batch's ids, so a lookup costs about two probes per id whatever the set's size. Growing moves the old
     table's ids over the next additions, MIGRATE_SLOTS at a time (meanwhile lookups ask both tables), into a table
     whose memory was zeroed over the additions before, from load PREPARE_FROM on: the first touch of a fresh 32 MB
-    table costs 60-85 ms of page faults on this machine, and every partition of a steady stream reaches its
+    table costs 20-85 ms of page faults on this machine, and every partition of a steady stream reaches its
     threshold within a few micro-batches of the others (8 at once stalled a worker for 0.4-0.6 s: p99 freshness
     0.45 s at 10% load, benchmarks/bench_pipeline.py). (Sorted runs,
     before, cost a binary search per id in each of log n runs: at millions of devices per partition the dedupe was
@@ -139,14 +140,14 @@ class DeviceSet:
         self._move(MIGRATE_SLOTS)
 
     def _prepare(self, added: int) -> None:
-        """Zero a share of the next table, sized so that it is done (twice over) by the time the load reaches 1/2."""
+        """Zero a share of the next table, sized so that it is done when the load reaches PREPARED_BY."""
         capacity = len(self.table.slots)
         if self.next is None:
             if self.size <= PREPARE_FROM * capacity:
                 return
             self.next, self.zeroed = np.empty(2 * capacity, dtype=np.uint64), 0
-        window = (0.5 - PREPARE_FROM) * capacity  # additions between the start of the zeroing and the growth
-        share = max(1 << 16, int(2 * len(self.next) * added / window))
+        window = (PREPARED_BY - PREPARE_FROM) * capacity  # additions from the start of the zeroing to its end
+        share = max(1 << 16, int(len(self.next) * added / window))
         self.next[self.zeroed:self.zeroed + share] = 0
         self.zeroed = min(len(self.next), self.zeroed + share)
 
