@@ -48,6 +48,7 @@ from producer.simulator import fleet, simulate
 from runtime.kafka import ReportProducer, end_offsets, producer_client
 from runtime.process import read_pid, stop_pid
 from runtime.settings import PROJECT_ROOT, Settings
+from runtime.signing import ensure_signing_keys
 from runtime.specs import publish_spec
 
 RETRYING_PRODUCER = {"message.timeout.ms": 600_000, "retry.backoff.ms": 200}  # rides out a broker restart
@@ -73,11 +74,14 @@ class Services:
     def start(cls, state: Path) -> Services:
         env = {"LDP_STATE_DIR": str(state), "KAFKA_PORT": str(free_port()), "KAFKA_CONTROLLER_PORT": str(free_port()),
                "REDIS_PORT": str(free_port()), "KAFKA_HEAP": "768m"}
-        cfg = Settings.from_env({**os.environ, **env})
-        shared_jars = Settings.from_env().state_dir / "kafka" / f"lib-{cfg.kafka_version}"
+        ours = Settings.from_env()
+        shared_jars = ours.state_dir / "kafka" / f"lib-{ours.kafka_version}"
+        os.environ.update(env)  # this process's own clients too: they find the run's credentials in its state dir
+        cfg = Settings.from_env()
         if (shared_jars / ".complete").exists():  # reuse the jars `ldp up` fetched instead of copying them again
             (state / "kafka").mkdir(parents=True, exist_ok=True)
             os.symlink(shared_jars, state / "kafka" / shared_jars.name)
+        ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys)  # as `ldp up` makes them
         services = cls(env, cfg, KafkaService(cfg), RedisService(cfg))
         services.kafka.start()
         services.redis.start()
