@@ -8,8 +8,9 @@ verify there).
 
 Rotation (`ldp devices rotate-key`): add generation g + 1; new enrolments use it, devices of older generations
 keep reporting. Retiring (`ldp devices retire-key G`) deletes generation G's file: every device of G is answered
-401 from then on (they enrol again). Running edges pick up a new generation when a device of it first signs a
-request (the files are re-read at most once a second); a retired one stops verifying within that second.
+401 from then on (they enrol again). Running edges re-read the files at most once a second (a retired generation
+stops verifying within that second), and at once (at most 20 times a second) when a device names a generation they
+do not know, so a device enrolled just after a rotation is not refused.
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ def new_device_id(generation: int) -> str:
 class Keyring:
     """The master keys in the files of `path` (see the module docstring)."""
 
-    def __init__(self, path: Path, reload_s: float = 1.0) -> None:
+    def __init__(self, path: Path, reload_s: float = 1.0, unknown_reload_s: float = 0.05) -> None:
         self.path = path
         self.reload_s = reload_s
+        self.unknown_reload_s = unknown_reload_s
         self._keys: dict[int, bytes] = {}
-        self._read_at = -float("inf")
+        self._read_at = self._unknown_read_at = -float("inf")
         self._read()
 
     @classmethod
@@ -90,6 +92,10 @@ class Keyring:
         or never made)."""
         self.refresh()
         generation = generation_of(device)
+        now = time.monotonic()
+        if generation not in self._keys and now - self._unknown_read_at >= self.unknown_reload_s:
+            self._unknown_read_at = now  # a device of a generation made since the last read: look now (bounded, as
+            self._read()  # anyone can name a generation)
         master = self._keys.get(generation)
         if master is None:
             raise AuthError(f"device key generation {generation} is not in service (enrol again)")

@@ -59,3 +59,12 @@ def test_a_generation_zero_file_is_the_master_key_as_before(tmp_path: Path) -> N
         Keyring(tmp_path / "short.key")
     with pytest.raises(FileNotFoundError):
         _ = Keyring(tmp_path / "absent.key").current
+
+
+def test_an_edge_knows_a_new_generation_at_its_first_device(tmp_path: Path) -> None:
+    """A running edge's keyring, read just now, verifies a device of a generation made after that read at once."""
+    edge = Keyring.create(tmp_path / "master.key")  # reload_s 1 s: no periodic re-read within this test
+    admin = Keyring(tmp_path / "master.key")
+    admin.rotate()
+    device = new_device_id(admin.current)
+    assert edge.device_key("c", device) == admin.device_key("c", device)
