@@ -17,32 +17,14 @@ import hashlib
 
 import numpy as np
 
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
+from ldp.hashing import mix64
+
 _UINT64_MAX = 2**64 - 1
 
 
 def collection_salt(collection: str) -> np.uint64:
     digest = hashlib.blake2b(collection.encode(), digest_size=8, person=b"ldp-pseudonym").digest()
     return np.uint64(int.from_bytes(digest, "little"))
-
-
-def mix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finalizer, a bijection of uint64 words (vectorised).
-
-    Examples
-    --------
-    >>> mix64(np.array([0, 1], dtype=np.uint64)).tolist()
-    [0, 6238072747940578789]
-    """
-    z = np.asarray(x, dtype=np.uint64).copy()
-    with np.errstate(over="ignore"):
-        z ^= z >> np.uint64(30)
-        z *= _MIX1
-        z ^= z >> np.uint64(27)
-        z *= _MIX2
-        z ^= z >> np.uint64(31)
-    return z
 
 
 def integer_pseudonyms(collection: str, ids: np.ndarray) -> np.ndarray:

@@ -184,7 +184,7 @@ class Edge:
                     if spec.one_report_per_window else []
                 admits.append(Admit(item.collection, item.device, item.signature, dedupe_window(spec), marks))
                 admitted.append(k)
-        groups: dict[tuple[str, int, int], list[tuple[int, Checked, list[str], list[int]]]] = {}
+        kept: list[tuple[int, Checked, list[str], list[int]]] = []
         for k, admit, answer in zip(admitted, admits, await self.admission.admit(admits), strict=True):
             checked = results[k]
             assert isinstance(checked, Checked)
@@ -200,10 +200,16 @@ class Edge:
                 used[answer] = True
                 checked = without_rows(checked, used)
                 marks = [m for m, u in zip(marks, used.tolist(), strict=True) if not u]
-            spec = checked.plan.spec
-            partition = int(device_partitions(np.array([items[k].pseudonym], dtype=np.uint64), spec.partitions)[0])
-            groups.setdefault((report_topic(spec.name), partition, spec.version), []).append((k, checked, marks,
-                                                                                             answer))
+            kept.append((k, checked, marks, answer))
+        groups: dict[tuple[str, int, int], list[tuple[int, Checked, list[str], list[int]]]] = {}
+        pseudonyms = np.fromiter((items[k].pseudonym for k, *_ in kept), dtype=np.uint64, count=len(kept))
+        counts = np.fromiter((c.plan.spec.partitions for _, c, _, _ in kept), dtype=np.int64, count=len(kept))
+        partitions = np.zeros(len(kept), dtype=np.int64)
+        for count in np.unique(counts).tolist():  # one vectorised pass per partition count (usually one)
+            partitions[counts == count] = device_partitions(pseudonyms[counts == count], count)
+        for member, partition in zip(kept, partitions.tolist(), strict=True):
+            spec = member[1].plan.spec
+            groups.setdefault((report_topic(spec.name), partition, spec.version), []).append(member)
         await asyncio.gather(*(self._forward(topic, partition, members, results)
                                for (topic, partition, _), members in groups.items()))
         return results

@@ -27,9 +27,9 @@ import hashlib
 
 import numpy as np
 
+from ldp.hashing import mix64
+
 GAMMA = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment, 2^64 / golden ratio
-_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
-_MUL2 = np.uint64(0x94D049BB133111EB)
 _UNIT = 2.0**-53
 
 # One tag per kind of memoized choice, so that two mechanisms (or two uses in one) never share a stream.
@@ -58,17 +58,6 @@ def name_key(name: str) -> int:
 def attribute_secrets(secrets: np.ndarray, name: str) -> np.ndarray:
     """The secrets of attribute `name`, derived from the devices' collection secrets (uint64, same shape)."""
     return keyed_words(secrets, TAG_ATTRIBUTE, np.uint64(name_key(name)))
-
-
-def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer (a bijection of 64-bit words with full avalanche), on a copy of x (uint64)."""
-    z = np.array(x, dtype=np.uint64)
-    z ^= z >> np.uint64(30)
-    z *= _MUL1
-    z ^= z >> np.uint64(27)
-    z *= _MUL2
-    z ^= z >> np.uint64(31)
-    return z
 
 
 def keyed_words(secrets: np.ndarray, tag: int, *keys: np.ndarray | int) -> np.ndarray:

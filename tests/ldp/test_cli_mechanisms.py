@@ -7,27 +7,13 @@ import math
 
 import pytest
 import typer
-from typer.testing import CliRunner
 
 from ldp import registry
 from ldp.multidim import make_vector_mechanism
 from ldp.numeric import Piecewise
 from ldpstream.cli import mechanisms
+from tests.ldp.cli_support import invoke
 from tests.ldp.flawed_duchi import Published000Duchi
-
-runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def app() -> typer.Typer:
-    app = typer.Typer()
-    mechanisms.register(app)
-    return app
-
-
-def invoke(app: typer.Typer, *args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.output
 
 
 def test_list(app: typer.Typer) -> None:

@@ -7,26 +7,12 @@ import math
 
 import pytest
 import typer
-from typer.testing import CliRunner
 
 from ldp import registry
 from ldp.audit import audit_longitudinal
 from ldp.longitudinal import LGRR, RAPPOR
 from ldpstream.cli import mechanisms
-
-runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def app() -> typer.Typer:
-    app = typer.Typer()
-    mechanisms.register(app)
-    return app
-
-
-def invoke(app: typer.Typer, *args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.output
+from tests.ldp.cli_support import invoke
 
 
 def test_privacy_of_lgrr_names_both_stages(app: typer.Typer) -> None:

@@ -7,8 +7,9 @@ import pytest
 from scipy import integrate
 
 from collection.collector import collector_for
-from collection.pseudonym import device_partitions, device_pseudonym, integer_pseudonyms, mix64
+from collection.pseudonym import device_partitions, device_pseudonym, integer_pseudonyms
 from collection.wire import decode, encode
+from ldp.hashing import mix64
 from producer.perturb import row_range, select_rows
 from producer.population import POWER_LAW_EXPONENT, Population, PopulationTruth, power_law, truncated_gaussian
 from producer.sdk import Device

@@ -1,0 +1,27 @@
+"""64-bit mixing shared by the keyed memos of `ldp.longitudinal` and the device pseudonyms of `collection`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer (Steele, Lea and Flood, OOPSLA 2014), a bijection of uint64 words with full
+    avalanche, on a copy of x (vectorised).
+
+    Examples
+    --------
+    >>> mix64(np.array([0, 1], dtype=np.uint64)).tolist()
+    [0, 6238072747940578789]
+    """
+    z = np.asarray(x, dtype=np.uint64).copy()
+    with np.errstate(over="ignore"):
+        z ^= z >> np.uint64(30)
+        z *= _MIX1
+        z ^= z >> np.uint64(27)
+        z *= _MIX2
+        z ^= z >> np.uint64(31)
+    return z
