@@ -124,6 +124,17 @@ def randomized_response_from_uniform(truth: np.ndarray, size: int, keep: float, 
     return shift
 
 
+def sample_in_chunks(schema: ReportSchema, n: int, sample: Callable[[slice], Reports]) -> Reports:
+    """A batch of n reports, sampled chunk of users by chunk (`sample(rows)`) and cast to the schema's dtypes."""
+    reports = {c.name: np.empty((n, *c.row_shape()), dtype=c.dtype) for c in schema.columns}
+    rows = max(1, SAMPLE_CHUNK_ENTRIES // max(c.width for c in schema.columns))
+    for start in range(0, n, rows):  # chunks of users, each sampled vectorised
+        chunk = sample(slice(start, start + rows))
+        for name, column in reports.items():
+            column[start : start + rows] = chunk[name]
+    return reports
+
+
 def pure_variance(p: float, q: float, frequencies: np.ndarray | float) -> np.ndarray:
     """n * Var[f_hat(v)] of a pure protocol at true frequency f(v) (module docstring; 004 Table 1 at f = 0)."""
     f = np.asarray(frequencies, dtype=np.float64)
@@ -187,18 +198,7 @@ class FrequencyOracle(Mechanism):
 
     def perturb(self, values: np.ndarray | int | list[int], rng: np.random.Generator) -> Reports:
         codes = check_codes(values, self.domain_size)
-        return self._in_chunks(codes.shape[0], lambda rows: self._sample(codes[rows], rng))
-
-    def _in_chunks(self, n: int, sample: Callable[[slice], Reports]) -> Reports:
-        """A batch of n reports, sampled chunk of users by chunk (`sample(rows)`) and cast to the schema's dtypes."""
-        columns = self.schema.columns
-        reports = {c.name: np.empty((n, *c.row_shape()), dtype=c.dtype) for c in columns}
-        rows = max(1, SAMPLE_CHUNK_ENTRIES // max(c.width for c in columns))
-        for start in range(0, n, rows):  # chunks of users, each sampled vectorised
-            chunk = sample(slice(start, start + rows))
-            for name, column in reports.items():
-                column[start : start + rows] = chunk[name]
-        return reports
+        return sample_in_chunks(self.schema, codes.shape[0], lambda rows: self._sample(codes[rows], rng))
 
     def accumulate(self, reports: Reports) -> np.ndarray:
         n = check_report_batch(self.schema, reports)

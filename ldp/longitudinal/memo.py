@@ -34,9 +34,9 @@ _UNIT = 2.0**-53
 
 # One tag per kind of memoized choice, so that two mechanisms (or two uses in one) never share a stream.
 TAG_PERMANENT = 0x51  # a permanent randomized response to a value (GRR: the code; unary / Bloom: bits)
-TAG_PERMANENT_OWN = 0x52  # the bits at the value's own positions of a unary / Bloom permanent response
 TAG_PERMANENT_TIE = 0x53  # the rare bytes that need more than 8 bits to decide a Bernoulli (`keyed_bits`)
-TAG_HASH_SEEDS = 0x54  # a device's hash seeds (RAPPOR's Bloom filter)
+TAG_COHORT = 0x54  # a device's RAPPOR cohort
+TAG_BLOOM = 0x5B  # the public hash functions of RAPPOR's cohorts (keyed by the cohort, not by a device secret)
 TAG_ALPHA = 0x55  # 1BitMean's alpha-point rounding offset
 TAG_SAMPLE = 0x56  # dBitFlip's sampled buckets
 TAG_COLLECTION = 0x57  # a collection's secret derived from a device's master secret
@@ -74,19 +74,25 @@ def keyed_uniform(secrets: np.ndarray, tag: int, *keys: np.ndarray | int) -> np.
     return (keyed_words(secrets, tag, *keys) >> np.uint64(11)).astype(np.float64) * _UNIT
 
 
-def keyed_bits(secrets: np.ndarray, keys: np.ndarray, width: int, prob: float) -> np.ndarray:
-    """(n, width) bool: independent Bernoulli(prob) bits memoized per (secret, key), 8 bits per hashed word.
+def keyed_bits(
+    secrets: np.ndarray, keys: np.ndarray, width: int, prob: float, uniforms: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """((n, width) bool, (n, uniforms) float): independent Bernoulli(prob) bits memoized per (secret, key), 8 bits
+    per hashed word, and `uniforms` keyed uniforms in [0, 1) from the same (secret, key) stream after those words.
 
     As `ldp.frequency.unary.bernoulli_bits`: byte B decides the bit 1{B < floor(256 prob)} unless B equals that
     threshold (1 in 256), in which case a uniform keyed by (secret, key, position) decides 1{V < 256 prob - top}.
-    secrets and keys are (n,) vectors; the bytes of word i of a row are bit positions 8i..8i+7.
+    secrets and keys are (n,) vectors; the bytes of word i of a row are bit positions 8i..8i+7, and the uniforms
+    are words ceil(width / 8) onwards (one stream: the two mixes of (secret, key) are done once per device).
     """
-    n = keys.shape[0]
+    n, word_count = keys.shape[0], -(-width // 8)
     top = np.floor(prob * 256)
     rest = prob * 256 - top  # exact: scaling by 256 and subtracting an integer lose nothing
-    words = keyed_words(secrets[:, None], TAG_PERMANENT, keys[:, None], np.arange(-(-width // 8)))
-    byte = np.ascontiguousarray(words.astype("<u8")).view(np.uint8).reshape(n, -1)[:, :width]
-    bits = byte < top
-    rows, cols = np.nonzero(byte == top)
-    bits[rows, cols] = keyed_uniform(secrets[rows], TAG_PERMANENT_TIE, keys[rows], cols) < rest
-    return bits
+    words = keyed_words(secrets[:, None], TAG_PERMANENT, keys[:, None], np.arange(word_count + uniforms))
+    tail = (words[:, word_count:] >> np.uint64(11)).astype(np.float64) * _UNIT
+    byte = np.ascontiguousarray(words[:, :word_count]).astype("<u8", copy=False).view(np.uint8).reshape(n, -1)
+    bits = byte[:, :width] < top
+    ties = np.flatnonzero(byte[:, :width] == top)  # flat: np.nonzero on 2-d costs 10x more
+    rows, cols = np.divmod(ties, width)
+    bits.flat[ties] = keyed_uniform(secrets[rows], TAG_PERMANENT_TIE, keys[rows], cols) < rest
+    return bits, tail

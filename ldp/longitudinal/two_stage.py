@@ -52,11 +52,12 @@ from ldp.frequency.base import (
     check_frequency_epsilon,
     randomized_response,
     randomized_response_from_uniform,
+    sample_in_chunks,
 )
 from ldp.frequency.grr import GRR
-from ldp.frequency.unary import UnaryEncoding, bernoulli_bits
+from ldp.frequency.unary import UnaryEncoding
 from ldp.longitudinal.base import Longitudinal, check_budgets, check_secrets
-from ldp.longitudinal.memo import TAG_PERMANENT, TAG_PERMANENT_OWN, draw_secrets, keyed_bits, keyed_uniform
+from ldp.longitudinal.memo import TAG_PERMANENT, draw_secrets, keyed_bits, keyed_uniform
 
 
 def chain(p1: float, q1: float, p2: float, q2: float) -> tuple[float, float]:
@@ -73,15 +74,27 @@ def permanent_bits(
     secrets: np.ndarray, codes: np.ndarray, own: np.ndarray, width: int, p_own: float, p_other: float
 ) -> np.ndarray:
     """(n, width) bool memoized per (secret, code): Bernoulli(p_own) at the positions `own` (n, s), else p_other."""
-    bits = keyed_bits(secrets, codes, width, p_other)
-    drawn = keyed_uniform(secrets[:, None], TAG_PERMANENT_OWN, codes[:, None], np.arange(own.shape[1])) < p_own
-    bits[np.arange(codes.shape[0])[:, None], own] = drawn
+    bits, uniforms = keyed_bits(secrets, codes, width, p_other, uniforms=own.shape[1])
+    bits[np.arange(codes.shape[0])[:, None], own] = uniforms < p_own
     return bits
 
 
 def instantaneous_bits(bits: np.ndarray, p_set: float, p_clear: float, rng: np.random.Generator) -> np.ndarray:
-    """Fresh bits: 1 with probability p_set where `bits` is set, p_clear where it is clear."""
-    return np.where(bits, bernoulli_bits(bits.shape, p_set, rng), bernoulli_bits(bits.shape, p_clear, rng))
+    """Fresh bits: 1 with probability p_set where `bits` is set, p_clear where it is clear; one random byte each.
+
+    As `ldp.frequency.unary.bernoulli_bits` with a threshold per entry: byte B gives 1{B < top} with top =
+    floor(256 p) of the entry's p, and B = top (1 in 256) is decided by a uniform V as 1{V < 256 p - top}. A p of 1
+    has top = 255 and 256 p - top = 1, so every byte gives 1.
+    """
+    tops = [min(math.floor(256 * p), 255) for p in (p_clear, p_set)]
+    rests = np.array([256 * p - top for p, top in zip((p_clear, p_set), tops, strict=True)])
+    count = bits.size
+    byte = rng.integers(0, 1 << 32, size=-(-count // 4), dtype=np.uint32).view(np.uint8)[:count].reshape(bits.shape)
+    threshold = np.where(bits, np.uint8(tops[1]), np.uint8(tops[0]))
+    out = byte < threshold
+    ties = np.flatnonzero(byte == threshold)
+    out.flat[ties] = rng.random(ties.size) < rests[bits.flat[ties].view(np.uint8)]
+    return out
 
 
 class TwoStageOracle(Longitudinal, FrequencyOracle):
@@ -137,8 +150,8 @@ class TwoStageOracle(Longitudinal, FrequencyOracle):
             return super().perturb(values, rng)
         codes = check_codes(values, self.domain_size)
         keys = check_secrets(secrets, codes.shape[0])
-        return self._in_chunks(
-            codes.shape[0], lambda rows: self._instantaneous(self._permanent(codes[rows], keys[rows]), rng)
+        return sample_in_chunks(
+            self.schema, codes.shape[0], lambda rows: self._instantaneous(self._permanent(codes[rows], keys[rows]), rng)
         )
 
     def memo_keys(self, values: np.ndarray, secrets: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ from ldp.longitudinal.base import Longitudinal
 from ldp.longitudinal.memo import draw_secrets, keyed_bits
 from ldp.longitudinal.two_stage import SolvedTwoStage, TwoStageUnary
 from ldp.numeric.duchi import duchi_bound_1d
-from tests.ldp.checks import CHECKS, MechanismCase
+from tests.ldp.checks import CHECKS, MechanismCase, check_unbiased, check_variance
 from tests.ldp.test_frequency import TRUE_FREQS, one_hot
 
 NAMES = tuple(registry.LONGITUDINAL)  # every registered longitudinal mechanism goes through the checks below
@@ -47,6 +47,13 @@ def frequency_contributions(mech: Mechanism, reports: Reports) -> np.ndarray:
         delta = mech.p_own - mech.p_other
         np.put_along_axis(terms, buckets.astype(np.int64), (bits - mech.p_other) / delta, axis=1)
         return terms * K / d
+    if isinstance(mech, RAPPOR):  # z = m A_c (s - p*) / Delta (rappor's module docstring), cohort by cohort
+        terms = np.zeros((reports["bits"].shape[0], K))
+        blocks = mech.decoder.reshape(K, mech.cohorts, mech.bloom_bits)
+        for cohort in range(mech.cohorts):
+            rows = reports["cohort"] == cohort
+            terms[rows] = (reports["bits"][rows] - mech.p_star) @ blocks[:, cohort].T
+        return terms * mech.cohorts / (mech.q_star - mech.p_star)
     assert isinstance(mech, FrequencyOracle)
     return (mech.support_matrix(reports) / mech.supports_per_report - mech.q) / (mech.p - mech.q)
 
@@ -175,44 +182,30 @@ def test_two_stage_refuses_bad_budgets(args: tuple) -> None:
 # --- exact privacy of RAPPOR, dBitFlip and 1BitMean ---------------------------------------------------------------
 
 
-def rappor_seeds_with_disjoint_filters(oracle: RAPPOR, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """`count` devices' seeds under which values 0 and 1 share no filter bit (the worst case of Thm 1)."""
-    a, b = oracle.seeds(np.arange(400, dtype=np.uint64))
-    positions = oracle.filter_positions(a, b, np.array([0, 1]))
-    disjoint = np.flatnonzero((positions[:, 0, :] != positions[:, 1, :]).all(axis=1))
-    assert disjoint.size >= count
-    return a[disjoint[:count]], b[disjoint[:count]]
-
-
 @pytest.mark.parametrize(("f", "p", "q", "hashes"), [(0.5, 0.5, 0.75, 2), (0.25, 0.3, 0.9, 1), (0.8, 0.1, 0.6, 3)])
 def test_rappor_budgets_are_exact(f: float, p: float, q: float, hashes: int) -> None:
-    """Per device (seeds), the PRR and the chained channel over every filter and report, enumerated: the worst ratio
-    between values 0 and 1 is the paper's eps_inf and eps_1 when their filters are disjoint, and never more."""
-    oracle = RAPPOR.from_f(3, f, p, q, hashes=hashes, bits=2 * hashes)
-    outputs = bit_vectors(oracle.bits)
+    """Per cohort, the PRR and the chained channel over every filter and report, enumerated: the worst ratio between
+    two values is the paper's eps_inf and eps_1 in a cohort where their filters are disjoint, and never more; the
+    oracle's one-report pmf is the chained channel (the cohort uniform)."""
+    k = 3
+    oracle = RAPPOR.from_f(k, f, p, q, hashes=hashes, bloom_bits=2 * hashes, cohorts=64)
+    outputs = bit_vectors(oracle.bloom_bits)
     irr = bitwise_matrix(outputs, q, p)
-    a_all, b_all = oracle.seeds(np.arange(40, dtype=np.uint64))
-    a_dis, b_dis = rappor_seeds_with_disjoint_filters(oracle, 2)
-    for a, b, disjoint in [(a_dis, b_dis, True), (a_all, b_all, False)]:
-        positions = oracle.filter_positions(a, b, np.arange(3))  # (devices, values, h)
-        for device in range(a.shape[0]):
-            filters = np.zeros((3, oracle.bits), dtype=bool)
-            np.put_along_axis(filters, positions[device], True, axis=1)
-            permanent = bitwise_matrix(filters, 1 - f / 2, f / 2)
-            chained = permanent @ irr
-            if disjoint:
-                assert exact_epsilon(permanent[:2]) == pytest.approx(oracle.epsilon_lifetime, abs=1e-12)
-                assert exact_epsilon(chained[:2]) == pytest.approx(oracle.epsilon, abs=1e-12)
-            assert exact_epsilon(permanent) <= oracle.epsilon_lifetime + 1e-12
-            assert exact_epsilon(chained) <= oracle.epsilon + 1e-12
-            seed_shape = (len(outputs), *oracle.schema.columns[0].row_shape())
-            reports = {
-                "a": np.repeat(a[device : device + 1], len(outputs), axis=0).astype(np.uint32).reshape(seed_shape),
-                "b": np.repeat(b[device : device + 1], len(outputs), axis=0).astype(np.uint32).reshape(seed_shape),
-                "bits": outputs.astype(np.uint8),
-            }
-            seed_mass = oracle.hashes * (math.log(2**24 - 4) + math.log(2**24 - 3))
-            np.testing.assert_allclose(oracle.log_pmf(reports, np.arange(3)).T + seed_mass, np.log(chained), atol=1e-9)
+    disjoint = (oracle.positions[:, 0, :] != oracle.positions[:, 1, :]).all(axis=1)
+    assert disjoint.any() and not disjoint.all()  # both kinds of cohort are enumerated
+    for cohort in range(oracle.cohorts):
+        filters = np.zeros((k, oracle.bloom_bits), dtype=bool)
+        np.put_along_axis(filters, oracle.positions[cohort], True, axis=1)
+        permanent = bitwise_matrix(filters, 1 - f / 2, f / 2)
+        chained = permanent @ irr
+        if disjoint[cohort]:
+            assert exact_epsilon(permanent[:2]) == pytest.approx(oracle.epsilon_lifetime, abs=1e-12)
+            assert exact_epsilon(chained[:2]) == pytest.approx(oracle.epsilon, abs=1e-12)
+        assert exact_epsilon(permanent) <= oracle.epsilon_lifetime + 1e-12
+        assert exact_epsilon(chained) <= oracle.epsilon + 1e-12
+        reports = {"cohort": np.full(len(outputs), cohort, dtype=np.uint32), "bits": outputs.astype(np.uint8)}
+        log_pmf = oracle.log_pmf(reports, np.arange(k)).T + math.log(oracle.cohorts)
+        np.testing.assert_allclose(log_pmf, np.log(chained), atol=1e-9)
     assert oracle.epsilon_lifetime == pytest.approx(2 * hashes * math.log((1 - f / 2) / (f / 2)), rel=1e-12)
     q_star, p_star = 0.5 * f * (p + q) + (1 - f) * q, 0.5 * f * (p + q) + (1 - f) * p
     assert oracle.epsilon == pytest.approx(hashes * math.log(q_star * (1 - p_star) / (p_star * (1 - q_star))))
@@ -340,7 +333,7 @@ def test_permanent_responses_follow_stage_one_and_are_independent_across_values(
 @pytest.mark.parametrize("prob", [0.5, 0.1, 1 / 257, 0.999])
 def test_keyed_bits_are_bernoulli(prob: float) -> None:
     n, width = 20_000, 20
-    bits = keyed_bits(draw_secrets(np.random.default_rng(47), n), np.arange(n), width, prob)
+    bits, _ = keyed_bits(draw_secrets(np.random.default_rng(47), n), np.arange(n), width, prob)
     rate = bits.mean(axis=0)
     assert np.all(np.abs(rate - prob) <= 4.5 * math.sqrt(prob * (1 - prob) / n))
 
@@ -389,3 +382,13 @@ def test_a_single_report_audits_within_its_one_report_budget(name: str) -> None:
     mech = registry.make(name, 2.0, 6) if registry.takes_domain(name) else registry.make(name, 2.0)
     result = audit_mechanism(mech, seed=61, n=200_000, n_select=40_000)
     assert 0.5 * mech.epsilon <= result.epsilon_lower_bound <= mech.epsilon
+
+
+@pytest.mark.parametrize("check", [check_unbiased, check_variance], ids=lambda c: c.__name__)
+def test_rappor_cohort_term_of_the_variance(check) -> None:
+    """Nearly noiseless RAPPOR (f = 0.005, p = 0, q = 1): the variance is almost all m sum_c G_c o G_c - I, the cost
+    of the random cohorts, which the contract checks at eps 1 and 4 see only diluted in the noise."""
+    case = longitudinal_case("rappor")
+    exact = MechanismCase(**{**case.__dict__, "name": "rappor-noiseless",
+                             "make": lambda eps: RAPPOR.from_f(K, f=0.005, p=0.0, q=1.0)})
+    check(exact, 1.0)
