@@ -27,6 +27,7 @@ from typing import Any
 
 from collection.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, SpecError, parse_spec
 from ldp.frequency.auto import choose_frequency
+from ldp.longitudinal.base import Longitudinal
 from ldp.mixed import CategoricalAttribute as MixedCategorical
 from ldp.mixed import MixedCollector
 from ldp.mixed import NumericAttribute as MixedNumeric
@@ -101,9 +102,9 @@ def _build(spec: CollectionSpec, strategies: Strategies) -> MixedCollector:
         elif isinstance(a, CategoricalAttribute):
             fresh_auto = a.mechanism == "auto" and spec.privacy is None  # with a lifetime, ldp.mixed resolves auto
             oracle = choose_frequency(spec.epsilon / k, len(a.values)) if fresh_auto else a.mechanism
-            attributes.append(MixedCategorical(a.name, len(a.values), oracle))
+            attributes.append(MixedCategorical(a.name, len(a.values), oracle, parameters=a.parameters))
         else:
-            attributes.append(MixedNumeric(a.name, a.range[0], a.range[1], a.mechanism))
+            attributes.append(MixedNumeric(a.name, a.range[0], a.range[1], a.mechanism, parameters=a.parameters))
     lifetime = None if spec.privacy is None else spec.privacy.per_value
     return MixedCollector(attributes, spec.epsilon, k=k, epsilon_lifetime=lifetime)
 
@@ -115,14 +116,17 @@ def resolved_mechanisms(spec: CollectionSpec, strategies: Strategies | None = No
 
 def privacy_budgets(spec: CollectionSpec, strategies: Strategies | None = None) -> dict[str, Any]:
     """What a device spends on the spec's collection: {"per_report", "lifetime", "values", "attributes": {name:
-    {"mechanism", "one_report", "per_value"}}}. Without a privacy block "lifetime" and "values" are None (T reports
+    {"mechanism", "one_report", "per_value", "parameters"}}} ("parameters": a memoized mechanism's, from its
+    `parameters()`, else None). Without a privacy block "lifetime" and "values" are None (T reports
     cost T per_report) and "per_value" is None; SpecError if a mechanism would spend more than the spec states."""
     collector = collector_for(spec, strategies)
     k = collector.k
     attributes: dict[str, dict[str, Any]] = {}
     for name, mech in collector.mechanisms.items():
         per_value = getattr(mech, "epsilon_lifetime", None) if spec.privacy is not None else None
-        attributes[name] = {"mechanism": mech.name, "one_report": mech.epsilon, "per_value": per_value}
+        parameters = mech.parameters() if isinstance(mech, Longitudinal) else None
+        attributes[name] = {"mechanism": mech.name, "one_report": mech.epsilon, "per_value": per_value,
+                            "parameters": parameters}
         if mech.epsilon > spec.epsilon / k * (1 + BUDGET_RTOL):
             raise SpecError(f"{spec.key}: {name}'s {mech.name} spends {mech.epsilon:g} per report > eps / k = "
                             f"{spec.epsilon / k:g}")

@@ -20,7 +20,13 @@ Then every attribute is reported by a memoized mechanism of `ldp.longitudinal` (
 of the k attributes a report carries at (lifetime / (k * values), per_report / k): all the reports of a device
 about `values` distinct values of each attribute stay lifetime-LDP, however many windows (`ldp.mixed`, and the
 device's ledger refuses what would go beyond, `producer.ledger`). `epsilon` is then per_report (it may be given
-too, equal). A spec without `privacy` composes: T reports cost T eps.
+too, equal). A spec without `privacy` composes: T reports cost T eps. A memoized attribute may set its mechanism's
+structural parameters (`ldp.registry.longitudinal_parameters`), checked here by building it (`parameter_error`):
+
+    - {name: app, type: categorical, values: [...], mechanism: rappor,
+       parameters: {hashes: 2, bloom_bits: 32, cohorts: 16}}      # dbitflip: {sampled: d}; 1bitmean: {buckets: s}
+
+The stage probabilities (RAPPOR's f, p, q; the output perturbation gamma) are solved from the two budgets.
 
 Specs are read from the specs topic, so `parse_spec` takes outside bytes: whatever they are, it returns a valid
 spec or raises `SpecError`, nothing else. A spec is at most `MAX_SPEC_SIZE` long and a tree: YAML aliases are
@@ -37,11 +43,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from collection.topics import report_topic
 from collection.untrusted import rejecting
 from ldp import registry
+from ldp.base import LDPError
 from ldp.workload.workloads import WORKLOAD_NAMES
 
 NAME = r"^[a-z][a-z0-9_\-]{0,62}$"
@@ -62,6 +69,25 @@ def memoized_names(kind: Literal["frequency", "numeric"]) -> list[str]:
     return sorted(name for name in registry.LONGITUDINAL if registry.longitudinal_class(name).kind == kind)
 
 
+# A memoized mechanism's structural parameters by name (`registry.longitudinal_parameters`), e.g. RAPPOR's
+# {hashes: 2, bloom_bits: 32, cohorts: 16}; the budgets of the privacy block fix its probabilities.
+MechanismParameters = dict[Annotated[str, Field(max_length=32)], Annotated[StrictInt, Field(ge=1, le=1 << 20)]]
+NOMINAL_BUDGETS = (2.0, 1.0)  # (lifetime, per report) at which a spec's parameters alone are checked
+
+
+def parameter_error(mechanism: str, parameters: dict[str, int], domain: int | None) -> str | None:
+    """Why an attribute's mechanism cannot take its `parameters` (None if it can): they go with a named memoized
+    mechanism, by its names, with values it accepts (built at NOMINAL_BUDGETS; the collector checks the budgets)."""
+    if mechanism not in registry.LONGITUDINAL:
+        return (f"parameters go with a named memoized mechanism ({', '.join(sorted(registry.LONGITUDINAL))}), "
+                f"not {mechanism!r}")
+    try:
+        registry.make_longitudinal(mechanism, *NOMINAL_BUDGETS, domain, **parameters)
+    except LDPError as exc:
+        return str(exc)
+    return None
+
+
 class NumericAttribute(BaseModel):
     """A numeric attribute with a declared range, mapped to [-1, 1] for the mechanism."""
 
@@ -70,6 +96,7 @@ class NumericAttribute(BaseModel):
     type: Literal["numeric"] = "numeric"
     range: tuple[float, float]
     mechanism: str = "auto"
+    parameters: MechanismParameters = Field(default_factory=dict)
     distribution: Literal["gaussian", "uniform", "power_law"] = "gaussian"  # simulator population only
 
     @field_validator("range")
@@ -101,6 +128,7 @@ class CategoricalAttribute(BaseModel):
     type: Literal["categorical"] = "categorical"
     values: list[str] = Field(min_length=2)
     mechanism: str = "auto"
+    parameters: MechanismParameters = Field(default_factory=dict)
     workload: str | None = None
     strategy: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
     zipf_exponent: float = 1.1  # simulator population only
@@ -205,6 +233,11 @@ class CollectionSpec(BaseModel):
         if self.privacy is None and memoized:
             raise ValueError(f"attributes {memoized} name memoized mechanisms, which need a privacy block "
                              "{per_report, lifetime}")
+        for a in self.attributes:
+            error = a.parameters and parameter_error(a.mechanism, a.parameters,
+                                                     len(a.values) if isinstance(a, CategoricalAttribute) else None)
+            if error:
+                raise ValueError(f"attribute {a.name!r}: {error}")
         fresh = [a.name for a in self.attributes if a.mechanism not in registry.LONGITUDINAL and a.mechanism != "auto"]
         if self.privacy is not None and fresh:
             raise ValueError(f"attributes {fresh} use mechanisms with fresh noise per report, whose spend grows with "

@@ -49,7 +49,7 @@ hold per window unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -94,6 +94,7 @@ class NumericAttribute:
     lo: float
     hi: float
     mechanism: str = "auto"
+    parameters: Mapping[str, int] = field(default_factory=dict)  # a memoized mechanism's (`_memoized`)
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class CategoricalAttribute:
     domain: int
     oracle: str = "oue"
     mechanism: Mechanism | None = None
+    parameters: Mapping[str, int] = field(default_factory=dict)  # a memoized oracle's (`_memoized`)
 
 
 Attribute = NumericAttribute | CategoricalAttribute
@@ -168,6 +170,8 @@ class MixedCollector:
             return self._memoized(attr, eps)
         if isinstance(attr, CategoricalAttribute) and attr.oracle in registry.LONGITUDINAL:
             raise LDPError(f"attribute {attr.name!r}: the memoized {attr.oracle!r} needs a lifetime budget")
+        if attr.parameters:
+            raise LDPError(f"attribute {attr.name!r}: parameters go with memoized mechanisms (a lifetime budget)")
         if isinstance(attr, CategoricalAttribute) and attr.mechanism is not None:
             if not np.isclose(attr.mechanism.epsilon, eps, rtol=1e-12, atol=0.0):
                 raise LDPError(f"attribute {attr.name!r}: its mechanism is built for eps = {attr.mechanism.epsilon}, "
@@ -194,7 +198,7 @@ class MixedCollector:
             known = sorted(n for n in registry.LONGITUDINAL if registry.longitudinal_class(n).kind == kind)
             raise LDPError(f"attribute {attr.name!r}: with a lifetime budget a {kind} attribute is reported by a "
                            f"memoized mechanism (auto, {', '.join(known)}), not {name!r}")
-        return registry.make_longitudinal(name, lifetime, eps, domain)
+        return registry.make_longitudinal(name, lifetime, eps, domain, **attr.parameters)
 
     @property
     def schemas(self) -> dict[str, ReportSchema]:

@@ -10,6 +10,7 @@ mechanisms (`ldp.longitudinal`), which the CLI, the contract and audit checks en
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -90,11 +91,23 @@ def longitudinal_class(name: str) -> type[Longitudinal]:
     return cast("type[Longitudinal]", _class_in(LONGITUDINAL, "longitudinal mechanism", name))
 
 
+def longitudinal_parameters(name: str) -> tuple[str, ...]:
+    """The structural parameters of the longitudinal mechanism `name` that a spec may set (RAPPOR's hashes,
+    bloom_bits and cohorts; dBitFlip's sampled; 1BitMean's buckets): the keywords of its `with_budgets` after the
+    budgets and the domain. The stage probabilities (f, p, q, gamma) are not among them: the budgets fix them."""
+    return tuple(inspect.signature(longitudinal_class(name).with_budgets).parameters)[3:]
+
+
 def make_longitudinal(name: str, epsilon_lifetime: float, epsilon_first: float,
-                      domain: int | None = None) -> Longitudinal:
+                      domain: int | None = None, **parameters: Any) -> Longitudinal:
     """The longitudinal mechanism `name` whose memo is eps_inf- and one report eps_1-LDP (`with_budgets`); `domain`
-    is K for a frequency mechanism, None for a numeric one."""
-    return longitudinal_class(name).with_budgets(epsilon_lifetime, epsilon_first, domain)
+    is K for a frequency mechanism, None for a numeric one; `parameters` among `longitudinal_parameters(name)`."""
+    accepted = longitudinal_parameters(name)
+    unknown = sorted(set(parameters) - set(accepted))
+    if unknown:
+        takes = f"it takes {', '.join(accepted)}" if accepted else "it takes none"
+        raise LDPError(f"{name!r} has no parameter {', '.join(map(repr, unknown))} ({takes})")
+    return longitudinal_class(name).with_budgets(epsilon_lifetime, epsilon_first, domain, **parameters)
 
 
 def takes_domain(name: str) -> bool:

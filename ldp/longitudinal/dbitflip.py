@@ -31,7 +31,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldp.base import Column, Estimate, LDPError, Mechanism, Reports, ReportSchema
-from ldp.frequency.base import check_codes, check_domain_size, check_frequency_epsilon, check_report_batch
+from ldp.frequency.base import (
+    check_codes,
+    check_domain_size,
+    check_frequency_epsilon,
+    check_report_batch,
+    sample_in_chunks,
+)
+from ldp.frequency.unary import bernoulli_bits
 from ldp.longitudinal.base import Longitudinal, check_gamma, check_secrets, flip_for, flipped_epsilon
 from ldp.longitudinal.memo import TAG_PERMANENT, TAG_SAMPLE, draw_secrets, keyed_uniform
 
@@ -106,11 +113,13 @@ class DBitFlip(Longitudinal, Mechanism):
         integer is floor(u (j + 1)) for a keyed uniform u (exact up to the 2^-53 grid of u).
         """
         keys = np.atleast_1d(np.asarray(secrets))
-        chosen = np.empty((keys.shape[0], self.sampled), dtype=np.int64)
-        for i, j in enumerate(range(self.domain_size - self.sampled, self.domain_size)):  # d steps, not devices
-            t = np.floor(keyed_uniform(keys, TAG_SAMPLE, i) * (j + 1)).astype(np.int64)
-            taken = (chosen[:, :i] == t[:, None]).any(axis=1)
-            chosen[:, i] = np.where(taken, j, t)
+        uniforms = keyed_uniform(keys[:, None], TAG_SAMPLE, np.arange(self.sampled))  # one stream, d draws
+        top = np.arange(self.domain_size - self.sampled, self.domain_size)
+        draws = np.floor(uniforms * (top + 1)).astype(np.int64)
+        chosen = np.empty_like(draws)
+        for i in range(self.sampled):  # d steps, not devices
+            taken = (chosen[:, :i] == draws[:, i : i + 1]).any(axis=1)
+            chosen[:, i] = np.where(taken, top[i], draws[:, i])
         return np.sort(chosen, axis=1)
 
     def perturb(
@@ -119,13 +128,17 @@ class DBitFlip(Longitudinal, Mechanism):
         """One report per device; without secrets every row is a new device (`ldp.longitudinal.base`)."""
         codes = check_codes(values, self.domain_size)
         keys = draw_secrets(rng, codes.shape[0]) if secrets is None else check_secrets(secrets, codes.shape[0])
-        buckets = self.sampled_buckets(keys)
-        own = buckets == codes[:, None]
-        memo = keyed_uniform(keys[:, None], TAG_PERMANENT, codes[:, None], np.arange(self.sampled))
-        bits = memo < np.where(own, self.memo_own, 1 - self.memo_own)
-        bits ^= rng.random(bits.shape) < self.gamma  # output perturbation, fresh per report
-        shape = (codes.shape[0], *self.schema.columns[0].row_shape())  # rows of d entries; one entry when d = 1
-        return {"buckets": buckets.astype(np.uint32).reshape(shape), "bits": bits.astype(np.uint8).reshape(shape)}
+        shape = (-1, *self.schema.columns[0].row_shape())  # rows of d entries; one entry when d = 1
+
+        def sample(rows: slice) -> Reports:
+            buckets = self.sampled_buckets(keys[rows])
+            own = buckets == codes[rows, None]
+            memo = keyed_uniform(keys[rows, None], TAG_PERMANENT, codes[rows, None], np.arange(self.sampled))
+            bits = memo < np.where(own, self.memo_own, 1 - self.memo_own)
+            bits ^= bernoulli_bits(bits.shape, self.gamma, rng)  # output perturbation, fresh per report
+            return {"buckets": buckets.reshape(shape), "bits": bits.reshape(shape)}
+
+        return sample_in_chunks(self.schema, codes.shape[0], sample)
 
     def _columns(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
         """(buckets int64, bits bool), each (n, d), of a checked batch."""

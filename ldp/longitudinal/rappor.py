@@ -55,6 +55,7 @@ from ldp.longitudinal.two_stage import chain, instantaneous_bits, permanent_bits
 
 MAX_CANDIDATES = 1024  # the least-squares decode holds (X^T X)^{-1} and A: K x K and K x m k
 MAX_COHORTS = 1024
+MAX_DESIGN_ENTRIES = 1 << 23  # m k K: the design matrix X and the decoder A stay below 64 MB each
 DEFAULT_BLOOM_BITS = 32
 MIN_EIGENVALUE_RATIO = 1e-9  # X^T X with a smaller eigenvalue ratio does not tell the candidate values apart
 
@@ -116,6 +117,9 @@ class RAPPOR(Longitudinal, Mechanism):
         if bits % h or bits // h < 2:
             raise LDPError(f"bloom_bits must be a multiple of hashes ({h}) with at least 2 bits per hash, got {bits}")
         m = default_cohorts(k, bits) if cohorts is None else _positive_int("cohorts", cohorts, MAX_COHORTS)
+        if m * bits * k > MAX_DESIGN_ENTRIES:
+            raise LDPError(f"RAPPOR's design of {m} cohorts x {bits} Bloom bits x {k} values has more than "
+                           f"{MAX_DESIGN_ENTRIES} entries")
         if not 0 <= p < q <= 1:
             raise LDPError(f"RAPPOR needs 0 <= p < q <= 1, got p = {p!r}, q = {q!r}")
         self.epsilon_lifetime = check_frequency_epsilon(epsilon_lifetime)

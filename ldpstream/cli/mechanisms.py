@@ -245,14 +245,15 @@ def privacy(
     f: float | None = typer.Option(None, "--f", help="RAPPOR: permanent response noise f"),
     p: float | None = typer.Option(None, "--p", help="RAPPOR: P[report 1 | permanent bit 0]"),
     q: float | None = typer.Option(None, "--q", help="RAPPOR: P[report 1 | permanent bit 1]"),
-    bits: int | None = typer.Option(None, "--bits", help="RAPPOR: Bloom filter bits m"),
+    bloom_bits: int | None = typer.Option(None, "--bloom-bits", help="RAPPOR: Bloom filter bits k"),
+    cohorts: int | None = typer.Option(None, "--cohorts", help="RAPPOR: cohorts m, each with its own hashes"),
     buckets: int | None = typer.Option(None, "--buckets", help="1BitMean: rounding buckets s"),
     sampled: int | None = typer.Option(None, "--sampled", help="dBitFlip: buckets d sampled per device"),
     as_json: bool = JSON,
 ) -> None:
     """The lifetime and one-report budgets of a longitudinal mechanism, and the parameters they come from."""
-    given = {"epsilon_first": epsilon_first, "gamma": gamma, "hashes": hashes, "f": f, "p": p, "q": q, "bits": bits,
-             "buckets": buckets, "sampled": sampled}
+    given = {"epsilon_first": epsilon_first, "gamma": gamma, "hashes": hashes, "f": f, "p": p, "q": q,
+             "bloom_bits": bloom_bits, "cohorts": cohorts, "buckets": buckets, "sampled": sampled}
     try:
         if epsilon is not None and epsilon_lifetime is not None:
             raise LDPError("give the lifetime budget once: --epsilon-lifetime or --epsilon")

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from collection.collector import privacy_budgets, resolved_mechanisms, sampled_count
 from collection.spec import CollectionSpec, NumericAttribute, SpecError, load_spec
+from ldp import registry
 from ldp.base import LDPError
 from runtime.kafka import DeliveryError, TopicError
 from runtime.settings import Settings
@@ -47,7 +48,7 @@ def summary(spec: CollectionSpec) -> tuple[str, Table]:
             f"{', '.join([*spec.windows, 'all'])}; one report per window: {spec.one_report_per_window}; "
             f"topic {spec.topic} ({spec.partitions} partitions)")
     table = Table()
-    for column in ("attribute", "type", "domain", "mechanism", "eps one report", "eps_inf per value"):
+    for column in ("attribute", "type", "domain", "mechanism", "eps one report", "eps_inf per value", "parameters"):
         table.add_column(column)
     budgets = privacy_budgets(spec, strategies_for(spec))
     for a in spec.attributes:
@@ -55,8 +56,17 @@ def summary(spec: CollectionSpec) -> tuple[str, Table]:
         chosen = mechanisms[a.name] + (" (auto)" if a.mechanism == "auto" else "")
         spend = budgets["attributes"][a.name]
         per_value = "-" if spend["per_value"] is None else f"{spend['per_value']:g}"
-        table.add_row(a.name, a.type, domain, chosen, f"{spend['one_report']:g}", per_value)
+        table.add_row(a.name, a.type, domain, chosen, f"{spend['one_report']:g}", per_value,
+                      parameter_text(spend["mechanism"], spend["parameters"]))
     return f"{line}\n{spending(budgets, k)}", table
+
+
+def parameter_text(mechanism: str, parameters: dict[str, Any] | None) -> str:
+    """A memoized mechanism's structural parameters (those a spec may set) as "name=value ...", or "-"."""
+    if parameters is None:
+        return "-"
+    settable = registry.longitudinal_parameters(mechanism)
+    return " ".join(f"{name}={value:g}" for name, value in parameters.items() if name in settable) or "-"
 
 
 def spending(budgets: dict[str, Any], k: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import typer
 
@@ -82,11 +83,12 @@ def test_variance_covers_the_longitudinal_mechanisms(app: typer.Typer, name: str
     assert json.loads(out)["worst_case_variance"] == pytest.approx(mech.worst_case_variance())  # type: ignore[attr-defined]
 
 
-def test_rappor_variance_is_divided_by_its_hashes() -> None:
-    """Two hashes carry two independent supports: the rare-value variance is q (1 - q) / (h (p - q)^2)."""
-    oracle = RAPPOR(3.0, 32, hashes=2)
-    p, q = oracle.p, oracle.q
-    assert oracle.worst_case_variance() == pytest.approx(q * (1 - q) / (2 * (p - q) ** 2), rel=1e-12)
+def test_rappor_worst_case_variance_is_an_absent_value_under_the_worst_point_mass() -> None:
+    """max over u != v of n Var[f_hat_u] when every report holds v."""
+    oracle = RAPPOR(3.0, 32, hashes=2, bloom_bits=16, cohorts=16)
+    per_point_mass = oracle.variance(np.eye(32))  # row v: the variances of every u when all hold v
+    absent = per_point_mass[~np.eye(32, dtype=bool)]
+    assert oracle.worst_case_variance() == pytest.approx(absent.max(), rel=1e-12)
 
 
 # --- the longitudinal audit --------------------------------------------------------------------------------------
