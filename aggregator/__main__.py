@@ -1,4 +1,10 @@
-"""One aggregator worker process in the foreground: `python -m aggregator [--group G] [--metrics-port P]`."""
+"""One aggregator worker process in the foreground: `python -m aggregator [--group G] [--metrics-port P]`.
+
+`--max-clock-skew-s S` (default: env `LDP_MAX_CLOCK_SKEW_S`, else 300): how far ahead of this worker's clock a
+report's time may be; a report further ahead is dead-lettered `future_timestamp`. Raise it only where devices'
+clocks are known to run ahead, or to replay a simulated day in minutes (tests/integration/test_longitudinal_pipeline.py
+stamps 24 hourly windows ahead of now); the dedupe lists are kept in the store that much longer.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import redis
 
 from aggregator.health import WorkerRegistry, worker_id
 from aggregator.worker import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_MESSAGES, RESTART, WorkerConfig, build_app
+from collection.validation import MAX_CLOCK_SKEW_SETTING_S, clock_skew_ms
 from runtime.access import AGGREGATOR_GROUPS, act_as, kafka_security
 from runtime.redis import redis_client
 from runtime.settings import Settings
@@ -24,8 +31,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-messages", type=int, default=DEFAULT_MAX_MESSAGES)
     parser.add_argument("--max-batch-bytes", type=int, default=DEFAULT_MAX_BATCH_BYTES,
                         help="message bytes per store write (about 26 per report of a batched envelope)")
+    parser.add_argument("--max-clock-skew-s", default=os.environ.get("LDP_MAX_CLOCK_SKEW_S", "300"),
+                        help=f"how far ahead report times may be (0..{MAX_CLOCK_SKEW_SETTING_S} s)")
     parser.add_argument("--loglevel", default="warn", choices=["crit", "error", "warn", "info", "debug"])
     args = parser.parse_args(argv)
+    try:
+        max_skew_ms = clock_skew_ms(args.max_clock_skew_s)
+    except ValueError as exc:
+        parser.error(f"--max-clock-skew-s / LDP_MAX_CLOCK_SKEW_S: {exc}")
     act_as("aggregator")
     cfg = Settings.from_env()
     if kafka_security(cfg) and cfg.kafka_config is None and not args.group.startswith(AGGREGATOR_GROUPS):
@@ -33,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
                      f"{AGGREGATOR_GROUPS}* (its ACLs, runtime.access)")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = build_app(WorkerConfig(cfg.bootstrap, cfg.redis, group=args.group, max_messages=args.max_messages,
-                                 metrics_port=args.metrics_port, max_batch_bytes=args.max_batch_bytes))
+                                 metrics_port=args.metrics_port, max_batch_bytes=args.max_batch_bytes,
+                                 max_skew_ms=max_skew_ms))
     argv = list(sys.argv)
     # faust allocates several objects per message: collect the young generation 70x less often than Python's
     # default (700), and keep the start-up objects out of every collection (about 10% more one-report messages/s).

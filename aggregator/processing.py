@@ -39,6 +39,7 @@ from collection.validation import (
     DUPLICATE,
     FUTURE,
     MALFORMED,
+    MAX_FUTURE_SKEW_MS,
     OUT_OF_RANGE,
     STALE,
     UNKNOWN_COLLECTION,
@@ -125,9 +126,11 @@ class _Rows:
 class PartitionProcessor:
     """Turns the micro-batches of one topic's partitions into store updates; knows the published plans."""
 
-    def __init__(self, plans: Callable[[str, int], CollectionPlan | None], clock_ms: Callable[[], int]) -> None:
+    def __init__(self, plans: Callable[[str, int], CollectionPlan | None], clock_ms: Callable[[], int],
+                 max_skew_ms: int = MAX_FUTURE_SKEW_MS) -> None:
         self.plans = plans
         self.clock_ms = clock_ms
+        self.max_skew_ms = max_skew_ms  # how far ahead of clock_ms a report's time may be (`time_problems`)
 
     def process(self, topic: str, messages: Sequence[Message], seen: SeenLookup | None = None,
                 quarantined: Collection[tuple[int, int]] = ()) -> PartitionResult:
@@ -224,7 +227,7 @@ class PartitionProcessor:
             _mark(reasons, np.flatnonzero(misplaced), WRONG_PARTITION)
             details.setdefault(WRONG_PARTITION, f"a device's reports go to partition (pseudonym mod {spec.partitions})")
         # 4. report times
-        future, stale = time_problems(spec, rows.timestamps, self.clock_ms())
+        future, stale = time_problems(spec, rows.timestamps, self.clock_ms(), self.max_skew_ms)
         _mark(reasons, np.flatnonzero(future), FUTURE)
         _mark(reasons, np.flatnonzero(stale), STALE)
         details.setdefault(FUTURE, "report time is in the future")
@@ -249,18 +252,19 @@ class PartitionProcessor:
         for reason, k in zip(REASONS, counts[1:].tolist(), strict=True):
             if k:
                 outcomes[f"rejected:{reason}"] += k
-        incs = self.window_increments(plan, rows, accepted, dwin, partitions)
+        incs = self.window_increments(plan, rows, accepted, dwin, partitions, self.max_skew_ms)
         newest = int(rows.timestamps[accepted].max()) if accepted.any() else None
         return incs, letters, newest
 
     @staticmethod
     def window_increments(plan: CollectionPlan, rows: _Rows, accepted: np.ndarray, dwin: str,
-                          partitions: np.ndarray) -> list[WindowIncrement]:
+                          partitions: np.ndarray, max_skew_ms: int) -> list[WindowIncrement]:
         """6. Additive statistics of the accepted reports per window and window start; in the dedupe window, the
-        devices counted, per partition (`partitions`: each row's)."""
+        devices counted, per partition (`partitions`: each row's), kept in the store (TTL) until no report of the
+        window can come any more: a report up to the clock skew ahead, then two window lengths."""
         spec = plan.spec
         incs: list[WindowIncrement] = []
-        ttl = 2 * (window_seconds(dwin) if dwin != ALL_TIME else 0)
+        ttl = 2 * window_seconds(dwin) + -(-max_skew_ms // 1000) if dwin != ALL_TIME else 0
         for window in [*spec.windows, ALL_TIME]:
             starts = window_starts(window, rows.timestamps)
             for start in _distinct(starts[accepted]):

@@ -54,6 +54,7 @@ from aggregator.processing import PartitionProcessor
 from aggregator.quarantine import QUARANTINE_AFTER, CrashMarks, Marks, MemoryCrashMarks, RedisCrashMarks
 from aggregator.store import NOT_APPLIED, RedisStore, StatsStore
 from collection.topics import collection_of, is_report_topic, source, source_partition, source_topic
+from collection.validation import MAX_FUTURE_SKEW_MS
 from runtime import metrics
 from runtime.access import READER_GROUP, aiokafka_auth, kafka_security
 from runtime.clock import now_ms
@@ -111,6 +112,7 @@ class WorkerConfig:
     within_s: float = 0.05  # the longest a partial micro-batch waits (0.1 s: p99 freshness 0.70 s at half load)
     metrics_port: int | None = None
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    max_skew_ms: int = MAX_FUTURE_SKEW_MS  # how far ahead of this worker's clock a report's time may be
 
 
 class ByteRate:
@@ -157,7 +159,7 @@ class BatchHandler:
     def __init__(self, store: StatsStore, plans: PlanRegistry, dlq: DeadLetterProducer,
                  seen: SeenDevices | None = None, marks: CrashMarks | None = None,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, exit: Callable[[int], None] = os._exit,
-                 reread: Callable[[str], None] = restart_worker) -> None:
+                 reread: Callable[[str], None] = restart_worker, max_skew_ms: int = MAX_FUTURE_SKEW_MS) -> None:
         self.store = store
         self.dlq = dlq
         self.seen = seen if seen is not None else SeenDevices(store)
@@ -167,7 +169,7 @@ class BatchHandler:
         self.rate = ByteRate()
         self.exit = exit
         self.applied = 0  # store writes applied by this process (its heartbeat shows them)
-        self.processor = PartitionProcessor(plans.get, now_ms)
+        self.processor = PartitionProcessor(plans.get, now_ms, max_skew_ms)
         # How partitions whose store went back in time get read again from its applied offset + 1 (called with the
         # reason), and those partitions: their messages are dropped until then.
         #
@@ -444,7 +446,8 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     seen = SeenDevices(store)
     marks = RedisCrashMarks(store.redis) if isinstance(store, RedisStore) else MemoryCrashMarks()
     plans = PlanRegistry(cfg.bootstrap)
-    handler = BatchHandler(store, plans, DeadLetterProducer(cfg.bootstrap), seen, marks, cfg.max_batch_bytes)
+    handler = BatchHandler(store, plans, DeadLetterProducer(cfg.bootstrap), seen, marks, cfg.max_batch_bytes,
+                           max_skew_ms=cfg.max_skew_ms)
     consumer_cls = type("BoundStoreSeekingConsumer", (StoreSeekingConsumer,),
                         {"store": store, "seen": seen, "handler": handler})
     transport_cls = type("StoreSeekingTransport", (faust_aiokafka.Transport,), {"Consumer": consumer_cls})

@@ -11,6 +11,7 @@ ingestion edge run this same code, so a report the edge accepts passes the worke
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,7 +29,8 @@ OUT_OF_RANGE = "out_of_range"
 DUPLICATE = "duplicate"
 STALE = "stale_timestamp"
 FUTURE = "future_timestamp"
-MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
+MAX_FUTURE_SKEW_MS = 5 * 60 * 1000  # how far ahead of the server's clock a report's time may be, by default
+MAX_CLOCK_SKEW_SETTING_S = 7 * 86400  # the most a worker may be set to accept (`clock_skew_ms`)
 DEFAULT_MAX_AGE_MS = 24 * 3600 * 1000
 
 
@@ -60,9 +62,29 @@ def window_starts(window: str, timestamps_ms: np.ndarray) -> np.ndarray:
     return (timestamps_ms // length) * length
 
 
-def time_problems(spec: CollectionSpec, timestamps_ms: np.ndarray, now_ms: int) -> tuple[np.ndarray, np.ndarray]:
+def clock_skew_ms(seconds: float | str) -> int:
+    """A worker's accepted clock skew (`python -m aggregator --max-clock-skew-s`, env `LDP_MAX_CLOCK_SKEW_S`) in
+    ms, from seconds in [0, MAX_CLOCK_SKEW_SETTING_S]; ValueError otherwise.
+
+    Examples
+    --------
+    >>> clock_skew_ms("300"), clock_skew_ms(0.5)
+    (300000, 500)
+    """
+    try:
+        value = float(seconds)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= MAX_CLOCK_SKEW_SETTING_S:  # NaN fails too
+        raise ValueError(f"the accepted clock skew must be a number of seconds in 0..{MAX_CLOCK_SKEW_SETTING_S}, "
+                         f"got {seconds!r}")
+    return round(value * 1000)
+
+
+def time_problems(spec: CollectionSpec, timestamps_ms: np.ndarray, now_ms: int,
+                  max_skew_ms: int = MAX_FUTURE_SKEW_MS) -> tuple[np.ndarray, np.ndarray]:
     """Per report: (from the future beyond the allowed clock skew, older than the dedupe window)."""
-    return timestamps_ms > now_ms + MAX_FUTURE_SKEW_MS, timestamps_ms < now_ms - max_age_ms(spec)
+    return timestamps_ms > now_ms + max_skew_ms, timestamps_ms < now_ms - max_age_ms(spec)
 
 
 def shape_problem(env: Envelope, schemas: Sequence[ReportSchema]) -> str:

@@ -26,6 +26,7 @@ from aggregator.processing import (
 )
 from aggregator.store import MemoryStore
 from collection.spec import CollectionSpec, parse_spec
+from collection.validation import clock_skew_ms
 from collection.wire import AttributeReports, encode, perturbed_batch
 from ldp import registry
 from ldp.base import Mechanism, ReportSchema
@@ -131,6 +132,24 @@ def test_report_times_are_checked() -> None:
     result = processor().process(TOPIC, [message([1, 2], 1, ts=NOW + 3_600_000),
                                             message([3, 4], 2, ts=NOW - 2 * 3_600_000)])
     assert sorted(d.reason for d in result.dead_letters) == [FUTURE, STALE]
+
+
+@pytest.mark.parametrize(("skew_s", "ttl_s"), [(300, 7500), (25 * 3600, 7200 + 25 * 3600)])
+def test_a_set_clock_skew_takes_reports_that_far_ahead_and_keeps_their_dedupe_lists_longer(skew_s: int,
+                                                                                         ttl_s: int) -> None:
+    """A report 2 hours ahead is a dead letter under the default 5 minutes, counted under 25 hours; the dedupe
+    list's TTL is two window lengths plus the skew (a report of that window can come until then)."""
+    proc = PartitionProcessor(lambda name, version: PLAN, lambda: NOW, clock_skew_ms(skew_s))
+    result = proc.process(TOPIC, [message([1, 2], 1, ts=NOW + 2 * 3_600_000), message([3, 4], 2)])
+    assert [d.reason for d in result.dead_letters] == ([FUTURE] if skew_s == 300 else [])
+    assert result.update is not None
+    assert {w.dedupe_ttl_s for w in result.update.windows if w.window == "1h"} == {ttl_s}
+
+
+@pytest.mark.parametrize("bad", ["-1", "nan", "one", str(8 * 86400), "inf"])
+def test_a_clock_skew_outside_its_range_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="clock skew"):
+        clock_skew_ms(bad)
 
 
 def test_duplicates_within_a_batch_and_against_what_the_partition_counted() -> None:

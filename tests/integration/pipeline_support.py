@@ -59,10 +59,11 @@ class Collection:
     def estimates(self, store: StatsStore | None = None) -> dict[str, Any]:
         return collection_estimates(store or self.store, self.plan)
 
-    def start_worker(self, log_file: Path | None = None) -> subprocess.Popen[bytes]:
-        """A `python -m aggregator` worker of the collection's group, on the collection's Kafka and Redis."""
+    def start_worker(self, log_file: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """A `python -m aggregator` worker of the collection's group, on the collection's Kafka and Redis (`env`:
+        more of the worker's environment, e.g. LDP_MAX_CLOCK_SKEW_S)."""
         return start_worker(self.group, log_file=log_file,
-                            env={"KAFKA_BOOTSTRAP": self.cfg.bootstrap, "REDIS_URL": self.cfg.redis})
+                            env={"KAFKA_BOOTSTRAP": self.cfg.bootstrap, "REDIS_URL": self.cfg.redis, **(env or {})})
 
 
 @contextmanager
