@@ -17,11 +17,18 @@ def mix64(x: np.ndarray) -> np.ndarray:
     >>> mix64(np.array([0, 1], dtype=np.uint64)).tolist()
     [0, 6238072747940578789]
     """
-    z = np.asarray(x, dtype=np.uint64).copy()
+    return mix64_inplace(np.array(x, dtype=np.uint64))
+
+
+def mix64_inplace(z: np.ndarray) -> np.ndarray:
+    """`mix64` of a uint64 array the caller owns, in place (one scratch array for the shifts), returned."""
     with np.errstate(over="ignore"):
-        z ^= z >> np.uint64(30)
+        scratch = z >> np.uint64(30)
+        z ^= scratch
         z *= _MIX1
-        z ^= z >> np.uint64(27)
+        np.right_shift(z, np.uint64(27), out=scratch)
+        z ^= scratch
         z *= _MIX2
-        z ^= z >> np.uint64(31)
+        np.right_shift(z, np.uint64(31), out=scratch)
+        z ^= scratch
     return z

@@ -27,7 +27,7 @@ import hashlib
 
 import numpy as np
 
-from ldp.hashing import mix64
+from ldp.hashing import mix64_inplace
 
 GAMMA = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment, 2^64 / golden ratio
 _UNIT = 2.0**-53
@@ -62,10 +62,10 @@ def attribute_secrets(secrets: np.ndarray, name: str) -> np.ndarray:
 
 def keyed_words(secrets: np.ndarray, tag: int, *keys: np.ndarray | int) -> np.ndarray:
     """Uniform 64-bit words, one per broadcast (secret, key...) combination, deterministic in its inputs."""
-    h = mix64(np.asarray(secrets, dtype=np.uint64) ^ np.uint64(tag))
+    h = mix64_inplace(np.asarray(secrets, dtype=np.uint64) ^ np.uint64(tag))  # a new array: mixed in place
     with np.errstate(over="ignore"):  # arithmetic modulo 2^64 is the point (numpy warns for 0-d keys)
         for key in keys:
-            h = mix64(h + (np.asarray(key).astype(np.uint64) + np.uint64(1)) * GAMMA)
+            h = mix64_inplace(h + (np.asarray(key).astype(np.uint64) + np.uint64(1)) * GAMMA)
     return h
 
 
