@@ -49,6 +49,7 @@ from ldp.frequency.base import (
     check_report_batch,
     sample_in_chunks,
 )
+from ldp.frequency.unary import bit_column_sums
 from ldp.longitudinal.base import Longitudinal, check_budgets, check_secrets
 from ldp.longitudinal.memo import TAG_BLOOM, TAG_COHORT, draw_secrets, keyed_uniform, keyed_words
 from ldp.longitudinal.two_stage import chain, instantaneous_bits, permanent_bits, unary_epsilon
@@ -235,17 +236,18 @@ class RAPPOR(Longitudinal, Mechanism):
         return sample_in_chunks(self.schema, codes.shape[0], sample)
 
     def accumulate(self, reports: Reports) -> np.ndarray:
-        """Each cohort's bit counts and report count: the reports grouped by cohort (a stable radix sort), then one
-        segmented sum."""
+        """Each cohort's bit counts and report count: the reports' rows grouped by cohort (a stable radix sort, the
+        rows moved as whole k-byte records), then each cohort's column sums (`bit_column_sums`)."""
         n = check_report_batch(self.schema, reports)
-        cohort = np.asarray(reports["cohort"]).astype(np.uint16)  # checked: below m <= MAX_COHORTS
+        cohort = np.asarray(reports["cohort"]).astype(np.uint8 if self.cohorts <= 256 else np.uint16)  # checked < m
         sizes = np.bincount(cohort, minlength=self.cohorts)
         counts = np.zeros((self.cohorts, self.bloom_bits))
-        present = np.flatnonzero(sizes)
         if n:
-            grouped = np.asarray(reports["bits"])[np.argsort(cohort, kind="stable")]
-            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])[present]
-            counts[present] = np.add.reduceat(grouped, starts, axis=0, dtype=np.int64)
+            rows = np.ascontiguousarray(reports["bits"], dtype=np.uint8).view(f"V{self.bloom_bits}").reshape(n)
+            grouped = np.take(rows, np.argsort(cohort, kind="stable")).view(np.uint8).reshape(n, self.bloom_bits)
+            ends = np.cumsum(sizes)
+            for c in np.flatnonzero(sizes):  # a loop over the cohorts present, not over reports
+                counts[c] = bit_column_sums(grouped[ends[c] - sizes[c] : ends[c]])
         return np.concatenate([counts.ravel(), sizes.astype(np.float64)])
 
     # --- the decode -------------------------------------------------------------------------------------------------

@@ -392,3 +392,16 @@ def test_rappor_cohort_term_of_the_variance(check) -> None:
     exact = MechanismCase(**{**case.__dict__, "name": "rappor-noiseless",
                              "make": lambda eps: RAPPOR.from_f(K, f=0.005, p=0.0, q=1.0)})
     check(exact, 1.0)
+
+
+@pytest.mark.parametrize(("buckets", "valid"), [([[1, 5], [0, 2]], True), ([[3, 3], [0, 2]], False),
+                                                ([[1, 5], [2, 0]], False)])
+def test_dbitflip_takes_only_distinct_ascending_buckets_per_report(buckets: list[list[int]], valid: bool) -> None:
+    """Within a report the buckets ascend strictly; from one report to the next anything goes."""
+    mech = DBitFlip(1.0, 6, sampled=2)
+    reports = {"buckets": np.array(buckets, dtype=np.uint32), "bits": np.ones((2, 2), dtype=np.uint8)}
+    if valid:
+        assert mech.accumulate(reports)[-1] == pytest.approx(2.0)
+    else:
+        with pytest.raises(LDPError, match="ascending"):
+            mech.accumulate(reports)
