@@ -15,13 +15,17 @@ Prints {"tasks": [{"task", "n", "ours_per_s", "pure_ldp_per_s", "speedup", "ours
 
 Longitudinal mechanisms (`ldp.longitudinal`, eps_inf = 2, eps_1 = 1; `python benchmarks/bench_mechanisms.py
 --longitudinal` runs this part alone, without pure-LDP): perturbation of n reports by devices whose secrets are given
-(the memoized path a device runs every window) and aggregation + estimation, per mechanism. L-GRR, L-OUE, L-OSUE and
-L-SUE are compared with multi-freq-ldpy (`pip install multi-freq-ldpy`; skipped when missing) on the same n_mfl
-inputs, one report per device (its clients redraw the permanent response at every call: memoizing is the caller's
-job), both MSEs against the inputs' truth: multi-freq-ldpy's estimator clips and renormalizes, so ours is given raw
-and after the same clip-and-renormalize (ours over 40 runs, theirs over 8). Prints {"longitudinal": [{"task", "n",
-"ours_per_s", "ours_aggregate_per_s", "mfl_per_s", "speedup", "ours_mse", "ours_clipped_mse", "closed_form_mse",
-"mfl_mse"}]}.
+(the memoized path a device runs every window) and aggregation + estimation, per mechanism, each timed in CPU
+seconds of this process (reports per second per core: on a shared machine, time waiting for a core is not counted),
+median and best of 5 runs. Next to each, in the same run, the aggregation of its one-stage counterpart on the same
+values (L-GRR: GRR; L-OUE, L-OSUE: OUE; L-SUE: SUE; RAPPOR and dBitFlip: OUE at the same K; 1BitMean: Duchi et al.'s
+mechanism, whose reports it sends) and the ratio one-stage rate / ours. L-GRR, L-OUE, L-OSUE and L-SUE are compared
+with multi-freq-ldpy (`pip install multi-freq-ldpy`; skipped when missing) on the same n_mfl inputs, one report per
+device (its clients redraw the permanent response at every call: memoizing is the caller's job), both MSEs against the
+inputs' truth: multi-freq-ldpy's estimator clips and renormalizes, so ours is given raw and after the same
+clip-and-renormalize (ours over 40 runs, theirs over 8). Prints {"longitudinal": [{"task", "n", "ours_per_s",
+"ours_best_per_s", "ours_aggregate_per_s", "one_stage", "one_stage_aggregate_per_s", "aggregate_ratio", "mfl_per_s",
+"speedup", "ours_mse", "ours_clipped_mse", "closed_form_mse", "mfl_mse"}]}.
 """
 
 from __future__ import annotations
@@ -212,14 +216,28 @@ def clip_and_normalize(freqs: np.ndarray) -> np.ndarray:
     return clipped / clipped.sum()
 
 
+LONGITUDINAL_CASES = (("l-grr", 16, {"epsilon_first": FIRST}, "grr"), ("l-oue", 16, {"epsilon_first": FIRST}, "oue"),
+                      ("l-osue", 16, {"epsilon_first": FIRST}, "oue"), ("l-sue", 16, {"epsilon_first": FIRST}, "sue"),
+                      ("rappor", 128, {}, "oue"), ("dbitflip", 128, {"sampled": 4, "gamma": 0.1}, "oue"),
+                      ("1bitmean", None, {"gamma": 0.1}, "duchi"))
+
+
+def cpu_seconds(run: Callable[[], Any], repeats: int = 5) -> tuple[float, float]:
+    """(median, least) CPU seconds of this process over `repeats` calls: a core's time, whatever else runs."""
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        run()
+        times.append(time.process_time() - start)
+    return float(np.median(times)), min(times)
+
+
 def longitudinal_tasks(rng: np.random.Generator, n: int = 1_000_000, n_mfl: int = 20_000, runs: int = 40) -> list[dict]:
     clients = multi_freq_ldpy_clients()
-    cases = (("l-grr", 16, {"epsilon_first": FIRST}), ("l-oue", 16, {"epsilon_first": FIRST}),
-             ("l-osue", 16, {"epsilon_first": FIRST}), ("l-sue", 16, {"epsilon_first": FIRST}),
-             ("rappor", 128, {}), ("dbitflip", 128, {"sampled": 4, "gamma": 0.1}), ("1bitmean", None, {"gamma": 0.1}))
     out = []
-    for name, k, params in cases:
+    for name, k, params, one_stage_name in LONGITUDINAL_CASES:
         mech = registry.make(name, LIFETIME, k, **params)
+        one_stage = registry.make(one_stage_name, FIRST, k)  # its aggregation does not depend on epsilon
         secrets = draw_secrets(rng, n)
         if k is None:
             values: np.ndarray = 2 * rng.beta(2.0, 5.0, n) - 1
@@ -227,10 +245,14 @@ def longitudinal_tasks(rng: np.random.Generator, n: int = 1_000_000, n_mfl: int 
             zipf = 1.0 / np.arange(1, k + 1) ** 1.1
             values = rng.choice(k, size=n, p=zipf / zipf.sum())
         reports = mech.perturb(values, rng, secrets=secrets)  # type: ignore[call-arg]
-        perturb_s = best_seconds(lambda: mech.perturb(values, rng, secrets=secrets), 3)  # type: ignore[call-arg]  # noqa: B023
-        aggregate_s = best_seconds(lambda: mech.estimate(mech.accumulate(reports)), 3)  # noqa: B023
+        one_stage_reports = one_stage.perturb(values, rng)
+        perturb_s, perturb_best_s = cpu_seconds(lambda: mech.perturb(values, rng, secrets=secrets))  # type: ignore[call-arg]  # noqa: B023
+        aggregate_s = cpu_seconds(lambda: mech.estimate(mech.accumulate(reports)))[0]  # noqa: B023
+        one_stage_s = cpu_seconds(lambda: one_stage.estimate(one_stage.accumulate(one_stage_reports)))[0]  # noqa: B023
         row = {"task": name if k is None else f"{name}_k{k}", "n": n, "ours_per_s": n / perturb_s,
-               "ours_aggregate_per_s": n / aggregate_s, "mfl_per_s": None, "speedup": None}
+               "ours_best_per_s": n / perturb_best_s, "ours_aggregate_per_s": n / aggregate_s,
+               "one_stage": one_stage_name, "one_stage_aggregate_per_s": n / one_stage_s,
+               "aggregate_ratio": aggregate_s / one_stage_s, "mfl_per_s": None, "speedup": None}
         shared = values[:n_mfl]
         if k is None:
             truth = shared.mean()
