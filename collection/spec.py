@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, field_validator, model_validator
 
 from collection.topics import report_topic
 from collection.untrusted import rejecting
@@ -71,7 +71,7 @@ def memoized_names(kind: Literal["frequency", "numeric"]) -> list[str]:
 
 # A memoized mechanism's structural parameters by name (`registry.longitudinal_parameters`), e.g. RAPPOR's
 # {hashes: 2, bloom_bits: 32, cohorts: 16}; the budgets of the privacy block fix its probabilities.
-MechanismParameters = dict[Annotated[str, Field(max_length=32)], Annotated[StrictInt, Field(ge=1, le=1 << 20)]]
+MechanismParameters = dict[Annotated[str, Field(max_length=32)], StrictInt | StrictFloat]  # the mechanism checks
 NOMINAL_BUDGETS = (2.0, 1.0)  # (lifetime, per report) at which a spec's parameters alone are checked
 
 

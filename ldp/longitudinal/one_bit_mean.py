@@ -35,6 +35,8 @@ from ldp.longitudinal.memo import TAG_ALPHA, TAG_PERMANENT, draw_secrets, keyed_
 from ldp.numeric.base import check_numeric_epsilon, check_unit_values
 from ldp.numeric.duchi import Duchi, duchi_bound_1d
 
+MAX_BUCKETS = 1 << 20  # grid points are memo keys and int64 codes; far more than any rounding needs
+
 
 class OneBitMean(Longitudinal, Duchi):
     """1BitMean with alpha-point rounding to s buckets, memoized bits and output perturbation gamma.
@@ -58,8 +60,8 @@ class OneBitMean(Longitudinal, Duchi):
 
     def __init__(self, epsilon_lifetime: float, buckets: int = 8, gamma: float = 0.0) -> None:
         lifetime, g = check_numeric_epsilon(epsilon_lifetime), check_gamma(gamma)
-        if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or buckets < 1:
-            raise LDPError(f"buckets must be a positive integer, got {buckets!r}")
+        if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or not 1 <= buckets <= MAX_BUCKETS:
+            raise LDPError(f"buckets must be an integer in [1, {MAX_BUCKETS}], got {buckets!r}")
         super().__init__(flipped_epsilon(lifetime, g))
         self.epsilon_lifetime, self.gamma, self.buckets = lifetime, g, int(buckets)
 
