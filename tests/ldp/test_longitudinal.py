@@ -20,7 +20,7 @@ from ldp.frequency.base import FrequencyOracle
 from ldp.longitudinal import LGRR, LOSUE, LOUE, LSUE, RAPPOR, DBitFlip, OneBitMean
 from ldp.longitudinal.base import Longitudinal
 from ldp.longitudinal.memo import draw_secrets, keyed_bits
-from ldp.longitudinal.two_stage import SolvedTwoStage, TwoStageUnary
+from ldp.longitudinal.two_stage import SolvedTwoStage, TwoStageUnary, instantaneous_bits
 from ldp.numeric.duchi import duchi_bound_1d
 from tests.ldp.checks import CHECKS, MechanismCase, check_unbiased, check_variance
 from tests.ldp.test_frequency import TRUE_FREQS, one_hot
@@ -405,3 +405,15 @@ def test_dbitflip_takes_only_distinct_ascending_buckets_per_report(buckets: list
     else:
         with pytest.raises(LDPError, match="ascending"):
             mech.accumulate(reports)
+
+
+@pytest.mark.parametrize(("p_set", "p_clear"), [(0.75, 0.25), (1.0, 0.0), (0.2, 0.9), (1 / 257, 0.999)])
+def test_instantaneous_bits_follow_their_two_probabilities(p_set: float, p_clear: float) -> None:
+    """Set bits report 1 with p_set, clear ones with p_clear, whichever is larger (the uint8 threshold wraps)."""
+    n, width = 20_000, 16
+    rng = np.random.default_rng(59)
+    permanent = rng.random((n, width)) < 0.5
+    out = instantaneous_bits(permanent, p_set, p_clear, rng)
+    for mask, prob in ((permanent, p_set), (~permanent, p_clear)):
+        count = mask.sum()
+        assert abs(out[mask].mean() - prob) <= 4.5 * math.sqrt(prob * (1 - prob) / count) + 1e-12
