@@ -21,9 +21,19 @@ def mix64(x: np.ndarray) -> np.ndarray:
 
 
 def mix64_inplace(z: np.ndarray) -> np.ndarray:
-    """`mix64` of a uint64 array the caller owns, in place (one scratch array for the shifts), returned."""
+    """`mix64` of a uint64 array the caller owns, in place (one scratch array for the shifts), returned; a numpy
+    scalar (what arithmetic on 0-d arrays gives) comes back as a new 0-d array.
+
+    Examples
+    --------
+    >>> mix64_inplace(np.uint64(1)).tolist(), mix64_inplace(np.array([1], dtype=np.uint64)).tolist()
+    (6238072747940578789, [6238072747940578789])
+    """
+    if not isinstance(z, np.ndarray):
+        z = np.array(z, dtype=np.uint64)
+    scratch = np.empty_like(z)
     with np.errstate(over="ignore"):
-        scratch = z >> np.uint64(30)
+        np.right_shift(z, np.uint64(30), out=scratch)
         z ^= scratch
         z *= _MIX1
         np.right_shift(z, np.uint64(27), out=scratch)

@@ -19,7 +19,7 @@ from ldp.base import LDPError, Mechanism, Reports
 from ldp.frequency.base import FrequencyOracle
 from ldp.longitudinal import LGRR, LOSUE, LOUE, LSUE, RAPPOR, DBitFlip, OneBitMean
 from ldp.longitudinal.base import Longitudinal
-from ldp.longitudinal.memo import draw_secrets, keyed_bits
+from ldp.longitudinal.memo import draw_secrets, keyed_bits, keyed_words
 from ldp.longitudinal.two_stage import SolvedTwoStage, TwoStageUnary, instantaneous_bits
 from ldp.numeric.duchi import duchi_bound_1d
 from tests.ldp.checks import CHECKS, MechanismCase, check_unbiased, check_variance
@@ -417,3 +417,11 @@ def test_instantaneous_bits_follow_their_two_probabilities(p_set: float, p_clear
     for mask, prob in ((permanent, p_set), (~permanent, p_clear)):
         count = mask.sum()
         assert abs(out[mask].mean() - prob) <= 4.5 * math.sqrt(prob * (1 - prob) / count) + 1e-12
+
+
+def test_keyed_words_of_one_secret_and_key_are_those_of_a_batch() -> None:
+    """0-d inputs (one device, one key) give the same words as the same entries of a batch."""
+    batch = keyed_words(np.array([5, 6], dtype=np.uint64), 0x51, np.array([3, 4]))
+    single = keyed_words(np.uint64(6), 0x51, 4)
+    assert int(single) == int(batch[1])
+    np.testing.assert_array_equal(keyed_words(np.uint64(5), 0x51, np.array([3, 4]))[:1], batch[:1])
