@@ -124,12 +124,10 @@ def randomized_response_from_uniform(truth: np.ndarray, size: int, keep: float, 
     return shift
 
 
-def sample_in_chunks(schema: ReportSchema, n: int, sample: Callable[[slice], Reports],
-                     rows: int | None = None) -> Reports:
-    """A batch of n reports, sampled chunk of users by chunk (`sample(rows)`) and cast to the schema's dtypes;
-    `rows` users per chunk (default: SAMPLE_CHUNK_ENTRIES report entries)."""
+def sample_in_chunks(schema: ReportSchema, n: int, sample: Callable[[slice], Reports]) -> Reports:
+    """A batch of n reports, sampled chunk of users by chunk (`sample(rows)`) and cast to the schema's dtypes."""
     reports = {c.name: np.empty((n, *c.row_shape()), dtype=c.dtype) for c in schema.columns}
-    rows = rows or max(1, SAMPLE_CHUNK_ENTRIES // max(c.width for c in schema.columns))
+    rows = max(1, SAMPLE_CHUNK_ENTRIES // max(c.width for c in schema.columns))
     for start in range(0, n, rows):  # chunks of users, each sampled vectorised
         chunk = sample(slice(start, start + rows))
         for name, column in reports.items():
