@@ -230,7 +230,7 @@ class KeyValueMechanism(Mechanism):
         return Estimate(n=est.n, value=mean, stderr=np.where(held, np.sqrt(ratio_var / est.n), np.inf))
 
     def per_device_covariance(self, r: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Var[c_f], Var[c_s], Cov[c_f, c_s] of one device's terms (module docstring), exact, at selection r, value v."""
+        """Var[c_f], Var[c_s], Cov[c_f, c_s] of one device's terms (module docstring), exact, at r and v."""
         xx, yy, xy = self.per_device_moments(r, v)
         mean_x, mean_y = r * self.frequency_gain, r * self.value_gain * v
         scale_f, scale_s = self.holder_rate * self.frequency_gain, self.holder_rate * self.value_gain
