@@ -19,7 +19,7 @@ from collection.pseudonym import device_partitions
 from collection.spec import CategoricalAttribute, CollectionSpec, KeyValueAttribute, NumericAttribute, SpecError
 from collection.wire import AttributeReports, PerturbedBatch, perturbed_batch
 from ldp.base import LDPError
-from ldp.keyvalue.base import EMPTY, pairs_array
+from ldp.keyvalue.base import EMPTY, check_pairs, pairs_array
 from producer.ledger import Memo
 
 
@@ -131,10 +131,11 @@ def _pairs(a: KeyValueAttribute, column: object, n: int) -> np.ndarray:
     if pairs.ndim != 3 or pairs.shape[0] != n or pairs.shape[2] != 2:
         raise RecordError(f"attribute {a.name!r}: expected {n} sets of pairs, got shape {pairs.shape}")
     keys, values = pairs[:, :, 0], pairs[:, :, 1]
+    try:  # keys: integer codes in the domain (or -1), none twice in a set; values are checked on their range below
+        check_pairs(np.stack([keys, np.zeros_like(values)], axis=2), a.domain_size)
+    except LDPError as exc:
+        raise RecordError(f"attribute {a.name!r}: {exc}") from None
     held = keys != EMPTY
-    if not (np.isfinite(keys).all() and (keys == np.floor(keys)).all() and (keys >= EMPTY).all()
-            and (keys < a.domain_size).all()):
-        raise RecordError(f"attribute {a.name!r}: unknown key code (codes are 0..{a.domain_size - 1}, -1 empty)")
     lo, hi = a.range
     if not ((values[held] >= lo).all() and (values[held] <= hi).all()):  # NaN fails both
         raise RecordError(f"attribute {a.name!r}: a value outside its range [{lo}, {hi}] (or NaN)")
