@@ -118,6 +118,8 @@ def _pairs(a: KeyValueAttribute, column: object, n: int) -> np.ndarray:
     """A keyvalue column as a pairs array with key codes, checked: keys known, values finite in the range, no key
     twice. From mappings {key name or code: value} (one device's SDK call; building from Python objects), an open
     domain's keys are hashed (`KeyValueAttribute.code_of`) and a second key of a bucket already held is dropped."""
+    if isinstance(column, np.ndarray) and column.dtype == object:  # the SDK's one record: an array of mappings
+        column = column.tolist()
     if isinstance(column, np.ndarray) and column.dtype.kind in "iuf":
         pairs = column.astype(np.float64)
     elif isinstance(column, Sequence) and all(isinstance(row, Mapping) for row in column):

@@ -10,8 +10,10 @@ import pytest
 
 from collection.collector import collector_for
 from collection.spec import parse_spec
+from collection.wire import decode_envelope
 from producer.perturb import RecordError, perturb, true_columns
 from producer.population import Population, PopulationTruth
+from producer.sdk import Device
 
 SPEC = parse_spec("""
 name: kv
@@ -104,3 +106,11 @@ def test_collector_estimates_with_attribute_sampling_within_4_standard_errors() 
     assert np.all(np.abs(estimate.value[0] - freqs) <= 4 * estimate.stderr[0])
     assert np.all(np.abs(estimate.value[1] - means) <= 4 * estimate.stderr[1])
     assert np.all(estimate.stderr[1] < 5.0)  # minutes on [0, 60]: informative
+
+
+def test_a_device_reports_its_pairs_through_the_sdk() -> None:
+    device = Device(SPEC, 7, rng=np.random.default_rng(1))
+    envelope = decode_envelope(device.report({"usage": {"b": 12.0, "d": 59.5}, "crashes": 2.0}))
+    assert envelope.collection == "kv" and len(envelope.attributes) == 1  # k = 1 of the 2 attributes
+    with pytest.raises(RecordError, match="unknown key"):
+        Device(SPEC, 8).report({"usage": {"e": 1.0}, "crashes": 2.0})
