@@ -11,6 +11,7 @@ A spec is YAML or JSON, validated here. Example (see `examples/diagnostics.yaml`
     attributes:
       - {name: battery_level, type: numeric, range: [0, 100], mechanism: auto}
       - {name: display_mode, type: categorical, values: [light, dark], mechanism: auto}
+      - {name: screen_minutes, type: keyvalue, keys: [chat, video], range: [0, 600], padding: 2}  # per-app pairs
 
 Privacy over time: instead of `epsilon`, a spec may state both guarantees of a device that reports every window,
 

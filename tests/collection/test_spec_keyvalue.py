@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 
 from collection.collector import collector_for, resolved_mechanisms
 from collection.spec import KeyValueAttribute, SpecError, load_spec, parse_spec
+from ldpstream.cli.spec import summary
 from runtime.settings import PROJECT_ROOT
 
 SPEC = """
@@ -83,3 +85,12 @@ def test_the_example_validates() -> None:
     spec = load_spec(PROJECT_ROOT / "examples" / "app_usage.yaml")
     assert [a.type for a in spec.attributes] == ["keyvalue", "numeric"]
     assert resolved_mechanisms(spec)["screen_minutes"].startswith("pckv-")
+
+
+def test_ldp_spec_validate_describes_a_keyvalue_attribute() -> None:
+    line, table = summary(load_spec(PROJECT_ROOT / "examples" / "app_usage.yaml"))
+    console = Console(width=300, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert "keys chat, video" in text and "padding l = 4" in text
+    assert "k = 1 of 2" in line
