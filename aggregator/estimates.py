@@ -12,7 +12,7 @@ import numpy as np
 
 from aggregator.plans import Plan
 from aggregator.store import ALL_TIME, StatsStore
-from collection.spec import CategoricalAttribute, SpecError
+from collection.spec import CategoricalAttribute, KeyValueAttribute, SpecError
 from ldp.postprocess import clip_mean, norm_sub, project_simplex
 
 PostProcess = Literal["none", "clip", "norm_sub", "project"]
@@ -52,8 +52,10 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
                          postprocess: PostProcess = "none") -> dict[str, Any]:
     """{"collection", "version", "window", "window_start_ms", "reports", "attributes": {...}} for one window.
 
-    Per attribute: {"mean", "stderr"} (numeric), {"frequencies": {value: {"estimate", "stderr"}}} (categorical), or
-    {"workload", "answers": {query: {"estimate", "stderr"}}} (a factorization attribute's workload answers).
+    Per attribute: {"mean", "stderr"} (numeric), {"frequencies": {value: {"estimate", "stderr"}}} (categorical),
+    {"workload", "answers": {query: {"estimate", "stderr"}}} (a factorization attribute's workload answers), or
+    {"frequencies": {key: ...}, "means": {key: {"estimate", "stderr"}}} (keyvalue: how many devices hold each key,
+    and the mean of their values; a mean is null where no holder is estimated).
     """
     if postprocess not in POSTPROCESS:
         raise ValueError(f"postprocess must be one of {POSTPROCESS}, got {postprocess!r}")
@@ -69,6 +71,15 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
             entry = {"workload": attr.workload, "answers": {
                 q: {"estimate": _float(f), "stderr": _float(se)} for q, f, se in zip(labels, est.value, est.stderr,
                                                                                      strict=True)}}
+        elif isinstance(attr, KeyValueAttribute):
+            value, stderr = np.asarray(est.value), np.asarray(est.stderr)
+            entry = {kind: {k: {"estimate": _float(x), "stderr": _float(se)}
+                            for k, x, se in zip(attr.labels, value[row], stderr[row], strict=True)}
+                     for row, kind in enumerate(("frequencies", "means"))}
+            if postprocess == "clip":
+                entry["postprocessed"] = {"method": "clip", "means": {
+                    k: float(clip_mean(x, *attr.range)) for k, x in zip(attr.labels, value[1], strict=True)
+                    if np.isfinite(x)}}
         elif isinstance(attr, CategoricalAttribute):
             freqs = np.asarray(est.value, dtype=np.float64)
             entry = {"frequencies": {

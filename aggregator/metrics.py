@@ -122,6 +122,7 @@ class StoreCollector(Collector):
                 values = entry.get("frequencies") or entry.get("answers") or {}
                 series = ([("", entry["mean"], entry["stderr"])] if "mean" in entry else
                           [(v, f["estimate"], f["stderr"]) for v, f in values.items()])
+                series += [(f"{v} mean", m["estimate"], m["stderr"]) for v, m in entry.get("means", {}).items()]
                 for value, x, s in series:
                     labels = [plan.spec.name, attribute, value, window]
                     if x is not None:

@@ -6,6 +6,8 @@
   attribute at eps/d; an integer: that k;
 - a numeric attribute keeps its [lo, hi] (the collector maps it onto [-1, 1]); mechanism "auto" is resolved by
   `ldp.numeric.auto.choose_sampled` for this eps, d and k (inside the collector);
+- a keyvalue attribute has d = its keys (or buckets), its [lo, hi] and padding; "auto" is the PCKV variant of
+  least variance for a rare key (`ldp.mixed.choose_keyvalue`);
 - a categorical attribute has the codes 0..K-1 of its values, in the spec's order; mechanism "auto" is the oracle
   of least variance at eps/k for K values, `ldp.frequency.auto.choose_frequency`; "factorization" answers the
   attribute's workload with the strategy the spec pins by hash, which the caller passes in `strategies` (loading
@@ -25,10 +27,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from collection.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, SpecError, parse_spec
+from collection.spec import (
+    FACTORIZATION,
+    CategoricalAttribute,
+    CollectionSpec,
+    KeyValueAttribute,
+    SpecError,
+    parse_spec,
+)
 from ldp.frequency.auto import choose_frequency
 from ldp.longitudinal.base import Longitudinal
 from ldp.mixed import CategoricalAttribute as MixedCategorical
+from ldp.mixed import KeyValueAttribute as MixedKeyValue
 from ldp.mixed import MixedCollector
 from ldp.mixed import NumericAttribute as MixedNumeric
 from ldp.multidim import sampled_attributes
@@ -94,7 +104,7 @@ def _remember(cache: dict, key: object, value: object) -> None:  # type: ignore[
 
 def _build(spec: CollectionSpec, strategies: Strategies) -> MixedCollector:
     k = sampled_count(spec)
-    attributes: list[MixedCategorical | MixedNumeric] = []
+    attributes: list[MixedCategorical | MixedNumeric | MixedKeyValue] = []
     for a in spec.attributes:
         if isinstance(a, CategoricalAttribute) and a.mechanism == FACTORIZATION:
             attributes.append(MixedCategorical(a.name, len(a.values), FACTORIZATION,
@@ -103,6 +113,8 @@ def _build(spec: CollectionSpec, strategies: Strategies) -> MixedCollector:
             fresh_auto = a.mechanism == "auto" and spec.privacy is None  # with a lifetime, ldp.mixed resolves auto
             oracle = choose_frequency(spec.epsilon / k, len(a.values)) if fresh_auto else a.mechanism
             attributes.append(MixedCategorical(a.name, len(a.values), oracle, parameters=a.parameters))
+        elif isinstance(a, KeyValueAttribute):
+            attributes.append(MixedKeyValue(a.name, a.domain_size, a.range[0], a.range[1], a.mechanism, a.padding))
         else:
             attributes.append(MixedNumeric(a.name, a.range[0], a.range[1], a.mechanism, parameters=a.parameters))
     lifetime = None if spec.privacy is None else spec.privacy.per_value

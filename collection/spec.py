@@ -11,6 +11,7 @@ A spec is YAML or JSON, validated here. Example (see `examples/diagnostics.yaml`
     attributes:
       - {name: battery_level, type: numeric, range: [0, 100], mechanism: auto}
       - {name: display_mode, type: categorical, values: [light, dark], mechanism: auto}
+      - {name: screen_minutes, type: keyvalue, keys: [chat, video], range: [0, 600], padding: 2}  # per-app pairs
 
 Privacy over time: instead of `epsilon`, a spec may state both guarantees of a device that reports every window,
 
@@ -168,7 +169,73 @@ class CategoricalAttribute(BaseModel):
         return self
 
 
-Attribute = Annotated[NumericAttribute | CategoricalAttribute, Field(discriminator="type")]
+class KeyValueAttribute(BaseModel):
+    """Key-value pairs: each device holds a set of (key, value) pairs, values in `range`; one report estimates every
+    key's frequency and its mean value (`ldp.keyvalue`). Keys come from a list (`keys`, codes 0..d-1 in the order
+    given) or an open domain hashed into `buckets` (`code_of`; two keys of one bucket are one key to the estimates).
+    `padding` is PCKV's l (a device holding more pairs than l makes its keys' frequencies too small by l / |S|).
+    Fresh noise per report: a spec with a lifetime budget (`privacy`) cannot carry one.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    name: Annotated[str, Field(pattern=NAME)]
+    type: Literal["keyvalue"] = "keyvalue"
+    keys: Annotated[list[str], Field(min_length=1)] | None = None
+    buckets: Annotated[int, Field(ge=1, le=1 << 16)] | None = None
+    range: tuple[float, float]
+    mechanism: str = "auto"
+    padding: Annotated[int, Field(ge=1, le=1024)] = 1
+    pairs_per_device: Annotated[float, Field(gt=0, le=1024)] = 2.0  # simulator population only
+    zipf_exponent: float = 1.1  # simulator population only
+
+    @field_validator("range")
+    @classmethod
+    def _ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
+        return NumericAttribute._ordered(v)
+
+    @field_validator("keys")
+    @classmethod
+    def _distinct(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and len(set(v)) != len(v):
+            raise ValueError("keys must be distinct")
+        return v
+
+    @field_validator("mechanism")
+    @classmethod
+    def _known_keyvalue(cls, v: str) -> str:
+        if v != "auto" and v not in registry.KEYVALUE:
+            raise ValueError(f"unknown key-value mechanism {v!r}; known: auto, {', '.join(registry.KEYVALUE)}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_domain(self) -> KeyValueAttribute:
+        if (self.keys is None) == (self.buckets is None):
+            raise ValueError("a keyvalue attribute has either a list of keys or a number of buckets (open domain)")
+        return self
+
+    @property
+    def domain_size(self) -> int:
+        """d: the number of keys (or buckets)."""
+        return len(self.keys) if self.keys is not None else int(self.buckets)  # type: ignore[arg-type]
+
+    @property
+    def labels(self) -> list[str]:
+        """The keys' names, or "#0", "#1", ... for the buckets of an open domain."""
+        return list(self.keys) if self.keys is not None else [f"#{i}" for i in range(self.domain_size)]
+
+    def code_of(self, key: str) -> int:
+        """The code of a key: its index in `keys` (SpecError if unknown), or its bucket, the first 8 bytes of
+        blake2b(attribute name, key) modulo `buckets` (the same on every device and aggregator)."""
+        if self.keys is not None:
+            try:
+                return self.keys.index(key)
+            except ValueError:
+                raise SpecError(f"attribute {self.name!r}: unknown key {key!r}") from None
+        digest = hashlib.blake2b(key.encode(), digest_size=8, key=self.name.encode()).digest()
+        return int.from_bytes(digest, "little") % self.domain_size
+
+
+Attribute = Annotated[NumericAttribute | CategoricalAttribute | KeyValueAttribute, Field(discriminator="type")]
 
 
 class Privacy(BaseModel):
@@ -238,6 +305,10 @@ class CollectionSpec(BaseModel):
             raise ValueError(f"attribute names must be distinct: {names}")
         if isinstance(self.sampling, int) and self.sampling > len(self.attributes):
             raise ValueError(f"sampling k = {self.sampling} exceeds the {len(self.attributes)} attributes")
+        keyvalue = [a.name for a in self.attributes if isinstance(a, KeyValueAttribute)]
+        if self.privacy is not None and keyvalue:
+            raise ValueError(f"keyvalue attributes {keyvalue} are perturbed with fresh noise per report (nothing to "
+                             "memoize: a set of pairs changes every report): they cannot keep a lifetime budget")
         memoized = [a.name for a in self.attributes if a.mechanism in registry.LONGITUDINAL]
         if self.privacy is None and memoized:
             raise ValueError(f"attributes {memoized} name memoized mechanisms, which need a privacy block "

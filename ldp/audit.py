@@ -17,7 +17,9 @@ reports of a and of b -> candidate events). `audit_plan` chooses them per kind o
   the dense vectors: each distinct outcome (Duchi et al.'s 2^d sign vectors) and thresholds on the first
   coordinate, the minimum and the maximum;
 - frequency oracles (categories, with a `log_pmf(reports, values)`): inputs 0 and 1; events
-  {ln P[y | a] - ln P[y | b] >= c}, the Neyman-Pearson tests of a against b, plus each distinct report.
+  {ln P[y | a] - ln P[y | b] >= c}, the Neyman-Pearson tests of a against b, plus each distinct report;
+- key-value mechanisms (a set of (key, value) pairs per device, `ldp.keyvalue`): inputs {(0, +1)} and {(1, -1)}
+  (where their exact epsilon is reached: one key's value at +1 against another key's at -1), the same events.
 
 Longitudinal mode (`audit_longitudinal`): each sample is one device reporting the same value T times
 (`RepeatedReports`: a memoized mechanism keeps the device's secret across the T reports, any other draws fresh noise
@@ -38,6 +40,7 @@ import numpy as np
 from scipy.stats import beta
 
 from ldp.base import LDPError, Mechanism, Reports
+from ldp.keyvalue.base import KeyValueMechanism
 from ldp.longitudinal.base import Longitudinal
 from ldp.longitudinal.memo import draw_secrets
 from ldp.multidim import VectorMechanism
@@ -256,6 +259,12 @@ def audit_plan(mechanism: Mechanism) -> tuple[list[tuple[Any, Any]], EventFactor
             threshold_events("min t*", lambda r: dense(r).min(axis=1)),
             threshold_events("max t*", lambda r: dense(r).max(axis=1)),
         )
+    if isinstance(mechanism, KeyValueMechanism):
+        first, second = np.array([[0.0, 1.0]]), np.array([[min(1, mechanism.domain_size - 1), -1.0]])
+        sets = np.stack([first, second])
+        loss = lambda r: np.subtract(*mechanism.log_pmf(r, sets).T)  # noqa: E731
+        return [(first, second)], combined(outcome_events("y", _report_rows),
+                                           threshold_events("ln P[y|a] - ln P[y|b]", loss))
     log_pmf = getattr(mechanism, "log_pmf", None)
     factories = [outcome_events("y", _report_rows)]
     if log_pmf is not None:

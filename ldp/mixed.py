@@ -31,6 +31,10 @@ whose expectation is 000 Lemma 6's [(d/k)(Var_1(t) + t^2) - t^2] / N averaged ov
 `second_moment_plugin` for numeric attributes, the clipped frequency estimate for categorical ones. An attribute
 that no device sampled yet estimates 0 (the unbiased estimator's value) with the worst-case sampling error.
 
+Key-value attributes (`KeyValueAttribute`): a device's column is its set of (key, value) pairs (a pairs array,
+`ldp.keyvalue.base`), reported by PrivKV or PCKV at eps/k; the estimate is (2, d): the keys' frequencies, scaled as
+a categorical attribute's, and their mean values, a ratio that the d/k scaling leaves unchanged (`_keyvalue_estimate`).
+
 Privacy: the sampled set does not depend on the data, and each of the k reports is (eps/k)-LDP, so a device's
 reports are eps-LDP by sequential composition (000 Lemma 4; Harmony's argument for k = 1, 001 Sec. 3.2).
 
@@ -55,6 +59,7 @@ import numpy as np
 
 from ldp import registry
 from ldp.base import Estimate, LDPError, Mechanism, Reports, ReportSchema, check_epsilon
+from ldp.keyvalue.base import EMPTY, KeyValueMechanism, check_pairs
 from ldp.longitudinal.auto import choose_longitudinal
 from ldp.longitudinal.base import Longitudinal, check_secrets
 from ldp.longitudinal.memo import TAG_ATTRIBUTE_SAMPLE, attribute_secrets, keyed_uniform, name_key
@@ -112,7 +117,34 @@ class CategoricalAttribute:
     parameters: Mapping[str, int] = field(default_factory=dict)  # a memoized oracle's (`_memoized`)
 
 
-Attribute = NumericAttribute | CategoricalAttribute
+@dataclass(frozen=True)
+class KeyValueAttribute:
+    """Key-value pairs over `domain` keys with values in [lo, hi], reported by a `ldp.keyvalue` mechanism name or
+    "auto" (`choose_keyvalue`); a device's column is a pairs array (n, slots, 2) with values on [lo, hi]."""
+
+    name: str
+    domain: int
+    lo: float
+    hi: float
+    mechanism: str = "auto"
+    padding: int = 1
+
+
+Attribute = NumericAttribute | CategoricalAttribute | KeyValueAttribute
+
+
+def choose_keyvalue(epsilon: float, domain: int, padding: int) -> str:
+    """The PCKV variant ("pckv-ue" or "pckv-grr") of least n Var[f_hat] for a rare key at this eps, d and l.
+
+    Examples
+    --------
+    >>> choose_keyvalue(1.0, 4, 1), choose_keyvalue(1.0, 64, 2)
+    ('pckv-grr', 'pckv-ue')
+    """
+    candidates = ("pckv-grr", "pckv-ue")
+    variances = [float(registry.make_keyvalue(name, epsilon, domain, padding).frequency_variance(0.0))
+                 for name in candidates]
+    return candidates[int(np.argmin(variances))]
 
 
 @dataclass(frozen=True)
@@ -151,7 +183,8 @@ class MixedCollector:
             raise LDPError(f"cannot sample k = {self.k} of d = {self.dims} attributes")
         self.scale = self.dims / self.k
         self.mechanisms: dict[str, Mechanism] = {a.name: self._mechanism(a) for a in self.attributes}
-        self.scalers = {a.name: RangeScaler(a.lo, a.hi) for a in self.attributes if isinstance(a, NumericAttribute)}
+        self.scalers = {a.name: RangeScaler(a.lo, a.hi) for a in self.attributes
+                        if isinstance(a, NumericAttribute | KeyValueAttribute)}
         sizes = [block_size(self.mechanisms[name]) for name in names]
         starts = 1 + np.concatenate([[0], np.cumsum(sizes)[:-1]])
         self.stats_slices = {
@@ -166,6 +199,12 @@ class MixedCollector:
 
     def _mechanism(self, attr: Attribute) -> Mechanism:
         eps = self.epsilon / self.k
+        if isinstance(attr, KeyValueAttribute):
+            if self.epsilon_lifetime is not None:
+                raise LDPError(f"attribute {attr.name!r}: key-value mechanisms have no memo; they cannot keep a "
+                               "lifetime budget")
+            name = choose_keyvalue(eps, attr.domain, attr.padding) if attr.mechanism == "auto" else attr.mechanism
+            return registry.make_keyvalue(name, eps, attr.domain, attr.padding)
         if self.epsilon_lifetime is not None:
             return self._memoized(attr, eps)
         if isinstance(attr, CategoricalAttribute) and attr.oracle in registry.LONGITUDINAL:
@@ -278,11 +317,24 @@ class MixedCollector:
         return chosen
 
     def _inputs(self, attr: Attribute, column: np.ndarray) -> np.ndarray:
+        if isinstance(attr, KeyValueAttribute):
+            return self._unit_pairs(attr, column)
         if isinstance(attr, NumericAttribute):
             return self.scalers[attr.name].to_unit(np.atleast_1d(column))
         values = np.atleast_1d(np.asarray(column))
         _validate_codes(values, attr)
         return values
+
+    def _unit_pairs(self, attr: KeyValueAttribute, column: np.ndarray) -> np.ndarray:
+        """A pairs array with values on [lo, hi] as the mechanism takes it, values on [-1, 1] (empty slots 0)."""
+        pairs = np.array(column, dtype=np.float64)
+        if pairs.ndim != 3 or pairs.shape[2] != 2:
+            raise LDPError(f"attribute {attr.name!r}: a pairs array (n, slots, 2) expected, got shape {pairs.shape}")
+        held = pairs[:, :, 0] != EMPTY
+        pairs[:, :, 1][held] = self.scalers[attr.name].to_unit(pairs[:, :, 1][held])
+        pairs[:, :, 1][~held] = 0.0
+        check_pairs(pairs, attr.domain)
+        return pairs
 
     def accumulate(self, batch: MixedBatch) -> np.ndarray:
         """Additive statistics of a batch (layout in the module docstring)."""
@@ -298,6 +350,9 @@ class MixedCollector:
         out: dict[str, Estimate] = {}
         for attr in self.attributes:
             block = stats[self.stats_slices[attr.name]]
+            if isinstance(attr, KeyValueAttribute):
+                out[attr.name] = self._keyvalue_estimate(attr, total, int(block[0]), block[1:])
+                continue
             est = self._unit_estimate(attr, total, int(block[0]), block[1:])
             out[attr.name] = self.scalers[attr.name].estimate_from_unit(est) if attr.name in self.scalers else est
         return out
@@ -322,6 +377,32 @@ class MixedCollector:
             m2 = np.clip(value, 0.0, 1.0)
         var = weight**2 * np.atleast_1d(sub.stderr) ** 2 + (self.scale - 1) * m2 / total
         return _squeeze(Estimate(n=total, value=value, stderr=np.sqrt(var)), attr)
+
+
+    def _keyvalue_estimate(self, attr: KeyValueAttribute, total: int, sampled: int, sub_stats: np.ndarray) -> Estimate:
+        """Shape (2, d): row 0 the frequency of every key (unbiased, as a categorical attribute's), row 1 the mean
+        of its values on [lo, hi] (the mechanism's ratio among the sampled devices, `ldp.keyvalue.base`).
+
+        The sampled devices' holders are a random subset of all holders, so the mean's variance gains the sampling
+        term (s - 1) Var(v) / (N f), Var(v) <= (1 - m)(1 + m) for values in [-1, 1] (Bhatia-Davis): an upper bound.
+        """
+        mech: KeyValueMechanism = self.mechanisms[attr.name]  # type: ignore[assignment]
+        d, scaler = attr.domain, self.scalers[attr.name]
+        if total == 0 or sampled == 0:
+            freq = np.full(d, np.nan if total == 0 else 0.0)
+            freq_se = np.full(d, np.inf if total == 0 else np.sqrt((self.scale - 1) / total))
+            return Estimate(n=total, value=np.stack([freq, np.full(d, np.nan)]),
+                            stderr=np.stack([freq_se, np.full(d, np.inf)]))
+        sub, means = mech.estimate(sub_stats), mech.estimate_means(sub_stats)
+        weight = self.scale * sampled / total
+        freq = weight * sub.value[0]
+        f = np.clip(freq, 0.0, 1.0)
+        freq_var = weight**2 * sub.stderr[0] ** 2 + (self.scale - 1) * f / total
+        m = np.clip(np.nan_to_num(means.value), -1.0, 1.0)
+        spread = (self.scale - 1) * (1 - m**2) / (total * np.maximum(f, 1.0 / total))
+        mean_se = np.sqrt(means.stderr**2 + spread) * scaler.half_width
+        return Estimate(n=total, value=np.stack([freq, scaler.from_unit(means.value)]),
+                        stderr=np.stack([np.sqrt(freq_var), mean_se]))
 
 
 def _answers(mech: Mechanism, attr: Attribute) -> int:

@@ -18,6 +18,7 @@ from ldp.base import LDPError, Mechanism
 
 if TYPE_CHECKING:
     from ldp.frequency.base import FrequencyOracle
+    from ldp.keyvalue.base import KeyValueMechanism
     from ldp.longitudinal.base import Longitudinal
     from ldp.numeric.base import NumericMechanism
 
@@ -49,6 +50,13 @@ LONGITUDINAL: dict[str, str] = {
     "rappor": "ldp.longitudinal.rappor:RAPPOR",
     "1bitmean": "ldp.longitudinal.one_bit_mean:OneBitMean",
     "dbitflip": "ldp.longitudinal.dbitflip:DBitFlip",
+}
+# Key-value mechanisms (`ldp.keyvalue`): a device's set of (key, value) pairs, not one value; apart, like LONGITUDINAL,
+# so that `auto` never picks them and the CLI's tables of one-value mechanisms do not list them.
+KEYVALUE: dict[str, str] = {
+    "privkv": "ldp.keyvalue.privkv:PrivKV",
+    "pckv-ue": "ldp.keyvalue.pckv:PCKVUE",
+    "pckv-grr": "ldp.keyvalue.pckv:PCKVGRR",
 }
 
 
@@ -96,6 +104,18 @@ def longitudinal_parameters(name: str) -> tuple[str, ...]:
     bloom_bits and cohorts; dBitFlip's sampled; 1BitMean's buckets): the keywords of its `with_budgets` after the
     budgets and the domain. The stage probabilities (f, p, q, gamma) are not among them: the budgets fix them."""
     return tuple(inspect.signature(longitudinal_class(name).with_budgets).parameters)[3:]
+
+
+def keyvalue_class(name: str) -> type[KeyValueMechanism]:
+    """The class registered under `name` in KEYVALUE."""
+    return cast("type[KeyValueMechanism]", _class_in(KEYVALUE, "key-value mechanism", name))
+
+
+def make_keyvalue(name: str, epsilon: float, domain: int, padding: int = 1) -> KeyValueMechanism:
+    """The key-value mechanism `name` over `domain` keys; `padding` is PCKV's l (PrivKV samples a key of the
+    domain and takes none)."""
+    cls = keyvalue_class(name)
+    return cls(epsilon, domain, padding) if cls.takes_padding else cls(epsilon, domain)  # type: ignore[call-arg]
 
 
 def make_longitudinal(name: str, epsilon_lifetime: float, epsilon_first: float,

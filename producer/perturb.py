@@ -9,16 +9,17 @@ attribute's range, categories known), maps categorical values to their codes, ru
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
 
 from collection.collector import Strategies, collector_for
 from collection.pseudonym import device_partitions
-from collection.spec import CategoricalAttribute, CollectionSpec, NumericAttribute
+from collection.spec import CategoricalAttribute, CollectionSpec, KeyValueAttribute, NumericAttribute, SpecError
 from collection.wire import AttributeReports, PerturbedBatch, perturbed_batch
 from ldp.base import LDPError
+from ldp.keyvalue.base import EMPTY, check_pairs, pairs_array
 from producer.ledger import Memo
 
 
@@ -32,9 +33,10 @@ def perturb(spec: CollectionSpec, devices: np.ndarray, timestamps_ms: np.ndarray
     """Perturbed reports of n devices (pseudonyms `devices`, report times in ms) for the true `records`.
 
     `records` maps every attribute name to a column of n true values: numeric ones inside the attribute's range,
-    categorical ones as value strings or integer codes 0..K-1; `strategies` holds the factorization strategies
-    the spec pins (`runtime.strategies.strategies_for`); `secrets` the devices' uint64 collection secrets, which a
-    spec with a privacy block needs (and only it). RecordError if anything is malformed.
+    categorical ones as value strings or integer codes 0..K-1, keyvalue ones as n mappings {key: value} (`_pairs`)
+    or a pairs array (n, slots, 2) of key codes (-1: empty slot) and values; `strategies` holds the factorization
+    strategies the spec pins (`runtime.strategies.strategies_for`); `secrets` the devices' uint64 collection
+    secrets, which a spec with a privacy block needs (and only it). RecordError if anything is malformed.
     """
     ids = np.asarray(devices)
     if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or (ids.dtype.kind == "i" and ids.min() < 0):
@@ -80,7 +82,8 @@ def _secrets(spec: CollectionSpec, secrets: np.ndarray | None, n: int) -> np.nda
 
 
 def true_columns(spec: CollectionSpec, records: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    """The records validated and as the collector takes them: float64 numeric values, int64 category codes."""
+    """The records validated and as the collector takes them: float64 numeric values, int64 category codes,
+    pairs arrays of key codes."""
     names = {a.name for a in spec.attributes}
     missing = [a.name for a in spec.attributes if a.name not in records]
     unknown = sorted(set(records) - names)
@@ -88,6 +91,9 @@ def true_columns(spec: CollectionSpec, records: Mapping[str, np.ndarray], n: int
         raise RecordError(f"{spec.key}: records lack attributes {missing} or have unknown ones {unknown}")
     columns = {}
     for a in spec.attributes:
+        if isinstance(a, KeyValueAttribute):
+            columns[a.name] = _pairs(a, records[a.name], n)
+            continue
         column = np.atleast_1d(np.asarray(records[a.name]))
         if column.shape != (n,):
             raise RecordError(f"attribute {a.name!r}: expected {n} values (one per device), got shape {column.shape}")
@@ -106,6 +112,46 @@ def _numeric(a: NumericAttribute, column: np.ndarray) -> np.ndarray:
         bad = x[(x < lo) | (x > hi)][0]
         raise RecordError(f"attribute {a.name!r}: value {bad} outside its range [{lo}, {hi}]")
     return x
+
+
+def _pairs(a: KeyValueAttribute, column: object, n: int) -> np.ndarray:
+    """A keyvalue column as a pairs array with key codes, checked: keys known, values finite in the range, no key
+    twice. From mappings {key name or code: value} (one device's SDK call; building from Python objects), an open
+    domain's keys are hashed (`KeyValueAttribute.code_of`) and a second key of a bucket already held is dropped."""
+    if isinstance(column, np.ndarray) and column.dtype == object:  # the SDK's one record: an array of mappings
+        column = column.tolist()
+    if isinstance(column, np.ndarray) and column.dtype.kind in "iuf":
+        pairs = column.astype(np.float64)
+    elif isinstance(column, Sequence) and all(isinstance(row, Mapping) for row in column):
+        try:
+            sets = [_codes_of(a, row) for row in column]
+        except SpecError as exc:
+            raise RecordError(str(exc)) from None
+        pairs = pairs_array(sets)
+    else:
+        raise RecordError(f"attribute {a.name!r}: n mappings {{key: value}} or a pairs array (n, slots, 2) expected")
+    if pairs.ndim != 3 or pairs.shape[0] != n or pairs.shape[2] != 2:
+        raise RecordError(f"attribute {a.name!r}: expected {n} sets of pairs, got shape {pairs.shape}")
+    keys, values = pairs[:, :, 0], pairs[:, :, 1]
+    try:  # keys: integer codes in the domain (or -1), none twice in a set; values are checked on their range below
+        check_pairs(np.stack([keys, np.zeros_like(values)], axis=2), a.domain_size)
+    except LDPError as exc:
+        raise RecordError(f"attribute {a.name!r}: {exc}") from None
+    held = keys != EMPTY
+    lo, hi = a.range
+    if not ((values[held] >= lo).all() and (values[held] <= hi).all()):  # NaN fails both
+        raise RecordError(f"attribute {a.name!r}: a value outside its range [{lo}, {hi}] (or NaN)")
+    return pairs
+
+
+def _codes_of(a: KeyValueAttribute, row: Mapping[object, object]) -> dict[int, float]:
+    codes: dict[int, float] = {}
+    for key, value in row.items():
+        code = a.code_of(key) if isinstance(key, str) else key
+        if not isinstance(code, int | np.integer) or not isinstance(value, int | float | np.number):
+            raise RecordError(f"attribute {a.name!r}: pairs are {{key: number}}, got {key!r}: {value!r}")
+        codes.setdefault(int(code), float(value))
+    return codes
 
 
 @lru_cache(maxsize=1024)

@@ -7,6 +7,9 @@ Numeric attributes are drawn on [-1, 1] and mapped linearly onto the attribute's
 - "power_law": density proportional to (x + 2)^-10 on [-1, 1] (000 Sec. VI-A), by its inverse CDF
   F(x) = (1 - (x + 2)^-9) / (1 - 3^-9).
 Categorical attributes are Zipf over the listed values: P(value i) proportional to (i + 1)^-s, s = `zipf_exponent`.
+Keyvalue attributes: a device holds key i independently with probability min(0.95, P_i * pairs_per_device), P the
+Zipf probabilities over the keys, and its value for key i is the truncated gaussian above with a mean per key (from
+the seed), mapped onto the range; the records are pairs arrays (n, keys held at most, 2), empty slots -1.
 
 `PopulationTruth` accumulates the exact statistics of the records drawn (means in the attribute's units,
 frequencies = counts / devices), which is what the estimates are checked against.
@@ -19,9 +22,10 @@ import math
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from collection.spec import CategoricalAttribute, CollectionSpec, NumericAttribute
+from collection.spec import CategoricalAttribute, CollectionSpec, KeyValueAttribute, NumericAttribute
 
 GAUSSIAN_SD = 0.25
+MAX_HOLD = 0.95  # the largest probability that a simulated device holds a key
 GAUSSIAN_MU_RANGE = 0.5
 POWER_LAW_EXPONENT = 10.0
 
@@ -63,6 +67,11 @@ class Population:
                             for a in spec.attributes if isinstance(a, NumericAttribute)}
         self.zipf = {a.name: zipf_probabilities(len(a.values), a.zipf_exponent)
                      for a in spec.attributes if isinstance(a, CategoricalAttribute)}
+        self.hold = {a.name: np.minimum(MAX_HOLD, a.pairs_per_device * zipf_probabilities(a.domain_size,
+                                                                                          a.zipf_exponent))
+                     for a in spec.attributes if isinstance(a, KeyValueAttribute)}
+        self.key_mu = {name: params.uniform(-GAUSSIAN_MU_RANGE, GAUSSIAN_MU_RANGE, len(hold))
+                       for name, hold in self.hold.items()}
 
     def sample(self, n: int, rng: np.random.Generator) -> Records:
         """True records of n devices: numeric values in the attribute's range, categorical value codes."""
@@ -71,9 +80,23 @@ class Population:
             if isinstance(a, NumericAttribute):
                 lo, hi = a.range
                 records[a.name] = lo + (self._unit(a, n, rng) + 1.0) * ((hi - lo) / 2.0)
+            elif isinstance(a, KeyValueAttribute):
+                records[a.name] = self._pairs(a, n, rng)
             else:
                 records[a.name] = rng.choice(len(a.values), size=n, p=self.zipf[a.name]).astype(np.int64)
         return records
+
+    def _pairs(self, a: KeyValueAttribute, n: int, rng: np.random.Generator) -> np.ndarray:
+        """A pairs array of n devices (module docstring), the held keys first in each row."""
+        hold, mu = self.hold[a.name], self.key_mu[a.name]
+        held = rng.random((n, len(hold))) < hold
+        lo, hi = a.range
+        unit = np.clip(mu + GAUSSIAN_SD * rng.standard_normal(held.shape), -1.0, 1.0)
+        values = lo + (unit + 1.0) * ((hi - lo) / 2.0)
+        order = np.argsort(~held, axis=1, kind="stable")[:, : max(1, int(held.sum(axis=1).max(initial=0)))]
+        kept = np.take_along_axis(held, order, axis=1)
+        return np.stack([np.where(kept, order, -1), np.where(kept, np.take_along_axis(values, order, axis=1), 0.0)],
+                        axis=2).astype(np.float64)
 
     def _unit(self, a: NumericAttribute, n: int, rng: np.random.Generator) -> np.ndarray:
         if a.distribution == "gaussian":
@@ -92,6 +115,9 @@ class PopulationTruth:
         self._sums: dict[str, list[float]] = {a.name: [] for a in spec.attributes if isinstance(a, NumericAttribute)}
         self._counts = {a.name: np.zeros(len(a.values), dtype=np.int64)
                         for a in spec.attributes if isinstance(a, CategoricalAttribute)}
+        self._holders = {a.name: np.zeros(a.domain_size, dtype=np.int64)
+                         for a in spec.attributes if isinstance(a, KeyValueAttribute)}
+        self._key_sums = {name: np.zeros(len(c)) for name, c in self._holders.items()}
 
     def add(self, records: Records) -> None:
         n = len(next(iter(records.values())))
@@ -100,13 +126,27 @@ class PopulationTruth:
             partial.append(float(np.sum(records[name])))  # pairwise per chunk, fsum across chunks
         for name, counts in self._counts.items():
             counts += np.bincount(records[name], minlength=len(counts))
+        for name, holders in self._holders.items():
+            keys, values = records[name][:, :, 0], records[name][:, :, 1]
+            held = keys >= 0
+            holders += np.bincount(keys[held].astype(np.intp), minlength=len(holders))
+            self._key_sums[name] += np.bincount(keys[held].astype(np.intp), weights=values[held],
+                                                minlength=len(holders))
 
     def to_dict(self) -> dict[str, object]:
-        """{"devices": N, "attributes": {NAME: {"mean": x} | {"frequencies": {VALUE: f}}}}."""
+        """{"devices": N, "attributes": {NAME: {"mean": x} | {"frequencies": {VALUE: f}} | {"frequencies": {KEY: f},
+        "means": {KEY: mean of the holders' values}}}}."""
         attributes: dict[str, object] = {}
         for a in self.spec.attributes:
             if isinstance(a, NumericAttribute):
                 attributes[a.name] = {"mean": math.fsum(self._sums[a.name]) / self.devices if self.devices else None}
+            elif isinstance(a, KeyValueAttribute):
+                holders, sums = self._holders[a.name], self._key_sums[a.name]
+                attributes[a.name] = {
+                    "frequencies": {k: (int(c) / self.devices if self.devices else None)
+                                    for k, c in zip(a.labels, holders, strict=True)},
+                    "means": {k: (float(s) / int(c) if c else None)
+                              for k, s, c in zip(a.labels, sums, holders, strict=True)}}
             else:
                 counts = self._counts[a.name]
                 attributes[a.name] = {"frequencies": {v: (int(c) / self.devices if self.devices else None)

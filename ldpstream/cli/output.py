@@ -35,6 +35,8 @@ def estimates_table(result: dict[str, Any], truth: dict[str, Any] | None = None)
                 if "mean" in entry else
                 [(v, e["estimate"], e["stderr"], (truth or {}).get(name, {}).get(kind, {}).get(v))
                  for v, e in entry[kind].items()])
+        rows += [(f"{v} mean", e["estimate"], e["stderr"], (truth or {}).get(name, {}).get("means", {}).get(v))
+                 for v, e in entry.get("means", {}).items()]
         for i, (label, est, se, true) in enumerate(rows):
             cells = [name if i == 0 else "", str(label), _fmt(est), _fmt(se)]
             if truth is not None:

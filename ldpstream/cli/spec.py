@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from collection.collector import privacy_budgets, resolved_mechanisms, sampled_count
-from collection.spec import CollectionSpec, NumericAttribute, SpecError, load_spec
+from collection.spec import CollectionSpec, KeyValueAttribute, NumericAttribute, SpecError, load_spec
 from ldp import registry
 from ldp.base import LDPError
 from runtime.kafka import DeliveryError, TopicError
@@ -52,7 +52,11 @@ def summary(spec: CollectionSpec) -> tuple[str, Table]:
         table.add_column(column)
     budgets = privacy_budgets(spec, strategies_for(spec))
     for a in spec.attributes:
-        domain = f"[{a.range[0]:g}, {a.range[1]:g}]" if isinstance(a, NumericAttribute) else ", ".join(a.values)
+        if isinstance(a, KeyValueAttribute):
+            keys = ", ".join(a.keys) if a.keys is not None else f"{a.buckets} hashed buckets"
+            domain = f"keys {keys}; values [{a.range[0]:g}, {a.range[1]:g}]; padding l = {a.padding}"
+        else:
+            domain = f"[{a.range[0]:g}, {a.range[1]:g}]" if isinstance(a, NumericAttribute) else ", ".join(a.values)
         chosen = mechanisms[a.name] + (" (auto)" if a.mechanism == "auto" else "")
         spend = budgets["attributes"][a.name]
         per_value = "-" if spend["per_value"] is None else f"{spend['per_value']:g}"

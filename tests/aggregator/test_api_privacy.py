@@ -11,7 +11,7 @@ from collection.spec import load_spec
 from runtime.settings import PROJECT_ROOT
 
 
-@pytest.mark.parametrize(("example", "lifetime"), [("app_usage.yaml", 4.0), ("diagnostics.yaml", None)])
+@pytest.mark.parametrize(("example", "lifetime"), [("app_lifetime.yaml", 4.0), ("diagnostics.yaml", None)])
 def test_versions_show_the_per_report_and_lifetime_guarantees(example: str, lifetime: float | None) -> None:
     spec = load_spec(PROJECT_ROOT / "examples" / example)
     privacy = version_summary(MemoryStore(), Plan(spec), [])["privacy"]

@@ -36,7 +36,7 @@ def test_a_privacy_block_sets_the_per_report_epsilon_and_round_trips() -> None:
 
 
 def test_the_example_validates_and_spends_what_it_states() -> None:
-    spec = load_spec(EXAMPLES / "app_usage.yaml")
+    spec = load_spec(EXAMPLES / "app_lifetime.yaml")
     budgets = privacy_budgets(spec)
     assert (budgets["per_report"], budgets["lifetime"], budgets["values"]) == (1.0, 4.0, 2)
     for spend in budgets["attributes"].values():  # k = 1: each value of the one attribute at lifetime / values

@@ -37,8 +37,8 @@ DAY_AHEAD = {"LDP_MAX_CLOCK_SKEW_S": str(25 * 3600)}
 
 @pytest.fixture
 def memoized(live_services: Settings) -> Iterator[Collection]:
-    """examples/app_usage.yaml (privacy: per_report 1, lifetime 4, values 2) published under a unique name."""
-    with published_collection(live_services, "app_usage.yaml") as c:
+    """examples/app_lifetime.yaml (privacy: per_report 1, lifetime 4, values 2) published under a unique name."""
+    with published_collection(live_services, "app_lifetime.yaml") as c:
         yield c
 
 

@@ -22,6 +22,7 @@ from ldpstream.cli import mechanisms
 from tests.ldp import (
     test_audit,
     test_frequency,
+    test_keyvalue,
     test_longitudinal,
     test_mechanism_doctests,
     test_multidim,
@@ -56,6 +57,9 @@ def test_the_suite_checks_every_registered_mechanism() -> None:
     assert set(test_longitudinal.NAMES) == longitudinal and not longitudinal & (numeric | frequency)
     modules = {registry.mechanism_class(name).__module__ for name in numeric | frequency | longitudinal}
     assert modules <= set(test_mechanism_doctests.MODULES)
+    keyvalue = set(registry.KEYVALUE)
+    assert set(test_keyvalue.NAMES) == keyvalue and not keyvalue & (numeric | frequency | longitudinal)
+    assert {registry.keyvalue_class(name).__module__ for name in keyvalue} <= set(test_mechanism_doctests.MODULES)
     assert set(vector_candidates()) == numeric
     assert set(frequency_candidates()) == frequency
     left_out = {name for name in numeric if not registry.numeric_class(name).auto_one_dimensional}
