@@ -314,8 +314,9 @@ class CollectionSpec(BaseModel):
             raise ValueError(f"attributes {memoized} name memoized mechanisms, which need a privacy block "
                              "{per_report, lifetime}")
         for a in self.attributes:
-            error = a.parameters and parameter_error(a.mechanism, a.parameters,
-                                                     len(a.values) if isinstance(a, CategoricalAttribute) else None)
+            tunable = isinstance(a, (NumericAttribute, CategoricalAttribute)) and a.parameters
+            error = tunable and parameter_error(a.mechanism, a.parameters,
+                                                len(a.values) if isinstance(a, CategoricalAttribute) else None)
             if error:
                 raise ValueError(f"attribute {a.name!r}: {error}")
         fresh = [a.name for a in self.attributes if a.mechanism not in registry.LONGITUDINAL and a.mechanism != "auto"]
