@@ -34,7 +34,8 @@ class StringPopulation:
 
 
 def zipf_words(distinct: int, exponent: float, n: int, rng: np.random.Generator,
-               alphabet: str = "abcdefghijklmnopqrstuvwxyz", min_length: int = 3, max_length: int = 8) -> StringPopulation:
+               alphabet: str = "abcdefghijklmnopqrstuvwxyz", min_length: int = 3,
+               max_length: int = 8) -> StringPopulation:
     """`distinct` random words over `alphabet`, Zipf(exponent) over their ranks, one word per device (vectorised)."""
     symbols = np.frombuffer(alphabet.encode("ascii"), dtype=np.uint8)
     words = np.zeros(0, dtype=f"S{max_length}")

@@ -69,7 +69,10 @@ class StringDomain:
 
         A uint8 matrix of that width is validated and returned as is (the form the decoder and simulator pass).
         """
-        arr = np.asarray(values)
+        # a Python sequence goes through objects: numpy's fixed-width strings would drop trailing NULs unseen
+        arr = np.asarray(values) if isinstance(values, np.ndarray) else np.array(values, dtype=object)
+        if arr.dtype == object and arr.ndim == 2 and arr.shape[0] and isinstance(arr.flat[0], (int, np.integer)):
+            arr = arr.astype(np.int64)
         if arr.dtype == np.uint8 and arr.ndim == 2:
             if arr.shape[1] != self.max_length:
                 raise LDPError(f"string rows must be {self.max_length} bytes wide, got {arr.shape[1]}")
@@ -83,7 +86,10 @@ class StringDomain:
             elif arr.dtype.kind == "O":
                 if not all(isinstance(v, (str, bytes)) for v in arr):
                     raise LDPError("values must be strings")
-                arr = np.array([v.encode("utf-8") if isinstance(v, str) else v for v in arr], dtype=bytes)
+                encoded = [v.encode("utf-8") if isinstance(v, str) else v for v in arr]
+                if any(b"\0" in v for v in encoded):
+                    raise LDPError("string holds a NUL byte")
+                arr = np.array(encoded, dtype=bytes)
             elif arr.dtype.kind != "S":
                 raise LDPError(f"values must be strings, got dtype {arr.dtype}")
             if arr.size == 0:

@@ -20,8 +20,10 @@ the estimate is unbiased for the population; n Var is that of the oracle with n 
   OLH's randomized response on a hashed bucket (g = round(e^eps) + 1) from a fixed public family of hashes so that
   the statistics add (`HashedGRR`); PEM's own OLH draws a private hash per report, whose reports would all have
   to be kept.
-HCMS's rare-item n Var ~ ((e^eps + 1)/(e^eps - 1))^2 is below hashed GRR's 4 e^eps/(e^eps - 1)^2 only for
-eps < ~0.9 (where g = 2 or 3); `choose_heavy_hitters` picks by that variance.
+HCMS's rare-item n Var ~ ((e^eps + 1)/(e^eps - 1))^2 is never below hashed GRR's ~ 4 e^eps/(e^eps - 1)^2
+(4 e^eps <= (e^eps + 1)^2), and above eps ~ 2 it is many times larger (one bit per report, n Var >= 1); what HCMS
+buys is a report of one bit and a sketch whose size does not grow with e^eps. `choose_heavy_hitters` picks by the
+variance.
 """
 
 from __future__ import annotations
@@ -275,3 +277,17 @@ class PEM(PrefixTree):
 
     def default_beam(self, top: int) -> int:
         return top
+
+
+def choose_heavy_hitters(epsilon: float) -> str:
+    """`auto` for a string attribute: the tree whose oracle has the smaller rare-string variance at epsilon (a tie
+    goes to the lower `auto_rank`); that is PEM's hashed GRR at every epsilon (module docstring).
+
+    Examples
+    --------
+    >>> choose_heavy_hitters(0.5), choose_heavy_hitters(4.0)
+    ('pem', 'pem')
+    """
+    domain = StringDomain(1)
+    trees = sorted((HCMSTree(epsilon, domain), PEM(epsilon, domain)), key=lambda tree: tree.auto_rank)
+    return min(trees, key=lambda tree: tree.worst_case_variance()).name
