@@ -169,19 +169,23 @@ class SketchOracle(Mechanism):
         sums, n = self._check_stats(stats)
         return self._z_table(sums), n
 
-    def score(self, table: np.ndarray, n: int, cand_buckets: np.ndarray, peeled: float = 0.0) -> np.ndarray:
-        """f_hat = m/(m-1) (sum_j T[j, h_j(d)] / n - (1 - peeled)/m) for candidates with buckets (C, k); `peeled` is
+    def candidate_cells(self, rows: np.ndarray) -> np.ndarray:
+        """(C, k) flat indices j m + h_j(d) of every candidate's cells in a (k, m) table (computed once, scored
+        many times)."""
+        return self.candidate_buckets(rows) + np.arange(self.hashes, dtype=np.int64)[None, :] * self.width
+
+    def score(self, table: np.ndarray, n: int, cells: np.ndarray, peeled: float = 0.0) -> np.ndarray:
+        """f_hat = m/(m-1) (sum_j T[j, h_j(d)] / n - (1 - peeled)/m) for candidates with `cells` (C, k); `peeled` is
         the frequency mass already removed from the table (`peel`)."""
         m = self.width
-        mean_z = table[np.arange(self.hashes)[None, :], cand_buckets].sum(axis=1) / n
+        mean_z = np.take(table.ravel(), cells).sum(axis=1) / n
         return m / (m - 1) * (mean_z - (1 - peeled) / m)
 
-    def peel(self, table: np.ndarray, n: int, known_buckets: np.ndarray, values: np.ndarray) -> np.ndarray:
+    def peel(self, table: np.ndarray, n: int, known_cells: np.ndarray, values: np.ndarray) -> np.ndarray:
         """The table without the expected contribution of known strings (n f(d) / k in cell (j, h_j(d))): a
         candidate scored on it (with `peeled` = sum of the values) is unbiased without their collisions."""
-        out = table.copy()
-        rows = np.broadcast_to(np.arange(self.hashes)[None, :], known_buckets.shape)
-        np.subtract.at(out, (rows, known_buckets), (n * np.asarray(values) / self.hashes)[:, None])
+        out = np.array(table, dtype=np.float64)
+        np.subtract.at(out.ravel(), known_cells, (n * np.asarray(values) / self.hashes)[:, None])
         return out
 
     def frequencies(self, stats: np.ndarray, rows: np.ndarray) -> Estimate:
@@ -189,7 +193,7 @@ class SketchOracle(Mechanism):
         table, n = self.z_table(stats)
         if n == 0:
             return Estimate(n=0, value=np.full(rows.shape[0], np.nan), stderr=np.full(rows.shape[0], np.inf))
-        value = self.score(table, n, self.candidate_buckets(rows))
+        value = self.score(table, n, self.candidate_cells(rows))
         return Estimate(n=n, value=value, stderr=self.stderr(value, n))
 
     def stderr(self, value: np.ndarray, n: int) -> np.ndarray:
@@ -222,10 +226,25 @@ class SketchOracle(Mechanism):
 
     def collision_fractions(self, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
         """(A, B): gamma(a, b), the fraction of the hashes on which rows a and b share a bucket."""
-        a, b = self.candidate_buckets(rows_a), self.candidate_buckets(rows_b)
+        return self._shared_cells(self.candidate_cells(rows_a), self.candidate_cells(rows_b))
+
+    def _shared_cells(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """(A, B) fraction of the k cells two candidates share, from their cells (C, k): one sort of all cells."""
+        cells = np.concatenate([a.ravel(), b.ravel()])
+        owner = np.concatenate([np.repeat(np.arange(a.shape[0]), a.shape[1]),
+                                -1 - np.repeat(np.arange(b.shape[0]), b.shape[1])])
+        order = np.argsort(cells, kind="stable")
+        cells, owner = cells[order], owner[order]
         shared = np.zeros((a.shape[0], b.shape[0]))
-        for j in range(self.hashes):  # loop over hash functions, vectorised over pairs
-            shared += a[:, j, None] == b[None, :, j]
+        starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
+        sizes = np.diff(np.r_[starts, cells.shape[0]])
+        for size in np.unique(sizes[sizes > 1]):  # groups of equal cells, by size: a few distinct sizes
+            members = owner[starts[sizes == size][:, None] + np.arange(size)[None, :]]
+            left = members[:, :, None]
+            right = members[:, None, :]
+            pair = (left >= 0) & (right < 0)
+            np.add.at(shared, (np.broadcast_to(left, pair.shape)[pair],
+                               -1 - np.broadcast_to(right, pair.shape)[pair]), 1.0)
         return shared / self.hashes
 
     def joint_frequencies(self, table: np.ndarray, n: int, rows: np.ndarray, raw: np.ndarray) -> Estimate:
@@ -396,8 +415,8 @@ class HashedGRR(SketchOracle):
                  seed: int = 0, prefix_length: int | None = None, dictionary: Sequence[str] | None = None) -> None:
         eps = check_frequency_epsilon(epsilon)
         g = math.floor(math.exp(eps) + 0.5) + 1 if width is None else width  # 004, OLH: g = e^eps + 1
-        # k g ~ 2^16 cells like HCMS's, at most 256 hashes (decoding gathers a cell per candidate and hash)
-        k = min(256, max(16, (1 << 16) // max(g, 1))) if hashes is None else hashes
+        # k g ~ 2^16 cells like HCMS's, at most 128 hashes (decoding gathers a cell per candidate and hash)
+        k = min(128, max(16, (1 << 16) // max(g, 1))) if hashes is None else hashes
         super().__init__(eps, domain, k, g, seed, prefix_length, dictionary)
         e = math.exp(self.epsilon)
         self.p = e / (e + self.width - 1)

@@ -43,7 +43,10 @@ from ldp.open_domain.strings import StringDomain
 
 MAX_EXTENSIONS = 1 << 12  # suffixes per candidate and level: (symbols + 1)^step
 MAX_CANDIDATES = 1 << 21  # candidates scored at one level (beam x extensions)
-JOINT_FACTOR = 4  # candidates re-estimated jointly per level: this many times those kept
+JOINT_FACTOR = 2  # candidates re-estimated jointly per level: this many times those kept
+MIN_JOINT = 256
+SPARSE = 4  # a joint set of at most m / 4 strings: collisions among them sparse, A well conditioned
+SIGNIFICANT = 3.0  # leaders are estimates this many standard errors above 0 (a joint set of noise amplifies it)
 MAX_JOINT = 1024
 PEEL_ROUNDS = 2
 
@@ -192,14 +195,16 @@ class PrefixTree(Mechanism):
         """Every candidate's estimate and stderr, the leaders' jointly (`joint_frequencies`) and the others' on the
         table without the leaders (`peel`), so that a string colliding with a frequent one is not ranked by it;
         PEEL_ROUNDS rounds, the leaders re-chosen each round."""
-        cand_buckets = oracle.candidate_buckets(cand)
-        value = oracle.score(table, n, cand_buckets)
+        cells = oracle.candidate_cells(cand)
+        value = oracle.score(table, n, cells)
         stderr = oracle.stderr(value, n)
         for _ in range(PEEL_ROUNDS):
-            leaders = np.argsort(-value, kind="stable")[: min(JOINT_FACTOR * keep, MAX_JOINT)]
+            joint_size = min(max(JOINT_FACTOR * keep, MIN_JOINT), MAX_JOINT, max(1, oracle.width // SPARSE))
+            leaders = np.argsort(-value, kind="stable")[:joint_size]
+            leaders = leaders[: max(1, int(np.count_nonzero(value[leaders] > SIGNIFICANT * stderr[leaders])))]
             joint = oracle.joint_frequencies(table, n, cand[leaders], value[leaders])
-            peeled = oracle.peel(table, n, cand_buckets[leaders], joint.value)
-            value = oracle.score(peeled, n, cand_buckets, peeled=float(joint.value.sum()))
+            peeled = oracle.peel(table, n, cells[leaders], joint.value)
+            value = oracle.score(peeled, n, cells, peeled=float(joint.value.sum()))
             stderr = oracle.stderr(value, n)
             value[leaders], stderr[leaders] = joint.value, joint.stderr
         return value, stderr
