@@ -9,10 +9,13 @@ precision (= recall, a top-k list against the true top k) is computed; the peers
 `--peer-devices` devices of the same list (their per-device Python is too slow for 1e6) under `--peer-python` in a
 subprocess with a time limit, and ours run again on exactly those devices for a like-for-like recall.
 
-Prints {"config", "runs": [{"mechanism", "epsilon", "top", "devices", "recall", "perturb_s", "decode_s",
-"per_device_us"}], "comparisons": [{"epsilon", "top", "devices", "ours", "peer", "ours_recall", "peer_recall",
-"speedup"}]}: speedup = peer's end-to-end seconds per device / ours (perturb + accumulate + decode), at the peers'
-n. `--peer-python ''` runs ours only. Every run is bounded: ours by their size, each peer process by --peer-timeout.
+Prints {"config", "runs": [{"mechanism", "epsilon", "top", "devices", "recall", "perturb_s", "accumulate_s",
+"decode_s", "seconds"}], "comparisons": [{"epsilon", "top", "ours", "peer", "devices", "ours_recall",
+"peer_recall", "speedup_measured", "peer_s_at_full_n", "ours_s_at_full_n", "speedup_at_full_n"}]}:
+speedup_measured is the peer's end-to-end seconds (perturb + accumulate + decode) over ours, both at the peers' n;
+speedup_at_full_n compares ours measured at --devices with the peer's run extrapolated there (its per-device
+perturb and accumulate times n, plus its decode, which does not grow with n). `--peer-python ''` runs ours only.
+Every run is bounded: ours by their size, each peer process by --peer-timeout.
 
     python benchmarks/bench_heavy_hitters.py --peer-python /work/venv-hh/bin/python
 """
@@ -55,13 +58,20 @@ def run_ours(name: str, eps: float, rows: np.ndarray, truths: dict[int, list[str
     for top, truth in truths.items():
         tree = OURS[name](eps, domain, seed=seed, top=top)
         start = time.perf_counter()
-        found = tree.heavy_hitters(tree.accumulate(reports))
-        decode_s = time.perf_counter() - start
-        runs.append({"mechanism": name, "epsilon": eps, "top": top, "devices": int(rows.shape[0]),
-                     "recall": recall(list(found.items), truth), "perturb_s": round(perturb_s, 3),
-                     "decode_s": round(decode_s, 3),
-                     "per_device_us": round(1e6 * (perturb_s + decode_s) / rows.shape[0], 3)})
+        stats = tree.accumulate(reports)
+        accumulate_s = time.perf_counter() - start
+        found = tree.heavy_hitters(stats)
+        decode_s = time.perf_counter() - start - accumulate_s
+        runs.append(_run(name, eps, top, rows.shape[0], recall(list(found.items), truth), perturb_s, accumulate_s,
+                         decode_s))
     return runs
+
+
+def _run(name: str, eps: float, top: int, devices: int, found_recall: float, perturb_s: float, accumulate_s: float,
+         decode_s: float) -> dict[str, Any]:
+    return {"mechanism": name, "epsilon": eps, "top": top, "devices": int(devices), "recall": found_recall,
+            "perturb_s": round(perturb_s, 3), "accumulate_s": round(accumulate_s, 3), "decode_s": round(decode_s, 3),
+            "seconds": round(perturb_s + accumulate_s + decode_s, 3)}
 
 
 def run_peer(python: str, peer: str, eps: float, items: Path, devices: int, truths: dict[int, list[str]],
@@ -75,14 +85,13 @@ def run_peer(python: str, peer: str, eps: float, items: Path, devices: int, trut
     except subprocess.TimeoutExpired:
         return [{"mechanism": f"pure-ldp {peer}", "epsilon": eps, "top": top, "devices": devices,
                  "timed_out_s": timeout_s} for top in truths]
-    runs = []
-    for r in json.loads(done.stdout)["results"]:
-        seconds = r["perturb_s"] + r["aggregate_s"] + r["decode_s"]
-        runs.append({"mechanism": f"pure-ldp {peer}", "epsilon": eps, "top": r["top"], "devices": r["devices"],
-                     "recall": recall(r["found"], truths[r["top"]]), "perturb_s": round(r["perturb_s"], 3),
-                     "decode_s": round(r["aggregate_s"] + r["decode_s"], 3),
-                     "per_device_us": round(1e6 * seconds / r["devices"], 3)})
-    return runs
+    return [_run(f"pure-ldp {peer}", eps, r["top"], r["devices"], recall(r["found"], truths[r["top"]]),
+                 r["perturb_s"], r["aggregate_s"], r["decode_s"]) for r in json.loads(done.stdout)["results"]]
+
+
+def at_scale(run: dict[str, Any], devices: int) -> float:
+    """A run's seconds extrapolated to `devices`: perturbing and accumulating grow with n, decoding does not."""
+    return (run["perturb_s"] + run["accumulate_s"]) * devices / run["devices"] + run["decode_s"]
 
 
 def main() -> None:
@@ -126,15 +135,18 @@ def main() -> None:
                         continue  # each peer once per epsilon, next to both of ours
                     peer_runs = run_peer(args.peer_python, peer, eps, path, peer_n, peer_truths, args.peer_timeout)
                     runs += peer_runs
-                    for p in peer_runs:
-                        for ours in (r for r in runs if r["devices"] == peer_n and r["epsilon"] == eps
-                                     and r["top"] == p["top"] and r["mechanism"] in OURS):
+                    for p in (p for p in peer_runs if "recall" in p):
+                        for ours in (r for r in runs if r["epsilon"] == eps and r["top"] == p["top"]
+                                     and r["mechanism"] in OURS and r["devices"] == peer_n):
+                            full = next(r for r in runs if r["epsilon"] == eps and r["top"] == p["top"]
+                                        and r["mechanism"] == ours["mechanism"] and r["devices"] == args.devices)
                             comparisons.append({
-                                "epsilon": eps, "top": p["top"], "devices": peer_n, "ours": ours["mechanism"],
-                                "peer": p["mechanism"], "ours_recall": ours["recall"],
-                                "peer_recall": p.get("recall"),
-                                "speedup": round(p["per_device_us"] / ours["per_device_us"], 1)
-                                if "per_device_us" in p else None,
+                                "epsilon": eps, "top": p["top"], "ours": ours["mechanism"], "peer": p["mechanism"],
+                                "devices": peer_n, "ours_recall": ours["recall"], "peer_recall": p["recall"],
+                                "speedup_measured": round(p["seconds"] / ours["seconds"], 1),
+                                "peer_s_at_full_n": round(at_scale(p, args.devices), 1),
+                                "ours_s_at_full_n": full["seconds"],
+                                "speedup_at_full_n": round(at_scale(p, args.devices) / full["seconds"], 1),
                             })
                 print(json.dumps({"progress": eps, "mechanism": name}), file=sys.stderr, flush=True)
     config = {"devices": args.devices, "distinct": args.distinct, "zipf": 1.1, "length": LENGTH,
