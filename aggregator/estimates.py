@@ -12,7 +12,7 @@ import numpy as np
 
 from aggregator.plans import Plan
 from aggregator.store import ALL_TIME, StatsStore
-from collection.spec import CategoricalAttribute, SpecError
+from collection.spec import CategoricalAttribute, SpecError, StringAttribute
 from ldp.postprocess import clip_mean, norm_sub, project_simplex
 
 PostProcess = Literal["none", "clip", "norm_sub", "project"]
@@ -52,7 +52,8 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
                          postprocess: PostProcess = "none") -> dict[str, Any]:
     """{"collection", "version", "window", "window_start_ms", "reports", "attributes": {...}} for one window.
 
-    Per attribute: {"mean", "stderr"} (numeric), {"frequencies": {value: {"estimate", "stderr"}}} (categorical), or
+    Per attribute: {"mean", "stderr"} (numeric), {"frequencies": {value: {"estimate", "stderr"}}} (categorical; a
+    string attribute's are its decoded heavy hitters, largest first, with "heavy_hitters": top), or
     {"workload", "answers": {query: {"estimate", "stderr"}}} (a factorization attribute's workload answers).
     """
     if postprocess not in POSTPROCESS:
@@ -69,6 +70,10 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
             entry = {"workload": attr.workload, "answers": {
                 q: {"estimate": _float(f), "stderr": _float(se)} for q, f, se in zip(labels, est.value, est.stderr,
                                                                                      strict=True)}}
+        elif isinstance(attr, StringAttribute):  # the decoded top list, largest first, as frequencies
+            entry = {"heavy_hitters": attr.top, "frequencies": {
+                item: {"estimate": _float(f), "stderr": _float(s)}
+                for item, f, s in zip(est.items, est.value, est.stderr, strict=True)}}  # type: ignore[attr-defined]
         elif isinstance(attr, CategoricalAttribute):
             freqs = np.asarray(est.value, dtype=np.float64)
             entry = {"frequencies": {

@@ -9,7 +9,9 @@
 - a categorical attribute has the codes 0..K-1 of its values, in the spec's order; mechanism "auto" is the oracle
   of least variance at eps/k for K values, `ldp.frequency.auto.choose_frequency`; "factorization" answers the
   attribute's workload with the strategy the spec pins by hash, which the caller passes in `strategies` (loading
-  them is I/O: `runtime.strategies`).
+  them is I/O: `runtime.strategies`);
+- a string attribute is collected by a heavy-hitter tree of `ldp.open_domain` over its max_length and alphabet,
+  with public hashes seeded by the collection's and attribute's names (`hash_seed`).
 
 With a `privacy` block (`collection.spec.Privacy`) the collector has the lifetime budget lifetime / values and
 reports every attribute with a memoized mechanism ("auto": `ldp.longitudinal.auto`), `ldp.mixed`'s "over time";
@@ -22,15 +24,18 @@ object).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from collection.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, SpecError, parse_spec
+from collection.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, SpecError, StringAttribute, parse_spec
 from ldp.frequency.auto import choose_frequency
 from ldp.mixed import CategoricalAttribute as MixedCategorical
 from ldp.mixed import MixedCollector
 from ldp.mixed import NumericAttribute as MixedNumeric
+from ldp.mixed import StringAttribute as MixedString
 from ldp.multidim import sampled_attributes
+from ldp.open_domain.strings import StringDomain
 from ldp.workload.mechanism import FactorizationMechanism
 
 CACHED_SPECS = 256
@@ -63,6 +68,12 @@ def pinned_strategies(spec: CollectionSpec) -> list[str]:
     return hashes
 
 
+def hash_seed(collection: str, attribute: str) -> int:
+    """The public seed of a string attribute's hashes: fixed by the collection's and the attribute's names, so
+    every version, device and worker hashes alike."""
+    return int.from_bytes(hashlib.sha256(f"{collection}/{attribute}".encode()).digest()[:8], "little")
+
+
 def collector_for(spec: CollectionSpec, strategies: Strategies | None = None) -> MixedCollector:
     """The spec's collector (cached per spec content); SpecError if a pinned strategy is not in `strategies`,
     LDPError if the spec's mechanisms cannot be built."""
@@ -93,7 +104,7 @@ def _remember(cache: dict, key: object, value: object) -> None:  # type: ignore[
 
 def _build(spec: CollectionSpec, strategies: Strategies) -> MixedCollector:
     k = sampled_count(spec)
-    attributes: list[MixedCategorical | MixedNumeric] = []
+    attributes: list[MixedCategorical | MixedNumeric | MixedString] = []
     for a in spec.attributes:
         if isinstance(a, CategoricalAttribute) and a.mechanism == FACTORIZATION:
             attributes.append(MixedCategorical(a.name, len(a.values), FACTORIZATION,
@@ -102,6 +113,9 @@ def _build(spec: CollectionSpec, strategies: Strategies) -> MixedCollector:
             fresh_auto = a.mechanism == "auto" and spec.privacy is None  # with a lifetime, ldp.mixed resolves auto
             oracle = choose_frequency(spec.epsilon / k, len(a.values)) if fresh_auto else a.mechanism
             attributes.append(MixedCategorical(a.name, len(a.values), oracle))
+        elif isinstance(a, StringAttribute):
+            attributes.append(MixedString(a.name, StringDomain(a.max_length, a.alphabet), a.mechanism, a.top,
+                                          hash_seed(spec.name, a.name)))
         else:
             attributes.append(MixedNumeric(a.name, a.range[0], a.range[1], a.mechanism))
     lifetime = None if spec.privacy is None else spec.privacy.per_value

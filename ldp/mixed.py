@@ -31,6 +31,9 @@ whose expectation is 000 Lemma 6's [(d/k)(Var_1(t) + t^2) - t^2] / N averaged ov
 `second_moment_plugin` for numeric attributes, the clipped frequency estimate for categorical ones. An attribute
 that no device sampled yet estimates 0 (the unbiased estimator's value) with the worst-case sampling error.
 
+A string attribute (`StringAttribute`) is reported by a heavy-hitter tree of `ldp.open_domain`; its estimate is
+the tree's top list (`HeavyHitters`), each frequency scaled and its variance completed as a categorical one's.
+
 Privacy: the sampled set does not depend on the data, and each of the k reports is (eps/k)-LDP, so a device's
 reports are eps-LDP by sequential composition (000 Lemma 4; Harmony's argument for k = 1, 001 Sec. 3.2).
 
@@ -62,6 +65,8 @@ from ldp.multidim import check_dims, sampled_attributes
 from ldp.numeric.auto import choose_sampled
 from ldp.numeric.base import NumericMechanism, second_moment_plugin
 from ldp.numeric.scaling import RangeScaler
+from ldp.open_domain.strings import StringDomain
+from ldp.open_domain.tree import HeavyHitters, choose_heavy_hitters
 from ldp.workload.mechanism import FactorizationMechanism
 
 
@@ -110,7 +115,19 @@ class CategoricalAttribute:
     mechanism: Mechanism | None = None
 
 
-Attribute = NumericAttribute | CategoricalAttribute
+@dataclass(frozen=True)
+class StringAttribute:
+    """A string attribute over an open domain, estimated as its `top` heavy hitters by a prefix tree of
+    `ldp.open_domain` ("auto": `choose_heavy_hitters`), whose public hashes `seed` fixes."""
+
+    name: str
+    domain: StringDomain
+    mechanism: str = "auto"
+    top: int = 20
+    seed: int = 0
+
+
+Attribute = NumericAttribute | CategoricalAttribute | StringAttribute
 
 
 @dataclass(frozen=True)
@@ -164,6 +181,14 @@ class MixedCollector:
 
     def _mechanism(self, attr: Attribute) -> Mechanism:
         eps = self.epsilon / self.k
+        if isinstance(attr, StringAttribute):
+            if self.epsilon_lifetime is not None:
+                raise LDPError(f"attribute {attr.name!r}: no memoized mechanism reports strings")
+            name = choose_heavy_hitters(eps) if attr.mechanism == "auto" else attr.mechanism
+            if name not in registry.HEAVY_HITTERS:
+                raise LDPError(f"attribute {attr.name!r}: {name!r} is not one of {list(registry.HEAVY_HITTERS)}")
+            return registry.open_domain_class(name)(eps, attr.domain, seed=attr.seed,  # type: ignore[call-arg]
+                                                     top=attr.top)
         if self.epsilon_lifetime is not None:
             return self._memoized(attr, eps)
         if isinstance(attr, CategoricalAttribute) and attr.oracle in registry.LONGITUDINAL:
@@ -274,6 +299,8 @@ class MixedCollector:
         return chosen
 
     def _inputs(self, attr: Attribute, column: np.ndarray) -> np.ndarray:
+        if isinstance(attr, StringAttribute):  # padded byte rows; LDPError for a string the domain refuses
+            return attr.domain.encode(column)
         if isinstance(attr, NumericAttribute):
             return self.scalers[attr.name].to_unit(np.atleast_1d(column))
         values = np.atleast_1d(np.asarray(column))
@@ -300,6 +327,8 @@ class MixedCollector:
 
     def _unit_estimate(self, attr: Attribute, total: int, sampled: int, sub_stats: np.ndarray) -> Estimate:
         mech = self.mechanisms[attr.name]
+        if isinstance(attr, StringAttribute):
+            return _heavy_hitters(mech.estimate(sub_stats) if sampled else None, self.scale, sampled, total)
         width = _answers(mech, attr)
         if total == 0:
             return _squeeze(Estimate(n=0, value=np.full(width, np.nan), stderr=np.full(width, np.inf)), attr)
@@ -318,6 +347,17 @@ class MixedCollector:
             m2 = np.clip(value, 0.0, 1.0)
         var = weight**2 * np.atleast_1d(sub.stderr) ** 2 + (self.scale - 1) * m2 / total
         return _squeeze(Estimate(n=total, value=value, stderr=np.sqrt(var)), attr)
+
+
+def _heavy_hitters(found: HeavyHitters | None, scale: float, sampled: int, total: int) -> HeavyHitters:
+    """The tree's heavy hitters among the n_j devices that sampled the attribute, as frequencies among all N, with
+    the sampling term of the variance (module docstring; the indicator's second moment is the frequency)."""
+    if found is None or total == 0:
+        return HeavyHitters(n=total, value=np.zeros(0), stderr=np.zeros(0))
+    weight = scale * sampled / total
+    value = weight * found.value
+    var = weight**2 * found.stderr**2 + (scale - 1) * np.clip(value, 0.0, 1.0) / total
+    return HeavyHitters(n=total, value=value, stderr=np.sqrt(var), items=found.items)
 
 
 def _answers(mech: Mechanism, attr: Attribute) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from producer.population import zipf_probabilities
+from producer.population import random_words, zipf_probabilities
 
 
 @dataclass(frozen=True)
@@ -37,18 +37,7 @@ def zipf_words(distinct: int, exponent: float, n: int, rng: np.random.Generator,
                alphabet: str = "abcdefghijklmnopqrstuvwxyz", min_length: int = 3,
                max_length: int = 8) -> StringPopulation:
     """`distinct` random words over `alphabet`, Zipf(exponent) over their ranks, one word per device (vectorised)."""
-    symbols = np.frombuffer(alphabet.encode("ascii"), dtype=np.uint8)
-    words = np.zeros(0, dtype=f"S{max_length}")
-    while words.shape[0] < distinct:  # draw extra, drop repeats; a few rounds at most
-        want = 2 * (distinct - words.shape[0]) + 16
-        lengths = rng.integers(min_length, max_length + 1, size=want)
-        rows = symbols[rng.integers(0, symbols.shape[0], size=(want, max_length))]
-        rows[np.arange(max_length)[None, :] >= lengths[:, None]] = 0
-        fresh = np.ascontiguousarray(rows).view(f"S{max_length}").ravel()
-        words = np.concatenate([words, fresh])
-        _, first = np.unique(words, return_index=True)
-        words = words[np.sort(first)]
-    words = words[:distinct]
+    words = random_words(distinct, rng, alphabet, min_length, max_length)
     device_words = rng.choice(distinct, size=n, p=zipf_probabilities(distinct, exponent))
     return StringPopulation(words=words, counts=np.bincount(device_words, minlength=distinct),
                             device_words=device_words)

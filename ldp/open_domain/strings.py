@@ -20,6 +20,7 @@ from ldp.hashing import mix64
 
 MAX_STRING_BYTES = 64  # the longest string a `StringDomain` takes; its rows are a few cache lines
 _WORD = 8
+_MASK = (1 << 64) - 1  # seeds are taken modulo 2^64
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment, spreads consecutive seeds apart
 
 
@@ -133,7 +134,7 @@ def prefix_fingerprints(rows: np.ndarray, length: int, seed: int) -> np.ndarray:
     padded = np.zeros((rows.shape[0], words * _WORD), dtype=np.uint8)
     padded[:, :length] = rows[:, :length]
     as_words = padded.view("<u8")
-    state = np.full(rows.shape[0], mix64(np.array([seed], dtype=np.uint64))[0], dtype=np.uint64)
+    state = np.full(rows.shape[0], mix64(np.array([seed & _MASK], dtype=np.uint64))[0], dtype=np.uint64)
     for w in range(words):
         state = mix64(state ^ as_words[:, w])
     return state
@@ -141,7 +142,7 @@ def prefix_fingerprints(rows: np.ndarray, length: int, seed: int) -> np.ndarray:
 
 def hash_salts(seed: int, hashes: int) -> np.ndarray:
     """One public 64-bit salt per hash function j in [0, hashes), derived from the collection seed."""
-    base = np.uint64(seed & 0xFFFFFFFFFFFFFFFF)
+    base = np.uint64(seed & _MASK)
     with np.errstate(over="ignore"):
         return mix64(base + _GOLDEN * (np.arange(1, hashes + 1, dtype=np.uint64)))
 

@@ -103,7 +103,7 @@ class PrefixTree(Mechanism):
         self.seed = int(seed)
         ends = range(self.step, domain.max_length + self.step, self.step)
         self.lengths = tuple(min(end, domain.max_length) for end in ends)
-        self.oracles = tuple(self.level_oracle(length, self.seed * 1_000_003 + t)
+        self.oracles = tuple(self.level_oracle(length, (self.seed * 1_000_003 + t) % (1 << 64))
                              for t, length in enumerate(self.lengths))
         self._offsets = np.cumsum([0] + [o.stats_size for o in self.oracles])
 
