@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from collection.collector import privacy_budgets, resolved_mechanisms, sampled_count
-from collection.spec import CollectionSpec, NumericAttribute, SpecError, load_spec
+from collection.spec import CollectionSpec, NumericAttribute, SpecError, StringAttribute, load_spec
 from ldp.base import LDPError
 from runtime.kafka import DeliveryError, TopicError
 from runtime.settings import Settings
@@ -51,7 +51,9 @@ def summary(spec: CollectionSpec) -> tuple[str, Table]:
         table.add_column(column)
     budgets = privacy_budgets(spec, strategies_for(spec))
     for a in spec.attributes:
-        domain = f"[{a.range[0]:g}, {a.range[1]:g}]" if isinstance(a, NumericAttribute) else ", ".join(a.values)
+        domain = (f"[{a.range[0]:g}, {a.range[1]:g}]" if isinstance(a, NumericAttribute) else
+                  f"strings of <= {a.max_length} bytes over {a.alphabet or 'any byte'}; top {a.top}"
+                  if isinstance(a, StringAttribute) else ", ".join(a.values))
         chosen = mechanisms[a.name] + (" (auto)" if a.mechanism == "auto" else "")
         spend = budgets["attributes"][a.name]
         per_value = "-" if spend["per_value"] is None else f"{spend['per_value']:g}"
