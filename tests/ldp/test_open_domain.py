@@ -258,3 +258,15 @@ def test_the_registry_lists_what_this_suite_checks() -> None:
     assert set(registry.HEAVY_HITTERS) == set(TREES)
     with pytest.raises(LDPError, match="unknown open-domain"):
         registry.open_domain_class("grr")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(alphabet="ab", min_size=1, max_size=3), min_size=1, max_size=60),
+       st.sampled_from(list(TREES)), st.integers(1, 20))
+def test_decoding_any_population_gives_distinct_strings_of_the_domain(words: list[str], name: str, top: int) -> None:
+    domain = StringDomain(3, "ab")
+    tree = TREES[name](1.0, domain, step=1, top=top, seed=1)
+    found = tree.heavy_hitters(tree.accumulate(tree.perturb(words, np.random.default_rng(len(words)))))
+    assert len(found.items) == len(set(found.items)) <= top
+    assert domain.encode(list(found.items)).shape == (len(found.items), 3)  # every one a valid string
+    assert np.all(np.isfinite(found.value)) and np.all(found.stderr > 0)
