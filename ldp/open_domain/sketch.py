@@ -23,11 +23,11 @@ device's string collides with d (1 for d_u = d). The estimator is f_hat(d) = m/(
 
 exact for fixed hashes (the devices are independent given them). Over the draw of the hashes (a fresh collection
 seed) gamma(d', d) ~ Binomial(k, 1/m) / k, so E[bias] = 0 and Var[bias] = sum_{d' != d} f(d')^2 / ((m - 1) k):
-the collision bias of a fixed public family is of order sqrt(sum f^2 / (k m)) (6.4e-4 for k = 64, m = 1024 and a Zipf(1.1)
-population over 1e5 strings, sum f^2 = 0.027), next to a noise of sqrt(c^2 / n). The standard error shown is the noise's,
-sqrt((m/(m-1))^2 (f V(1) + (1 - f) E[V(gamma)]) / n), with E[gamma] = 1/m, E[gamma^2] = 1/m^2 + (m-1)/(m^2 k).
-Apple's paper states the estimate unbiased for the fixed hashes and gives a variance without the collision terms;
-arXiv 2406.03785 (Pan, 2024) reports both as errors: the identities above are derived here and tested by simulation.
+the collision bias of a fixed public family is of order sqrt(sum f^2 / (k m)) (6.4e-4 for k = 64, m = 1024
+and a Zipf(1.1) population over 1e5 strings, sum f^2 = 0.027), next to a noise of sqrt(c^2 / n). The standard
+error shown is the noise's, sqrt((m/(m-1))^2 (f V(1) + (1 - f) E[V(gamma)]) / n), with E[gamma] = 1/m and
+E[gamma^2] = 1/m^2 + (m-1)/(m^2 k). arXiv 2406.03785 (Pan, 2024) reports errors in the expectation and variance
+of Apple's paper; the identities above are derived here from the definitions and tested by simulation.
 
 Privacy: j (and the Hadamard row) is independent of d; given it, CMS flips m bits independently and two strings
 differ in at most two positions, ratio <= ((1 - phi)/phi)^2 = e^eps; HCMS and hashed GRR are randomized response on
