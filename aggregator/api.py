@@ -45,7 +45,14 @@ from aggregator.metrics import EndOffsets, StoreCollector, store_registry
 from aggregator.plans import Plan, PlanRegistry
 from aggregator.store import ALL_TIME, RedisStore, StatsStore
 from collection.collector import privacy_budgets
-from collection.spec import CategoricalAttribute, CollectionSpec, SpecError, window_seconds
+from collection.spec import (
+    CategoricalAttribute,
+    CollectionSpec,
+    KeyValueAttribute,
+    SpecError,
+    StringAttribute,
+    window_seconds,
+)
 from runtime.kafka import admin_client, metadata_answers
 from runtime.redis import async_redis_client, redis_answers
 from runtime.settings import Settings
@@ -295,7 +302,11 @@ def version_summary(store: StatsStore, plan: Plan, windows: list[tuple[int, str,
     spec = plan.spec
     attributes = []
     for attr, mechanism in zip(spec.attributes, plan.mechanisms, strict=True):
-        domain = {"values": attr.values} if isinstance(attr, CategoricalAttribute) else {"range": list(attr.range)}
+        domain = ({"values": attr.values} if isinstance(attr, CategoricalAttribute) else
+                  {"max_length": attr.max_length, "alphabet": attr.alphabet, "top": attr.top}
+                  if isinstance(attr, StringAttribute) else
+                  {"keys": attr.labels, "padding": attr.padding, "range": list(attr.range)}
+                  if isinstance(attr, KeyValueAttribute) else {"range": list(attr.range)})
         attributes.append({"name": attr.name, "type": attr.type, "mechanism": mechanism.name, **domain})
     return {"version": spec.version, "description": spec.description, "epsilon": spec.epsilon,
             "privacy": privacy_budgets(spec, plan.strategies),

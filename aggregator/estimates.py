@@ -12,7 +12,7 @@ import numpy as np
 
 from aggregator.plans import Plan
 from aggregator.store import ALL_TIME, StatsStore
-from collection.spec import CategoricalAttribute, KeyValueAttribute, SpecError
+from collection.spec import CategoricalAttribute, KeyValueAttribute, SpecError, StringAttribute
 from ldp.postprocess import clip_mean, norm_sub, project_simplex
 
 PostProcess = Literal["none", "clip", "norm_sub", "project"]
@@ -52,10 +52,11 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
                          postprocess: PostProcess = "none") -> dict[str, Any]:
     """{"collection", "version", "window", "window_start_ms", "reports", "attributes": {...}} for one window.
 
-    Per attribute: {"mean", "stderr"} (numeric), {"frequencies": {value: {"estimate", "stderr"}}} (categorical),
-    {"workload", "answers": {query: {"estimate", "stderr"}}} (a factorization attribute's workload answers), or
-    {"frequencies": {key: ...}, "means": {key: {"estimate", "stderr"}}} (keyvalue: how many devices hold each key,
-    and the mean of their values; a mean is null where no holder is estimated).
+    Per attribute: {"mean", "stderr"} (numeric), {"frequencies": {value: {"estimate", "stderr"}}} (categorical; a
+    string attribute's are its decoded heavy hitters, largest first, with "heavy_hitters": top), {"workload",
+    "answers": {query: {"estimate", "stderr"}}} (a factorization attribute's workload answers), or {"frequencies":
+    {key: ...}, "means": {key: {"estimate", "stderr"}}} (keyvalue: how many devices hold each key, and the mean of
+    their values; a mean is null where no holder is estimated).
     """
     if postprocess not in POSTPROCESS:
         raise ValueError(f"postprocess must be one of {POSTPROCESS}, got {postprocess!r}")
@@ -80,6 +81,10 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
                 entry["postprocessed"] = {"method": "clip", "means": {
                     k: float(clip_mean(x, *attr.range)) for k, x in zip(attr.labels, value[1], strict=True)
                     if np.isfinite(x)}}
+        elif isinstance(attr, StringAttribute):  # the decoded top list, largest first, as frequencies
+            entry = {"heavy_hitters": attr.top, "frequencies": {
+                item: {"estimate": _float(f), "stderr": _float(s)}
+                for item, f, s in zip(est.items, est.value, est.stderr, strict=True)}}  # type: ignore[attr-defined]
         elif isinstance(attr, CategoricalAttribute):
             freqs = np.asarray(est.value, dtype=np.float64)
             entry = {"frequencies": {

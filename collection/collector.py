@@ -11,7 +11,9 @@
 - a categorical attribute has the codes 0..K-1 of its values, in the spec's order; mechanism "auto" is the oracle
   of least variance at eps/k for K values, `ldp.frequency.auto.choose_frequency`; "factorization" answers the
   attribute's workload with the strategy the spec pins by hash, which the caller passes in `strategies` (loading
-  them is I/O: `runtime.strategies`).
+  them is I/O: `runtime.strategies`);
+- a string attribute is collected by a heavy-hitter tree of `ldp.open_domain` over its max_length and alphabet,
+  with public hashes seeded by the collection's and attribute's names (`hash_seed`).
 
 With a `privacy` block (`collection.spec.Privacy`) the collector has the lifetime budget lifetime / values and
 reports every attribute with a memoized mechanism ("auto": `ldp.longitudinal.auto`), `ldp.mixed`'s "over time";
@@ -24,6 +26,7 @@ object).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +36,7 @@ from collection.spec import (
     CollectionSpec,
     KeyValueAttribute,
     SpecError,
+    StringAttribute,
     parse_spec,
 )
 from ldp.frequency.auto import choose_frequency
@@ -41,7 +45,9 @@ from ldp.mixed import CategoricalAttribute as MixedCategorical
 from ldp.mixed import KeyValueAttribute as MixedKeyValue
 from ldp.mixed import MixedCollector
 from ldp.mixed import NumericAttribute as MixedNumeric
+from ldp.mixed import StringAttribute as MixedString
 from ldp.multidim import sampled_attributes
+from ldp.open_domain.strings import StringDomain
 from ldp.workload.mechanism import FactorizationMechanism
 
 CACHED_SPECS = 256
@@ -74,6 +80,12 @@ def pinned_strategies(spec: CollectionSpec) -> list[str]:
     return hashes
 
 
+def hash_seed(collection: str, attribute: str) -> int:
+    """The public seed of a string attribute's hashes: fixed by the collection's and the attribute's names, so
+    every version, device and worker hashes alike."""
+    return int.from_bytes(hashlib.sha256(f"{collection}/{attribute}".encode()).digest()[:8], "little")
+
+
 def collector_for(spec: CollectionSpec, strategies: Strategies | None = None) -> MixedCollector:
     """The spec's collector (cached per spec content); SpecError if a pinned strategy is not in `strategies`,
     LDPError if the spec's mechanisms cannot be built."""
@@ -104,7 +116,7 @@ def _remember(cache: dict, key: object, value: object) -> None:  # type: ignore[
 
 def _build(spec: CollectionSpec, strategies: Strategies) -> MixedCollector:
     k = sampled_count(spec)
-    attributes: list[MixedCategorical | MixedNumeric | MixedKeyValue] = []
+    attributes: list[MixedCategorical | MixedNumeric | MixedKeyValue | MixedString] = []
     for a in spec.attributes:
         if isinstance(a, CategoricalAttribute) and a.mechanism == FACTORIZATION:
             attributes.append(MixedCategorical(a.name, len(a.values), FACTORIZATION,
@@ -115,6 +127,9 @@ def _build(spec: CollectionSpec, strategies: Strategies) -> MixedCollector:
             attributes.append(MixedCategorical(a.name, len(a.values), oracle, parameters=a.parameters))
         elif isinstance(a, KeyValueAttribute):
             attributes.append(MixedKeyValue(a.name, a.domain_size, a.range[0], a.range[1], a.mechanism, a.padding))
+        elif isinstance(a, StringAttribute):
+            attributes.append(MixedString(a.name, StringDomain(a.max_length, a.alphabet), a.mechanism, a.top,
+                                          hash_seed(spec.name, a.name)))
         else:
             attributes.append(MixedNumeric(a.name, a.range[0], a.range[1], a.mechanism, parameters=a.parameters))
     lifetime = None if spec.privacy is None else spec.privacy.per_value

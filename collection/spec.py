@@ -235,7 +235,30 @@ class KeyValueAttribute(BaseModel):
         return int.from_bytes(digest, "little") % self.domain_size
 
 
-Attribute = Annotated[NumericAttribute | CategoricalAttribute | KeyValueAttribute, Field(discriminator="type")]
+class StringAttribute(BaseModel):
+    """A string attribute over an open domain: at most `max_length` bytes over `alphabet` (printable ASCII) or any
+    non-NUL byte; estimated as its `top` heavy hitters (`ldp.open_domain`: mechanism auto, hcms_tree or pem)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    name: Annotated[str, Field(pattern=NAME)]
+    type: Literal["string"] = "string"
+    max_length: Annotated[int, Field(ge=1, le=64)]
+    alphabet: Annotated[str, Field(min_length=1, max_length=95)] | None = None
+    mechanism: str = "auto"
+    top: Annotated[int, Field(ge=1, le=1000)] = 20
+    distinct: Annotated[int, Field(ge=1, le=1_000_000)] = 1000  # simulator population only
+    zipf_exponent: float = 1.1  # simulator population only
+
+    @field_validator("mechanism")
+    @classmethod
+    def _known_tree(cls, v: str) -> str:
+        if v != "auto" and v not in registry.HEAVY_HITTERS:
+            raise ValueError(f"unknown heavy-hitter mechanism {v!r}; known: auto, {', '.join(registry.HEAVY_HITTERS)}")
+        return v
+
+
+Attribute = Annotated[NumericAttribute | CategoricalAttribute | KeyValueAttribute | StringAttribute,
+                      Field(discriminator="type")]
 
 
 class Privacy(BaseModel):
@@ -309,6 +332,9 @@ class CollectionSpec(BaseModel):
         if self.privacy is not None and keyvalue:
             raise ValueError(f"keyvalue attributes {keyvalue} are perturbed with fresh noise per report (nothing to "
                              "memoize: a set of pairs changes every report): they cannot keep a lifetime budget")
+        strings = [a.name for a in self.attributes if isinstance(a, StringAttribute)]
+        if self.privacy is not None and strings:
+            raise ValueError(f"string attributes {strings} have no memoized mechanism: a lifetime budget cannot hold")
         memoized = [a.name for a in self.attributes if a.mechanism in registry.LONGITUDINAL]
         if self.privacy is None and memoized:
             raise ValueError(f"attributes {memoized} name memoized mechanisms, which need a privacy block "

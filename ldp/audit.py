@@ -16,6 +16,7 @@ reports of a and of b -> candidate events). `audit_plan` chooses them per kind o
 - vector ([-1, 1]^d): inputs (1, ..., 1) against itself with the first 1, 2 or all coordinates flipped; events on
   the dense vectors: each distinct outcome (Duchi et al.'s 2^d sign vectors) and thresholds on the first
   coordinate, the minimum and the maximum;
+- open-domain oracles and trees (strings): two full-length strings differing in every byte, events as below;
 - frequency oracles (categories, with a `log_pmf(reports, values)`): inputs 0 and 1; events
   {ln P[y | a] - ln P[y | b] >= c}, the Neyman-Pearson tests of a against b, plus each distinct report;
 - key-value mechanisms (a set of (key, value) pairs per device, `ldp.keyvalue`): inputs {(0, +1)} and {(1, -1)}
@@ -45,6 +46,7 @@ from ldp.longitudinal.base import Longitudinal
 from ldp.longitudinal.memo import draw_secrets
 from ldp.multidim import VectorMechanism
 from ldp.numeric.base import NumericMechanism
+from ldp.open_domain import PrefixTree, SketchOracle, StringDomain
 
 MAX_OUTCOMES = 256  # a report batch with at most this many distinct rows gets one event per outcome
 QUANTILES = np.concatenate([np.linspace(0.001, 0.05, 8), np.linspace(0.1, 0.9, 9), np.linspace(0.95, 0.999, 8)])
@@ -265,12 +267,19 @@ def audit_plan(mechanism: Mechanism) -> tuple[list[tuple[Any, Any]], EventFactor
         loss = lambda r: np.subtract(*mechanism.log_pmf(r, sets).T)  # noqa: E731
         return [(first, second)], combined(outcome_events("y", _report_rows),
                                            threshold_events("ln P[y|a] - ln P[y|b]", loss))
+    a, b = (0, 1) if not isinstance(mechanism, (SketchOracle, PrefixTree)) else _distinct_strings(mechanism.domain)
     log_pmf = getattr(mechanism, "log_pmf", None)
     factories = [outcome_events("y", _report_rows)]
     if log_pmf is not None:
-        loss = lambda r: log_pmf(r, [0])[:, 0] - log_pmf(r, [1])[:, 0]  # noqa: E731
-        factories.append(threshold_events("ln P[y|0] - ln P[y|1]", loss))
-    return [(0, 1)], combined(*factories)
+        loss = lambda r: log_pmf(r, [a])[:, 0] - log_pmf(r, [b])[:, 0]  # noqa: E731
+        factories.append(threshold_events(f"ln P[y|{a}] - ln P[y|{b}]", loss))
+    return [(a, b)], combined(*factories)
+
+
+def _distinct_strings(domain: StringDomain) -> tuple[str, str]:
+    """Two strings of the domain's full length that differ in every byte (open-domain mechanisms' inputs)."""
+    first, second = (chr(int(c)) for c in domain.symbols[:2])
+    return first * domain.max_length, second * domain.max_length
 
 
 def audit_mechanism(

@@ -35,6 +35,9 @@ Key-value attributes (`KeyValueAttribute`): a device's column is its set of (key
 `ldp.keyvalue.base`), reported by PrivKV or PCKV at eps/k; the estimate is (2, d): the keys' frequencies, scaled as
 a categorical attribute's, and their mean values, a ratio that the d/k scaling leaves unchanged (`_keyvalue_estimate`).
 
+A string attribute (`StringAttribute`) is reported by a heavy-hitter tree of `ldp.open_domain`; its estimate is
+the tree's top list (`HeavyHitters`), each frequency scaled and its variance completed as a categorical one's.
+
 Privacy: the sampled set does not depend on the data, and each of the k reports is (eps/k)-LDP, so a device's
 reports are eps-LDP by sequential composition (000 Lemma 4; Harmony's argument for k = 1, 001 Sec. 3.2).
 
@@ -67,6 +70,8 @@ from ldp.multidim import check_dims, sampled_attributes
 from ldp.numeric.auto import choose_sampled
 from ldp.numeric.base import NumericMechanism, second_moment_plugin
 from ldp.numeric.scaling import RangeScaler
+from ldp.open_domain.strings import StringDomain
+from ldp.open_domain.tree import HeavyHitters, choose_heavy_hitters
 from ldp.workload.mechanism import FactorizationMechanism
 
 
@@ -130,7 +135,19 @@ class KeyValueAttribute:
     padding: int = 1
 
 
-Attribute = NumericAttribute | CategoricalAttribute | KeyValueAttribute
+@dataclass(frozen=True)
+class StringAttribute:
+    """A string attribute over an open domain, estimated as its `top` heavy hitters by a prefix tree of
+    `ldp.open_domain` ("auto": `choose_heavy_hitters`), whose public hashes `seed` fixes."""
+
+    name: str
+    domain: StringDomain
+    mechanism: str = "auto"
+    top: int = 20
+    seed: int = 0
+
+
+Attribute = NumericAttribute | CategoricalAttribute | KeyValueAttribute | StringAttribute
 
 
 def choose_keyvalue(epsilon: float, domain: int, padding: int) -> str:
@@ -205,6 +222,14 @@ class MixedCollector:
                                "lifetime budget")
             name = choose_keyvalue(eps, attr.domain, attr.padding) if attr.mechanism == "auto" else attr.mechanism
             return registry.make_keyvalue(name, eps, attr.domain, attr.padding)
+        if isinstance(attr, StringAttribute):
+            if self.epsilon_lifetime is not None:
+                raise LDPError(f"attribute {attr.name!r}: no memoized mechanism reports strings")
+            name = choose_heavy_hitters(eps) if attr.mechanism == "auto" else attr.mechanism
+            if name not in registry.HEAVY_HITTERS:
+                raise LDPError(f"attribute {attr.name!r}: {name!r} is not one of {list(registry.HEAVY_HITTERS)}")
+            return registry.open_domain_class(name)(eps, attr.domain, seed=attr.seed,  # type: ignore[call-arg]
+                                                     top=attr.top)
         if self.epsilon_lifetime is not None:
             return self._memoized(attr, eps)
         if isinstance(attr, CategoricalAttribute) and attr.oracle in registry.LONGITUDINAL:
@@ -319,6 +344,8 @@ class MixedCollector:
     def _inputs(self, attr: Attribute, column: np.ndarray) -> np.ndarray:
         if isinstance(attr, KeyValueAttribute):
             return self._unit_pairs(attr, column)
+        if isinstance(attr, StringAttribute):  # padded byte rows; LDPError for a string the domain refuses
+            return attr.domain.encode(column)
         if isinstance(attr, NumericAttribute):
             return self.scalers[attr.name].to_unit(np.atleast_1d(column))
         values = np.atleast_1d(np.asarray(column))
@@ -359,6 +386,8 @@ class MixedCollector:
 
     def _unit_estimate(self, attr: Attribute, total: int, sampled: int, sub_stats: np.ndarray) -> Estimate:
         mech = self.mechanisms[attr.name]
+        if isinstance(attr, StringAttribute):
+            return _heavy_hitters(mech.estimate(sub_stats) if sampled else None, self.scale, sampled, total)
         width = _answers(mech, attr)
         if total == 0:
             return _squeeze(Estimate(n=0, value=np.full(width, np.nan), stderr=np.full(width, np.inf)), attr)
@@ -403,6 +432,16 @@ class MixedCollector:
         mean_se = np.sqrt(means.stderr**2 + spread) * scaler.half_width
         return Estimate(n=total, value=np.stack([freq, scaler.from_unit(means.value)]),
                         stderr=np.stack([np.sqrt(freq_var), mean_se]))
+
+def _heavy_hitters(found: HeavyHitters | None, scale: float, sampled: int, total: int) -> HeavyHitters:
+    """The tree's heavy hitters among the n_j devices that sampled the attribute, as frequencies among all N, with
+    the sampling term of the variance (module docstring; the indicator's second moment is the frequency)."""
+    if found is None or total == 0:
+        return HeavyHitters(n=total, value=np.zeros(0), stderr=np.zeros(0))
+    weight = scale * sampled / total
+    value = weight * found.value
+    var = weight**2 * found.stderr**2 + (scale - 1) * np.clip(value, 0.0, 1.0) / total
+    return HeavyHitters(n=total, value=value, stderr=np.sqrt(var), items=found.items)
 
 
 def _answers(mech: Mechanism, attr: Attribute) -> int:

@@ -59,6 +59,17 @@ KEYVALUE: dict[str, str] = {
     "pckv-grr": "ldp.keyvalue.pckv:PCKVGRR",
 }
 
+# Open-domain mechanisms over strings (`ldp.open_domain`): sketch oracles, and the heavy-hitter trees a `type: string`
+# attribute names (HEAVY_HITTERS); apart, since their values are strings, not codes or numbers.
+OPEN_DOMAIN: dict[str, str] = {
+    "cms": "ldp.open_domain.sketch:CMS",
+    "hcms": "ldp.open_domain.sketch:HCMS",
+    "hashed_grr": "ldp.open_domain.sketch:HashedGRR",
+    "hcms_tree": "ldp.open_domain.tree:HCMSTree",
+    "pem": "ldp.open_domain.tree:PEM",
+}
+HEAVY_HITTERS = ("hcms_tree", "pem")
+
 
 def _load(target: str) -> type[Mechanism]:
     module, cls = target.split(":")
@@ -82,6 +93,11 @@ def _class_in(table: dict[str, str], kind: str, name: str) -> type[Mechanism]:
     if name not in table:
         raise LDPError(f"unknown {kind} {name!r}; known: {list(table)}")
     return _load(table[name])
+
+
+def open_domain_class(name: str) -> type[Mechanism]:
+    """The class registered under `name` in OPEN_DOMAIN."""
+    return _class_in(OPEN_DOMAIN, "open-domain mechanism", name)
 
 
 def numeric_class(name: str) -> type[NumericMechanism]:

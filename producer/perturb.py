@@ -16,10 +16,18 @@ import numpy as np
 
 from collection.collector import Strategies, collector_for
 from collection.pseudonym import device_partitions
-from collection.spec import CategoricalAttribute, CollectionSpec, KeyValueAttribute, NumericAttribute, SpecError
+from collection.spec import (
+    CategoricalAttribute,
+    CollectionSpec,
+    KeyValueAttribute,
+    NumericAttribute,
+    SpecError,
+    StringAttribute,
+)
 from collection.wire import AttributeReports, PerturbedBatch, perturbed_batch
 from ldp.base import LDPError
 from ldp.keyvalue.base import EMPTY, check_pairs, pairs_array
+from ldp.open_domain.strings import StringDomain
 from producer.ledger import Memo
 
 
@@ -97,8 +105,20 @@ def true_columns(spec: CollectionSpec, records: Mapping[str, np.ndarray], n: int
         column = np.atleast_1d(np.asarray(records[a.name]))
         if column.shape != (n,):
             raise RecordError(f"attribute {a.name!r}: expected {n} values (one per device), got shape {column.shape}")
-        columns[a.name] = _numeric(a, column) if isinstance(a, NumericAttribute) else _codes(a, column)
+        if isinstance(a, StringAttribute):
+            columns[a.name] = _strings(a, column)
+        else:
+            columns[a.name] = _numeric(a, column) if isinstance(a, NumericAttribute) else _codes(a, column)
     return columns
+
+
+def _strings(a: StringAttribute, column: np.ndarray) -> np.ndarray:
+    """The strings as padded byte rows; RecordError for one the attribute's domain refuses (too long, a byte
+    outside the alphabet, empty): the device refuses it, nothing is sent."""
+    try:
+        return StringDomain(a.max_length, a.alphabet).encode(column)
+    except LDPError as exc:
+        raise RecordError(f"attribute {a.name!r}: {exc}") from exc
 
 
 def _numeric(a: NumericAttribute, column: np.ndarray) -> np.ndarray:

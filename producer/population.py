@@ -6,6 +6,7 @@ Numeric attributes are drawn on [-1, 1] and mapped linearly onto the attribute's
 - "uniform": uniform on [-1, 1];
 - "power_law": density proportional to (x + 2)^-10 on [-1, 1] (000 Sec. VI-A), by its inverse CDF
   F(x) = (1 - (x + 2)^-9) / (1 - 3^-9).
+String attributes are Zipf(`zipf_exponent`) over `distinct` random words (`producer.strings`).
 Categorical attributes are Zipf over the listed values: P(value i) proportional to (i + 1)^-s, s = `zipf_exponent`.
 Keyvalue attributes: a device holds key i independently with probability min(0.95, P_i * pairs_per_device), P the
 Zipf probabilities over the keys, and its value for key i is the truncated gaussian above with a mean per key (from
@@ -18,18 +19,37 @@ frequencies = counts / devices), which is what the estimates are checked against
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from collection.spec import CategoricalAttribute, CollectionSpec, KeyValueAttribute, NumericAttribute
+from collection.spec import CategoricalAttribute, CollectionSpec, KeyValueAttribute, NumericAttribute, StringAttribute
 
 GAUSSIAN_SD = 0.25
 MAX_HOLD = 0.95  # the largest probability that a simulated device holds a key
 GAUSSIAN_MU_RANGE = 0.5
 POWER_LAW_EXPONENT = 10.0
+LETTERS = "abcdefghijklmnopqrstuvwxyz"  # simulated words of a string attribute without an alphabet
 
 Records = dict[str, np.ndarray]
+
+
+def random_words(distinct: int, rng: np.random.Generator, alphabet: str = LETTERS, min_length: int = 3,
+                 max_length: int = 8) -> np.ndarray:
+    """`distinct` distinct random words over `alphabet`, lengths uniform in [min_length, max_length], in the order
+    drawn (S<max_length> bytes; vectorised, drawing extra and dropping repeats)."""
+    symbols = np.frombuffer(alphabet.encode("ascii"), dtype=np.uint8)
+    words = np.zeros(0, dtype=f"S{max_length}")
+    while words.shape[0] < distinct:
+        want = 2 * (distinct - words.shape[0]) + 16
+        lengths = rng.integers(min_length, max_length + 1, size=want)
+        rows = symbols[rng.integers(0, symbols.shape[0], size=(want, max_length))]
+        rows[np.arange(max_length)[None, :] >= lengths[:, None]] = 0
+        words = np.concatenate([words, np.ascontiguousarray(rows).view(f"S{max_length}").ravel()])
+        _, first = np.unique(words, return_index=True)
+        words = words[np.sort(first)]
+    return words[:distinct]
 
 
 def truncated_gaussian(mu: float, sd: float, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -72,6 +92,9 @@ class Population:
                      for a in spec.attributes if isinstance(a, KeyValueAttribute)}
         self.key_mu = {name: params.uniform(-GAUSSIAN_MU_RANGE, GAUSSIAN_MU_RANGE, len(hold))
                        for name, hold in self.hold.items()}
+        self.words = {a.name: random_words(a.distinct, np.random.default_rng([seed, i]), a.alphabet or LETTERS, 1,
+                                           a.max_length)
+                      for i, a in enumerate(spec.attributes) if isinstance(a, StringAttribute)}
 
     def sample(self, n: int, rng: np.random.Generator) -> Records:
         """True records of n devices: numeric values in the attribute's range, categorical value codes."""
@@ -82,6 +105,10 @@ class Population:
                 records[a.name] = lo + (self._unit(a, n, rng) + 1.0) * ((hi - lo) / 2.0)
             elif isinstance(a, KeyValueAttribute):
                 records[a.name] = self._pairs(a, n, rng)
+            elif isinstance(a, StringAttribute):  # words by Zipf rank
+                words = self.words[a.name]
+                records[a.name] = words[rng.choice(len(words), size=n, p=zipf_probabilities(len(words),
+                                                                                           a.zipf_exponent))]
             else:
                 records[a.name] = rng.choice(len(a.values), size=n, p=self.zipf[a.name]).astype(np.int64)
         return records
@@ -118,6 +145,8 @@ class PopulationTruth:
         self._holders = {a.name: np.zeros(a.domain_size, dtype=np.int64)
                          for a in spec.attributes if isinstance(a, KeyValueAttribute)}
         self._key_sums = {name: np.zeros(len(c)) for name, c in self._holders.items()}
+        self._words: dict[str, Counter[str]] = {a.name: Counter() for a in spec.attributes
+                                                if isinstance(a, StringAttribute)}
 
     def add(self, records: Records) -> None:
         n = len(next(iter(records.values())))
@@ -132,6 +161,9 @@ class PopulationTruth:
             holders += np.bincount(keys[held].astype(np.intp), minlength=len(holders))
             self._key_sums[name] += np.bincount(keys[held].astype(np.intp), weights=values[held],
                                                 minlength=len(holders))
+        for name, words in self._words.items():
+            distinct, seen = np.unique(np.asarray(records[name]).astype(bytes), return_counts=True)
+            words.update(dict(zip((w.decode() for w in distinct.tolist()), seen.tolist(), strict=True)))
 
     def to_dict(self) -> dict[str, object]:
         """{"devices": N, "attributes": {NAME: {"mean": x} | {"frequencies": {VALUE: f}} | {"frequencies": {KEY: f},
@@ -147,6 +179,9 @@ class PopulationTruth:
                                     for k, c in zip(a.labels, holders, strict=True)},
                     "means": {k: (float(s) / int(c) if c else None)
                               for k, s, c in zip(a.labels, sums, holders, strict=True)}}
+            elif isinstance(a, StringAttribute):  # the true top list, twice the attribute's `top` long
+                attributes[a.name] = {"frequencies": {w: c / self.devices
+                                                      for w, c in self._words[a.name].most_common(2 * a.top)}}
             else:
                 counts = self._counts[a.name]
                 attributes[a.name] = {"frequencies": {v: (int(c) / self.devices if self.devices else None)

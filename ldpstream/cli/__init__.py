@@ -9,6 +9,7 @@ from ldpstream.cli import (
     demo,
     edge,
     estimate,
+    heavy_hitters,
     mechanisms,
     serve,
     services,
@@ -21,7 +22,7 @@ from ldpstream.cli import (
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="ldpstream: private telemetry over Kafka.")
 for command in (services, demo, train, spec, simulate, aggregate, edge, estimate, mechanisms, serve, tokens,
-                workload):
+                workload, heavy_hitters):
     command.register(app)
 
 

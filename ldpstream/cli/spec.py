@@ -11,7 +11,14 @@ from rich.console import Console
 from rich.table import Table
 
 from collection.collector import privacy_budgets, resolved_mechanisms, sampled_count
-from collection.spec import CollectionSpec, KeyValueAttribute, NumericAttribute, SpecError, load_spec
+from collection.spec import (
+    CollectionSpec,
+    KeyValueAttribute,
+    NumericAttribute,
+    SpecError,
+    StringAttribute,
+    load_spec,
+)
 from ldp import registry
 from ldp.base import LDPError
 from runtime.kafka import DeliveryError, TopicError
@@ -55,6 +62,8 @@ def summary(spec: CollectionSpec) -> tuple[str, Table]:
         if isinstance(a, KeyValueAttribute):
             keys = ", ".join(a.keys) if a.keys is not None else f"{a.buckets} hashed buckets"
             domain = f"keys {keys}; values [{a.range[0]:g}, {a.range[1]:g}]; padding l = {a.padding}"
+        elif isinstance(a, StringAttribute):
+            domain = f"strings of <= {a.max_length} bytes over {a.alphabet or 'any byte'}; top {a.top}"
         else:
             domain = f"[{a.range[0]:g}, {a.range[1]:g}]" if isinstance(a, NumericAttribute) else ", ".join(a.values)
         chosen = mechanisms[a.name] + (" (auto)" if a.mechanism == "auto" else "")

@@ -1,0 +1,106 @@
+"""A string attribute end to end over Kafka and Redis: 100,000 simulated devices report words of an open domain; a
+real worker aggregates the prefix tree's sketches; the estimates found on read are the true heavy hitters within
+their standard errors. Strings the domain refuses never leave the device; reports outside the tree's declared
+ranges, sent by a hostile device, are dead-lettered with their reasons."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+
+import numpy as np
+import pytest
+from pipeline_support import Collection, aggregate_fleet, dead_letters_of
+
+from aggregator.processes import stop_worker
+from aggregator.store import RedisStore
+from collection.pseudonym import device_partitions
+from collection.spec import parse_spec
+from collection.wire import encode, perturbed_batch
+from producer.perturb import RecordError, perturb
+from runtime.clock import now_ms
+from runtime.kafka import ReportProducer, delete_topic
+from runtime.settings import Settings
+from runtime.specs import publish_spec
+
+pytestmark = pytest.mark.integration
+
+DEVICES = 100_000
+SPEC = """
+name: NAME
+version: 1
+epsilon: 4
+sampling: one
+windows: [1h]
+attributes:
+  - {name: word, type: string, max_length: 6, alphabet: abcdef, top: 5, distinct: 300, mechanism: MECHANISM}
+  - {name: battery, type: numeric, range: [0, 100], mechanism: pm}
+"""
+
+
+@pytest.mark.parametrize("mechanism", ["pem", "hcms_tree"])
+def test_heavy_hitters_over_kafka(live_services: Settings, mechanism: str) -> None:
+    spec = parse_spec(SPEC.replace("NAME", f"it-hh-{uuid.uuid4().hex[:8]}").replace("MECHANISM", mechanism))
+    spec = publish_spec(spec, live_services.bootstrap).spec
+    store = RedisStore(live_services.redis)
+    c = Collection(live_services, spec, store, f"ldp-aggregator-it-{spec.name}")
+    try:
+        result = aggregate_fleet(c, DEVICES, seed=4)
+        entry = c.estimates()["attributes"]["word"]
+        assert entry["mechanism"] == mechanism and entry["heavy_hitters"] == 5
+        truth = result.truth["attributes"]["word"]["frequencies"]  # type: ignore[index]
+        found = entry["frequencies"]
+        assert list(found)[:2] == list(truth)[:2]  # the two largest, in order (far apart at this n)
+        for item, e in found.items():
+            if item in truth:
+                assert abs(e["estimate"] - truth[item]) <= 4 * e["stderr"], (item, e, truth[item])
+        _device_refuses_bad_strings(c)
+        _hostile_reports_are_dead_lettered(c)
+    finally:
+        store.delete_collection(spec.name)
+        delete_topic(live_services.bootstrap, spec.topic)
+
+
+def _device_refuses_bad_strings(c: Collection) -> None:
+    devices, times = np.array([1, 2], dtype=np.uint64), np.full(2, now_ms(), dtype=np.int64)
+    for words, reason in ((["abc", "abcdefa"], "longer than the maximum 6"), (["abc", "abz"], "outside the alphabet"),
+                          (["abc", ""], "empty string")):
+        with pytest.raises(RecordError, match=reason):
+            perturb(c.spec, devices, times, {"word": np.array(words), "battery": np.array([1.0, 2.0])},
+                    np.random.default_rng(0))
+
+
+def _hostile_reports_are_dead_lettered(c: Collection) -> None:
+    """A device that skips the mechanism: a valid report with one column pushed outside its declared range."""
+    worker = c.start_worker()
+    try:
+        accepted = c.accepted()
+        rng = np.random.default_rng(1)
+        producer = ReportProducer(c.cfg.bootstrap)
+        sent = []
+        candidates = iter(range(10**9, 10**9 + 100))
+        for column, bad in (("level", 200), ("hash", 1 << 20)):
+            block = None
+            while block is None:  # sampling one: draw devices until one reports the word
+                devices = np.array([next(candidates)], dtype=np.uint64)
+                valid = perturb(c.spec, devices, np.array([now_ms()], dtype=np.int64),
+                                {"word": np.array(["abc"]), "battery": np.array([50.0])}, rng)
+                block = next((b for b in valid.attributes if b.attribute == 0), None)
+            reports = {**block.reports, column: np.full_like(block.reports[column], bad)}
+            hostile = perturbed_batch(valid.collection, valid.spec_version, valid.devices, valid.timestamps_ms,
+                                      (dataclasses.replace(block, reports=reports),))
+            partition = int(device_partitions(devices, c.spec.partitions)[0])
+            producer.produce(c.spec.topic, encode(hostile), devices.tobytes(), partition)
+            sent.append(column)
+        producer.flush(timeout_s=30.0)
+        deadline = time.monotonic() + 60
+        reasons: list[str] = []
+        while time.monotonic() < deadline and len(reasons) < len(sent):
+            reasons = list(dead_letters_of(c.cfg.bootstrap, c.spec.topic).values())
+            time.sleep(0.5)
+        assert len(reasons) == len(sent), reasons
+        assert set(reasons) == {"out_of_range"}, reasons  # the reason the processor gives a report outside its schema
+        assert c.accepted() == accepted  # nothing of them counted
+    finally:
+        stop_worker(worker)
