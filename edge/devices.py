@@ -14,10 +14,14 @@ one Redis round trip for them all) after the signature has verified and the repo
 4. per report, the device has not reported in its dedupe window (`...:seen:<version>:<start>:<id>`, TTL two
    windows): the script marks the windows of the reports it admits and returns the positions already used.
 Marks of reports that are then not acknowledged are removed again (`release`), so the device can retry.
+
+Every key of a collection carries the hash tag `{NAME}`, so the script's keys lie in one Redis Cluster slot.
+(Before the tag, the devices hash was `ldp:edge:NAME:devices`: `tag_devices_hashes` renames such hashes once.)
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -61,7 +65,31 @@ REVOKED, REPLAYED, RATE_LIMITED = -1, -2, -3
 
 
 def _prefix(collection: str) -> str:
-    return f"ldp:edge:{collection}"
+    """The key prefix of a collection's edge state, with its Redis Cluster hash tag."""
+    return f"ldp:edge:{{{collection}}}"
+
+
+def devices_key(collection: str) -> str:
+    """The hash of a collection's enrolled devices."""
+    return f"{_prefix(collection)}:devices"
+
+
+def edge_keys(collection: str) -> str:
+    """A SCAN pattern matching every edge key of a collection."""
+    return f"{_prefix(collection)}:*"
+
+
+def tag_devices_hashes(client: redis.Redis) -> list[str]:
+    """Rename the devices hashes of untagged collections (`ldp:edge:NAME:devices`, before the hash tag) to their
+    tagged names, keeping any tagged hash that exists already; the collections renamed. (One server: a rename
+    within a Redis Cluster must stay in one slot, and a cluster never held untagged keys.)"""
+    renamed = []
+    for raw in client.scan_iter(match="ldp:edge:*:devices", count=1000):
+        key = raw.decode()
+        name = key[len("ldp:edge:"):-len(":devices")]
+        if not name.startswith("{") and client.renamenx(key, devices_key(name)):
+            renamed.append(name)
+    return renamed
 
 
 class DeviceRegistry:
@@ -76,14 +104,14 @@ class DeviceRegistry:
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         ids = [new_device_id(self.keyring.current) for _ in range(count)]
-        key = f"{_prefix(collection)}:devices"
+        key = devices_key(collection)
         for lo in range(0, count, 10_000):
             self.redis.hset(key, mapping={d: 1 for d in ids[lo:lo + 10_000]})
         return [Credential(collection, d, self.keyring.device_key(collection, d)) for d in ids]
 
     def revoke(self, collection: str, devices: Sequence[str]) -> int:
         """Revoke devices (their requests answer 401 from now on); the number that were enrolled."""
-        key = f"{_prefix(collection)}:devices"
+        key = devices_key(collection)
         found = 0
         for device in devices:
             if self.redis.hget(key, device) == b"1":
@@ -124,24 +152,24 @@ class Admission:
         return [f"{_prefix(collection)}:seen:{version}:{start}:{device}" for start in starts.tolist()]
 
     async def admit(self, requests: Sequence[Admit]) -> list[list[int] | int]:
-        """Per request (one script call per collection, all pipelined in one round trip): the positions (in its
+        """Per request (one script call per collection, the collections' calls concurrent): the positions (in its
         `marks`) of reports whose window the device already used, or REVOKED (not enrolled, or revoked), REPLAYED
         or RATE_LIMITED (then nothing was marked)."""
         by_collection: dict[str, list[int]] = {}
         for i, r in enumerate(requests):
             by_collection.setdefault(r.collection, []).append(i)
-        pipe = self.redis.pipeline(transaction=False)
+        calls = []
         for collection, members in by_collection.items():
             prefix = _prefix(collection)
-            keys, args = [f"{prefix}:devices"], [2 * MAX_SKEW_MS, self.rate_per_s, len(members)]
+            keys, args = [devices_key(collection)], [2 * MAX_SKEW_MS, self.rate_per_s, len(members)]
             for i in members:
                 r = requests[i]
                 ttl = 2 * (window_seconds(r.window) * 1000 if r.window != ALL_TIME else DEFAULT_MAX_AGE_MS)
                 keys += [f"{prefix}:sig:{r.signature}", f"{prefix}:rate:{r.device}", *r.marks]
                 args += [r.device, len(r.marks), ttl]
-            await self._script(keys=keys, args=args, client=pipe)
+            calls.append(self._script(keys=keys, args=args))
         answers: list[list[int] | int] = [0] * len(requests)
-        for members, out in zip(by_collection.values(), await pipe.execute(), strict=True):
+        for members, out in zip(by_collection.values(), await asyncio.gather(*calls), strict=True):
             j = 0
             for i in members:
                 code = int(out[j])

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from collection.topics import DLQ_TOPIC, GRADIENTS_TOPIC, MODELS_TOPIC, report_topic
+from edge.devices import devices_key
 from runtime.access import ADMIN, GATEWAY, aiokafka_auth, kafka_security
 from runtime.kafka import consumer_client, ensure_topic, producer_client
 from runtime.redis import redis_client
@@ -203,7 +204,7 @@ def test_the_edge_reaches_only_its_own_keys(secured: Settings, stats_key: str) -
         edge.hincrby(stats_key, "accepted", 1)
     with pytest.raises(redis.exceptions.NoPermissionError):
         edge.get(stats_key)
-    key = f"ldp:edge:access-{uuid.uuid4().hex[:8]}:devices"
+    key = devices_key(f"access-{uuid.uuid4().hex[:8]}")
     try:
         edge.hset(key, "device", 1)
         assert edge.hget(key, "device") == b"1"
