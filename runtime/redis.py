@@ -77,6 +77,7 @@ def redis_client(url: str, timeout_s: float | None = None, principal: str | None
     nodes = cluster_nodes(url)
     if nodes is None:
         return redis.Redis.from_url(url, **options)
+    options.pop("retry_on_timeout", None)  # the cluster client's own retries decide (the setting is deprecated there)
     return redis.cluster.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in nodes],
                                       **{**options, **_cluster_options(url)})
 
