@@ -113,11 +113,12 @@ def cluster_nodes(cfg: Settings, via: int) -> list[Node]:
     return nodes
 
 
-def serving(cfg: Settings, key: str, via: int) -> tuple[int, int]:
-    """(primary, replica): the indexes of the nodes that serve `key`'s slot, as node `via` sees them."""
+def serving(cfg: Settings, key: str, via: int) -> tuple[int, int | None]:
+    """(primary, replica): the indexes of the nodes that serve `key`'s slot, as node `via` sees them (replica None
+    while the primary has none)."""
     slot = int(redis_client(redis_node(cfg, via).address, 5.0, principal=ADMIN).execute_command(
         "CLUSTER", "KEYSLOT", key))
     nodes = cluster_nodes(cfg, via)
     primary = next(n for n in nodes if n.primary and any(a <= slot <= b for a, b in n.slots))
-    replica = next(n for n in nodes if not n.primary and n.primary_id == primary.id)
-    return cfg.redis_ports.index(primary.port), cfg.redis_ports.index(replica.port)
+    replica = next((n for n in nodes if not n.primary and n.primary_id == primary.id), None)
+    return cfg.redis_ports.index(primary.port), None if replica is None else cfg.redis_ports.index(replica.port)

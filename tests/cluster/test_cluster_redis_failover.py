@@ -29,6 +29,7 @@ def test_a_redis_primary_killed_its_lagging_replica_promoted_the_count_exact(clu
     with published_collection(cluster) as c:
         key = f"{prefix(c.spec.name)}:offsets"
         primary, replica = serving(cluster, key, via=0)
+        assert replica is not None
         workers = Workers(c, 3, tmp_path)
         fleet = send_in_background(c, DEVICES, rate=20_000, seed=52)
         try:
@@ -55,4 +56,4 @@ def test_a_redis_primary_killed_its_lagging_replica_promoted_the_count_exact(clu
         assert c.store.outcomes(c.spec.name) == {"accepted": DEVICES}
         assert "the store went back in time" in workers.log_text()
         assert_statistics_equal(c, reference_run(c))
-        assert serving(cluster, key, via=primary) == (replica, primary)
+        wait_for(lambda: serving(cluster, key, via=primary) == (replica, primary), 30, "the old primary to follow")
