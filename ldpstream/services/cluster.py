@@ -58,7 +58,7 @@ class NodeGroup:
         return "; ".join(f"node {i + 1}: {node.stop()}" for i, node in reversed(list(enumerate(self.nodes))))
 
 
-class KafkaCluster(NodeGroup):
+class LocalKafkaCluster(NodeGroup):
     """The local 3-node Kafka cluster."""
 
     name = "kafka"
@@ -82,7 +82,7 @@ class KafkaCluster(NodeGroup):
                 f"at {self.cfg.bootstrap}")
 
 
-class RedisCluster(NodeGroup):
+class LocalRedisCluster(NodeGroup):
     """The local Redis Cluster: 6 nodes, 3 primaries with a replica each."""
 
     name = "redis"

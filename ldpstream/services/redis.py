@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 import redis
 
+from edge.devices import tag_devices_hashes
 from ldpstream.services.base import LocalService
 from ldpstream.services.debian import debian_program
 from runtime.access import ADMIN, REDIS_RULES, generate_passwords, password
@@ -85,12 +86,19 @@ class RedisService(LocalService):
         replace_secret(self.conf, text.encode())  # 0600: a cluster node's holds the admin's password
         proc = spawn([server, str(self.conf)], self.log, self.pidfile)
         wait_until(lambda: redis_answers(self.address), lambda: proc.poll() is None, 30.0, "Redis", self.log)
+        self.upgrade_keys()
         return f"started (pid {proc.pid}) at {self.address}"
 
     def apply_access(self) -> None:
         if self.cfg.security and self.users.exists():
             self.users.write_text(acl_file(self.cfg))
             redis_client(self.address, 10.0).execute_command("ACL", "LOAD")
+        self.upgrade_keys()
+
+    def upgrade_keys(self) -> None:
+        """Give the keys of an earlier version their current names (a single server: a cluster never held them)."""
+        if self.node is None:
+            tag_devices_hashes(redis_client(self.address, 10.0, principal=ADMIN))
 
     @staticmethod
     def _redis_server() -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ldpstream.services import KafkaCluster, RedisCluster
+from ldpstream.services import LocalKafkaCluster, LocalRedisCluster
 from runtime.settings import CLUSTER, TOPOLOGY_FILE, Settings
 from runtime.signing import ensure_signing_keys
 
@@ -42,7 +42,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         (state / "kafka").mkdir()
         (state / "kafka" / jars.name).symlink_to(jars, target_is_directory=True)
     ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys)
-    groups = [KafkaCluster(cfg), RedisCluster(cfg)]
+    groups = [LocalKafkaCluster(cfg), LocalRedisCluster(cfg)]
     try:
         for group in groups:
             group.start()
