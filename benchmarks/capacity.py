@@ -20,14 +20,19 @@ linear in micro-batches and in bytes appended. The JSON reports the fitted per-d
 departure of any checkpoint from the straight line, so a super-linear cost (a table's growth, a string's
 reallocation, a slow-down with size) shows.
 
+Then the edge's side (`--edge-devices`): enrolled devices admitted once each through `edge.devices.Admission` (its
+one script per turn of requests) on a fresh shard: the shard's CPU per request, its memory per enrolled device
+and per admitted request (signature, rate and window-mark keys, kept until their TTLs: the marks two windows).
+
 Prints JSON: {"devices", "reports", "spec", "seconds", "worker": {...}, "shard": {...}, "checkpoints": [...],
-"model": {...}}.
+"model": {...}, "edge": {...}}.
 Run: .venv/bin/python benchmarks/capacity.py [--devices 20000000] [--checkpoint 2000000]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import resource
@@ -49,9 +54,11 @@ from aggregator.plans import Plan  # noqa: E402
 from aggregator.processing import PartitionProcessor  # noqa: E402
 from aggregator.store import RedisStore  # noqa: E402
 from collection.spec import load_spec  # noqa: E402
+from edge.devices import Admission, Admit, DeviceRegistry  # noqa: E402
+from edge.keyring import Keyring  # noqa: E402
 from producer.simulator import chunk_messages, fleet  # noqa: E402
 from runtime.dlq import Message  # noqa: E402
-from runtime.redis import redis_client  # noqa: E402
+from runtime.redis import async_redis_client, redis_client  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -196,6 +203,47 @@ def run(spec_path: Path, devices: int, checkpoint: int, batch_messages: int, env
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def run_edge(devices: int, turn: int) -> dict[str, object]:
+    """The edge's admission state on one shard: `devices` enrolled devices, each admitted once with one report
+    (`edge.devices.Admission.admit`, one script per turn of `turn` requests, as the edge coalesces them); the
+    shard's CPU per request and its memory per device (the enrolled-devices hash, then the signature, rate and
+    window-mark keys a request leaves behind until their TTLs expire)."""
+    directory = Path(tempfile.mkdtemp(prefix="ldp-capacity-edge-"))
+    shard, url = start_shard(directory)
+    try:
+        keyring = Keyring.create(directory / "master.key")
+        name = f"capacity-{uuid.uuid4().hex[:8]}"
+        before = shard_counters(url)
+        ids = [c.device for c in DeviceRegistry(redis_client(url, 30.0), keyring).enroll(name, devices)]
+        enrolled = shard_counters(url)
+        admission = Admission(async_redis_client(url, 30.0), keyring, rate_per_s=10)
+        start_ms = 1_700_000_000_000
+
+        async def admit_all() -> int:
+            used = 0
+            for lo in range(0, devices, turn):
+                requests = [Admit(name, d, uuid.uuid4().hex, "1h",
+                                  Admission.window_keys(name, 1, d, np.array([start_ms])))
+                            for d in ids[lo:lo + turn]]
+                used += sum(1 for answer in await admission.admit(requests) if answer != [])
+            await admission.redis.aclose()
+            return used
+
+        t = time.perf_counter()
+        refused = asyncio.run(admit_all())
+        seconds = time.perf_counter() - t
+        end = shard_counters(url)
+        cpu = end["cpu_s"] - enrolled["cpu_s"]
+        return {"devices": devices, "turn": turn, "refused": refused, "seconds": round(seconds, 1),
+                "requests_per_shard_cpu_s": round(devices / cpu),
+                "enrolled_bytes_per_device": round((enrolled["used_memory"] - before["used_memory"]) / devices, 1),
+                "admitted_bytes_per_device": round((end["used_memory"] - enrolled["used_memory"]) / devices, 1)}
+    finally:
+        shard.terminate()
+        shard.wait(30)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", type=Path, default=Path("examples/diagnostics.yaml"))
@@ -205,8 +253,12 @@ def main() -> None:
                         help="messages per partition per micro-batch (12 x 8 partitions x 1000 reports of ~26 "
                              "bytes: ~2.5 MB, the worker's bound on one store write)")
     parser.add_argument("--envelope", type=int, default=1000, help="reports per message")
+    parser.add_argument("--edge-devices", type=int, default=1_000_000, help="devices through the edge's admission")
+    parser.add_argument("--edge-turn", type=int, default=200, help="requests per admission script")
     args = parser.parse_args()
-    print(json.dumps(run(args.spec, args.devices, args.checkpoint, args.batch_messages, args.envelope), indent=1))
+    out = run(args.spec, args.devices, args.checkpoint, args.batch_messages, args.envelope)
+    out["edge"] = run_edge(args.edge_devices, args.edge_turn) if args.edge_devices else None
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,13 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
-from redis.exceptions import ClusterDownError, MasterDownError, SlotNotCoveredError, TryAgainError
+from redis.exceptions import (
+    ClusterDownError,
+    MasterDownError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 
 from runtime.access import redis_credentials
 from runtime.settings import CLUSTER_SCHEME, Settings
@@ -78,8 +84,12 @@ def redis_client(url: str, timeout_s: float | None = None, principal: str | None
     if nodes is None:
         return redis.Redis.from_url(url, **options)
     options.pop("retry_on_timeout", None)  # the cluster client's own retries decide (the setting is deprecated there)
-    return redis.cluster.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in nodes],
-                                      **{**options, **_cluster_options(url)})
+    try:  # it asks a seed for the slots' nodes now
+        return redis.cluster.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in nodes],
+                                          **{**options, **_cluster_options(url)})
+    except RedisClusterException as exc:
+        raise redis.ConnectionError(f"no node of the Redis Cluster at {_without_password(url)} answers with its "
+                                    f"slots: {exc}") from exc
 
 
 def redis_answers(url: str, timeout_s: float = 2.0) -> bool:

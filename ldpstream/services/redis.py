@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from edge.devices import tag_devices_hashes
+from edge.devices import upgrade_devices_hashes
 from ldpstream.services.base import LocalService
 from ldpstream.services.debian import debian_program
 from runtime.access import ADMIN, REDIS_RULES, generate_passwords, password
@@ -98,7 +98,7 @@ class RedisService(LocalService):
     def upgrade_keys(self) -> None:
         """Give the keys of an earlier version their current names (a single server: a cluster never held them)."""
         if self.node is None:
-            tag_devices_hashes(redis_client(self.address, 10.0, principal=ADMIN))
+            upgrade_devices_hashes(redis_client(self.address, 10.0, principal=ADMIN))
 
     @staticmethod
     def _redis_server() -> str:

@@ -204,7 +204,7 @@ def test_the_edge_reaches_only_its_own_keys(secured: Settings, stats_key: str) -
         edge.hincrby(stats_key, "accepted", 1)
     with pytest.raises(redis.exceptions.NoPermissionError):
         edge.get(stats_key)
-    key = devices_key(f"access-{uuid.uuid4().hex[:8]}")
+    key = devices_key(f"access-{uuid.uuid4().hex[:8]}", "device")
     try:
         edge.hset(key, "device", 1)
         assert edge.hget(key, "device") == b"1"
