@@ -54,7 +54,7 @@ from aggregator.plans import Plan  # noqa: E402
 from aggregator.processing import PartitionProcessor  # noqa: E402
 from aggregator.store import RedisStore  # noqa: E402
 from collection.spec import load_spec  # noqa: E402
-from edge.devices import Admission, Admit, DeviceRegistry  # noqa: E402
+from edge.devices import EDGE_SLOTS, Admission, Admit, DeviceRegistry, edge_keys  # noqa: E402
 from edge.keyring import Keyring  # noqa: E402
 from producer.simulator import chunk_messages, fleet  # noqa: E402
 from runtime.dlq import Message  # noqa: E402
@@ -234,7 +234,12 @@ def run_edge(devices: int, turn: int) -> dict[str, object]:
         seconds = time.perf_counter() - t
         end = shard_counters(url)
         cpu = end["cpu_s"] - enrolled["cpu_s"]
-        return {"devices": devices, "turn": turn, "refused": refused, "seconds": round(seconds, 1),
+        client = redis_client(url, 10.0)
+        sample = {kind: next(client.scan_iter(match=f"{edge_keys(name)[:-1]}{kind}:*", count=1000))
+                  for kind in ("sig", "rate", "seen")}
+        return {"devices": devices, "turn": turn, "edge_slots": EDGE_SLOTS, "refused": refused,
+                "seconds": round(seconds, 1),
+                "key_bytes": {kind: client.memory_usage(key) for kind, key in sample.items()},
                 "requests_per_shard_cpu_s": round(devices / cpu),
                 "enrolled_bytes_per_device": round((enrolled["used_memory"] - before["used_memory"]) / devices, 1),
                 "admitted_bytes_per_device": round((end["used_memory"] - enrolled["used_memory"]) / devices, 1)}
