@@ -13,7 +13,7 @@ from ldpstream.services.base import LocalService
 from ldpstream.services.debian import debian_program
 from runtime.access import ADMIN, REDIS_RULES, generate_passwords, password
 from runtime.process import ServiceError, port_in_use, spawn, wait_until
-from runtime.redis import redis_answers, redis_client
+from runtime.redis import cluster_nodes, redis_answers, redis_client
 from runtime.secrets import replace_secret
 from runtime.settings import Settings
 
@@ -58,6 +58,10 @@ class RedisService(LocalService):
         return "off"
 
     def address_host_port(self) -> tuple[str, int]:
+        """The server's host and port (a cluster's: its first seed's)."""
+        seeds = cluster_nodes(self.address)
+        if seeds:
+            return seeds[0]
         url = urlsplit(self.address)
         return url.hostname or "127.0.0.1", url.port or 6379
 
