@@ -6,8 +6,8 @@ generation its id names: `edge.keyring`), so nothing
 in Redis lets anyone sign a request, and a signature verifies without a lookup. Revoking a device makes every
 request it signs answer 401; a revoked id is never enrolled again (enrolment issues new random ids).
 
-Admission (`Admission.admit`, one Lua script per collection over the requests that arrived together, atomic:
-one Redis round trip for them all) after the signature has verified and the reports passed their checks:
+Admission (`Admission.admit`, one Lua script per key group (below) over the requests that arrived together, each
+atomic, the scripts concurrent) after the signature has verified and the reports passed their checks:
 1. the device is enrolled and not revoked;
 2. the signature was not seen in the last 2 x the allowed clock skew (replay: `...:sig:<hex>`, with a TTL);
 3. the device's request count in the current second is within its rate limit (`...:rate:<id>`, TTL 1 s);
@@ -18,7 +18,7 @@ Marks of reports that are then not acknowledged are removed again (`release`), s
 A collection's keys are spread over EDGE_SLOTS key groups by a hash of the device id (`device_slot`), each with
 its own Redis Cluster hash tag `{NAME:SS}`: a request's keys lie in one slot (one script per group), and one
 collection's admission state is spread over up to EDGE_SLOTS shards. One shard is not enough for a large fleet:
-each admitted request leaves ~530 bytes of keys until their TTLs, and a shard core admits ~56k requests/s
+each admitted request leaves 430-530 bytes of keys until their TTLs, and a shard core admits 49-56k requests/s
 (`benchmarks/capacity.py`; README, capacity model). (Before the groups, a collection had one devices hash,
 `ldp:edge:NAME:devices`: `upgrade_devices_hashes` moves such hashes' devices into the groups once.)
 """
