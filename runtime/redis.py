@@ -34,6 +34,9 @@ AsyncRedis: TypeAlias = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
 # being promoted, a slot in migration): transient, retried by the callers that wait out an outage.
 OUTAGES = (redis.ConnectionError, redis.TimeoutError, ClusterDownError, TryAgainError, MasterDownError,
            SlotNotCoveredError)
+# Every error a Redis or Redis Cluster client raises (the cluster client's own are not all `RedisError`s: no node
+# of a cluster reachable, a slot no node covers)
+ERRORS = (redis.RedisError, RedisClusterException)
 
 
 def cluster_nodes(url: str) -> list[tuple[str, int]] | None:
