@@ -7,7 +7,8 @@ in Redis lets anyone sign a request, and a signature verifies without a lookup. 
 request it signs answer 401; a revoked id is never enrolled again (enrolment issues new random ids).
 
 Admission (`Admission.admit`, one Lua script per key group (below) over the requests that arrived together, each
-atomic, the scripts concurrent) after the signature has verified and the reports passed their checks:
+atomic; pipelined in one round trip on one server) after the signature has verified and the reports passed their
+checks:
 1. the device is enrolled and not revoked;
 2. the signature was not seen in the last 2 x the allowed clock skew (replay: `...:sig:<hex>`, with a TTL);
 3. the device's request count in the current second is within its rate limit (`...:rate:<id>`, TTL 1 s);
@@ -25,7 +26,6 @@ each admitted request leaves 430-530 bytes of keys until their TTLs, and a shard
 
 from __future__ import annotations
 
-import asyncio
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 
 from collection.auth import MAX_SKEW_MS, Credential
 from collection.spec import ALL_TIME, window_seconds
@@ -179,7 +180,8 @@ class Admission:
     """The edge's per-request state (asyncio): device keys, and the replay, rate and once-per-window checks of
     `ADMIT` (see the module docstring)."""
 
-    def __init__(self, client: redis.asyncio.Redis, keyring: Keyring, rate_per_s: int) -> None:
+    def __init__(self, client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster, keyring: Keyring,
+                 rate_per_s: int) -> None:
         self.redis = client
         self.keyring = keyring
         self.rate_per_s = rate_per_s
@@ -197,9 +199,9 @@ class Admission:
         return [f"{prefix}:seen:{version}:{start}:{device}" for start in starts.tolist()]
 
     async def admit(self, requests: Sequence[Admit]) -> list[list[int] | int]:
-        """Per request (one script call per key group of a collection, the calls concurrent): the positions (in its
-        `marks`) of reports whose window the device already used, or REVOKED (not enrolled, or revoked), REPLAYED
-        or RATE_LIMITED (then nothing was marked)."""
+        """Per request (one script call per key group of a collection present): the positions (in its `marks`) of
+        reports whose window the device already used, or REVOKED (not enrolled, or revoked), REPLAYED or
+        RATE_LIMITED (then nothing was marked)."""
         by_group: dict[tuple[str, int], list[int]] = {}
         for i, r in enumerate(requests):
             by_group.setdefault((r.collection, device_slot(r.device)), []).append(i)
@@ -212,15 +214,26 @@ class Admission:
                 ttl = 2 * (window_seconds(r.window) * 1000 if r.window != ALL_TIME else DEFAULT_MAX_AGE_MS)
                 keys += [f"{prefix}:sig:{r.signature}", f"{prefix}:rate:{r.device}", *r.marks]
                 args += [r.device, len(r.marks), ttl]
-            calls.append(self._script(keys=keys, args=args))
+            calls.append((keys, args))
         answers: list[list[int] | int] = [0] * len(requests)
-        for members, out in zip(by_group.values(), await asyncio.gather(*calls), strict=True):
+        for members, out in zip(by_group.values(), await self._run(calls), strict=True):
             j = 0
             for i in members:
                 code = int(out[j])
                 answers[i] = code if code < 0 else [int(u) for u in out[j + 1:j + 1 + code]]
                 j += 1 + max(code, 0)
         return answers
+
+    async def _run(self, calls: list[tuple[list[str], list[object]]]) -> list[list[int]]:
+        """The script's answers to `calls`: pipelined in one round trip on one server; on a Redis Cluster one call
+        after the other (each to its slot's node: redis-py 8.1's asyncio cluster client, given the calls at once,
+        broke connections it was still opening: 'NoneType' object has no attribute 'writelines', tested)."""
+        if isinstance(self.redis, redis.asyncio.cluster.RedisCluster):
+            return [await self._script(keys=keys, args=args) for keys, args in calls]
+        pipe = self.redis.pipeline(transaction=False)
+        for keys, args in calls:
+            await self._script(keys=keys, args=args, client=pipe)
+        return list(await pipe.execute())
 
     async def release(self, marks: Sequence[str]) -> None:
         """Forget window marks of reports that were not acknowledged (the device will send them again)."""
