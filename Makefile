@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 LDP    := $(VENV)/bin/ldp
 PYTEST_ARGS ?=
 
-.PHONY: demo test install install-test up down status bench clean compose-secrets
+.PHONY: demo test test-cluster install install-test up down status bench clean compose-secrets
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,13 +33,20 @@ demo: install
 	$(LDP) up
 	$(LDP) demo
 
-# Runs the whole suite against real services; stops the services afterwards only if this target started them.
+# Runs the whole suite against real services (stopped afterwards only if this target started them), then the
+# cluster tests.
 test: install-test
 	@if $(LDP) status --services-only >/dev/null 2>&1; then started=no; else started=yes; fi; \
 	$(LDP) up || exit 1; \
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ "$$started" = yes ]; then $(LDP) down; fi; \
-	exit $$rc
+	[ $$rc -eq 0 ] || exit $$rc; \
+	$(MAKE) test-cluster
+
+# The cluster tests: they start their own 3-node Kafka and Redis Cluster (temporary state dir, ports 29092-29094,
+# 29192-29194, 26001-26006) and stop them at the end; the Kafka jars of `ldp up` are reused when present.
+test-cluster: install-test
+	$(PY) -m pytest -m cluster tests/cluster $(PYTEST_ARGS)
 
 # The docker compose deployment's secrets (deploy/secrets/, 0700, git-ignored), made once: see deploy/docker-compose.yml.
 compose-secrets: install

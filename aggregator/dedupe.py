@@ -98,6 +98,12 @@ class DeviceSet:
             ordered = np.sort(np.asarray(values, dtype=np.uint64))  # (np.unique hashes: 4x slower at millions)
             self.add(ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))])
 
+    @property
+    def nbytes(self) -> int:
+        """The memory its tables hold (the table, the one being moved out of, the next one being zeroed)."""
+        return sum(a.nbytes for a in (self.table.slots, self.old.slots if self.old else None, self.next)
+                   if a is not None)
+
     def __len__(self) -> int:
         return self.size
 
@@ -206,6 +212,11 @@ class SeenDevices:
         applied, _ = self.store.seen_devices(collection_of(topic), source(topic, partition), partition, [])
         with self._lock:
             return self._partitions.setdefault((topic, partition), _Partition(applied)).synced
+
+    def nbytes(self) -> int:
+        """The memory the lists of every partition and window held here take."""
+        with self._lock:
+            return sum(d.nbytes for state in self._partitions.values() for d in state.windows.values())
 
     def applied(self) -> dict[tuple[str, int], int]:
         """(topic, partition) -> the applied offset its lists match, for the partitions held at one offset."""

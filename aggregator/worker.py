@@ -61,6 +61,7 @@ from runtime.clock import now_ms
 from runtime.dlq import DeadLetter, DeadLetterProducer, DeliveryTimeout, Message
 from runtime.kafka import consumer_client, existing_topics
 from runtime.offsets import resume_offset
+from runtime.redis import OUTAGES as REDIS_OUTAGES
 from runtime.settings import Settings
 from runtime.specs import specs_topic
 
@@ -87,7 +88,7 @@ SPEC_POLL_S = 5.0
 # allowed range (group.min.session.timeout.ms = 6 s) with heartbeats every 2.5 s.
 SESSION_TIMEOUT_S = 10.0
 FETCH_MAX_WAIT_MS = 20  # the longest a fetch waits for data (`PromptFetchThread`)
-OUTAGES = (redis.ConnectionError, redis.TimeoutError, DeliveryTimeout)
+OUTAGES = (*REDIS_OUTAGES, DeliveryTimeout)
 STORE_CHECK_S = 5.0  # how often a worker compares the store's applied offsets with those it applied
 
 
@@ -381,7 +382,7 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
         while True:
             try:
                 return self.store.offsets(collection)
-            except (redis.ConnectionError, redis.TimeoutError):
+            except REDIS_OUTAGES:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(OUTAGE_RETRY_S)
@@ -436,7 +437,8 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     settings = Settings.from_env()
     state = settings.state_dir / "faust"
     state.mkdir(parents=True, exist_ok=True)
-    app = faust.App(cfg.group, broker=f"kafka://{cfg.bootstrap}", store="memory://", web_enabled=False,
+    app = faust.App(cfg.group, broker=[f"kafka://{b.strip()}" for b in cfg.bootstrap.split(",")], store="memory://",
+                    web_enabled=False, topic_replication_factor=settings.kafka_replication or 1,
                     broker_credentials=broker_credentials(settings),
                     datadir=str(state / cfg.group), consumer_auto_offset_reset="earliest", topic_partitions=8,
                     stream_buffer_maxsize=max(4096, 4 * cfg.max_messages), broker_commit_every=cfg.max_messages,
@@ -474,7 +476,7 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     async def notice_a_store_gone_back() -> None:
         try:
             handler.check_store()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:  # Redis unreachable: look at the next tick
+        except REDIS_OUTAGES as exc:  # Redis unreachable: look at the next tick
             log.warning("cannot compare the store's applied offsets: %s", exc)
 
     @app.agent(reports, concurrency=1)

@@ -34,7 +34,7 @@ from aiohttp import web
 from collection.auth import authorization
 from collection.spec import CollectionSpec, load_spec
 from collection.wire import encode
-from edge.devices import DeviceRegistry
+from edge.devices import DeviceRegistry, edge_keys
 from edge.keyring import Keyring
 from edge.processes import start_edge, stop_edge, wait_live
 from producer.perturb import perturb, row_range
@@ -210,7 +210,7 @@ def main() -> None:
             finally:
                 stop_edge(edge)
         delete_topic(cfg.bootstrap, spec.topic)
-        keys = list(client.scan_iter(f"ldp:edge:{spec.name}:*", count=10_000))
+        keys = list(client.scan_iter(edge_keys(spec.name), count=10_000))
         for lo in range(0, len(keys), 10_000):
             client.delete(*keys[lo:lo + 10_000])
     print(json.dumps(results, indent=1))

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
-import redis
 import uvloop
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -79,6 +78,7 @@ from runtime.metrics import (
     MULTIPROCESS_DIR,
     metrics_text,
 )
+from runtime.redis import ERRORS as REDIS_ERRORS
 from runtime.redis import async_redis_client
 from runtime.tokens import Scope, TokenVerifier
 
@@ -321,7 +321,7 @@ class Routes:
             response = _refused(request_id, refusal)
         except web.HTTPRequestEntityTooLarge:
             response = _refused(request_id, Refusal(413, TOO_LARGE, "body too large"))
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             log.warning("Redis unavailable: %s", exc)
             response = _refused(request_id, Refusal(503, "redis_unavailable", "device state unavailable"))
         except Exception:

@@ -1,29 +1,39 @@
 """Enrolled devices and the per-request admission state, in Redis.
 
-Redis holds, per collection, only whether each device id is enrolled (`ldp:edge:{NAME}:devices`, device id -> 1,
+Redis holds, per collection, only whether each device id is enrolled (`ldp:edge:{NAME:SS}:devices`, id -> 1,
 or 0 once revoked): a device's key is derived from the edge's master key (`collection.auth.device_key`, the
 generation its id names: `edge.keyring`), so nothing
 in Redis lets anyone sign a request, and a signature verifies without a lookup. Revoking a device makes every
 request it signs answer 401; a revoked id is never enrolled again (enrolment issues new random ids).
 
-Admission (`Admission.admit`, one Lua script per collection over the requests that arrived together, atomic:
-one Redis round trip for them all) after the signature has verified and the reports passed their checks:
+Admission (`Admission.admit`, one Lua script per key group (below) over the requests that arrived together, each
+atomic; pipelined in one round trip on one server) after the signature has verified and the reports passed their
+checks:
 1. the device is enrolled and not revoked;
 2. the signature was not seen in the last 2 x the allowed clock skew (replay: `...:sig:<hex>`, with a TTL);
 3. the device's request count in the current second is within its rate limit (`...:rate:<id>`, TTL 1 s);
 4. per report, the device has not reported in its dedupe window (`...:seen:<version>:<start>:<id>`, TTL two
    windows): the script marks the windows of the reports it admits and returns the positions already used.
 Marks of reports that are then not acknowledged are removed again (`release`), so the device can retry.
+
+A collection's keys are spread over EDGE_SLOTS key groups by a hash of the device id (`device_slot`), each with
+its own Redis Cluster hash tag `{NAME:SS}`: a request's keys lie in one slot (one script per group), and one
+collection's admission state is spread over up to EDGE_SLOTS shards. One shard is not enough for a large fleet:
+each admitted request leaves 430-530 bytes of keys until their TTLs, and a shard core admits 49-56k requests/s
+(`benchmarks/capacity.py`; README, capacity model). (Before the groups, a collection had one devices hash,
+`ldp:edge:NAME:devices`: `upgrade_devices_hashes` moves such hashes' devices into the groups once.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 
 from collection.auth import MAX_SKEW_MS, Credential
 from collection.spec import ALL_TIME, window_seconds
@@ -58,10 +68,70 @@ return out
 """  # KEYS: the devices hash, then per request its signature key, rate key and marks; ARGV: replay TTL, rate, n,
 # then per request device, mark count, mark TTL. Out: per request a code < 0, or the number of used marks and them.
 REVOKED, REPLAYED, RATE_LIMITED = -1, -2, -3
+EDGE_SLOTS = 16  # key groups per collection: fixed (a device's group is where it was enrolled)
 
 
-def _prefix(collection: str) -> str:
-    return f"ldp:edge:{collection}"
+def device_slot(device: str) -> int:
+    """Which of a collection's EDGE_SLOTS key groups holds a device's state (a stable hash of its id).
+
+    Examples
+    --------
+    >>> 0 <= device_slot("5f1c0de2a9b3c4d5e6f70812") < EDGE_SLOTS
+    True
+    """
+    return zlib.crc32(device.encode()) % EDGE_SLOTS
+
+
+def _prefix(collection: str, slot: int) -> str:
+    """The key prefix of one of a collection's key groups, with its Redis Cluster hash tag."""
+    return f"ldp:edge:{{{collection}:{slot:02d}}}"
+
+
+def devices_key(collection: str, device: str) -> str:
+    """The hash of enrolled devices that holds `device`."""
+    return f"{_prefix(collection, device_slot(device))}:devices"
+
+
+def devices_keys(collection: str) -> list[str]:
+    """Every enrolled-devices hash of a collection."""
+    return [f"{_prefix(collection, slot)}:devices" for slot in range(EDGE_SLOTS)]
+
+
+def edge_keys(collection: str) -> str:
+    """A SCAN pattern matching every edge key of a collection."""
+    return f"ldp:edge:{{{collection}:[0-9][0-9]}}:*"
+
+
+def upgrade_devices_hashes(client: redis.Redis) -> list[str]:
+    """Move the enrolled devices of an earlier version's hashes (`ldp:edge:NAME:devices`, one per collection, no
+    hash tag) into their key groups' hashes, and delete the old ones; the collections moved. (One server: a cluster
+    never held the old keys.)"""
+    moved = []
+    for raw in client.scan_iter(match="ldp:edge:*:devices", count=1000):
+        key = raw.decode()
+        name = key[len("ldp:edge:"):-len(":devices")]
+        if name.startswith("{"):
+            continue
+        for fields in _chunks(client.hscan_iter(key, count=10_000), 10_000):
+            groups: dict[str, dict[bytes, bytes]] = {}
+            for device, flag in fields:
+                groups.setdefault(devices_key(name, device.decode()), {})[device] = flag
+            for target, mapping in groups.items():
+                client.hset(target, mapping=mapping)
+        client.delete(key)
+        moved.append(name)
+    return moved
+
+
+def _chunks(items: Iterator[tuple[bytes, bytes]], size: int) -> Iterator[list[tuple[bytes, bytes]]]:
+    chunk: list[tuple[bytes, bytes]] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 class DeviceRegistry:
@@ -76,16 +146,19 @@ class DeviceRegistry:
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         ids = [new_device_id(self.keyring.current) for _ in range(count)]
-        key = f"{_prefix(collection)}:devices"
         for lo in range(0, count, 10_000):
-            self.redis.hset(key, mapping={d: 1 for d in ids[lo:lo + 10_000]})
+            groups: dict[str, dict[str, int]] = {}
+            for d in ids[lo:lo + 10_000]:
+                groups.setdefault(devices_key(collection, d), {})[d] = 1
+            for key, mapping in groups.items():
+                self.redis.hset(key, mapping=mapping)
         return [Credential(collection, d, self.keyring.device_key(collection, d)) for d in ids]
 
     def revoke(self, collection: str, devices: Sequence[str]) -> int:
         """Revoke devices (their requests answer 401 from now on); the number that were enrolled."""
-        key = f"{_prefix(collection)}:devices"
         found = 0
         for device in devices:
+            key = devices_key(collection, device)
             if self.redis.hget(key, device) == b"1":
                 self.redis.hset(key, device, 0)
                 found += 1
@@ -107,7 +180,8 @@ class Admission:
     """The edge's per-request state (asyncio): device keys, and the replay, rate and once-per-window checks of
     `ADMIT` (see the module docstring)."""
 
-    def __init__(self, client: redis.asyncio.Redis, keyring: Keyring, rate_per_s: int) -> None:
+    def __init__(self, client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster, keyring: Keyring,
+                 rate_per_s: int) -> None:
         self.redis = client
         self.keyring = keyring
         self.rate_per_s = rate_per_s
@@ -121,33 +195,45 @@ class Admission:
     @staticmethod
     def window_keys(collection: str, version: int, device: str, starts: np.ndarray) -> list[str]:
         """The Redis keys marking the device's reports in their dedupe windows."""
-        return [f"{_prefix(collection)}:seen:{version}:{start}:{device}" for start in starts.tolist()]
+        prefix = _prefix(collection, device_slot(device))
+        return [f"{prefix}:seen:{version}:{start}:{device}" for start in starts.tolist()]
 
     async def admit(self, requests: Sequence[Admit]) -> list[list[int] | int]:
-        """Per request (one script call per collection, all pipelined in one round trip): the positions (in its
-        `marks`) of reports whose window the device already used, or REVOKED (not enrolled, or revoked), REPLAYED
-        or RATE_LIMITED (then nothing was marked)."""
-        by_collection: dict[str, list[int]] = {}
+        """Per request (one script call per key group of a collection present): the positions (in its `marks`) of
+        reports whose window the device already used, or REVOKED (not enrolled, or revoked), REPLAYED or
+        RATE_LIMITED (then nothing was marked)."""
+        by_group: dict[tuple[str, int], list[int]] = {}
         for i, r in enumerate(requests):
-            by_collection.setdefault(r.collection, []).append(i)
-        pipe = self.redis.pipeline(transaction=False)
-        for collection, members in by_collection.items():
-            prefix = _prefix(collection)
+            by_group.setdefault((r.collection, device_slot(r.device)), []).append(i)
+        calls = []
+        for (collection, slot), members in by_group.items():
+            prefix = _prefix(collection, slot)
             keys, args = [f"{prefix}:devices"], [2 * MAX_SKEW_MS, self.rate_per_s, len(members)]
             for i in members:
                 r = requests[i]
                 ttl = 2 * (window_seconds(r.window) * 1000 if r.window != ALL_TIME else DEFAULT_MAX_AGE_MS)
                 keys += [f"{prefix}:sig:{r.signature}", f"{prefix}:rate:{r.device}", *r.marks]
                 args += [r.device, len(r.marks), ttl]
-            await self._script(keys=keys, args=args, client=pipe)
+            calls.append((keys, args))
         answers: list[list[int] | int] = [0] * len(requests)
-        for members, out in zip(by_collection.values(), await pipe.execute(), strict=True):
+        for members, out in zip(by_group.values(), await self._run(calls), strict=True):
             j = 0
             for i in members:
                 code = int(out[j])
                 answers[i] = code if code < 0 else [int(u) for u in out[j + 1:j + 1 + code]]
                 j += 1 + max(code, 0)
         return answers
+
+    async def _run(self, calls: list[tuple[list[str], list[object]]]) -> list[list[int]]:
+        """The script's answers to `calls`: pipelined in one round trip on one server; on a Redis Cluster one call
+        after the other (each to its slot's node: redis-py 8.1's asyncio cluster client, given the calls at once,
+        broke connections it was still opening: 'NoneType' object has no attribute 'writelines', tested)."""
+        if isinstance(self.redis, redis.asyncio.cluster.RedisCluster):
+            return [await self._script(keys=keys, args=args) for keys, args in calls]
+        pipe = self.redis.pipeline(transaction=False)
+        for keys, args in calls:
+            await self._script(keys=keys, args=args, client=pipe)
+        return list(await pipe.execute())
 
     async def release(self, marks: Sequence[str]) -> None:
         """Forget window marks of reports that were not acknowledged (the device will send them again)."""

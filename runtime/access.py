@@ -75,10 +75,12 @@ PRINCIPALS = (ADMIN, *KAFKA_GRANTS)
 
 # Redis ACL rules after the password (key patterns, commands). The API only reads; the edge writes only its keys.
 _WRITER = "+@all -@dangerous -@admin +info"
+# what a Redis Cluster client asks to find the slots' nodes (harmless on one server)
+_CLUSTER_DISCOVERY = "+cluster|slots +cluster|shards +cluster|nodes +cluster|info"
 REDIS_RULES: Mapping[str, str] = {
     ADMIN: "~* &* +@all",
     "aggregator": f"~ldp:{{* ~ldp:health:* {_WRITER}",
-    "api": "%R~ldp:* +@read +@connection -@dangerous +info",
+    "api": f"%R~ldp:* +@read +@connection -@dangerous +info {_CLUSTER_DISCOVERY}",
     "edge": f"~ldp:edge:* %R~ldp:api:tokens {_WRITER}",  # the tokens: read, to check its /metrics scrapes
     "coordinator": f"~ldp:sgd:* {_WRITER}",
     GATEWAY: "resetkeys +@connection",

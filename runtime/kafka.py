@@ -140,20 +140,29 @@ def metadata_answers(bootstrap: str, timeout_s: float = 3.0, **overrides: Any) -
 
 
 def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = False, exact: bool = True) -> bool:
-    """Create the topic if it does not exist (idempotent); True if this call created it.
+    """Create the topic if it does not exist (idempotent); True if this call created it. It gets
+    `Settings.kafka_replication` replicas (a cluster's 3, with min.insync.replicas 2), else the broker's default.
 
     An existing topic is left as it is; with `exact`, TopicError if it has a different number of partitions. A
     principal that may not create topics gets TopicError only if the topic does not exist.
     """
     config = {"cleanup.policy": "compact"} if compacted else {}
+    replication = Settings.from_env().kafka_replication
+    if replication is not None:  # min.insync.replicas = RF - 1: acks=all survives one replica down, not two
+        config["min.insync.replicas"] = str(max(1, replication - 1))
     client = admin_client(bootstrap)  # must outlive the future
-    futures = client.create_topics([NewTopic(name, num_partitions=partitions, config=config)],
+    futures = client.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=replication or -1,
+                                              config=config)],
                                    operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
     try:
         futures[name].result()
         return True
     except KafkaException as exc:
         code = exc.args[0].code()
+        if code == KafkaError.INVALID_REPLICATION_FACTOR:
+            raise TopicError(f"cannot create topic {name!r} with {replication or 'the default'} replicas: "
+                             f"{exc.args[0].str()} (start the missing brokers, or set KAFKA_REPLICATION to what "
+                             f"the cluster can hold)") from exc
         if code not in (KafkaError.TOPIC_ALREADY_EXISTS, *NOT_ALLOWED):
             raise TopicError(f"cannot create topic {name!r}: {exc.args[0].str()}") from exc
         if code in NOT_ALLOWED and name not in existing_topics(bootstrap):

@@ -42,7 +42,6 @@ from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
-import redis
 from confluent_kafka import Consumer, TopicPartition
 
 from collection.topics import DLQ_TOPIC, GRADIENTS_TOPIC, MODELS_TOPIC, source
@@ -61,6 +60,7 @@ from runtime.kafka import (
     topic_partitions,
 )
 from runtime.offsets import NOT_APPLIED, resume_offset
+from runtime.redis import OUTAGES as REDIS_OUTAGES
 from sgd_coordinator.checkpoint import Checkpoint, GradientUpdate, JobState
 from sgd_coordinator.training import Trainer, TrainingJob, gradient_mechanism
 from sgd_coordinator.wire import (
@@ -421,7 +421,7 @@ class Coordinator:
         while True:
             try:
                 return step(*args)
-            except (redis.ConnectionError, redis.TimeoutError, DeliveryTimeout, DeliveryError) as exc:
+            except (*REDIS_OUTAGES, DeliveryTimeout, DeliveryError) as exc:
                 if time.monotonic() > deadline:
                     raise
                 log.warning("%s; retrying in %.1f s", exc, OUTAGE_RETRY_S)

@@ -29,7 +29,7 @@ from rich.progress import Progress
 from aggregator.processes import start_worker, stop_worker
 from aggregator.store import RedisStore
 from collection.spec import CollectionSpec, load_spec
-from edge.devices import DeviceRegistry
+from edge.devices import DeviceRegistry, devices_keys
 from edge.keyring import Keyring
 from edge.processes import start_edge, stop_edge, wait_live
 from ldpstream.cli.output import estimates_table
@@ -102,7 +102,7 @@ def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: in
         result, answers = send_fleet(spec, credentials, f"http://127.0.0.1:{port}", seed=seed, concurrency=128)
     finally:
         stop_edge(edge)
-        client.delete(f"ldp:edge:{spec.name}:devices")
+        client.delete(*devices_keys(spec.name))
     if answers.acknowledged != devices:
         raise RuntimeError(f"the edge acknowledged {answers.acknowledged:,} of {devices:,} requests: "
                            f"{answers.statuses}; see {cfg.state_dir / 'demo-edge.log'}")

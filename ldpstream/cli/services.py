@@ -1,9 +1,10 @@
-"""`ldp up`, `ldp down`, `ldp status`: the local Kafka and Redis."""
+"""`ldp up`, `ldp down`, `ldp status`: the local Kafka and Redis (single servers, or `--cluster`)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -20,16 +21,21 @@ from ldpstream.services import ServiceError, services
 from ldpstream.services.compose import generate
 from ldpstream.services.rotation import rotate
 from runtime.kafka_access import apply_access
-from runtime.settings import Settings
+from runtime.settings import CLUSTER, TOPOLOGY_FILE, Settings, recorded_topology
 from runtime.signing import SigningError, ensure_signing_keys
 
 console = Console()
 
 
-def up() -> None:
-    """Make the spec-signing keys if missing, start the local Kafka broker and Redis server (idempotent)."""
+def up(cluster: bool = typer.Option(False, "--cluster", help="a 3-node Kafka cluster and a Redis Cluster of 3 "
+                                                                  "primaries with a replica each, not single servers")
+       ) -> None:
+    """Make the spec-signing keys if missing, start the local Kafka broker and Redis server, or with --cluster the
+    local clusters (idempotent). The state dir remembers which: later commands use the same."""
     cfg = Settings.from_env()
     try:
+        if (cluster or cfg.cluster) and recorded_topology(cfg.state_dir) != CLUSTER:
+            cfg = record_topology(replace(cfg, cluster=False), CLUSTER)
         console.print(f"[bold]spec signing[/]: {ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys)}")
         for svc in services(cfg):
             with console.status(f"starting {svc.name} ..."):
@@ -49,8 +55,10 @@ def down(purge: bool = typer.Option(False, "--purge", help="also delete the serv
         except ServiceError as exc:
             console.print(f"[red]{svc.name}: {exc}[/]")
             failed = True
-        if purge and svc.managed:
-            shutil.rmtree(svc.data, ignore_errors=True)
+        for path in svc.purgeable if purge else []:
+            shutil.rmtree(path, ignore_errors=True)
+    if purge and not failed:
+        (cfg.state_dir / TOPOLOGY_FILE).unlink(missing_ok=True)
     if failed:
         raise typer.Exit(1)
 
@@ -61,7 +69,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
     """Show each service, its address and whether it answers, then the pipeline's health (workers, crash loops,
     collections with messages waiting); exit 1 if a service does not answer or the pipeline is unhealthy."""
     cfg = Settings.from_env()
-    rows = [svc.status() for svc in services(cfg)]
+    rows = [row for svc in services(cfg) for row in svc.statuses()]
     health = pipeline_status(cfg) if all(r.answers for r in rows) and not services_only else None
     if as_json:
         typer.echo(json.dumps({"services": [r.__dict__ for r in rows],
@@ -77,6 +85,18 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
             print_health(health)
     if not all(r.answers for r in rows) or (health is not None and not health.ok):
         raise typer.Exit(1)
+
+
+def record_topology(cfg: Settings, topology: str) -> Settings:
+    """Record in the state dir that it holds `topology`'s services (refused while the servers of `cfg`'s run); the
+    settings as they now are."""
+    running = [svc.name for svc in services(cfg) if any(r.pid for r in svc.statuses())]
+    if running:
+        raise ServiceError(f"the single-node {' and '.join(running)} of {cfg.state_dir} are running: `ldp down` them "
+                           f"first, or use another LDP_STATE_DIR for the cluster")
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    (cfg.state_dir / TOPOLOGY_FILE).write_text(topology + "\n")
+    return Settings.from_env()
 
 
 def pipeline_status(cfg: Settings) -> Health:

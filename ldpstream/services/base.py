@@ -4,6 +4,7 @@ only check; a pid file, a log, a data directory; idempotent start, clean stop, s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import ClassVar
 
 from runtime.process import ServiceError, ServiceStatus, read_pid, stop_pid, tail
@@ -19,9 +20,9 @@ class LocalService(ABC):
     process: ClassVar[str]  # base name of the pid and log files
     stop_timeout_s: ClassVar[float] = 30.0
 
-    def __init__(self, config: Settings) -> None:
+    def __init__(self, config: Settings, home: Path | None = None) -> None:
         self.cfg = config
-        self.home = config.state_dir / self.name
+        self.home = home or config.state_dir / self.name
         self.data = self.home / "data"
         self.log = self.home / f"{self.process}.log"
         self.pidfile = self.home / f"{self.process}.pid"
@@ -60,6 +61,19 @@ class LocalService(ABC):
     @property
     def managed(self) -> bool:
         return self.external is None
+
+    @property
+    def purgeable(self) -> list[Path]:
+        """What `ldp down --purge` deletes: the data of our own server."""
+        return [self.data] if self.managed else []
+
+    def running_pid(self) -> int | None:
+        """The pid of our own server if it runs."""
+        return read_pid(self.pidfile)
+
+    def statuses(self) -> list[ServiceStatus]:
+        """What `ldp status` shows: one row per server."""
+        return [self.status()]
 
     def status(self) -> ServiceStatus:
         pid = read_pid(self.pidfile) if self.managed else None

@@ -1,9 +1,11 @@
-"""A single-node Apache Kafka broker in KRaft combined mode, assembled from the Maven Central jars.
+"""An Apache Kafka node in KRaft combined mode (broker and controller), assembled from the Maven Central jars: the
+single-node broker of `ldp up`, or one node of the 3 of `ldp up --cluster` (`ldpstream.services.cluster`).
 
 Steps of `start`: (1) copy the broker's jars into a per-version cache under the state dir with Maven (reused on
 later runs); (2) write server.properties from our template; (3) format the storage once (kafka.tools.StorageTool,
-static quorum, so no --standalone); (4) start kafka.Kafka detached; (5) wait for "Kafka Server started" in its log
-and for an answer to a metadata request. Any failure raises ServiceError with the reason and the log's tail.
+static quorum, so no --standalone; a cluster's nodes share one cluster id); (4) start kafka.Kafka detached; (5) wait
+for "Kafka Server started" in its log (a cluster's node gets there once a majority of the controllers run) and for
+an answer to a metadata request. Any failure raises ServiceError with the reason and the log's tail.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def kafka_cluster_id() -> str:
 
 
 class KafkaService(LocalService):
-    """The local Kafka broker (or, with KAFKA_BOOTSTRAP set, an existing one that we only check)."""
+    """The local Kafka broker, or node `node` of the local cluster (or, with KAFKA_BOOTSTRAP set, an existing
+    cluster that we only check)."""
 
     name = "kafka"
     external_variable = "KAFKA_BOOTSTRAP"
@@ -51,10 +54,15 @@ class KafkaService(LocalService):
     process = "broker"
     stop_timeout_s = 60.0
 
-    def __init__(self, config: Settings) -> None:
-        super().__init__(config)
-        self.lib = self.home / f"lib-{config.kafka_version}"
+    def __init__(self, config: Settings, node: int | None = None) -> None:
+        root = config.state_dir / self.name
+        super().__init__(config, None if node is None else root / f"node-{node + 1}")
+        self.node = node
+        self.lib = root / f"lib-{config.kafka_version}"  # one cache for every node
+        self.cluster_id_file = root / "cluster.id"
         self.properties = self.home / "server.properties"
+        self.port = config.kafka_port + (node or 0)
+        self.controller_port = config.kafka_controller_port + (node or 0)
 
     @property
     def external(self) -> str | None:
@@ -62,7 +70,7 @@ class KafkaService(LocalService):
 
     @property
     def address(self) -> str:
-        return self.cfg.bootstrap
+        return self.cfg.bootstrap if self.node is None or not self.managed else f"127.0.0.1:{self.port}"
 
     def answers(self, timeout_s: float) -> bool:
         return metadata_answers(self.address, timeout_s)
@@ -77,15 +85,26 @@ class KafkaService(LocalService):
         return f"SASL/{mechanism} + ACLs" if mechanism else configured.get("security.protocol", "on")
 
     def describe(self) -> str:
-        return f"Kafka {self.cfg.kafka_version}, KRaft combined mode"
+        if self.node is None:
+            return f"Kafka {self.cfg.kafka_version}, KRaft combined mode"
+        return (f"Kafka {self.cfg.kafka_version}, node {self.node + 1} of {len(self.cfg.kafka_ports)} (broker + "
+                f"controller, controller port {self.controller_port})")
 
     def launch(self) -> str:
+        proc = self.spawn()
+        self.wait_ready(proc)
+        self.apply_access()
+        return f"started (pid {proc.pid}) at {self.address}"
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        """Steps 1-4: start the node without waiting for it (a cluster's nodes wait for each other's quorum)."""
         java = self._require("java", "Java 17+ (e.g. `apt-get install openjdk-17-jre-headless`)")
-        for port in (self.cfg.kafka_port, self.cfg.kafka_controller_port):
+        for port in (self.port, self.controller_port):
             if port_in_use(port):
                 raise ServiceError(f"port {port} on 127.0.0.1 is already in use by another process: stop it, or "
                                    f"set KAFKA_PORT / KAFKA_CONTROLLER_PORT, or point KAFKA_BOOTSTRAP at an "
                                    f"existing broker")
+        self.home.mkdir(parents=True, exist_ok=True)
         self.fetch_jars()
         generate_passwords(self.cfg)
         self._write_properties()
@@ -95,12 +114,13 @@ class KafkaService(LocalService):
         jvm = [f"-Xms{self.cfg.kafka_heap}", f"-Xmx{self.cfg.kafka_heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                "-Djava.awt.headless=true"]
         self.log.unlink(missing_ok=True)
-        proc = spawn([java, *jvm, *log_opts, "-cp", f"{self.lib}/*", "kafka.Kafka", str(self.properties)],
+        return spawn([java, *jvm, *log_opts, "-cp", f"{self.lib}/*", "kafka.Kafka", str(self.properties)],
                      self.log, self.pidfile)
+
+    def wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
+        """Step 5: wait until the node has started and answers a metadata request."""
         wait_until(lambda: READY_LINE in self.log.read_text(errors="replace") and metadata_answers(self.address),
-                   lambda: proc.poll() is None, self.cfg.start_timeout_s, "Kafka broker", self.log)
-        self.apply_access()
-        return f"started (pid {proc.pid}) at {self.address}"
+                   lambda: proc.poll() is None, self.cfg.start_timeout_s, f"Kafka node at {self.address}", self.log)
 
     def apply_access(self) -> None:
         apply_access(self.cfg)
@@ -132,8 +152,15 @@ class KafkaService(LocalService):
     def _write_properties(self) -> None:
         """server.properties from the template (0600: with security on it holds the broker's own passwords)."""
         self.home.mkdir(parents=True, exist_ok=True)
-        text = server_properties(self.cfg, data_dir=str(self.data), port=self.cfg.kafka_port,
-                                 controller_port=self.cfg.kafka_controller_port)
+        if self.node is None:
+            text = server_properties(self.cfg, data_dir=str(self.data), port=self.port,
+                                     controller_port=self.controller_port)
+        else:
+            voters = ",".join(f"{i + 1}@127.0.0.1:{self.cfg.kafka_controller_port + i}"
+                              for i in range(len(self.cfg.kafka_ports)))
+            text = server_properties(self.cfg, data_dir=str(self.data), port=self.port,
+                                     controller_port=self.controller_port, node_id=self.node + 1, voters=voters,
+                                     replicas=len(self.cfg.kafka_ports))
         replace_secret(self.properties, text.encode())
 
     def _format(self, java: str) -> None:
@@ -152,12 +179,21 @@ class KafkaService(LocalService):
             "--add-scram", f"{SCRAM_MECHANISM}=[name={user},iterations={SCRAM_ITERATIONS},"
                            f"password={password(self.cfg, 'kafka', user)}]")]
         cmd = [java, "-Xmx512m", f"-Dlog4j2.configurationFile={self.cfg.deploy_dir / 'kafka' / 'log4j2.properties'}",
-               "-cp", f"{self.lib}/*", "kafka.tools.StorageTool", "format", "-t", kafka_cluster_id(),
+               "-cp", f"{self.lib}/*", "kafka.tools.StorageTool", "format", "-t", self._cluster_id(),
                "-c", str(self.properties), *scram]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
             raise ServiceError(f"formatting Kafka storage failed:\n{(result.stdout + result.stderr)[-3000:]}")
         marker.write_text(f"{BROKER} {ADMIN}\n")
+
+    def _cluster_id(self) -> str:
+        """A new id for a single node; a cluster's nodes share the one made for the first of them."""
+        if self.node is None:
+            return kafka_cluster_id()
+        if not self.cluster_id_file.exists():
+            self.cluster_id_file.parent.mkdir(parents=True, exist_ok=True)
+            self.cluster_id_file.write_text(kafka_cluster_id())
+        return self.cluster_id_file.read_text().strip()
 
     @staticmethod
     def _require(tool: str, hint: str) -> str:
@@ -168,11 +204,17 @@ class KafkaService(LocalService):
 
 
 def server_properties(cfg: Settings, *, data_dir: str, port: int, controller_port: int, listen_host: str = "127.0.0.1",
-                      advertised_host: str = "127.0.0.1") -> str:
-    """The broker's server.properties: the template of `cfg.deploy_dir` with these addresses and `cfg`'s security
-    (SASL and ACLs with the broker's own passwords from `cfg.secrets_dir`, or plaintext with LDP_SECURITY=off)."""
+                      advertised_host: str = "127.0.0.1", node_id: int = 1, voters: str | None = None,
+                      replicas: int = 1) -> str:
+    """A node's server.properties: the template of `cfg.deploy_dir` with these addresses, the controller quorum
+    `voters` (default: this node alone), `replicas` per topic (min.insync.replicas one fewer, at least 1) and `cfg`'s
+    security (SASL and ACLs with the broker's own passwords from `cfg.secrets_dir`, or plaintext with
+    LDP_SECURITY=off)."""
     template = (cfg.deploy_dir / "kafka" / "server.properties.in").read_text()
     return (template.replace("@DATA_DIR@", data_dir).replace("@PORT@", str(port))
+            .replace("@VOTERS@", voters or f"{node_id}@{advertised_host}:{controller_port}")
+            .replace("@NODE_ID@", str(node_id)).replace("@REPLICAS@", str(replicas))
+            .replace("@MIN_ISR@", str(max(1, replicas - 1)))
             .replace("@CONTROLLER_PORT@", str(controller_port)).replace("@LISTEN_HOST@", listen_host)
             .replace("@ADVERTISED_HOST@", advertised_host).replace("@SECURITY@", security_properties(cfg)))
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import secrets
 
+from redis.cluster import RedisCluster
+
+from ldpstream.services.cluster import LocalRedisCluster
 from ldpstream.services.redis import RedisService, acl_file, password_hash
 from runtime.access import ADMIN, PRINCIPALS, password_file
 from runtime.kafka_access import set_passwords
@@ -21,8 +24,12 @@ def rotate(cfg: Settings, principal: str) -> None:
     kafka_password, redis_password = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     set_passwords(cfg, {principal: kafka_password})
     store = redis_client(cfg.redis, 10.0, principal=ADMIN)
-    store.execute_command("ACL", "SETUSER", principal, "resetpass", password_hash(redis_password))
+    setuser = ("ACL", "SETUSER", principal, "resetpass", password_hash(redis_password))
+    if isinstance(store, RedisCluster):  # every node checks its own users
+        store.execute_command(*setuser, target_nodes=RedisCluster.ALL_NODES)
+    else:
+        store.execute_command(*setuser)
     replace_secret(password_file(cfg, "kafka", principal), kafka_password.encode())
     replace_secret(password_file(cfg, "redis", principal), redis_password.encode())
-    service = RedisService(cfg)
-    replace_secret(service.users, acl_file(cfg).encode())  # what a restarted Redis loads
+    for service in LocalRedisCluster(cfg).nodes if cfg.cluster else [RedisService(cfg)]:
+        replace_secret(service.users, acl_file(cfg).encode())  # what a restarted Redis loads

@@ -9,7 +9,7 @@ import pytest
 from edge_support import EdgeProcess, free_port
 from pipeline_support import Collection, published_collection
 
-from edge.devices import DeviceRegistry
+from edge.devices import DeviceRegistry, edge_keys
 from edge.keyring import Keyring
 from edge.processes import start_edge, stop_edge, wait_live
 from runtime.redis import redis_client
@@ -41,6 +41,6 @@ def enrolled(live_services: Settings, collection: Collection) -> Iterator[Device
     """The registry devices of the test's collection are enrolled in (cleared after the test)."""
     client = redis_client(live_services.redis)
     yield DeviceRegistry(client, Keyring.create(live_services.edge_key))
-    keys = list(client.scan_iter(f"ldp:edge:{collection.spec.name}:*", count=10_000))
+    keys = list(client.scan_iter(edge_keys(collection.spec.name), count=10_000))
     for lo in range(0, len(keys), 10_000):
         client.delete(*keys[lo:lo + 10_000])

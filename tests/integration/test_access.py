@@ -14,6 +14,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from collection.topics import DLQ_TOPIC, GRADIENTS_TOPIC, MODELS_TOPIC, report_topic
+from edge.devices import devices_key
+from ldpstream.services import LocalRedisCluster, RedisService
 from runtime.access import ADMIN, GATEWAY, aiokafka_auth, kafka_security
 from runtime.kafka import consumer_client, ensure_topic, producer_client
 from runtime.redis import redis_client
@@ -203,7 +205,7 @@ def test_the_edge_reaches_only_its_own_keys(secured: Settings, stats_key: str) -
         edge.hincrby(stats_key, "accepted", 1)
     with pytest.raises(redis.exceptions.NoPermissionError):
         edge.get(stats_key)
-    key = f"ldp:edge:access-{uuid.uuid4().hex[:8]}:devices"
+    key = devices_key(f"access-{uuid.uuid4().hex[:8]}", "device")
     try:
         edge.hset(key, "device", 1)
         assert edge.hget(key, "device") == b"1"
@@ -238,5 +240,5 @@ def test_rotating_a_principal_retires_its_old_passwords(secured: Settings) -> No
         else:
             with pytest.raises(KafkaException):
                 client.list_topics(timeout=5)
-    assert f"#{hashlib.sha256(new_redis.encode()).hexdigest()}" in (
-        secured.state_dir / "redis" / "users.acl").read_text()
+    nodes = LocalRedisCluster(secured).nodes if secured.cluster else [RedisService(secured)]
+    assert all(f"#{hashlib.sha256(new_redis.encode()).hexdigest()}" in node.users.read_text() for node in nodes)

@@ -26,7 +26,7 @@ from aggregator.processes import start_worker, stop_worker
 from aggregator.store import RedisStore
 from collection.auth import Credential
 from collection.spec import CollectionSpec, load_spec
-from edge.devices import DeviceRegistry
+from edge.devices import DeviceRegistry, edge_keys
 from edge.keyring import Keyring
 from edge.processes import start_edge, stop_edge, wait_live
 from ldpstream.services import KafkaService
@@ -68,7 +68,7 @@ def setup(own_kafka: KafkaService, live_services: Settings, tmp_path: Path) -> I
     yield spec, env
     client = redis_client(live_services.redis)
     RedisStore(live_services.redis).delete_collection(spec.name)
-    keys = list(client.scan_iter(f"ldp:edge:{spec.name}:*", count=10_000))
+    keys = list(client.scan_iter(edge_keys(spec.name), count=10_000))
     if keys:
         client.delete(*keys)
 

@@ -1,0 +1,37 @@
+"""A rolling restart of the 3 workers (each stopped with SIGTERM and started again, one after the other) while a
+fleet streams through the cluster: every partition moves twice, and each report is counted exactly once."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from cluster_support import Workers, wait_accepted
+from pipeline_support import assert_within_stderr, published_collection, send_in_background
+
+from runtime.settings import Settings
+
+pytestmark = pytest.mark.cluster
+
+DEVICES = 300_000
+
+
+def test_a_rolling_restart_of_every_worker_mid_stream_counts_each_report_once(cluster: Settings,
+                                                                              tmp_path: Path) -> None:
+    with published_collection(cluster) as c:
+        workers = Workers(c, 3, tmp_path)
+        fleet = send_in_background(c, DEVICES, rate=10_000, seed=53)
+        try:
+            assert wait_accepted(c, 20_000, 240, workers) >= 20_000, "the stream did not start"
+            for i in range(3):
+                workers.restart(i)
+                time.sleep(4)
+            result = fleet.join(400)
+            assert result.reports == DEVICES
+            assert wait_accepted(c, DEVICES, 300, workers) == DEVICES
+        finally:
+            workers.stop()
+        time.sleep(1.0)
+        assert c.store.outcomes(c.spec.name) == {"accepted": DEVICES}
+        assert_within_stderr(c.estimates(), result.truth)
