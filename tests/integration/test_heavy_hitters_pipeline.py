@@ -11,7 +11,7 @@ import uuid
 
 import numpy as np
 import pytest
-from pipeline_support import Collection, aggregate_fleet, dead_letters_of
+from pipeline_support import Collection, aggregate_fleet, dead_letters_of, published_collection
 
 from aggregator.processes import stop_worker
 from aggregator.store import RedisStore
@@ -60,6 +60,19 @@ def test_heavy_hitters_over_kafka(live_services: Settings, mechanism: str) -> No
     finally:
         store.delete_collection(spec.name)
         delete_topic(live_services.bootstrap, spec.topic)
+
+
+def test_crash_reports_example_finds_the_apps_that_crash_most(live_services: Settings) -> None:
+    """examples/crash_reports.yaml as published: 200,000 devices, names of up to 12 letters over 2,000 apps."""
+    with published_collection(live_services, "crash_reports.yaml") as c:
+        result = aggregate_fleet(c, 200_000, seed=8)
+        entry = c.estimates()["attributes"]["crashed_app"]
+        truth = result.truth["attributes"]["crashed_app"]["frequencies"]  # type: ignore[index]
+        assert entry["mechanism"] == "pem" and len(entry["frequencies"]) == 10
+        assert list(entry["frequencies"])[:3] == list(truth)[:3]  # the three largest, in order
+        for item, e in entry["frequencies"].items():
+            if item in truth:
+                assert abs(e["estimate"] - truth[item]) <= 4 * e["stderr"], (item, e, truth[item])
 
 
 def _device_refuses_bad_strings(c: Collection) -> None:
