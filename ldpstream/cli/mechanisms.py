@@ -30,6 +30,7 @@ from ldp.audit import audit_longitudinal, audit_mechanism
 from ldp.base import LDPError, Mechanism
 from ldp.longitudinal.base import Longitudinal
 from ldp.multidim import VectorMechanism, make_vector_mechanism
+from ldp.open_domain.strings import StringDomain
 from ldpstream.cli.output import print_fields
 
 console = Console()
@@ -88,20 +89,32 @@ def _fail(exc: Exception) -> NoReturn:
     raise typer.Exit(2) from exc
 
 
+def _worst_case_variance(name: str, epsilon: float, domain: int) -> float:
+    if name in registry.KEYVALUE:
+        return float(registry.make_keyvalue(name, epsilon, domain).frequency_variance(0.0))
+    if name in registry.OPEN_DOMAIN:
+        mech: Any = registry.open_domain_class(name)(epsilon, StringDomain(8, "abcdefghijklmnopqrstuvwxyz"))
+        return float(mech.worst_case_variance() if name in registry.HEAVY_HITTERS else mech.variance(0.0))
+    mech = build_mechanism(name, epsilon, domain=domain if registry.takes_domain(name) else None)
+    return float(mech.worst_case_variance())
+
+
 @mechanisms_app.command("list")
 def list_mechanisms(
     epsilon: float = typer.Option(1.0, "--epsilon", "-e", help="privacy budget"),
     domain: int = typer.Option(64, "--domain", "-k", help="domain size K for the frequency oracles"),
     as_json: bool = JSON,
 ) -> None:
-    """Every registered mechanism with its worst-case variance at --epsilon (oracles at --domain)."""
+    """Every registered mechanism with its worst-case variance at --epsilon (oracles at --domain): n Var of a mean,
+    or of a rare value's frequency; key-value mechanisms: of a rare key's frequency among --domain keys (padding 1);
+    open-domain ones: of a rare string's frequency, strings of up to 8 lowercase letters."""
     rows = []
-    tables = (("numeric", registry.NUMERIC), ("frequency", registry.FREQUENCY), ("longitudinal", registry.LONGITUDINAL))
+    tables = (("numeric", registry.NUMERIC), ("frequency", registry.FREQUENCY), ("longitudinal", registry.LONGITUDINAL),
+              ("keyvalue", registry.KEYVALUE), ("open domain", registry.OPEN_DOMAIN))
     for kind, names in tables:
         for name, target in names.items():
             try:
-                mech = build_mechanism(name, epsilon, domain=domain if registry.takes_domain(name) else None)
-                variance = float(mech.worst_case_variance())  # type: ignore[attr-defined]
+                variance = _worst_case_variance(name, epsilon, domain)
             except LDPError as exc:
                 _fail(exc)
             rows.append({"mechanism": name, "kind": kind, "class": target, "worst_case_variance": variance})
