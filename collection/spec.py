@@ -237,7 +237,8 @@ class KeyValueAttribute(BaseModel):
 
 class StringAttribute(BaseModel):
     """A string attribute over an open domain: at most `max_length` bytes over `alphabet` (printable ASCII) or any
-    non-NUL byte; estimated as its `top` heavy hitters (`ldp.open_domain`: mechanism auto, hcms_tree or pem)."""
+    non-NUL byte; estimated as its `top` heavy hitters (`ldp.open_domain`: mechanism auto, hcms_tree, pem
+    or sfp)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: Annotated[str, Field(pattern=NAME)]

@@ -67,8 +67,9 @@ OPEN_DOMAIN: dict[str, str] = {
     "hashed_grr": "ldp.open_domain.sketch:HashedGRR",
     "hcms_tree": "ldp.open_domain.tree:HCMSTree",
     "pem": "ldp.open_domain.tree:PEM",
+    "sfp": "ldp.open_domain.sfp:SFP",
 }
-HEAVY_HITTERS = ("hcms_tree", "pem")
+HEAVY_HITTERS = ("hcms_tree", "pem", "sfp")
 
 
 def _load(target: str) -> type[Mechanism]:

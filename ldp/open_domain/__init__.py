@@ -1,12 +1,15 @@
 """Open-domain collection: frequencies and heavy hitters of strings no one lists in advance.
 
 Sketch frequency oracles (`sketch`: Apple's CMS and HCMS, hashed GRR) over fixed public hashes of strings
-(`strings`), and prefix trees of them that discover the most frequent strings (`tree`: `hcms_tree`, `pem`).
+(`strings`), and two ways to discover the most frequent strings: prefix trees of them (`tree`: `hcms_tree`, `pem`)
+and Apple's sequence fragment puzzle (`sfp`).
 Registered apart (`ldp.registry.OPEN_DOMAIN`), so the closed-domain `auto` never picks them.
 """
 
+from ldp.open_domain.sfp import SFP
 from ldp.open_domain.sketch import CMS, HCMS, HashedGRR, SketchOracle
 from ldp.open_domain.strings import StringDomain
 from ldp.open_domain.tree import PEM, HCMSTree, HeavyHitters, PrefixTree
 
-__all__ = ["CMS", "HCMS", "PEM", "HCMSTree", "HashedGRR", "HeavyHitters", "PrefixTree", "SketchOracle", "StringDomain"]
+__all__ = ["CMS", "HCMS", "PEM", "SFP", "HCMSTree", "HashedGRR", "HeavyHitters", "PrefixTree", "SketchOracle",
+           "StringDomain"]

@@ -261,8 +261,11 @@ class SketchOracle(Mechanism):
 
     def log_pmf(self, reports: Reports, values: Sequence[str] | np.ndarray) -> np.ndarray:
         """(n, C): log Pr[report | true string], exact up to rounding (epsilon-LDP: max - min over strings <= eps)."""
+        return self.log_pmf_rows(reports, self.domain.encode(values))
+
+    def log_pmf_rows(self, reports: Reports, rows: np.ndarray) -> np.ndarray:
+        """`log_pmf` for candidate rows already encoded (the rows' first `prefix_length` bytes are hashed)."""
         check_report_batch(self.schema, reports)
-        rows = self.domain.encode(values)
         j = np.asarray(reports["hash"], dtype=np.int64)
         cand = self.candidate_buckets(rows)[:, j].T
         return -math.log(self.hashes) + self._log_pmf_given_hash(reports, cand)

@@ -80,6 +80,26 @@ def suffixes(domain: StringDomain, step: int) -> np.ndarray:
     return grid[~(ended & (grid != 0)).any(axis=1)]
 
 
+def peeled_estimates(oracle: SketchOracle, table: np.ndarray, n: int, cand: np.ndarray,
+                     keep: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every candidate's estimate and stderr, the leaders' jointly (`joint_frequencies`) and the others' on the
+    table without the leaders (`peel`), so that a string colliding with a frequent one is not ranked by it;
+    PEEL_ROUNDS rounds, the leaders re-chosen each round."""
+    cells = oracle.candidate_cells(cand)
+    value = oracle.score(table, n, cells)
+    stderr = oracle.stderr(value, n)
+    for _ in range(PEEL_ROUNDS):
+        joint_size = min(max(JOINT_FACTOR * keep, MIN_JOINT), MAX_JOINT, max(1, oracle.width // SPARSE))
+        leaders = np.argsort(-value, kind="stable")[:joint_size]
+        leaders = leaders[: max(1, int(np.count_nonzero(value[leaders] > SIGNIFICANT * stderr[leaders])))]
+        joint = oracle.joint_frequencies(table, n, cand[leaders], value[leaders])
+        peeled = oracle.peel(table, n, cells[leaders], joint.value)
+        value = oracle.score(peeled, n, cells, peeled=float(joint.value.sum()))
+        stderr = oracle.stderr(value, n)
+        value[leaders], stderr[leaders] = joint.value, joint.stderr
+    return value, stderr
+
+
 class PrefixTree(Mechanism):
     """A prefix tree of sketch oracles (module docstring). Reports: "level" (uint8) and the oracle's columns."""
 
@@ -182,32 +202,12 @@ class PrefixTree(Mechanism):
             if n == 0:
                 return HeavyHitters(n=0, value=np.zeros(0), stderr=np.zeros(0))
             keep = top if t == self.levels - 1 else self.beam
-            value, stderr = self._peeled_estimates(oracle, table, n, cand, keep)
+            value, stderr = peeled_estimates(oracle, table, n, cand, keep)
             order = np.argsort(-value, kind="stable")[:keep]
             if t < self.levels - 1:
                 cand = self.extend(cand[order], t)
         return HeavyHitters(n=int(np.asarray(stats)[self._offsets[1:] - 1].sum()), value=value[order],
                             stderr=stderr[order], items=tuple(self.domain.decode(cand[order])))
-
-    @staticmethod
-    def _peeled_estimates(oracle: SketchOracle, table: np.ndarray, n: int, cand: np.ndarray,
-                          keep: int) -> tuple[np.ndarray, np.ndarray]:
-        """Every candidate's estimate and stderr, the leaders' jointly (`joint_frequencies`) and the others' on the
-        table without the leaders (`peel`), so that a string colliding with a frequent one is not ranked by it;
-        PEEL_ROUNDS rounds, the leaders re-chosen each round."""
-        cells = oracle.candidate_cells(cand)
-        value = oracle.score(table, n, cells)
-        stderr = oracle.stderr(value, n)
-        for _ in range(PEEL_ROUNDS):
-            joint_size = min(max(JOINT_FACTOR * keep, MIN_JOINT), MAX_JOINT, max(1, oracle.width // SPARSE))
-            leaders = np.argsort(-value, kind="stable")[:joint_size]
-            leaders = leaders[: max(1, int(np.count_nonzero(value[leaders] > SIGNIFICANT * stderr[leaders])))]
-            joint = oracle.joint_frequencies(table, n, cand[leaders], value[leaders])
-            peeled = oracle.peel(table, n, cells[leaders], joint.value)
-            value = oracle.score(peeled, n, cells, peeled=float(joint.value.sum()))
-            stderr = oracle.stderr(value, n)
-            value[leaders], stderr[leaders] = joint.value, joint.stderr
-        return value, stderr
 
     def estimate(self, stats: np.ndarray) -> HeavyHitters:
         """The current top `top` heavy hitters (`heavy_hitters`)."""

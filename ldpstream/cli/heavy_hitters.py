@@ -1,8 +1,9 @@
 """`ldp heavy-hitters run`: perturb a file of strings (one device per line) and decode the heavy hitters, in process.
 
-JSON contract (`--json`): {"mechanism", "epsilon", "devices", "levels", "top": [{"item", "estimate", "stderr"}],
-"seconds"}: the decoded top list, largest estimate first, each frequency estimate (a fraction of the devices) with
-its standard error; `seconds` covers perturbing, accumulating and decoding (not reading the file).
+JSON contract (`--json`): {"mechanism", "epsilon", "devices", "levels" (a tree's prefix lengths; SFP's fragment
+offsets), "top": [{"item", "estimate", "stderr"}], "seconds"}: the decoded top list, largest estimate first, each
+frequency estimate (a fraction of the devices) with its standard error; `seconds` covers perturbing, accumulating
+and decoding (not reading the file).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rich.table import Table
 
 from ldp import registry
 from ldp.base import LDPError
-from ldp.open_domain import PrefixTree, StringDomain
+from ldp.open_domain import SFP, PrefixTree, StringDomain
 from ldp.open_domain.tree import choose_heavy_hitters
 from ldpstream.cli.output import print_fields
 
@@ -63,7 +64,8 @@ def run(
     seed: int = typer.Option(0, "--seed", help="seeds the public hashes and the devices' noise"),
     max_length: int = typer.Option(None, "--max-length", help="bytes per string (default: the longest item)"),
     alphabet: str = typer.Option(None, "--alphabet", help="allowed characters (default: the items' own, or bytes)"),
-    step: int = typer.Option(None, "--step", help="bytes per tree level (default: extensions <= 1024)"),
+    step: int = typer.Option(None, "--step",
+                             help="bytes per tree level (default: extensions <= 1024) or per SFP fragment (default 2)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Perturb every item as one device would, accumulate the reports and decode the top heavy hitters."""
@@ -75,14 +77,15 @@ def run(
             raise LDPError(f"unknown heavy-hitter mechanism {name!r}; known: auto, {list(registry.HEAVY_HITTERS)}")
         cls = registry.open_domain_class(name)
         tree = cls(epsilon, domain, seed=seed, step=step, top=top)  # type: ignore[call-arg]
-        assert isinstance(tree, PrefixTree)
+        assert isinstance(tree, (PrefixTree, SFP))
         rows = domain.encode(values)
         start = time.perf_counter()
         found = tree.heavy_hitters(tree.accumulate(tree.perturb(rows, np.random.default_rng(seed))))
         seconds = time.perf_counter() - start
     except LDPError as exc:
         _fail(exc)
-    payload = {"mechanism": name, "epsilon": epsilon, "devices": int(rows.shape[0]), "levels": list(tree.lengths),
+    levels = tree.positions if isinstance(tree, SFP) else tree.lengths
+    payload = {"mechanism": name, "epsilon": epsilon, "devices": int(rows.shape[0]), "levels": list(levels),
                "top": found.to_rows(), "seconds": round(seconds, 4)}
     if as_json:
         print_fields(payload, as_json=True)

@@ -31,7 +31,7 @@ def items(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     return path, pop.top(5)
 
 
-@pytest.mark.parametrize("mechanism", ["auto", "pem", "hcms_tree"])
+@pytest.mark.parametrize("mechanism", ["auto", "pem", "hcms_tree", "sfp"])
 def test_run_prints_the_top_list_as_json(app: typer.Typer, items: tuple[Path, list[str]], mechanism: str) -> None:
     path, top = items
     result = runner.invoke(app, ["heavy-hitters", "run", "--items", str(path), "--epsilon", "4", "--top", "5",
