@@ -46,7 +46,7 @@ from ldp.longitudinal.base import Longitudinal
 from ldp.longitudinal.memo import draw_secrets
 from ldp.multidim import VectorMechanism
 from ldp.numeric.base import NumericMechanism
-from ldp.open_domain import PrefixTree, SketchOracle, StringDomain
+from ldp.open_domain import SFP, PrefixTree, SketchOracle, StringDomain
 
 MAX_OUTCOMES = 256  # a report batch with at most this many distinct rows gets one event per outcome
 QUANTILES = np.concatenate([np.linspace(0.001, 0.05, 8), np.linspace(0.1, 0.9, 9), np.linspace(0.95, 0.999, 8)])
@@ -267,7 +267,7 @@ def audit_plan(mechanism: Mechanism) -> tuple[list[tuple[Any, Any]], EventFactor
         loss = lambda r: np.subtract(*mechanism.log_pmf(r, sets).T)  # noqa: E731
         return [(first, second)], combined(outcome_events("y", _report_rows),
                                            threshold_events("ln P[y|a] - ln P[y|b]", loss))
-    a, b = (0, 1) if not isinstance(mechanism, (SketchOracle, PrefixTree)) else _distinct_strings(mechanism.domain)
+    a, b = (0, 1) if not isinstance(mechanism, (SketchOracle, PrefixTree, SFP)) else _distinct_strings(mechanism.domain)
     log_pmf = getattr(mechanism, "log_pmf", None)
     factories = [outcome_events("y", _report_rows)]
     if log_pmf is not None:

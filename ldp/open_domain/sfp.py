@@ -161,7 +161,10 @@ class SFP(Mechanism):
 
     def _check_stats(self, stats: np.ndarray) -> tuple[np.ndarray, int]:
         """The statistics as float64, and n; LDPError if their shape or counts are not those of real reports."""
-        s = np.asarray(stats, dtype=np.float64)
+        try:
+            s = np.asarray(stats, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise LDPError(f"statistics must be numbers: {exc}") from exc
         if s.shape != (self.stats_size,):
             raise LDPError(f"statistics must have shape ({self.stats_size},), got {s.shape}")
         _, n = self.word.z_table(self._part(s, len(self.fragments)))

@@ -7,7 +7,7 @@ import pytest
 
 from collection.collector import collector_for, hash_seed
 from collection.spec import SpecError, parse_spec
-from ldp.open_domain import PEM, HCMSTree
+from ldp.open_domain import PEM, SFP, HCMSTree
 
 BASE = """
 name: words
@@ -19,7 +19,8 @@ attributes:
 """
 
 
-@pytest.mark.parametrize(("mechanism", "cls"), [("auto", PEM), ("pem", PEM), ("hcms_tree", HCMSTree)])
+@pytest.mark.parametrize(("mechanism", "cls"), [("auto", PEM), ("pem", PEM), ("hcms_tree", HCMSTree),
+                                                  ("sfp", SFP)])
 def test_a_string_attribute_builds_its_tree(mechanism: str, cls: type) -> None:
     spec = parse_spec(BASE.replace("MECH", mechanism))
     tree = collector_for(spec).mechanisms["word"]

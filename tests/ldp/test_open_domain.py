@@ -250,12 +250,12 @@ def test_prefix_fingerprints_see_only_the_prefix() -> None:
 
 
 def test_the_registry_lists_what_this_suite_checks() -> None:
-    assert set(NAMES) == set(registry.OPEN_DOMAIN)
+    assert {*NAMES, "sfp"} == set(registry.OPEN_DOMAIN)  # sfp: tests/ldp/test_open_domain_sfp.py
     for name in registry.OPEN_DOMAIN:
         cls = registry.open_domain_class(name)
         assert cls.name == name
         assert any(t.examples for t in doctest.DocTestFinder(recurse=False).find(cls)), name
-    assert set(registry.HEAVY_HITTERS) == set(TREES)
+    assert set(registry.HEAVY_HITTERS) == {*TREES, "sfp"}
     with pytest.raises(LDPError, match="unknown open-domain"):
         registry.open_domain_class("grr")
 
