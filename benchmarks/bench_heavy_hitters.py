@@ -1,9 +1,9 @@
-"""Heavy hitters of strings: ours (hcms_tree, pem) against pure-LDP 1.2.0's PEM, TreeHist and Apple SFP, same run.
+"""Heavy hitters of strings: ours (hcms_tree, sfp, pem) against pure-LDP 1.2.0's PEM, TreeHist and Apple SFP, same run.
 
 Population: `--distinct` (1e5) random 8-letter words over a-z, Zipf(1.1) over their ranks, one word per device
 (`producer.strings.zipf_words`), `--devices` (1e6) devices. The words all have 8 letters because pure-LDP's PEM
 and TreeHist extend prefixes over the alphabet only (a shorter word, padded, is unreachable to them); ours take
-any length up to the maximum. For each eps in `--epsilons`: our two trees perturb all devices once (`perturb_s`),
+any length up to the maximum. For each eps in `--epsilons`: ours perturb all devices once (`perturb_s`),
 then accumulate and decode the top 20 and the top 100 (`decode_s`: accumulate + breadth-first decode), and the
 precision (= recall, a top-k list against the true top k) is computed; the peers run on the first
 `--peer-devices` devices of the same list (their per-device Python is too slow for 1e6) under `--peer-python` in a
@@ -33,13 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from ldp.open_domain import PEM, HCMSTree, StringDomain
+from ldp.open_domain import PEM, SFP, HCMSTree, StringDomain
 from producer.strings import StringPopulation, zipf_words
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 LENGTH = 8
 SEED = 20240603
-OURS = {"hcms_tree": HCMSTree, "pem": PEM}
+OURS = {"hcms_tree": HCMSTree, "sfp": SFP, "pem": PEM}  # pem last: the peers run next to it, after all ours
 PEERS = ("pem", "treehist", "sfp")
 
 
@@ -132,7 +132,7 @@ def main() -> None:
                     continue
                 for peer in PEERS:
                     if name != "pem" or (peer == "sfp" and eps not in args.sfp_epsilons):
-                        continue  # each peer once per epsilon, next to both of ours
+                        continue  # each peer once per epsilon, next to all of ours
                     peer_runs = run_peer(args.peer_python, peer, eps, path, peer_n, peer_truths, args.peer_timeout)
                     runs += peer_runs
                     for p in (p for p in peer_runs if "recall" in p):
