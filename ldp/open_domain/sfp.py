@@ -16,14 +16,15 @@ x = eps / 2, is never above HCMS's ((e^x + 1) / (e^x - 1))^2 (4 e^x <= (e^x + 1)
 
 Statistics: the P position sketches then the word sketch, side by side (each ends with its own n), so they add.
 Decoding (on read, `heavy_hitters`): at each position every record (piece, fragment) is scored by its sketch and the
-`beam` best kept (64 x top: a heavy string's record competes with PIECES x fragments records of noise at n / P
+`beam` best kept (256 x top: a heavy string's record competes with PIECES x fragments records of noise at n / P
 devices); for each piece value r, the candidates are the cartesian product of its kept fragments across the
 positions, only those whose own piece h_r is r (the puzzle: a string made of another string's fragments rarely
-hashes to the same piece); at most MAX_CANDIDATES, the beam halved until the product fits. Every candidate is
-estimated by the word sketch (jointly with its leaders and peeled, as in the trees), the `top` best are the heavy
-hitters. A string's estimate is the word sketch's: unbiased over the hashes' draw, with the exact conditional
-expectation m/(m-1) (gamma - 1/m) per device given them (`ldp.open_domain.sketch`), n Var at eps / 2 over all n
-devices: (m/(m-1))^2 (f V(1) + (1 - f) E[V(gamma)]). The fragments only choose candidates.
+hashes to the same piece); the beam is halved until at most MAX_ASSEMBLED strings are assembled (and
+MAX_PIECE_ROWS per piece). Every candidate is estimated by the word sketch (jointly with its leaders and peeled,
+as in the trees), the `top` best are the heavy hitters. A string's estimate is the word sketch's: unbiased over
+the hashes' draw, with the exact conditional expectation m/(m-1) (gamma - 1/m) per device given them
+(`ldp.open_domain.sketch`), n Var at eps / 2 over all n devices: (m/(m-1))^2 (f V(1) + (1 - f) E[V(gamma)]). The
+fragments only choose candidates.
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ from ldp.open_domain.tree import HeavyHitters, peeled_estimates, suffixes
 
 PIECES = 256  # puzzle-piece values: an 8-bit hash (Apple 2017)
 MAX_RECORDS = 1 << 20  # records (piece, fragment) scored per position: PIECES (symbols + 1)^step
-MAX_CANDIDATES = 1 << 20  # strings built from fragments and scored by the word sketch
+MAX_ASSEMBLED = 1 << 25  # strings assembled from fragments and hashed (about 1/256 of them kept and scored)
+MAX_PIECE_ROWS = 1 << 18  # strings assembled for one piece at once (memory: P int64 indices each)
 DEFAULT_STEP = 2  # bytes per fragment (Apple 2017)
-BEAM_PER_TOP = 64  # records kept per position and heavy hitter asked for (recall 0.25 -> 0.5 from 4 to 64 at eps 4)
+BEAM_PER_TOP = 256  # records kept per position per heavy hitter asked for, before the caps below halve it
 
 
 def _check_positive(name: str, value: object) -> int:
@@ -211,25 +213,25 @@ class SFP(Mechanism):
 
     def _candidates(self, kept: list[np.ndarray]) -> np.ndarray:
         """Valid rows assembled, per piece, from the first `beam'` kept records of every position (beam' halved
-        until the product is at most MAX_CANDIDATES), whose own piece is that piece."""
+        until the product fits MAX_ASSEMBLED and MAX_PIECE_ROWS), whose own piece is that piece."""
         beam = self.beam
         while True:
             counts = np.stack([np.bincount(k[:beam, 0], minlength=PIECES) for k in kept])  # (P, PIECES)
-            if counts.prod(axis=0, dtype=np.float64).sum() <= MAX_CANDIDATES or beam == 1:
+            product = counts.prod(axis=0, dtype=np.float64)
+            if (product.sum() <= MAX_ASSEMBLED and product.max() <= MAX_PIECE_ROWS) or beam == 1:
                 break
             beam //= 2
-        found, owners = [np.zeros((0, self.domain.max_length), dtype=np.uint8)], [np.zeros(0, dtype=np.int64)]
+        found = [np.zeros((0, self.domain.max_length), dtype=np.uint8)]
         for piece in np.flatnonzero(counts.min(axis=0) > 0):  # loop over pieces, each product vectorised
             frags = [k[:beam][k[:beam, 0] == piece, 1:] for k in kept]
             grid = np.meshgrid(*(np.arange(f.shape[0]) for f in frags), indexing="ij")
             rows = np.concatenate([f[g.ravel()] for f, g in zip(frags, grid, strict=True)], axis=1)
-            found.append(rows[:, : self.domain.max_length])
-            owners.append(np.full(rows.shape[0], piece))
-        rows, piece = np.concatenate(found), np.concatenate(owners)
-        ended = rows == 0
-        valid = (rows[:, 0] != 0) & ~(np.maximum.accumulate(ended, axis=1) & ~ended).any(axis=1)
-        rows, piece = rows[valid], piece[valid]
-        return rows[self.pieces(rows) == piece]
+            rows = rows[:, : self.domain.max_length]
+            ended = rows == 0
+            valid = (rows[:, 0] != 0) & ~(np.maximum.accumulate(ended, axis=1) & ~ended).any(axis=1)
+            rows = rows[valid]
+            found.append(rows[self.pieces(rows) == piece])
+        return np.concatenate(found)
 
     def heavy_hitters(self, stats: np.ndarray, top: int | None = None) -> HeavyHitters:
         """The `top` strings with the largest word-sketch estimates among the candidates the fragments assemble."""
