@@ -197,3 +197,23 @@ def test_accumulate_takes_any_integer_reports_without_crashing(data: st.DataObje
         return
     assert stats.shape == (mech.stats_size,) and math.isclose(stats[-1], n)
     mech.heavy_hitters(stats)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_decoding_any_statistics_gives_strings_of_the_domain_or_an_error(data: st.DataObject) -> None:
+    """Forged statistics (any finite sums, counts that agree or not): distinct valid strings, or LDPError."""
+    domain = StringDomain(3, "ab")
+    mech = SFP(1.0, domain, seed=1, top=5)
+    scale = 10.0 ** data.draw(st.integers(-3, 12))  # the sums: noise of any size from a drawn seed (thousands)
+    stats = np.random.default_rng(data.draw(st.integers(0, 2**32))).standard_cauchy(mech.stats_size) * scale
+    counts = data.draw(st.lists(st.integers(0, 1000), min_size=len(mech.positions), max_size=len(mech.positions)))
+    ends = np.cumsum([o.stats_size for o in (*mech.fragments, mech.word)]) - 1
+    stats[ends] = [*counts, sum(counts) + data.draw(st.sampled_from([0, 0, 1]))]
+    try:
+        found = mech.heavy_hitters(stats)
+    except LDPError:
+        assert stats[-1] != sum(counts)
+        return
+    assert len(found.items) == len(set(found.items)) <= 5
+    assert domain.encode(list(found.items)).shape == (len(found.items), 3)
