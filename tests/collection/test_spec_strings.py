@@ -42,9 +42,10 @@ def test_a_bad_string_attribute_is_refused(change: tuple[str, str], reason: str)
         parse_spec(text)
 
 
-def test_the_collector_scales_a_sampled_string_attribute() -> None:
+@pytest.mark.parametrize("mechanism", ["pem", "sfp"])
+def test_the_collector_scales_a_sampled_string_attribute(mechanism: str) -> None:
     """k = 1 of 2 attributes: the tree sees about half the devices; its frequencies are scaled back to all."""
-    spec = parse_spec(BASE.replace("MECH", "pem").replace("epsilon: 4", "epsilon: 4\nsampling: one"))
+    spec = parse_spec(BASE.replace("MECH", mechanism).replace("epsilon: 4", "epsilon: 4\nsampling: one"))
     collector = collector_for(spec)
     rng = np.random.default_rng(3)
     words = np.array(["abc", "hhh", "defgh"])[rng.choice(3, size=200_000, p=[0.6, 0.3, 0.1])]
