@@ -47,7 +47,7 @@ MAX_RECORDS = 1 << 20  # records (piece, fragment) scored per position: PIECES (
 MAX_ASSEMBLED = 1 << 25  # strings assembled from fragments and hashed (about 1/256 of them kept and scored)
 MAX_PIECE_ROWS = 1 << 18  # strings assembled for one piece at once (memory: P int64 indices each)
 DEFAULT_STEP = 2  # bytes per fragment (Apple 2017)
-BEAM_PER_TOP = 256  # records kept per position per heavy hitter asked for, before the caps below halve it
+BEAM_PER_TOP = 256  # records kept per position per heavy hitter asked for (halved to fit the caps above)
 
 
 def _check_positive(name: str, value: object) -> int:
