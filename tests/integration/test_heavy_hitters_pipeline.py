@@ -39,7 +39,7 @@ attributes:
 """
 
 
-@pytest.mark.parametrize("mechanism", ["pem", "hcms_tree"])
+@pytest.mark.parametrize("mechanism", ["pem", "hcms_tree", "sfp"])
 def test_heavy_hitters_over_kafka(live_services: Settings, mechanism: str) -> None:
     spec = parse_spec(SPEC.replace("NAME", f"it-hh-{uuid.uuid4().hex[:8]}").replace("MECHANISM", mechanism))
     spec = publish_spec(spec, live_services.bootstrap).spec
@@ -93,19 +93,23 @@ def _hostile_reports_are_dead_lettered(c: Collection) -> None:
         producer = ReportProducer(c.cfg.bootstrap)
         sent = []
         candidates = iter(range(10**9, 10**9 + 100))
-        for column, bad in (("level", 200), ("hash", 1 << 20)):
+        beyond = (("level", 200), ("position", 200), ("hash", 1 << 20), ("word_hash", 1 << 20))  # trees / sfp
+        for column, bad in beyond:
             block = None
             while block is None:  # sampling one: draw devices until one reports the word
                 devices = np.array([next(candidates)], dtype=np.uint64)
                 valid = perturb(c.spec, devices, np.array([now_ms()], dtype=np.int64),
                                 {"word": np.array(["abc"]), "battery": np.array([50.0])}, rng)
                 block = next((b for b in valid.attributes if b.attribute == 0), None)
+            if column not in block.reports:  # the other mechanism's column
+                continue
             reports = {**block.reports, column: np.full_like(block.reports[column], bad)}
             hostile = perturbed_batch(valid.collection, valid.spec_version, valid.devices, valid.timestamps_ms,
                                       (dataclasses.replace(block, reports=reports),))
             partition = int(device_partitions(devices, c.spec.partitions)[0])
             producer.produce(c.spec.topic, encode(hostile), devices.tobytes(), partition)
             sent.append(column)
+        assert len(sent) == 2, sent
         producer.flush(timeout_s=30.0)
         deadline = time.monotonic() + 60
         reasons: list[str] = []
