@@ -74,6 +74,21 @@ def check_codes(values: np.ndarray | int | list[int], domain_size: int) -> np.nd
     return arr.astype(np.int64, copy=False)
 
 
+def split_count(stats: np.ndarray, size: int) -> tuple[np.ndarray, int]:
+    """Additive statistics that end with their report count n: (the entries before it, as float64; n). LDPError
+    unless they are `size` finite numbers and n a count."""
+    try:
+        s = np.asarray(stats, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise LDPError(f"statistics must be numbers: {exc}") from exc
+    if s.shape != (size,):
+        raise LDPError(f"statistics must have shape ({size},), got {s.shape}")
+    n = s[-1]
+    if not np.isfinite(s).all() or n < 0 or n != math.floor(n):
+        raise LDPError(f"statistics are not finite or n = {n} is not a count")
+    return s[:-1], int(n)
+
+
 def check_report_batch(schema: ReportSchema, reports: Reports) -> int:
     """The number of rows of a well-formed batch of integer columns, or LDPError saying what is wrong.
 
@@ -253,15 +268,10 @@ class FrequencyOracle(Mechanism):
         return float(pure_variance(self.p, self.q, 0.0)) / self.supports_per_report
 
     def _check_stats(self, stats: np.ndarray) -> tuple[np.ndarray, int]:
-        s = np.asarray(stats, dtype=np.float64)
-        if s.shape != (self.stats_size,):
-            raise LDPError(f"statistics must have shape ({self.stats_size},), got {s.shape}")
-        counts, n = s[:-1], s[-1]
-        if not np.isfinite(s).all() or n < 0 or n != math.floor(n):
-            raise LDPError(f"statistics are not finite or n = {n} is not a count")
+        counts, n = split_count(stats, self.stats_size)
         if counts.size and not (counts.min() >= 0 and counts.max() <= self.supports_per_report * n):
             raise LDPError("support counts must lie in [0, s n] (s supports per report)")
-        return counts, int(n)
+        return counts, n
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(epsilon={self.epsilon:g}, domain_size={self.domain_size})"

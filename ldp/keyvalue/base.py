@@ -37,7 +37,6 @@ tests enumerate every output of small domains and compute the epsilon it provide
 
 from __future__ import annotations
 
-import math
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
@@ -45,7 +44,13 @@ from typing import ClassVar
 import numpy as np
 
 from ldp.base import Estimate, LDPError, Mechanism, Reports, check_epsilon
-from ldp.frequency.base import MAX_DOMAIN_SIZE, MAX_EPSILON, SAMPLE_CHUNK_ENTRIES, check_report_batch
+from ldp.frequency.base import (
+    MAX_DOMAIN_SIZE,
+    MAX_EPSILON,
+    SAMPLE_CHUNK_ENTRIES,
+    check_report_batch,
+    split_count,
+)
 
 EMPTY = -1  # the key of an empty slot
 MAX_PADDING = 1024  # the largest padding length l
@@ -279,14 +284,9 @@ class KeyValueMechanism(Mechanism):
         return np.stack(columns, axis=1)
 
     def _check_stats(self, stats: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-        s = np.asarray(stats, dtype=np.float64)
-        if s.shape != (self.stats_size,):
-            raise LDPError(f"statistics must have shape ({self.stats_size},), got {s.shape}")
-        n = s[-1]
-        if not np.isfinite(s).all() or n < 0 or n != math.floor(n):
-            raise LDPError(f"statistics are not finite or n = {n} is not a count")
+        s, n = split_count(stats, self.stats_size)
         d = self.domain_size
-        return s[:d], s[d : 2 * d], int(n)
+        return s[:d], s[d : 2 * d], n
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(epsilon={self.epsilon:g}, domain_size={self.domain_size})"

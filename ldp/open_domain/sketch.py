@@ -44,7 +44,7 @@ from typing import ClassVar
 import numpy as np
 
 from ldp.base import Column, Estimate, LDPError, Mechanism, Reports, ReportSchema
-from ldp.frequency.base import check_frequency_epsilon, check_report_batch, randomized_response
+from ldp.frequency.base import check_frequency_epsilon, check_report_batch, randomized_response, split_count
 from ldp.frequency.hadamard import hadamard_bit, walsh_hadamard_transform
 from ldp.open_domain.strings import StringDomain, buckets, hash_salts, prefix_fingerprints
 
@@ -156,13 +156,7 @@ class SketchOracle(Mechanism):
         return np.append(self._cell_sums(reports), float(n))
 
     def _check_stats(self, stats: np.ndarray) -> tuple[np.ndarray, int]:
-        s = np.asarray(stats, dtype=np.float64)
-        if s.shape != (self.stats_size,):
-            raise LDPError(f"statistics must have shape ({self.stats_size},), got {s.shape}")
-        n = s[-1]
-        if not np.isfinite(s).all() or n < 0 or n != math.floor(n):
-            raise LDPError(f"statistics are not finite or n = {n} is not a count")
-        return s[:-1], int(n)
+        return split_count(stats, self.stats_size)
 
     def z_table(self, stats: np.ndarray) -> tuple[np.ndarray, int]:
         """(k, m) T[j, b] = sum over devices with hash j of z(b), and n, from a statistics vector."""
