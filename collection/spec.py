@@ -40,6 +40,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -72,6 +73,14 @@ MAX_WINDOW_SECONDS = 3650 * 86400  # ten years: window starts in ms stay far ins
 
 class SpecError(ValueError):
     """A collection spec is invalid; the message says where and why."""
+
+
+def known_mechanism(name: str, kind: str, known: Iterable[str], also: tuple[str, ...] = ("auto",)) -> str:
+    """`name` if it is one of `also` or `known`; otherwise a ValueError naming them (an attribute's validator)."""
+    choices = [*also, *known]
+    if name not in choices:
+        raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(choices)}")
+    return name
 
 
 def memoized_names(kind: Literal["frequency", "numeric"]) -> list[str]:
@@ -119,10 +128,7 @@ class NumericAttribute(BaseModel):
     @field_validator("mechanism")
     @classmethod
     def _known_numeric(cls, v: str) -> str:
-        known = sorted(registry.NUMERIC) + memoized_names("numeric")
-        if v != "auto" and v not in known:
-            raise ValueError(f"unknown numeric mechanism {v!r}; known: auto, {', '.join(known)}")
-        return v
+        return known_mechanism(v, "numeric mechanism", sorted(registry.NUMERIC) + memoized_names("numeric"))
 
 
 class CategoricalAttribute(BaseModel):
@@ -153,10 +159,8 @@ class CategoricalAttribute(BaseModel):
     @field_validator("mechanism")
     @classmethod
     def _known_oracle(cls, v: str) -> str:
-        known = sorted(registry.FREQUENCY) + memoized_names("frequency")
-        if v not in ("auto", FACTORIZATION) and v not in known:
-            raise ValueError(f"unknown frequency oracle {v!r}; known: auto, {FACTORIZATION}, {', '.join(known)}")
-        return v
+        return known_mechanism(v, "frequency oracle", sorted(registry.FREQUENCY) + memoized_names("frequency"),
+                               also=("auto", FACTORIZATION))
 
     @model_validator(mode="after")
     def _workload_with_factorization(self) -> CategoricalAttribute:
@@ -203,9 +207,7 @@ class KeyValueAttribute(BaseModel):
     @field_validator("mechanism")
     @classmethod
     def _known_keyvalue(cls, v: str) -> str:
-        if v != "auto" and v not in registry.KEYVALUE:
-            raise ValueError(f"unknown key-value mechanism {v!r}; known: auto, {', '.join(registry.KEYVALUE)}")
-        return v
+        return known_mechanism(v, "key-value mechanism", registry.KEYVALUE)
 
     @model_validator(mode="after")
     def _one_domain(self) -> KeyValueAttribute:
@@ -253,9 +255,7 @@ class StringAttribute(BaseModel):
     @field_validator("mechanism")
     @classmethod
     def _known_tree(cls, v: str) -> str:
-        if v != "auto" and v not in registry.HEAVY_HITTERS:
-            raise ValueError(f"unknown heavy-hitter mechanism {v!r}; known: auto, {', '.join(registry.HEAVY_HITTERS)}")
-        return v
+        return known_mechanism(v, "heavy-hitter mechanism", registry.HEAVY_HITTERS)
 
 
 Attribute = Annotated[NumericAttribute | CategoricalAttribute | KeyValueAttribute | StringAttribute,
