@@ -24,12 +24,10 @@ Timings on a shared machine are noisy: rerun on a quiet one for numbers to quote
 from __future__ import annotations
 
 import json
-import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from bench_mechanisms import best_seconds, log  # run as a script: benchmarks/ is on the path
 
 from ldp import registry
 from ldp.keyvalue.base import EMPTY, KeyValueMechanism
@@ -39,20 +37,6 @@ DOMAINS = (16, 128)
 COMMON = 0.1  # the means compared are those of keys held by at least this fraction of devices
 EPSILONS = (1.0, 4.0)
 SEED = 2020
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def best_seconds(run: Callable[[], Any], repeats: int = REPEATS) -> float:
-    """The fastest of `repeats` timed calls (the machine is shared: the minimum is the least disturbed)."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def inputs(rng: np.random.Generator, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -73,9 +57,9 @@ def inputs(rng: np.random.Generator, d: int) -> tuple[np.ndarray, np.ndarray, np
 def measure(mech: KeyValueMechanism, pairs: np.ndarray, freq: np.ndarray, mean: np.ndarray,
             rng: np.random.Generator) -> dict[str, Any]:
     reports = mech.perturb(pairs, rng)
-    perturb_s = best_seconds(lambda: mech.perturb(pairs, rng))
+    perturb_s = best_seconds(lambda: mech.perturb(pairs, rng), REPEATS)
     aggregate_s = best_seconds(lambda: (mech.estimate(mech.accumulate(reports)),
-                                        mech.estimate_means(mech.accumulate(reports))))
+                                        mech.estimate_means(mech.accumulate(reports))), REPEATS)
     common = freq >= COMMON
     freq_err, mean_err, clipped_err = [], [], []
     for _ in range(RUNS):
@@ -113,7 +97,8 @@ def main() -> None:
                 tasks.append(row)
         grr = registry.make("grr", 1.0, d)
         one_key = rng.integers(0, d, N)
-        ceiling[d] = {"grr_keys_perturb_per_s": N / best_seconds(lambda grr=grr, keys=one_key: grr.perturb(keys, rng))}
+        ceiling[d] = {"grr_keys_perturb_per_s": N / best_seconds(lambda grr=grr, keys=one_key: grr.perturb(keys, rng),
+                                                                    REPEATS)}
     print(json.dumps({"epsilons": list(EPSILONS), "domains": list(DOMAINS), "n": N, "padding": PADDING,
                       "tasks": tasks, "ceiling": ceiling}))
 
