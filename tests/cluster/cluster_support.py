@@ -7,13 +7,15 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline_support import Collection
+from pipeline_support import Collection, Fleet
 
 from aggregator.processes import stop_worker
 from ldpstream.services import KafkaService, RedisService
+from producer.simulator import SimulationResult
 from runtime.access import ADMIN
 from runtime.process import read_pid
 from runtime.redis import OUTAGES, redis_client
@@ -68,6 +70,24 @@ def wait_accepted(c: Collection, target: int, timeout_s: float, workers: Workers
             return n
         time.sleep(0.2)
     return accepted(c)
+
+
+def stream_through(c: Collection, workers: Workers, fleet: Fleet, devices: int, fault: Callable[[], None],
+                   started: int) -> SimulationResult:
+    """Once `started` reports are accepted, run `fault` while `fleet` streams to `workers`; then every one of the
+    `devices` reports must be accepted exactly once (and nothing more a second after the workers stopped: a replay
+    counted twice would show). The fleet's result."""
+    try:
+        assert wait_accepted(c, started, 240, workers) >= started, "the stream did not start"
+        fault()
+        result = fleet.join(400)
+        assert result.reports == devices
+        assert wait_accepted(c, devices, 300, workers) == devices
+    finally:
+        workers.stop()
+    time.sleep(1.0)
+    assert c.store.outcomes(c.spec.name) == {"accepted": devices}
+    return result
 
 
 def kill(pidfile: Path) -> None:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_support import Workers, wait_accepted
+from cluster_support import Workers, stream_through
 from pipeline_support import assert_within_stderr, published_collection, send_in_background
 
 from runtime.settings import Settings
@@ -22,16 +22,11 @@ def test_a_rolling_restart_of_every_worker_mid_stream_counts_each_report_once(cl
     with published_collection(cluster) as c:
         workers = Workers(c, 3, tmp_path)
         fleet = send_in_background(c, DEVICES, rate=10_000, seed=53)
-        try:
-            assert wait_accepted(c, 20_000, 240, workers) >= 20_000, "the stream did not start"
+
+        def restart_each() -> None:
             for i in range(3):
                 workers.restart(i)
                 time.sleep(4)
-            result = fleet.join(400)
-            assert result.reports == DEVICES
-            assert wait_accepted(c, DEVICES, 300, workers) == DEVICES
-        finally:
-            workers.stop()
-        time.sleep(1.0)
-        assert c.store.outcomes(c.spec.name) == {"accepted": DEVICES}
+
+        result = stream_through(c, workers, fleet, DEVICES, restart_each, started=20_000)
         assert_within_stderr(c.estimates(), result.truth)
