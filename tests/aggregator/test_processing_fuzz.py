@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aggregator.dedupe import SeenDevices
+from aggregator.plans import Plan as SpecPlan
 from aggregator.processing import MALFORMED, REASONS, Message, PartitionProcessor, PartitionResult
 from aggregator.store import MemoryStore
 from collection.spec import parse_spec
@@ -23,6 +24,8 @@ from collection.wire import AttributeReports, WireError, decode, encode, perturb
 from ldp import registry
 from ldp.base import Reports
 from ldp.numeric.piecewise import Piecewise
+from producer.perturb import perturb
+from producer.population import Population
 from tests.aggregator.test_processing import Plan
 from tests.fuzzing import isolations, mutate
 
@@ -43,14 +46,32 @@ attributes:
 
 
 PLAN = Plan(SPEC, (registry.make("pm", 2.0), registry.make("grr", 2.0, domain=3)))
+# The attribute types whose reports are sets or strings: key-value pairs, and strings by a tree and by SFP.
+OPEN_SPEC = parse_spec(f"""
+name: fuzz
+version: 1
+epsilon: 4
+sampling: 1
+windows: [1h]
+partitions: {PARTITIONS}
+attributes:
+  - {{name: usage, type: keyvalue, keys: [a, b, c, d], range: [0, 60], mechanism: pckv-ue, padding: 2}}
+  - {{name: word, type: string, max_length: 4, alphabet: abc, top: 3, mechanism: pem, distinct: 20}}
+  - {{name: app, type: string, max_length: 4, alphabet: abc, top: 3, mechanism: sfp, distinct: 20}}
+""")
+OPEN_PLAN = SpecPlan(OPEN_SPEC)
 
 
-def processor(plan: Plan = PLAN) -> PartitionProcessor:
+def processor(plan: Plan | SpecPlan = PLAN) -> PartitionProcessor:
     return PartitionProcessor(lambda name, version: plan if (name, version) == ("fuzz", 1) else None, lambda: NOW)
 
 
-def valid_value(devices: np.ndarray, rng: np.random.Generator, plan: Plan = PLAN) -> bytes:
-    """An envelope of these devices: each reports one attribute (k = 1), in the spec's hour."""
+def valid_value(devices: np.ndarray, rng: np.random.Generator, plan: Plan | SpecPlan = PLAN) -> bytes:
+    """An envelope of these devices: each reports one attribute (k = 1), in the spec's hour (the open spec's by the
+    devices' own perturbation of a simulated population)."""
+    if plan is OPEN_PLAN:
+        records = Population(OPEN_SPEC, 3).sample(len(devices), rng)
+        return encode(perturb(OPEN_SPEC, devices.astype(np.uint64), np.full(len(devices), NOW), records, rng))
     attribute = rng.integers(0, 2, len(devices))
     blocks = []
     for a, mechanism in enumerate(plan.mechanisms):
@@ -69,7 +90,7 @@ class Batch:
     valid_devices: np.ndarray
 
 
-def mixed_batch(seed: int, valid: int, bad: int) -> Batch:
+def mixed_batch(seed: int, valid: int, bad: int, plan: Plan | SpecPlan = PLAN) -> Batch:
     """`valid` messages of 1-3 fresh devices each (on their devices' partition) and `bad` mutations of them or
     arbitrary bytes (on any partition), in a random order."""
     rng = np.random.default_rng(seed)
@@ -83,8 +104,8 @@ def mixed_batch(seed: int, valid: int, bad: int) -> Batch:
         mine = mine[~np.isin(mine, np.concatenate(used))] if used else mine
         if len(mine):
             used.append(mine)
-            placed.append((part, valid_value(mine, rng)))
-    originals = [value for _, value in placed] or [valid_value(np.array([1], dtype=np.uint64), rng)]
+            placed.append((part, valid_value(mine, rng, plan)))
+    originals = [value for _, value in placed] or [valid_value(np.array([1], dtype=np.uint64), rng, plan)]
     for _ in range(bad):
         value = (mutate(mutator.choice(originals), mutator) if mutator.random() < 0.9
                  else mutator.randbytes(mutator.randint(0, 64)))
@@ -147,6 +168,19 @@ def test_mixed_batches_never_raise_and_every_message_is_accounted_for(seed: int,
         return
     with isolations("aggregator.processing") as isolated:
         result = processor().process(TOPIC, batch.messages, SeenDevices(MemoryStore()))
+    assert_accounted(batch, result)
+    assert not isolated, [d.detail for d in isolated]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1), st.integers(0, 8), st.integers(0, 12))
+def test_keyvalue_and_string_batches_never_raise_and_every_message_is_accounted_for(seed: int, valid: int,
+                                                                                   bad: int) -> None:
+    batch = mixed_batch(seed, valid, bad, OPEN_PLAN)
+    if not batch.messages:
+        return
+    with isolations("aggregator.processing") as isolated:
+        result = processor(OPEN_PLAN).process(TOPIC, batch.messages, SeenDevices(MemoryStore()))
     assert_accounted(batch, result)
     assert not isolated, [d.detail for d in isolated]
 
