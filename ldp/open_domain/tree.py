@@ -45,7 +45,9 @@ MAX_EXTENSIONS = 1 << 12  # suffixes per candidate and level: (symbols + 1)^step
 MAX_CANDIDATES = 1 << 21  # candidates scored at one level (beam x extensions)
 JOINT_FACTOR = 2  # candidates re-estimated jointly per level: this many times those kept
 MIN_JOINT = 256
-SPARSE = 4  # a joint set of at most m / 4 strings: collisions among them sparse, A well conditioned
+# A - I's entries m/(m-1) (gamma - 1/m) have variance 1 / ((m - 1) k) over the hashes; the norm of s x s such is
+# about 2 sqrt(s / ((m - 1) k)), at most 1/2 for a joint set of s <= (m - 1) k / 16: A well conditioned
+CONDITIONING = 16
 SIGNIFICANT = 3.0  # leaders are estimates this many standard errors above 0 (a joint set of noise amplifies it)
 MAX_JOINT = 1024
 PEEL_ROUNDS = 2
@@ -86,13 +88,14 @@ def peeled_estimates(oracle: SketchOracle, table: np.ndarray, n: int, cand: np.n
     table without the leaders (`peel`), so that a string colliding with a frequent one is not ranked by it;
     PEEL_ROUNDS rounds, the leaders re-chosen each round."""
     cells = oracle.candidate_cells(cand)
-    value = oracle.score(table, n, cells)
-    stderr = oracle.stderr(value, n)
+    raw = oracle.score(table, n, cells)
+    value, stderr = raw, oracle.stderr(raw, n)
     for _ in range(PEEL_ROUNDS):
-        joint_size = min(max(JOINT_FACTOR * keep, MIN_JOINT), MAX_JOINT, max(1, oracle.width // SPARSE))
+        joint_size = min(max(JOINT_FACTOR * keep, MIN_JOINT), MAX_JOINT, max(1, (oracle.width - 1) * oracle.hashes // CONDITIONING))
         leaders = np.argsort(-value, kind="stable")[:joint_size]
         leaders = leaders[: max(1, int(np.count_nonzero(value[leaders] > SIGNIFICANT * stderr[leaders])))]
-        joint = oracle.joint_frequencies(table, n, cand[leaders], value[leaders])
+        # the leaders' raw scores on the whole table: a leader's value is already corrected after a round
+        joint = oracle.joint_frequencies(table, n, cand[leaders], raw[leaders])
         peeled = oracle.peel(table, n, cells[leaders], joint.value)
         value = oracle.score(peeled, n, cells, peeled=float(joint.value.sum()))
         stderr = oracle.stderr(value, n)

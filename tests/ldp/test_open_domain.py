@@ -19,6 +19,7 @@ from ldp.base import LDPError, Mechanism
 from ldp.open_domain import CMS, HCMS, PEM, HashedGRR, HCMSTree, PrefixTree, SketchOracle, StringDomain
 from ldp.open_domain.sfp import SFP
 from ldp.open_domain.strings import prefix_fingerprints
+from ldp.open_domain.tree import PEEL_ROUNDS, peeled_estimates
 from producer.strings import zipf_words
 from tests.ldp.checks import EPSILONS, MechanismCase, Z, check_bad_input, check_determinism, check_merge, run_all
 
@@ -186,6 +187,25 @@ def test_tree_contract(name: str) -> None:
     reports = mech.perturb(_words(np.random.default_rng(0), 5000), np.random.default_rng(1))
     assert (mech.schema.violations(reports) == "").all()
     assert np.bincount(reports["level"], minlength=mech.levels).min() > 5000 / mech.levels * 0.9  # partitioned
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_joint_estimates_remove_the_leaders_collisions_exactly(seed: int) -> None:
+    """On a table equal to its expectation given the hashes, every candidate's score is f + its collision bias;
+    the leaders' joint estimates are exactly their frequencies, however many peeling rounds ran (each round must
+    correct the raw scores, not the previous round's corrected ones)."""
+    grr = HashedGRR(2.0, DOMAIN, seed=seed)  # g = 8 buckets: large collision biases, a joint set of all 8 words
+    assert PEEL_ROUNDS >= 2
+    rows = DOMAIN.encode(WORDS)
+    n, cells = 1_000_000, grr.candidate_cells(rows)
+    table = np.zeros(grr.hashes * grr.width)
+    np.add.at(table, cells, np.repeat(n * WEIGHTS / grr.hashes, grr.hashes).reshape(cells.shape))
+    table = table.reshape(grr.hashes, grr.width)
+    raw = grr.score(table, n, cells)
+    assert np.abs(raw - WEIGHTS).max() > 0.005  # the collisions bias the raw scores
+    value, stderr = peeled_estimates(grr, table, n, rows, keep=2)
+    np.testing.assert_allclose(value, WEIGHTS, rtol=0, atol=1e-9)
+    assert np.all(stderr > 0)
 
 
 @pytest.mark.parametrize(("name", "eps", "top", "least"), [("pem", 4.0, 20, 0.5), ("pem", 2.0, 10, 0.5),
