@@ -90,8 +90,9 @@ def peeled_estimates(oracle: SketchOracle, table: np.ndarray, n: int, cand: np.n
     cells = oracle.candidate_cells(cand)
     raw = oracle.score(table, n, cells)
     value, stderr = raw, oracle.stderr(raw, n)
+    conditioned = max(1, (oracle.width - 1) * oracle.hashes // CONDITIONING)
+    joint_size = min(max(JOINT_FACTOR * keep, MIN_JOINT), MAX_JOINT, conditioned)
     for _ in range(PEEL_ROUNDS):
-        joint_size = min(max(JOINT_FACTOR * keep, MIN_JOINT), MAX_JOINT, max(1, (oracle.width - 1) * oracle.hashes // CONDITIONING))
         leaders = np.argsort(-value, kind="stable")[:joint_size]
         leaders = leaders[: max(1, int(np.count_nonzero(value[leaders] > SIGNIFICANT * stderr[leaders])))]
         # the leaders' raw scores on the whole table: a leader's value is already corrected after a round
