@@ -225,15 +225,29 @@ class Admission:
         return answers
 
     async def _run(self, calls: list[tuple[list[str], list[object]]]) -> list[list[int]]:
-        """The script's answers to `calls`: pipelined in one round trip on one server; on a Redis Cluster one call
+        """The script's answers to `calls`: pipelined in one round trip on one server (calls that find the script
+        missing, after a restart, load it and run again: nothing of theirs ran); on a Redis Cluster one call
         after the other (each to its slot's node: redis-py 8.1's asyncio cluster client, given the calls at once,
         broke connections it was still opening: 'NoneType' object has no attribute 'writelines', tested)."""
         if isinstance(self.redis, redis.asyncio.cluster.RedisCluster):
             return [await self._script(keys=keys, args=args) for keys, args in calls]
-        pipe = self.redis.pipeline(transaction=False)
-        for keys, args in calls:
-            await self._script(keys=keys, args=args, client=pipe)
-        return list(await pipe.execute())
+        answers: list[object] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for attempt in range(2):  # EVALSHA, not the Script object: its pipeline asks SCRIPT EXISTS first, a round trip
+            pipe = self.redis.pipeline(transaction=False)
+            for i in todo:
+                keys, args = calls[i]
+                pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+            for i, out in zip(todo, await pipe.execute(raise_on_error=False), strict=True):
+                answers[i] = out
+            todo = [i for i in todo if isinstance(answers[i], redis.exceptions.NoScriptError)]
+            if not todo or attempt:
+                break
+            await self.redis.script_load(ADMIT)  # a restarted or flushed server: load it, run those calls again
+        failed = next((out for out in answers if isinstance(out, Exception)), None)
+        if failed is not None:
+            raise failed
+        return answers  # type: ignore[return-value]  # each a list of ints: no exception left
 
     async def release(self, marks: Sequence[str]) -> None:
         """Forget window marks of reports that were not acknowledged (the device will send them again)."""

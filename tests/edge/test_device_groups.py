@@ -3,6 +3,7 @@ the groups, and the one-hash layout of earlier versions moved into the groups by
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -14,7 +15,9 @@ from redis.cluster import key_slot
 
 from edge.devices import (
     EDGE_SLOTS,
+    REPLAYED,
     Admission,
+    Admit,
     DeviceRegistry,
     device_slot,
     devices_key,
@@ -24,7 +27,7 @@ from edge.devices import (
 )
 from edge.keyring import Keyring, new_device_id
 from runtime.access import ADMIN
-from runtime.redis import redis_client
+from runtime.redis import async_redis_client, redis_client
 from runtime.settings import Settings
 
 
@@ -64,3 +67,29 @@ def test_enrol_revoke_and_the_old_layout_moved(admin: tuple[object, str], tmp_pa
     assert all(client.hget(devices_key(name, d), d) == b"1" for d in old + enrolled[5:])  # type: ignore[attr-defined]
     assert all(client.hget(devices_key(name, d), d) == b"0" for d in enrolled[:5])  # type: ignore[attr-defined]
     assert name not in upgrade_devices_hashes(client)  # type: ignore[arg-type]
+
+
+def test_admission_runs_again_after_the_server_forgot_its_script(admin: tuple[object, str], tmp_path: Path,
+                                                                 live_services: Settings) -> None:
+    """Admission calls EVALSHA without asking first; a server that lost its scripts (a restart, SCRIPT FLUSH) gets
+    the script loaded and the calls run once, with the answers of a server that always had it."""
+    client, name = admin
+    keyring = Keyring.create(tmp_path / "master.key")
+    devices = [c.device for c in DeviceRegistry(client, keyring).enroll(name, 40)]  # type: ignore[arg-type]
+
+    def requests(tag: str) -> list[Admit]:
+        return [Admit(name, d, f"{tag}{i:060x}", "1h", Admission.window_keys(name, 1, d, np.array([i % 2])))
+                for i, d in enumerate(devices)]
+
+    async def admit(batch: list[Admit]) -> list[list[int] | int]:
+        redis = async_redis_client(live_services.redis, 10.0, principal="edge")
+        try:
+            return await Admission(redis, keyring, rate_per_s=100).admit(batch)
+        finally:
+            await redis.aclose()
+
+    assert asyncio.run(admit(requests("a"))) == [[] for _ in devices]
+    client.script_flush()  # type: ignore[attr-defined]
+    again = requests("b")
+    assert asyncio.run(admit(again)) == [[0] for _ in devices]  # each window already used by the first requests
+    assert asyncio.run(admit(again)) == [REPLAYED for _ in devices]  # ran exactly once: now replays
