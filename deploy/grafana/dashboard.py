@@ -108,6 +108,27 @@ def worker_row() -> Row:
     ))
 
 
+def edge_row() -> Row:
+    latency = f"sum by (le) (rate(ldp_edge_request_duration_seconds_bucket[{RATE}]))"
+    return Row("Ingestion edge", (
+        Panel("Requests per second by status", (Query(
+            f"sum by (status) (rate(ldp_edge_requests_total[{RATE}]))", "{{status}}"),), unit="reqps",
+            description="200: in Kafka; 202: fsynced in the spool; 4xx refused with a reason; 429/503/507 with "
+                        "Retry-After"),
+        Panel("Reports per second by outcome and reason", (Query(
+            f"sum by (outcome, reason) (rate(ldp_edge_reports_total[{RATE}]))", "{{outcome}} {{reason}}"),),
+            unit="reqps", description="accepted (to Kafka or the spool) or rejected with its reason; rejected "
+                                      "reports never reach Kafka"),
+        Panel("Request latency", (Query(f"histogram_quantile(0.5, {latency})", "p50"),
+                                  Query(f"histogram_quantile(0.99, {latency})", "p99")), unit="s",
+              description="From a report request's arrival to its answer (Kafka's acknowledgement included)"),
+        Panel("Spool and reports in flight", (Query("sum(ldp_edge_spool_bytes)", "spool bytes"),
+                                              Query("sum(ldp_edge_reports_in_flight)", "reports in flight")),
+              description="A non-empty spool means Kafka was unreachable: it drains oldest first when Kafka is "
+                          "back; a full spool answers 507"),
+    ))
+
+
 def sgd_row() -> Row:
     return Row("SGD training", (
         Panel("Model version", (Query("max by (job) (ldp_sgd_iteration)", "{{job}}"),),
@@ -124,7 +145,7 @@ def sgd_row() -> Row:
     ))
 
 
-ROWS: list[Callable[[], Row]] = [ingestion_row, estimates_row, worker_row, sgd_row]
+ROWS: list[Callable[[], Row]] = [ingestion_row, estimates_row, worker_row, edge_row, sgd_row]
 
 
 def variable(name: str, query: str, multi: bool = False) -> dict[str, Any]:

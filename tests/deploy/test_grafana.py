@@ -179,3 +179,6 @@ def test_compose_provisions_grafana_and_prometheus_scrapes_our_services() -> Non
     assert jobs["ldp-aggregator"]["dns_sd_configs"][0] == {"names": ["aggregator"], "type": "A",
                                                             "port": int(worker_port)}
     assert services["aggregator"]["environment"]["LDP_METRICS_ADDR"] == "0.0.0.0"
+    edge_port = services["edge"]["command"][services["edge"]["command"].index("--port") + 1]
+    assert jobs["ldp-edge"]["dns_sd_configs"][0] == {"names": ["edge"], "type": "A", "port": int(edge_port)}
+    assert jobs["ldp-edge"]["authorization"] == jobs["ldp-api"]["authorization"]  # a metrics-scope API token
