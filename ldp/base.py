@@ -71,7 +71,8 @@ class ReportSchema:
         return {c.name: c.dtype for c in self.columns}
 
     def violations(self, reports: Reports) -> np.ndarray:
-        """Per row, '' if the report is valid, else the reason it is not (vectorised over rows).
+        """Per row, '' if the report is valid, else the reason it is not (vectorised over rows; the first reason of
+        the first column that refuses the row: outside the range, then not an allowed value, then not an integer).
 
         Raises LDPError if the batch as a whole is malformed (missing or extra columns, ragged lengths, wrong width).
         """
@@ -87,18 +88,34 @@ class ReportSchema:
             arr = np.asarray(reports[col.name])
             if arr.shape[1:] != col.row_shape():
                 raise LDPError(f"column {col.name!r}: row shape {arr.shape[1:]} != expected {col.row_shape()}")
-            if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            if arr.dtype.kind not in _NUMERIC_KINDS:
                 raise LDPError(f"column {col.name!r}: dtype {arr.dtype} is not numeric")
-            flat = arr.reshape(n, col.width).astype(np.float64, copy=False)
-            bad_range = ~np.isfinite(flat).all(axis=1) | (flat < col.low).any(axis=1) | (flat > col.high).any(axis=1)
-            reasons[bad_range & (reasons == "")] = f"{col.name} outside [{col.low}, {col.high}]"
-            if col.allowed is not None:
-                bad_value = ~np.isin(flat, np.asarray(col.allowed, dtype=np.float64)).all(axis=1)
-                reasons[bad_value & (reasons == "")] = f"{col.name} not in the allowed set of values"
-            if np.issubdtype(np.dtype(col.dtype), np.integer):
-                bad_int = (flat != np.floor(flat)).any(axis=1) & np.isfinite(flat).all(axis=1)
-                reasons[bad_int & (reasons == "")] = f"{col.name} is not an integer"
+            for bad, reason in _column_problems(col, arr.reshape(n, col.width)):
+                if bad.any():  # the reasons array is written only where a row is refused: valid batches skip it
+                    reasons[bad & (reasons == "")] = reason
         return reasons
+
+
+_NUMERIC_KINDS = frozenset("biufc")  # bool and np.number's kinds
+
+
+def _column_problems(col: Column, values: np.ndarray) -> list[tuple[np.ndarray, str]]:
+    """Per problem of one column, in order, its rows (bool) and its reason. Integers (and bools) are finite and
+    whole, so only their range is compared; floating values are also checked finite and, for an integer column,
+    whole."""
+    exact = values.dtype.kind in "biu"
+    flat = values if exact else values.astype(np.float64, copy=False)
+    out_of_range = (flat < col.low) | (flat > col.high)
+    if not exact:
+        out_of_range |= ~np.isfinite(flat)
+    problems = [(out_of_range.any(axis=1), f"{col.name} outside [{col.low}, {col.high}]")]
+    if col.allowed is not None:
+        allowed = np.isin(flat.astype(np.float64, copy=False), np.asarray(col.allowed, dtype=np.float64))
+        problems.append((~allowed.all(axis=1), f"{col.name} not in the allowed set of values"))
+    if not exact and np.dtype(col.dtype).kind in "iu":
+        fractional = (flat != np.floor(flat)).any(axis=1) & np.isfinite(flat).all(axis=1)
+        problems.append((fractional, f"{col.name} is not an integer"))
+    return problems
 
 
 @dataclass(frozen=True)
