@@ -28,7 +28,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from collection.wire import Envelope, concatenate, encode_envelope, envelope_of
+from collection.wire import Envelope, encode_envelope, join_envelopes
 from edge.intake import OVERLOADED, SPOOL_FULL, Refusal
 from edge.spool import Record, Spool, SpoolFull, read_segment
 from runtime.kafka import producer_client
@@ -198,10 +198,7 @@ class Forwarder:
 
 def _joined(envelopes: list[Envelope]) -> bytes:
     """One message holding the reports of checked envelopes of one collection and spec version."""
-    joined = concatenate(envelopes)
-    first = envelopes[0]
-    return encode_envelope(envelope_of(first.collection, first.spec_version, joined.devices, joined.timestamps_ms,
-                                       joined.attributes))
+    return encode_envelope(join_envelopes(envelopes))
 
 
 def _settle(waiters: list[asyncio.Future[str]], outcome: str | Refusal) -> None:

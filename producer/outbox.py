@@ -22,7 +22,7 @@ from pathlib import Path
 
 from collection.auth import Credential, authorization
 from collection.pseudonym import device_pseudonym
-from collection.wire import WireError, concatenate, decode_envelope, encode_envelope, envelope_of
+from collection.wire import WireError, decode_envelope, encode_envelope, join_envelopes
 from runtime.clock import now_ms
 
 RETRYABLE = frozenset({429, 503, 507})
@@ -129,8 +129,4 @@ def joined_body(messages: list[bytes]) -> bytes:
     """Encoded reports of one device and spec version as one envelope (WireError if one no longer decodes)."""
     if len(messages) == 1:
         return messages[0]
-    envelopes = [decode_envelope(m) for m in messages]
-    joined = concatenate(envelopes)
-    first = envelopes[0]
-    return encode_envelope(envelope_of(first.collection, first.spec_version, joined.devices, joined.timestamps_ms,
-                                       joined.attributes))
+    return encode_envelope(join_envelopes([decode_envelope(m) for m in messages]))

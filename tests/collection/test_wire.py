@@ -24,6 +24,9 @@ from collection.wire import (
     decode,
     decode_envelope,
     encode,
+    encode_envelope,
+    envelope_of,
+    join_envelopes,
     perturbed_batch,
 )
 
@@ -178,6 +181,25 @@ def test_a_concatenation_of_one_message_is_that_message() -> None:
     joined = concatenate([decode_envelope(GOLDEN_V1)])
     assert_golden(decode(GOLDEN_V1))
     assert_same(joined, per_message([GOLDEN_V1]))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_joined_envelopes_are_the_envelope_of_their_concatenation(seed: int) -> None:
+    """The edge's and the outbox's re-batching, from the bytes: the same message as decoding every column,
+    concatenating and encoding again (attributes in any order, some absent, one column's dtype differing)."""
+    envelopes = [decode_envelope(v) for v in random_messages(seed)]
+    for some in (envelopes, envelopes[:1], envelopes[1:2], envelopes[::-1]):
+        joined = concatenate(some)
+        expected = envelope_of("diag", 3, joined.devices, joined.timestamps_ms, joined.attributes)
+        assert encode_envelope(join_envelopes(some)) == encode_envelope(expected)
+
+
+def test_joining_envelopes_with_different_columns_for_an_attribute_is_refused() -> None:
+    golden = decode_envelope(GOLDEN_V1)
+    block = golden.attributes[1]
+    other = msgspec.structs.replace(golden, attributes=[msgspec.structs.replace(block, columns=block.columns[:1])])
+    with pytest.raises(WireError, match="different columns"):
+        join_envelopes([golden, other])
 
 
 def u4(*rows: int) -> bytes:
