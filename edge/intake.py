@@ -258,7 +258,7 @@ def _screen(plan: EdgePlan, joined: Concatenation, pseudonyms: np.ndarray, messa
 
 def _checked(env: Envelope, plan: EdgePlan, pseudonym: int, starts: np.ndarray) -> Checked:
     """A request's reports that passed, as its envelope with every row's device set to the authenticated one."""
-    devices = np.full(len(starts), pseudonym, dtype="<u8").tobytes()
+    devices = int(pseudonym).to_bytes(8, "little") * len(starts)  # uint64 LE per row, as the wire carries them
     return Checked(plan, msgspec.structs.replace(env, devices=devices), starts)
 
 
