@@ -222,9 +222,7 @@ def run_edge(devices: int, turn: int) -> dict[str, object]:
         async def admit_all() -> int:
             used = 0
             for lo in range(0, devices, turn):
-                requests = [Admit(name, d, uuid.uuid4().hex, "1h",
-                                  Admission.window_keys(name, 1, d, np.array([start_ms])))
-                            for d in ids[lo:lo + turn]]
+                requests = [Admit(name, d, uuid.uuid4().hex, "1h", 1, (start_ms,)) for d in ids[lo:lo + turn]]
                 used += sum(1 for answer in await admission.admit(requests) if answer != [])
             await admission.redis.aclose()
             return used

@@ -180,9 +180,9 @@ class Edge:
         for k, (item, checked) in enumerate(zip(items, results, strict=True)):
             if isinstance(checked, Checked):
                 spec = checked.plan.spec
-                marks = Admission.window_keys(item.collection, spec.version, item.device, checked.window_starts) \
-                    if spec.one_report_per_window else []
-                admits.append(Admit(item.collection, item.device, item.signature, dedupe_window(spec), marks))
+                starts = tuple(checked.window_starts.tolist()) if spec.one_report_per_window else ()
+                admits.append(Admit(item.collection, item.device, item.signature, dedupe_window(spec), spec.version,
+                                    starts))
                 admitted.append(k)
         kept: list[tuple[int, Checked, list[str], list[int]]] = []
         for k, admit, answer in zip(admitted, admits, await self.admission.admit(admits), strict=True):
@@ -210,26 +210,41 @@ class Edge:
         for member, partition in zip(kept, partitions.tolist(), strict=True):
             spec = member[1].plan.spec
             groups.setdefault((report_topic(spec.name), partition, spec.version), []).append(member)
-        await asyncio.gather(*(self._forward(topic, partition, members, results)
-                               for (topic, partition, _), members in groups.items()))
+        submitted = [(members, self._submit(topic, partition, members))
+                     for (topic, partition, _), members in groups.items()]
+        outcomes = await asyncio.gather(*(waiter for _, waiter in submitted), return_exceptions=True)
+        released: list[str] = []
+        failures = [stored for stored in outcomes if isinstance(stored, BaseException)
+                    and not isinstance(stored, Refusal)]
+        for (members, _), stored in zip(submitted, outcomes, strict=True):
+            if isinstance(stored, Refusal):
+                released += [m for _, _, marks, _ in members for m in marks]
+                for k, _, _, _ in members:
+                    results[k] = stored
+                continue
+            if isinstance(stored, BaseException):
+                continue
+            EDGE_REPORTS.labels("accepted", "").inc(sum(len(checked) for _, checked, _, _ in members))
+            for k, checked, _, duplicates in members:
+                results[k] = Accepted(len(checked), duplicates, stored)
+                if duplicates:
+                    EDGE_REPORTS.labels("rejected", DUPLICATE).inc(len(duplicates))
+        await self.admission.release(released)
+        if failures:
+            raise failures[0]  # every request of the turn gets it (Coalesce): nothing of theirs was acknowledged
         return results
 
-    async def _forward(self, topic: str, partition: int, members: list[tuple[int, Checked, list[str], list[int]]],
-                       results: list[Accepted | Refusal]) -> None:
-        """Step 5 for the requests of one partition: their results, or their window marks released."""
+    def _submit(self, topic: str, partition: int,
+                members: list[tuple[int, Checked, list[str], list[int]]]) -> asyncio.Future[str]:
+        """Step 5 for the requests of one partition: a future of where their reports are safe, or of the Refusal
+        (their window marks are then released)."""
         rows = sum(len(checked) for _, checked, _, _ in members)
         try:
-            stored = await self.forwarder.submit(topic, partition, [c.envelope for _, c, _, _ in members], rows)
+            return self.forwarder.submit(topic, partition, [c.envelope for _, c, _, _ in members], rows)
         except Refusal as refusal:
-            await self.admission.release([m for _, _, marks, _ in members for m in marks])
-            for k, _, _, _ in members:
-                results[k] = refusal
-            return
-        EDGE_REPORTS.labels("accepted", "").inc(rows)
-        for k, checked, _, duplicates in members:
-            results[k] = Accepted(len(checked), duplicates, stored)
-            if duplicates:
-                EDGE_REPORTS.labels("rejected", DUPLICATE).inc(len(duplicates))
+            refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            refused.set_exception(refusal)
+            return refused
 
     async def start(self) -> None:
         """Start forwarding, and load the published specs before the first requests (/readyz waits for them:

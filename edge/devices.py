@@ -6,8 +6,8 @@ generation its id names: `edge.keyring`), so nothing
 in Redis lets anyone sign a request, and a signature verifies without a lookup. Revoking a device makes every
 request it signs answer 401; a revoked id is never enrolled again (enrolment issues new random ids).
 
-Admission (`Admission.admit`, one Lua script per key group (below) over the requests that arrived together, each
-atomic; pipelined in one round trip on one server) after the signature has verified and the reports passed their
+Admission (`Admission.admit`, one Lua script call over the requests that arrived together on one server, one per
+key group (below) on a Redis Cluster; each atomic) after the signature has verified and the reports passed their
 checks:
 1. the device is enrolled and not revoked;
 2. the signature was not seen in the last 2 x the allowed clock skew (replay: `...:sig:<hex>`, with a TTL);
@@ -17,7 +17,7 @@ checks:
 Marks of reports that are then not acknowledged are removed again (`release`), so the device can retry.
 
 A collection's keys are spread over EDGE_SLOTS key groups by a hash of the device id (`device_slot`), each with
-its own Redis Cluster hash tag `{NAME:SS}`: a request's keys lie in one slot (one script per group), and one
+its own Redis Cluster hash tag `{NAME:SS}`: a request's keys lie in one slot (one script call per group), and one
 collection's admission state is spread over up to EDGE_SLOTS shards. One shard is not enough for a large fleet:
 each admitted request leaves 430-530 bytes of keys until their TTLs, and a shard core admits 49-56k requests/s
 (`benchmarks/capacity.py`; README, capacity model). (Before the groups, a collection had one devices hash,
@@ -42,31 +42,35 @@ from edge.keyring import Keyring, new_device_id
 
 ADMIT = """
 local replay_ttl, rate, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local out, k = {}, 2
-for r = 0, n - 1 do
-  local device, marks, ttl = ARGV[4 + 3 * r], tonumber(ARGV[5 + 3 * r]), ARGV[6 + 3 * r]
-  local signature, counter = KEYS[k], KEYS[k + 1]
-  k = k + 2
-  if redis.call('HGET', KEYS[1], device) ~= '1' then table.insert(out, -1)
-  elseif not redis.call('SET', signature, '1', 'NX', 'PX', replay_ttl) then table.insert(out, -2)
+local out = {}
+for r = 1, n do
+  local f = {}
+  for field in string.gmatch(ARGV[3 + r], '%S+') do f[#f + 1] = field end
+  local devices, device, ttl, version = KEYS[tonumber(f[1])], f[2], f[4], f[5]
+  local prefix = string.sub(devices, 1, -9)
+  if redis.call('HGET', devices, device) ~= '1' then out[r] = '-1'
+  elseif not redis.call('SET', prefix .. ':sig:' .. f[3], '1', 'NX', 'PX', replay_ttl) then out[r] = '-2'
   else
+    local counter = prefix .. ':rate:' .. device
     local count = redis.call('INCR', counter)
     if count == 1 then redis.call('PEXPIRE', counter, 1000) end
-    if count > rate then table.insert(out, -3)
+    if count > rate then out[r] = '-3'
     else
       local used = {}
-      for i = 0, marks - 1 do
-        if not redis.call('SET', KEYS[k + i], '1', 'NX', 'PX', ttl) then table.insert(used, i) end
+      for i = 6, #f do
+        if not redis.call('SET', prefix .. ':seen:' .. version .. ':' .. f[i] .. ':' .. device, '1', 'NX', 'PX', ttl)
+        then used[#used + 1] = i - 6 end
       end
-      table.insert(out, #used)
-      for _, i in ipairs(used) do table.insert(out, i) end
+      out[r] = table.concat(used, ',')
     end
   end
-  k = k + marks
 end
-return out
-"""  # KEYS: the devices hash, then per request its signature key, rate key and marks; ARGV: replay TTL, rate, n,
-# then per request device, mark count, mark TTL. Out: per request a code < 0, or the number of used marks and them.
+return table.concat(out, ';')
+"""  # KEYS: the devices hashes of the key groups present (`<prefix>:devices`); ARGV: replay TTL, rate, n, then per
+# request one field list "group device signature mark-TTL version window-start...": its other keys are the group's
+# prefix with ':sig:<signature>', ':rate:<device>' and ':seen:<version>:<start>:<device>' (`Admission.window_keys`),
+# so they share its hash tag. Out: per request, ';'-separated, a code < 0, or the positions of the window starts
+# already used (','-separated, empty if none).
 REVOKED, REPLAYED, RATE_LIMITED = -1, -2, -3
 EDGE_SLOTS = 16  # key groups per collection: fixed (a device's group is where it was enrolled)
 
@@ -167,13 +171,20 @@ class DeviceRegistry:
 
 @dataclass(frozen=True)
 class Admit:
-    """One request to admit: its collection, device, signature, dedupe window and window marks."""
+    """One request to admit: its collection, device, signature, dedupe window, and the spec version and window
+    starts of its reports when the device may report once per window (else none)."""
 
     collection: str
     device: str
     signature: str
     window: str
-    marks: list[str]
+    version: int = 0
+    starts: tuple[int, ...] = ()
+
+    @property
+    def marks(self) -> list[str]:
+        """The keys marking its reports' windows (`Admission.window_keys`)."""
+        return Admission.window_keys(self.collection, self.version, self.device, self.starts)
 
 
 class Admission:
@@ -186,6 +197,7 @@ class Admission:
         self.keyring = keyring
         self.rate_per_s = rate_per_s
         self._script = client.register_script(ADMIT)
+        self._clustered = isinstance(client, redis.asyncio.cluster.RedisCluster)  # a Protocol check: ~0.1 ms, once
 
     def key_of(self, collection: str, device: str) -> bytes:
         """The key a device's requests must be signed with (whether it is enrolled is `admit`'s question);
@@ -193,61 +205,41 @@ class Admission:
         return self.keyring.device_key(collection, device)
 
     @staticmethod
-    def window_keys(collection: str, version: int, device: str, starts: np.ndarray) -> list[str]:
+    def window_keys(collection: str, version: int, device: str, starts: Sequence[int] | np.ndarray) -> list[str]:
         """The Redis keys marking the device's reports in their dedupe windows."""
         prefix = _prefix(collection, device_slot(device))
-        return [f"{prefix}:seen:{version}:{start}:{device}" for start in starts.tolist()]
+        return [f"{prefix}:seen:{version}:{start}:{device}" for start in np.asarray(starts, dtype=np.int64).tolist()]
 
     async def admit(self, requests: Sequence[Admit]) -> list[list[int] | int]:
-        """Per request (one script call per key group of a collection present): the positions (in its `marks`) of
-        reports whose window the device already used, or REVOKED (not enrolled, or revoked), REPLAYED or
-        RATE_LIMITED (then nothing was marked)."""
-        by_group: dict[tuple[str, int], list[int]] = {}
+        """Per request: the positions (in its `marks`) of reports whose window the device already used, or REVOKED
+        (not enrolled, or revoked), REPLAYED or RATE_LIMITED (then nothing was marked). One script call for them
+        all on one server; on a Redis Cluster one per key group present (a call's keys must share a slot)."""
+        by_group: dict[tuple[str, int] | None, list[int]] = {}
         for i, r in enumerate(requests):
-            by_group.setdefault((r.collection, device_slot(r.device)), []).append(i)
+            by_group.setdefault((r.collection, device_slot(r.device)) if self._clustered else None, []).append(i)
         calls = []
-        for (collection, slot), members in by_group.items():
-            prefix = _prefix(collection, slot)
-            keys, args = [f"{prefix}:devices"], [2 * MAX_SKEW_MS, self.rate_per_s, len(members)]
+        for members in by_group.values():
+            groups: dict[str, int] = {}  # devices hash -> its 1-based place in KEYS
+            fields = []
             for i in members:
                 r = requests[i]
+                group = groups.setdefault(devices_key(r.collection, r.device), len(groups) + 1)
                 ttl = 2 * (window_seconds(r.window) * 1000 if r.window != ALL_TIME else DEFAULT_MAX_AGE_MS)
-                keys += [f"{prefix}:sig:{r.signature}", f"{prefix}:rate:{r.device}", *r.marks]
-                args += [r.device, len(r.marks), ttl]
-            calls.append((keys, args))
+                fields.append(" ".join(map(str, (group, r.device, r.signature, ttl, r.version, *r.starts))))
+            calls.append((list(groups), [2 * MAX_SKEW_MS, self.rate_per_s, len(members), *fields]))
         answers: list[list[int] | int] = [0] * len(requests)
         for members, out in zip(by_group.values(), await self._run(calls), strict=True):
-            j = 0
-            for i in members:
-                code = int(out[j])
-                answers[i] = code if code < 0 else [int(u) for u in out[j + 1:j + 1 + code]]
-                j += 1 + max(code, 0)
+            text = out.decode() if isinstance(out, bytes) else str(out)
+            for i, entry in zip(members, text.split(";"), strict=True):
+                answers[i] = int(entry) if entry.startswith("-") else [int(u) for u in entry.split(",") if u]
         return answers
 
-    async def _run(self, calls: list[tuple[list[str], list[object]]]) -> list[list[int]]:
-        """The script's answers to `calls`: pipelined in one round trip on one server (calls that find the script
-        missing, after a restart, load it and run again: nothing of theirs ran); on a Redis Cluster one call
-        after the other (each to its slot's node: redis-py 8.1's asyncio cluster client, given the calls at once,
-        broke connections it was still opening: 'NoneType' object has no attribute 'writelines', tested)."""
-        if isinstance(self.redis, redis.asyncio.cluster.RedisCluster):
-            return [await self._script(keys=keys, args=args) for keys, args in calls]
-        answers: list[object] = [None] * len(calls)
-        todo = list(range(len(calls)))
-        for attempt in range(2):  # EVALSHA, not the Script object: its pipeline asks SCRIPT EXISTS first, a round trip
-            pipe = self.redis.pipeline(transaction=False)
-            for i in todo:
-                keys, args = calls[i]
-                pipe.evalsha(self._script.sha, len(keys), *keys, *args)
-            for i, out in zip(todo, await pipe.execute(raise_on_error=False), strict=True):
-                answers[i] = out
-            todo = [i for i in todo if isinstance(answers[i], redis.exceptions.NoScriptError)]
-            if not todo or attempt:
-                break
-            await self.redis.script_load(ADMIT)  # a restarted or flushed server: load it, run those calls again
-        failed = next((out for out in answers if isinstance(out, Exception)), None)
-        if failed is not None:
-            raise failed
-        return answers  # type: ignore[return-value]  # each a list of ints: no exception left
+    async def _run(self, calls: list[tuple[list[str], list[object]]]) -> list[bytes]:
+        """The script's answers to `calls`, one after the other (EVALSHA; a server that lost the script gets it
+        loaded and the call again: nothing of it ran). On a Redis Cluster each goes to its slot's node (redis-py
+        8.1's asyncio cluster client, given the calls at once, broke connections it was still opening: 'NoneType'
+        object has no attribute 'writelines', tested); on one server there is one call per turn."""
+        return [await self._script(keys=keys, args=args) for keys, args in calls]
 
     async def release(self, marks: Sequence[str]) -> None:
         """Forget window marks of reports that were not acknowledged (the device will send them again)."""

@@ -78,8 +78,7 @@ def test_admission_runs_again_after_the_server_forgot_its_script(admin: tuple[ob
     devices = [c.device for c in DeviceRegistry(client, keyring).enroll(name, 40)]  # type: ignore[arg-type]
 
     def requests(tag: str) -> list[Admit]:
-        return [Admit(name, d, f"{tag}{i:060x}", "1h", Admission.window_keys(name, 1, d, np.array([i % 2])))
-                for i, d in enumerate(devices)]
+        return [Admit(name, d, f"{tag}{i:060x}", "1h", 1, (i % 2,)) for i, d in enumerate(devices)]
 
     async def admit(batch: list[Admit]) -> list[list[int] | int]:
         redis = async_redis_client(live_services.redis, 10.0, principal="edge")
@@ -88,7 +87,10 @@ def test_admission_runs_again_after_the_server_forgot_its_script(admin: tuple[ob
         finally:
             await redis.aclose()
 
-    assert asyncio.run(admit(requests("a"))) == [[] for _ in devices]
+    first = requests("a")
+    assert asyncio.run(admit(first)) == [[] for _ in devices]
+    marks = [key for r in first for key in r.marks]  # the keys the script made are the ones `release` deletes
+    assert client.exists(*marks) == len(marks)  # type: ignore[attr-defined]
     client.script_flush()  # type: ignore[attr-defined]
     again = requests("b")
     assert asyncio.run(admit(again)) == [[0] for _ in devices]  # each window already used by the first requests
