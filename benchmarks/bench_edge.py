@@ -1,6 +1,7 @@
 """Benchmark of one edge process (prints JSON): requests/s and reports/s for 1 report per request and outboxes of
 50, p50/p99 latency at half the measured load, next to a do-nothing handler on the same HTTP server (aiohttp's
-low-level server on uvloop, the edge's) and on two others (an aiohttp Application; uvicorn with httptools), the edge
+low-level server on uvloop, the edge's) and on three others (an aiohttp Application; uvicorn with httptools;
+granian's Rust server, RSGI), the edge
 on asyncio's loop, and raw produce (the same reports as 1000-report envelopes straight into Kafka), in one run.
 
     python -m benchmarks.bench_edge [--seconds 8] [--concurrency 256]
@@ -45,12 +46,27 @@ from runtime.redis import redis_client
 from runtime.settings import PROJECT_ROOT, Settings
 from runtime.specs import publish_spec
 
-NULL_SERVERS = ("aiohttp-lowlevel", "aiohttp-application", "uvicorn")
+NULL_SERVERS = ("aiohttp-lowlevel", "aiohttp-application", "uvicorn", "granian")
+
+
+async def rsgi_null(scope: Any, protocol: Any) -> None:
+    """The do-nothing handler as an RSGI app (granian's own interface: HTTP parsed and written by its Rust runtime)."""
+    if scope.proto == "http":
+        await protocol()
+        protocol.response_bytes(200, [("content-type", "application/json")], b'{"accepted": 1}')
 
 
 def null_server(port: int, kind: str) -> None:
     """A do-nothing handler (read the body, answer a small JSON), on uvloop: on aiohttp's low-level server (the
-    edge's), on an aiohttp Application (router and middleware layer), or on uvicorn (httptools, a raw ASGI app)."""
+    edge's), on an aiohttp Application (router and middleware layer), on uvicorn (httptools, a raw ASGI app), or on
+    granian (one worker, one Rust runtime thread, RSGI)."""
+    if kind == "granian":
+        from granian import Granian
+        from granian.constants import Interfaces, Loops
+
+        Granian("benchmarks.bench_edge:rsgi_null", address="127.0.0.1", port=port, interface=Interfaces.RSGI,
+                workers=1, runtime_threads=1, loop=Loops.uvloop, log_enabled=False).serve()
+        return
     if kind == "uvicorn":
         import uvicorn
 
