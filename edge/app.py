@@ -231,7 +231,7 @@ class Edge:
                     EDGE_REPORTS.labels("rejected", DUPLICATE).inc(len(duplicates))
         await self.admission.release(released)
         if failures:
-            raise failures[0]  # every request of the turn gets it (Coalesce): nothing of theirs was acknowledged
+            raise failures[0]  # not a Refusal (the forwarder settles with none): every request of the turn gets it
         return results
 
     def _submit(self, topic: str, partition: int,
