@@ -2,7 +2,9 @@
 50, p50/p99 latency at half the measured load, next to a do-nothing handler on the same HTTP server (aiohttp's
 low-level server on uvloop, the edge's) and on three others (an aiohttp Application; uvicorn with httptools;
 granian's Rust server, RSGI), the edge
-on asyncio's loop, and raw produce (the same reports as 1000-report envelopes straight into Kafka), in one run.
+on asyncio's loop, and raw produce (the same reports as 1000-report envelopes straight into Kafka), in one run. Each
+full-load step also gives the server's CPU microseconds per request (its processes' user + system time from /proc):
+on a machine whose speed moves from run to run, CPU per request compares steps better than requests/s.
 
     python -m benchmarks.bench_edge [--seconds 8] [--concurrency 256]
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -112,14 +115,40 @@ def loadgen() -> Path:
     return LOADGEN
 
 
-def load(url: str, requests: Path, seconds: float, concurrency: int, rate: float | None = None) -> dict[str, Any]:
-    """Replay the requests file for `seconds` (`concurrency` in flight; at most `rate` per second)."""
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its descendants so far (Linux /proc), e.g. a server and its
+    workers."""
+    parents, times = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # a process that ended meanwhile
+        proc = int(stat.parent.name)
+        parents[proc] = int(fields[1])
+        times[proc] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tree, grown = {pid}, True
+    while grown:
+        more = {p for p, parent in parents.items() if parent in tree} - tree
+        tree, grown = tree | more, bool(more)
+    return sum(times.get(p, 0.0) for p in tree)
+
+
+def load(url: str, requests: Path, seconds: float, concurrency: int, rate: float | None = None,
+         server_pid: int | None = None) -> dict[str, Any]:
+    """Replay the requests file for `seconds` (`concurrency` in flight; at most `rate` per second); with the
+    server's pid, also the server's CPU microseconds per answered request."""
     command = [str(loadgen()), "-url", url, "-file", str(requests), "-seconds", str(seconds),
                "-concurrency", str(concurrency), "-rate", str(rate or 0)]
+    cpu_before = None if server_pid is None else cpu_seconds(server_pid)
     out = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
-    return {"requests_per_s": round(out["requests_per_s"]), "p50_ms": round(out["p50_ms"], 2),
-            "p99_ms": round(out["p99_ms"], 2), "statuses": out["statuses"], "errors": out["errors"],
-            "exhausted_early": out["exhausted"]}
+    result = {"requests_per_s": round(out["requests_per_s"]), "p50_ms": round(out["p50_ms"], 2),
+              "p99_ms": round(out["p99_ms"], 2), "statuses": out["statuses"], "errors": out["errors"],
+              "exhausted_early": out["exhausted"]}
+    if server_pid is not None and cpu_before is not None and out["requests_per_s"]:
+        answered = out["requests_per_s"] * seconds
+        result["server_cpu_us_per_request"] = round((cpu_seconds(server_pid) - cpu_before) / answered * 1e6, 1)
+    return result
 
 
 def _chunk(data: bytes) -> bytes:
@@ -199,7 +228,8 @@ def main() -> None:
             try:
                 requests = fresh(1, 0)
                 time.sleep(2.0)
-                do_nothing[kind] = load("http://127.0.0.1:18931", requests, args.seconds, args.concurrency)
+                do_nothing[kind] = load("http://127.0.0.1:18931", requests, args.seconds, args.concurrency,
+                                        server_pid=null.pid)
             finally:
                 null.terminate()
                 null.wait()
@@ -210,11 +240,12 @@ def main() -> None:
                 wait_live("http://127.0.0.1:18932", edge, probe="/readyz")
                 if loop == "asyncio":
                     results["single_asyncio_loop"] = load("http://127.0.0.1:18932", fresh(1, 1), args.seconds,
-                                                          args.concurrency)
+                                                          args.concurrency, server_pid=edge.pid)
                     continue
                 runs = {}
                 for name, size in (("single", 1), ("outbox_50", 50)):
-                    full = load("http://127.0.0.1:18932", fresh(size, 2), args.seconds, args.concurrency)
+                    full = load("http://127.0.0.1:18932", fresh(size, 2), args.seconds, args.concurrency,
+                                server_pid=edge.pid)
                     half = load("http://127.0.0.1:18932", fresh(size, 3), args.seconds, args.concurrency,
                                 rate=full["requests_per_s"] / 2)
                     runs[name] = {**full, "reports_per_s": full["requests_per_s"] * size,
