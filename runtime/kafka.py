@@ -156,6 +156,7 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = F
                                    operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
     try:
         futures[name].result()
+        _wait_listed(client, name)
         return True
     except KafkaException as exc:
         code = exc.args[0].code()
@@ -172,6 +173,17 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, compacted: bool = F
     if exact and existing != partitions:
         raise TopicError(f"topic {name!r} exists with {existing} partitions, not {partitions}")
     return False
+
+
+def _wait_listed(client: AdminClient, name: str) -> None:
+    """Wait until the broker's metadata lists a topic just created (the controller answers when the creation is
+    committed; a broker applies it a moment later, and a producer asking it before then is refused as if it had
+    tried to create the topic: TOPIC_AUTHORIZATION_FAILED for a principal that may only write it)."""
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    while name not in client.list_topics(timeout=ADMIN_TIMEOUT_S).topics:  # all topics: never auto-creates one
+        if time.monotonic() > deadline:
+            raise TopicError(f"topic {name!r} is not listed {ADMIN_TIMEOUT_S:g} s after its creation")
+        time.sleep(0.05)
 
 
 def delete_topic(bootstrap: str, name: str) -> None:

@@ -152,9 +152,10 @@ def test_prometheus_scrapes_report_totals_estimates_and_worker_latency(
 def test_the_compose_prometheus_config_is_valid_and_scrapes_the_api_with_a_token(prometheus_program: str,
                                                                                   tmp_path: Path) -> None:
     config = yaml.safe_load((PROJECT_ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
-    (api_job,) = [job for job in config["scrape_configs"] if job["job_name"] == "ldp-api"]
-    assert api_job["authorization"] == {"type": "Bearer", "credentials_file": "/run/secrets/api_metrics_token"}
-    api_job["authorization"]["credentials_file"] = str(tmp_path / "api_metrics_token")  # promtool checks it exists
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    for name in ("ldp-api", "ldp-edge"):  # the API's and the edge's /metrics take the same metrics-scope token
+        assert jobs[name]["authorization"] == {"type": "Bearer", "credentials_file": "/run/secrets/api_metrics_token"}
+        jobs[name]["authorization"]["credentials_file"] = str(tmp_path / "api_metrics_token")  # promtool: it exists
     (tmp_path / "api_metrics_token").write_text("ldp_000000000000_" + "A" * 43)
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     promtool = Path(prometheus_program).with_name("promtool")  # shipped in the same Debian package
