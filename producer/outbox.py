@@ -22,7 +22,7 @@ from pathlib import Path
 
 from collection.auth import Credential, authorization
 from collection.pseudonym import device_pseudonym
-from collection.wire import WireError, decode_envelope, encode_envelope, join_envelopes
+from collection.wire import WireError, check_envelope, decode_envelope, encode_envelope, join_envelopes
 from runtime.clock import now_ms
 
 RETRYABLE = frozenset({429, 503, 507})
@@ -126,7 +126,11 @@ class HttpTransport:
 
 
 def joined_body(messages: list[bytes]) -> bytes:
-    """Encoded reports of one device and spec version as one envelope (WireError if one no longer decodes)."""
+    """Encoded reports of one device and spec version as one envelope (WireError if one no longer decodes, or is
+    not well formed as far as its lengths tell: a file damaged on disk)."""
     if len(messages) == 1:
         return messages[0]
-    return encode_envelope(join_envelopes([decode_envelope(m) for m in messages]))
+    envelopes = [decode_envelope(m) for m in messages]
+    for env in envelopes:
+        check_envelope(env)
+    return encode_envelope(join_envelopes(envelopes))

@@ -107,6 +107,25 @@ def hostile_value(rng: random.Random) -> Any:
     return rng.randbytes(rng.randint(0, 24))
 
 
+MAX_TREE_DEPTH = 64  # a byte mutation can make deeply nested msgpack (b"\x91" * 100000): walked by bytes instead
+
+
+def _tree(data: bytes) -> Any:
+    """The decoded msgpack tree of `data`, or None if it is not msgpack or nests deeper than MAX_TREE_DEPTH (the
+    tree mutations recurse through it)."""
+    try:
+        tree = msgspec.msgpack.decode(data)
+    except Exception:  # noqa: BLE001 - not msgpack: the caller mutates its bytes instead
+        return None
+    level = [tree]
+    for _ in range(MAX_TREE_DEPTH):
+        level = [c for node in level for c in (node if isinstance(node, list) else
+                                                node.values() if isinstance(node, dict) else ())]
+        if not level:
+            return tree
+    return None
+
+
 def _nodes(tree: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """The paths of every node of a decoded msgpack tree (the root is the empty path)."""
     found = [path]
@@ -128,9 +147,8 @@ def _replaced(tree: Any, path: tuple[Any, ...], value: Any) -> Any:
 
 def tree_node(data: bytes, rng: random.Random) -> bytes:
     """One node of the message's msgpack tree replaced by a hostile value (a byte mutation if it does not decode)."""
-    try:
-        tree = msgspec.msgpack.decode(data)
-    except Exception:  # noqa: BLE001 - not msgpack: mutate its bytes instead
+    tree = _tree(data)
+    if tree is None:
         return bit_flips(data, rng)
     path = rng.choice(_nodes(tree))
     return msgspec.msgpack.encode(_replaced(tree, path, hostile_value(rng)))
@@ -138,9 +156,8 @@ def tree_node(data: bytes, rng: random.Random) -> bytes:
 
 def tree_items(data: bytes, rng: random.Random) -> bytes:
     """An array of the message's tree with an element dropped, repeated or added (a field too few or too many)."""
-    try:
-        tree = msgspec.msgpack.decode(data)
-    except Exception:  # noqa: BLE001 - not msgpack: mutate its bytes instead
+    tree = _tree(data)
+    if tree is None:
         return deleted(data, rng)
     arrays = [p for p in _nodes(tree) if isinstance(_at(tree, p), list) and _at(tree, p)]
     if not arrays:
@@ -160,9 +177,8 @@ def tree_items(data: bytes, rng: random.Random) -> bytes:
 def retyped(data: bytes, rng: random.Random) -> bytes:
     """A wire column ([name, dtype, data]) with its values converted to another dtype the wire carries (floats for
     integers, unsigned for signed, narrower types): well formed, but not the mechanism's declared column."""
-    try:
-        tree = msgspec.msgpack.decode(data)
-    except Exception:  # noqa: BLE001 - not msgpack: mutate its bytes instead
+    tree = _tree(data)
+    if tree is None:
         return bit_flips(data, rng)
     columns = [p for p in _nodes(tree) if _is_column(_at(tree, p))]
     if not columns:

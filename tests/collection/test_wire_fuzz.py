@@ -22,6 +22,9 @@ from collection.wire import (
     decode,
     decode_envelope,
     encode,
+    encode_envelope,
+    envelope_of,
+    join_envelopes,
     leading_version,
     perturbed_batch,
 )
@@ -82,10 +85,14 @@ def test_each_step_returns_a_valid_object_or_raises_wire_error(data: bytes) -> N
     if n is None:
         return
     assert n >= 1
-    joined = result_or_none(concatenate, [decode_envelope(GOOD), env])
+    pair = [decode_envelope(GOOD), env]
+    joined = result_or_none(concatenate, pair)
     if joined is not None:
         assert len(joined.devices) == len(joined.timestamps_ms) == int(joined.sizes.sum())
         assert set(joined.messages.tolist()) | set(joined.rejected) == {0, 1}
+        if not joined.rejected:  # what the edge re-batches: the same message from the bytes as from the columns
+            expected = envelope_of("fuzz", 1, joined.devices, joined.timestamps_ms, joined.attributes)
+            assert encode_envelope(join_envelopes(pair)) == encode_envelope(expected)
 
 
 @pytest.mark.parametrize("raw", INVALID_UTF8)
