@@ -27,6 +27,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--linger-ms", type=float, default=defaults.linger_s * 1000)
     parser.add_argument("--delivery-timeout-ms", type=int, default=defaults.delivery_timeout_ms,
                         help="after this long without a Kafka acknowledgement a message is spooled")
+    parser.add_argument("--idle-timeout-s", type=float, default=defaults.idle_timeout_s,
+                        help="close a connection that has not completed a request this long after its start or "
+                             "its last answer")
+    parser.add_argument("--body-timeout-s", type=float, default=defaults.body_timeout_s,
+                        help="answer 408 (and close) when a body has not arrived within this")
+    parser.add_argument("--max-connections", type=int, default=defaults.max_connections,
+                        help="open connections beyond this are answered 503 and closed (at most the open-file "
+                             "limit less 256)")
     parser.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS with this certificate chain (PEM)")
     parser.add_argument("--tls-key", type=Path, default=None, help="the certificate's private key (PEM)")
     args = parser.parse_args(argv)
@@ -41,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
                         spool_bytes=args.spool_bytes, max_body_bytes=args.max_body_bytes,
                         max_inflated_bytes=4 * args.max_body_bytes, max_reports=args.max_reports,
                         rate_per_s=args.rate, linger_s=args.linger_ms / 1000,
-                        delivery_timeout_ms=args.delivery_timeout_ms)
+                        delivery_timeout_ms=args.delivery_timeout_ms, idle_timeout_s=args.idle_timeout_s,
+                        body_timeout_s=args.body_timeout_s, max_connections=args.max_connections)
     serve(config, args.host, args.port, reuse_port=args.reuse_port, loop=args.loop,
           ssl_context=None if args.tls_cert is None else server_tls(args.tls_cert, args.tls_key))
 

@@ -2,7 +2,9 @@
 `/openapi.json` (the protocol, `edge/openapi.json`).
 
 A report request, in order (each refusal answers with its status and reason, counts it, and changes nothing):
-1. size: a Content-Length is required (411) and bounded (413), and the body is read up to it;
+1. size: a Content-Length is required (411) and bounded (413), and the body is read up to it within the body
+   timeout (408, and the connection closed; after any refusal the rest of a body is read and dropped for at most
+   that long too, so the client can read its answer);
 2. authentication (`collection.auth`): the Authorization header names a device whose key signed this method,
    path, time and body (401; the key is derived, so no lookup);
 3. parsing (`edge.intake`): 400/413/415; then the requests that got this far in one event-loop turn go on
@@ -14,6 +16,11 @@ A report request, in order (each refusal answers with its status and reason, cou
    acknowledged, 202 once fsynced in the spool, or 503/507 (the window marks released, so the device can send
    again).
 Every answer carries `X-Request-Id`; refusals that a retry can cure carry Retry-After.
+
+Slow or idle clients cannot hold the process's connections: a connection that has not completed a request within
+the idle timeout of its start or of its last answer is closed (half-sent headers included), and beyond
+`max_connections` open connections a new one is answered 503 and closed, so a flood of idle sockets cannot take the
+descriptors Kafka, Redis and the spool need.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import asyncio
 import itertools
 import logging
 import os
+import resource
 import secrets
 import signal
 import ssl
@@ -48,7 +56,9 @@ from edge.forward import KAFKA, Forwarder
 from edge.intake import (
     DUPLICATE,
     JSON,
+    SLOW_BODY,
     TOO_LARGE,
+    TOO_MANY_CONNECTIONS,
     UNAUTHORIZED,
     Checked,
     Refusal,
@@ -85,6 +95,7 @@ from runtime.tokens import Scope, TokenVerifier
 log = logging.getLogger(__name__)
 OPENAPI = Path(__file__).with_name("openapi.json")
 RETRY_AFTER_S = {429: 1, 503: 2, 507: 10}
+RESERVED_DESCRIPTORS = 256  # kept from the connection cap: Kafka, Redis, the spool's files, logs
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,9 @@ class EdgeConfig:
     linger_s: float = 0.005
     max_in_flight: int = 200_000
     delivery_timeout_ms: int = 10_000
+    idle_timeout_s: float = 60.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -155,7 +169,7 @@ class Edge:
             raise Refusal(411, TOO_LARGE, "a Content-Length is required")
         if request.content_length > self.config.max_body_bytes:
             raise Refusal(413, TOO_LARGE, f"body exceeds {self.config.max_body_bytes} bytes")
-        body = await request.read()
+        body = await self._body(request)
         try:
             signed = parse_authorization(request.headers.get("Authorization"))
             verify(self.admission.key_of(name, signed.device), signed, request.method, request.path, body, now_ms())
@@ -171,6 +185,18 @@ class Edge:
                                               await self.plan(name, env.spec_version)))
         answer = {"accepted": accepted.reports, "duplicates": accepted.duplicates, "stored": accepted.stored}
         return _json(answer, 200 if accepted.stored == KAFKA else 202)
+
+    async def _body(self, request: web.BaseRequest) -> bytes:
+        """The request's body, within the body timeout unless it has all arrived already (the common case: no
+        timer)."""
+        if request.content.is_eof():
+            return await request.read()
+        try:
+            async with asyncio.timeout(self.config.body_timeout_s):
+                return await request.read()
+        except TimeoutError:
+            raise Refusal(408, SLOW_BODY, f"the body did not arrive within {self.config.body_timeout_s:g} s") \
+                from None
 
     async def _intake_many(self, items: Sequence[Incoming]) -> list[Accepted | Refusal]:
         """Steps 3-5 for many requests: one vectorised check, one Redis round trip, one message per partition."""
@@ -334,6 +360,8 @@ class Routes:
             if refusal.status < 500 and refusal.status not in (401, 429):
                 EDGE_REPORTS.labels("rejected", refusal.reason).inc()
             response = _refused(request_id, refusal)
+            if refusal.status == 408:  # the rest of the body may still come: the connection cannot be reused
+                response.force_close()
         except web.HTTPRequestEntityTooLarge:
             response = _refused(request_id, Refusal(413, TOO_LARGE, "body too large"))
         except REDIS_ERRORS as exc:
@@ -347,6 +375,48 @@ class Routes:
         return response
 
 
+class CappedServer(web.Server):
+    """aiohttp's low-level server, which answers a connection beyond `max_connections` open ones with 503 and
+    closes it before reading anything."""
+
+    def __init__(self, *args: object, max_connections: int, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.max_connections = max_connections
+        self.open = 0
+
+    def __call__(self) -> asyncio.BaseProtocol:  # type: ignore[override]
+        if self.open >= self.max_connections:
+            EDGE_REQUESTS.labels("503", TOO_MANY_CONNECTIONS).inc()
+            return _TurnedAway()
+        return super().__call__()
+
+    def connection_made(self, handler: web.RequestHandler, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.open += 1
+        super().connection_made(handler, transport)
+
+    def connection_lost(self, handler: web.RequestHandler, exc: BaseException | None = None) -> None:  # type: ignore[override]
+        self.open -= 1
+        super().connection_lost(handler, exc)
+
+
+class _TurnedAway(asyncio.Protocol):
+    """A connection over the cap: a 503 with Retry-After, then closed."""
+
+    ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: %d\r\nContent-Type: application/json\r\n"
+              b"Connection: close\r\nContent-Length: %d\r\n\r\n%s")
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        body = msgspec.json.encode({"reason": TOO_MANY_CONNECTIONS, "error": "too many open connections"})
+        transport.write(self.ANSWER % (RETRY_AFTER_S[503], len(body), body))
+        transport.close()
+
+
+def connection_cap(wanted: int) -> int:
+    """`wanted`, or fewer so that the process keeps `RESERVED_DESCRIPTORS` of its open-file limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return wanted if soft == resource.RLIM_INFINITY else max(1, min(wanted, soft - RESERVED_DESCRIPTORS))
+
+
 async def run(config: EdgeConfig, host: str, port: int, reuse_port: bool = False,
               ssl_context: ssl.SSLContext | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then stop taking connections, finish the requests in flight, and flush or
@@ -354,9 +424,12 @@ async def run(config: EdgeConfig, host: str, port: int, reuse_port: bool = False
     edge = Edge(config)
     await edge.start()
     loop = asyncio.get_running_loop()
-    server = web.Server(Routes(edge), auto_decompress=False,  # the signature covers the sent bytes;
-                        request_factory=lambda *a: web.BaseRequest(  # `edge.intake.inflate` decompresses them
-                            *a, loop=loop, client_max_size=config.max_body_bytes))
+    server = CappedServer(Routes(edge), auto_decompress=False,  # the signature covers the sent bytes;
+                          request_factory=lambda *a: web.BaseRequest(  # `edge.intake.inflate` decompresses them
+                              *a, loop=loop, client_max_size=config.max_body_bytes),
+                          keepalive_timeout=config.idle_timeout_s,  # also closes a connection idle from its start
+                          lingering_time=config.body_timeout_s,  # after a refusal, the rest of a body: dropped
+                          max_connections=connection_cap(config.max_connections))
     runner = web.ServerRunner(server, handle_signals=False, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, reuse_port=reuse_port, ssl_context=ssl_context).start()

@@ -29,6 +29,10 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
                                                                   "(SO_REUSEPORT), each with its own spool")] = 1,
          max_reports: Annotated[int, typer.Option(help="reports per request (a device's outbox)")] = 100,
          rate: Annotated[int, typer.Option(help="requests per device per second")] = 20,
+         max_connections: Annotated[int, typer.Option(min=1, help="open connections per process; more are "
+                                                                  "answered 503")] = 10_000,
+         idle_timeout_s: Annotated[float, typer.Option(help="close a connection without a complete request "
+                                                            "for this long")] = 60.0,
          tls_cert: Annotated[Path | None, typer.Option(help="serve HTTPS with this certificate chain (PEM)")] = None,
          tls_key: Annotated[Path | None, typer.Option(help="the certificate's private key (PEM)")] = None) -> None:
     """Serve POST /v1/collections/NAME/reports, /healthz, /readyz, /metrics, /openapi.json until SIGINT/SIGTERM;
@@ -36,7 +40,8 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
     sums them all."""
     state = Settings.from_env().state_dir / "edge"
     tls = ["--tls-cert", str(tls_cert), "--tls-key", str(tls_key)] if tls_cert or tls_key else []
-    args = ["--max-reports", str(max_reports), "--rate", str(rate), *(["--reuse-port"] if workers > 1 else []), *tls]
+    args = ["--max-reports", str(max_reports), "--rate", str(rate), "--max-connections", str(max_connections),
+            "--idle-timeout-s", str(idle_timeout_s), *(["--reuse-port"] if workers > 1 else []), *tls]
     metrics_dir = state / "metrics" / str(port)  # the processes' summed metrics: this group's, from zero
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
