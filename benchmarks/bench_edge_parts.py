@@ -4,9 +4,13 @@
   against decoding every column, concatenating and encoding again (`envelope_of` of `concatenate`), N = 1, 5, 20;
 - `checks`: `edge.intake.check_many` over turns of T requests, per request, T = 10, 40, 160;
 - `admission` (needs the Redis of `ldp up`): the edge process's CPU per request of `Admission.admit` over turns of T
-  requests (one script call per turn), T = 1, 10, 40, 160, next to the Redis round trip of a PING per turn.
+  requests (one script call per turn), T = 1, 10, 40, 160, next to the Redis round trip of a PING per turn;
+- `request_path` (needs the Kafka and Redis of `ldp up`): a real `Edge` (published spec, enrolled devices, Redis
+  admission, Kafka forwarder) answering signed single-report requests through `Edge.accept`, steps 2-5 of
+  `edge.app` without an HTTP server, in turns of T = 10, 40, 160 requests: its CPU per request (all its threads)
+  and the requests per second one core could answer at that cost, the edge's ceiling before any HTTP work.
 
-    python -m benchmarks.bench_edge_parts [--no-redis]
+    python -m benchmarks.bench_edge_parts [--no-services]
 """
 
 from __future__ import annotations
@@ -14,16 +18,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import uvloop
 
+from collection.auth import authorization
 from collection.collector import collector_for
 from collection.spec import load_spec
 from collection.wire import concatenate, decode_envelope, encode, encode_envelope, envelope_of, join_envelopes
+from edge.app import Edge, EdgeConfig
 from edge.devices import Admission, Admit, DeviceRegistry, edge_keys
 from edge.intake import Checked, check_many
 from edge.keyring import Keyring
@@ -32,8 +41,10 @@ from producer.perturb import perturb
 from producer.population import Population
 from runtime.access import ADMIN
 from runtime.clock import now_ms
+from runtime.kafka import delete_topic
 from runtime.redis import async_redis_client, redis_client
 from runtime.settings import PROJECT_ROOT, Settings
+from runtime.specs import publish_spec
 
 REQUESTS = 2000
 LOOPS = 500  # joins timed per run
@@ -126,14 +137,54 @@ async def bench_admission(cfg: Settings) -> list[dict[str, Any]]:
     return rows
 
 
+async def bench_request_path(cfg: Settings, spool: Path) -> list[dict[str, Any]]:
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
+        update={"name": f"bench-parts-{uuid.uuid4().hex[:6]}", "one_report_per_window": False})
+    publish_spec(spec, cfg.bootstrap)
+    admin = redis_client(cfg.redis, principal=ADMIN)
+    credentials = DeviceRegistry(admin, Keyring.create(cfg.edge_key)).enroll(spec.name, REQUESTS)
+    rng, path = np.random.default_rng(0), f"/v1/collections/{spec.name}/reports"
+    records = Population(spec, 1).sample(REQUESTS, rng)
+    edge = Edge(EdgeConfig(cfg.bootstrap, cfg.redis, cfg.edge_key, spool, rate_per_s=10**6))
+    await edge.start()
+    rows = []
+    try:
+        while not edge.plans.loaded or edge.plans.cached(spec.name, spec.version) is None:  # loaded off the loop
+            await asyncio.sleep(0.05)
+        for turn in (10, 40, 160):
+            now = now_ms()
+            bodies = [encode(perturb(spec, np.zeros(1, np.uint64), np.full(1, now, np.int64),
+                                     {k: v[i:i + 1] for k, v in records.items()}, rng)) for i in range(REQUESTS)]
+            signed = [(authorization(c.device, c.key, "POST", path, body, now), body)
+                      for c, body in zip(credentials, bodies, strict=True)]
+            cpu, wall = time.process_time(), time.perf_counter()
+            for lo in range(0, REQUESTS, turn):
+                await asyncio.gather(*(edge.accept(spec.name, "POST", path, header, None, "application/msgpack",
+                                                   body) for header, body in signed[lo:lo + turn]))
+            cpu_us = (time.process_time() - cpu) / REQUESTS * 1e6
+            rows.append({"turn": turn, "edge_cpu_us_per_request": round(cpu_us, 1),
+                         "wall_us_per_request": round((time.perf_counter() - wall) / REQUESTS * 1e6, 1),
+                         "requests_per_s_per_core": round(1e6 / cpu_us)})
+    finally:
+        await edge.stop()
+        delete_topic(cfg.bootstrap, spec.topic)
+        keys = list(admin.scan_iter(edge_keys(spec.name), count=10_000))
+        for lo in range(0, len(keys), 10_000):
+            admin.delete(*keys[lo:lo + 10_000])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--no-redis", action="store_true", help="skip the admission part")
+    parser.add_argument("--no-services", action="store_true", help="skip the parts that need Kafka and Redis")
     args = parser.parse_args()
     _, checked, items = checked_requests()
     result: dict[str, Any] = {"join": bench_join(checked), "checks": bench_checks(items)}
-    if not args.no_redis:
-        result["admission"] = asyncio.run(bench_admission(Settings.from_env()))
+    if not args.no_services:
+        cfg = Settings.from_env()
+        result["admission"] = asyncio.run(bench_admission(cfg))
+        with tempfile.TemporaryDirectory() as spool:
+            result["request_path"] = uvloop.run(bench_request_path(cfg, Path(spool)))
     print(json.dumps(result, indent=1))
 
 

@@ -163,28 +163,34 @@ class Edge:
             None, self.plans.get, name, version)
 
     async def report(self, request: web.BaseRequest, name: str) -> web.Response:
-        """Steps 1-3 of the module docstring for one request to collection `name`; steps 3-5 for the requests of
-        a loop turn together (`_intake_many`)."""
+        """Steps 1-5 of the module docstring for one request to collection `name` (`accept` after step 1)."""
         if request.content_length is None:
             raise Refusal(411, TOO_LARGE, "a Content-Length is required")
         if request.content_length > self.config.max_body_bytes:
             raise Refusal(413, TOO_LARGE, f"body exceeds {self.config.max_body_bytes} bytes")
-        body = await self._body(request)
+        headers = request.headers
+        accepted = await self.accept(name, request.method, request.path, headers.get("Authorization"),
+                                     headers.get("Content-Encoding"), headers.get("Content-Type", ""),
+                                     await self._body(request))
+        answer = {"accepted": accepted.reports, "duplicates": accepted.duplicates, "stored": accepted.stored}
+        return _json(answer, 200 if accepted.stored == KAFKA else 202)
+
+    async def accept(self, name: str, method: str, path: str, authorization: str | None,
+                     content_encoding: str | None, content_type: str, body: bytes) -> Accepted:
+        """Steps 2-5 for a request's headers and body, apart from the HTTP server; a Refusal otherwise (steps 3-5
+        for the requests of a loop turn together: `_intake_many`)."""
         try:
-            signed = parse_authorization(request.headers.get("Authorization"))
-            verify(self.admission.key_of(name, signed.device), signed, request.method, request.path, body, now_ms())
+            signed = parse_authorization(authorization)
+            verify(self.admission.key_of(name, signed.device), signed, method, path, body, now_ms())
         except AuthError as exc:
             raise Refusal(401, UNAUTHORIZED, str(exc)) from None
-        data = inflate(body, request.headers.get("Content-Encoding"), self.config.max_inflated_bytes)
-        content_type = request.headers.get("Content-Type", "")
+        data = inflate(body, content_encoding, self.config.max_inflated_bytes)
         version = json_version(data) if media_type(content_type) == JSON else None
         json_plan = None if version is None else await self.plan(name, version)
         env = parse(data, content_type, name, json_plan, self.config.max_reports)
-        accepted = await self.intake(Incoming(name, signed.device, signed.signature,
-                                              device_pseudonym(name, signed.device), env,
-                                              await self.plan(name, env.spec_version)))
-        answer = {"accepted": accepted.reports, "duplicates": accepted.duplicates, "stored": accepted.stored}
-        return _json(answer, 200 if accepted.stored == KAFKA else 202)
+        return await self.intake(Incoming(name, signed.device, signed.signature,
+                                          device_pseudonym(name, signed.device), env,
+                                          await self.plan(name, env.spec_version)))
 
     async def _body(self, request: web.BaseRequest) -> bytes:
         """The request's body, within the body timeout unless it has all arrived already (the common case: no
