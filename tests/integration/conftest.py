@@ -6,12 +6,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from edge_support import EdgeProcess, free_port
+from edge_support import EdgeProcess, running_edge
 from pipeline_support import Collection, published_collection
 
 from edge.devices import DeviceRegistry, edge_keys
 from edge.keyring import Keyring
-from edge.processes import start_edge, stop_edge, wait_live
 from runtime.redis import redis_client
 from runtime.settings import Settings
 
@@ -26,14 +25,7 @@ def collection(live_services: Settings) -> Iterator[Collection]:
 @pytest.fixture
 def edge(live_services: Settings, tmp_path: Path) -> Iterator[EdgeProcess]:
     """An edge process of its own (`python -m edge`) on a free port, with its spool in tmp_path."""
-    port = free_port()
-    proc = start_edge(port, tmp_path / "spool", log_file=tmp_path / "edge.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_live(url, proc)
-        yield EdgeProcess(url, proc, tmp_path / "spool", port)
-    finally:
-        stop_edge(proc)
+    yield from running_edge(tmp_path)
 
 
 @pytest.fixture

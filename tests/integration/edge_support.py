@@ -8,6 +8,7 @@ import socket
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +23,7 @@ from collection.auth import Credential, authorization
 from collection.pseudonym import device_pseudonym
 from collection.spec import CollectionSpec
 from collection.wire import encode
+from edge.processes import start_edge, stop_edge, wait_live
 from producer.perturb import perturb
 from producer.population import Population
 from runtime.clock import now_ms
@@ -35,6 +37,19 @@ class EdgeProcess:
     proc: subprocess.Popen[bytes]
     spool: Path
     port: int
+
+
+def running_edge(directory: Path, *args: str) -> Iterator[EdgeProcess]:
+    """An edge process of its own (`python -m edge`, more options in `args`) on a free port, its spool and log in
+    `directory`, until the generator is closed."""
+    port = free_port()
+    proc = start_edge(port, directory / "spool", *args, log_file=directory / "edge.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_live(url, proc)
+        yield EdgeProcess(url, proc, directory / "spool", port)
+    finally:
+        stop_edge(proc)
 
 
 def free_port() -> int:

@@ -13,12 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from edge_support import EdgeProcess, free_port, post, report_body
+from edge_support import EdgeProcess, post, report_body, running_edge
 from pipeline_support import Collection, topic_messages
 
 from collection.auth import Credential, authorization
 from edge.devices import DeviceRegistry
-from edge.processes import start_edge, stop_edge, wait_live
 from runtime.clock import now_ms
 from runtime.settings import Settings
 
@@ -27,27 +26,16 @@ IDLE_S = 1.0
 CAP = 6
 
 
-def edge_with(tmp_path: Path, *args: str) -> Iterator[EdgeProcess]:
-    port = free_port()
-    proc = start_edge(port, tmp_path / "spool", *args, log_file=tmp_path / "edge.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_live(url, proc)
-        yield EdgeProcess(url, proc, tmp_path / "spool", port)
-    finally:
-        stop_edge(proc)
-
-
 @pytest.fixture
 def impatient_edge(live_services: Settings, tmp_path: Path) -> Iterator[EdgeProcess]:
     """An edge that closes idle connections after 1 s and waits 1 s for a body."""
-    yield from edge_with(tmp_path, "--idle-timeout-s", str(IDLE_S), "--body-timeout-s", str(IDLE_S))
+    yield from running_edge(tmp_path, "--idle-timeout-s", str(IDLE_S), "--body-timeout-s", str(IDLE_S))
 
 
 @pytest.fixture
 def capped_edge(live_services: Settings, tmp_path: Path) -> Iterator[EdgeProcess]:
     """An edge that takes at most CAP connections at once."""
-    yield from edge_with(tmp_path, "--max-connections", str(CAP))
+    yield from running_edge(tmp_path, "--max-connections", str(CAP))
 
 
 @pytest.fixture
