@@ -1,10 +1,11 @@
 """Benchmark of one edge process (prints JSON): requests/s and reports/s for 1 report per request and outboxes of
 50, p50/p99 latency at half the measured load, next to a do-nothing handler on the same HTTP server (aiohttp's
-low-level server on uvloop, the edge's) and on three others (an aiohttp Application; uvicorn with httptools;
-granian's Rust server, RSGI), the edge
-on asyncio's loop, and raw produce (the same reports as 1000-report envelopes straight into Kafka), in one run. Each
-full-load step also gives the server's CPU microseconds per request (its processes' user + system time from /proc):
-on a machine whose speed moves from run to run, CPU per request compares steps better than requests/s.
+low-level server on uvloop, the edge's; also waiting like the edge for a batched acknowledgement, one 5 ms timer
+per batch) and on three others (an aiohttp Application; uvicorn with httptools; granian's Rust server, RSGI), the
+edge on asyncio's loop, and raw produce (the same reports as 1000-report envelopes straight into Kafka), in one
+run. Each full-load step also gives the server's CPU microseconds per request (its processes' user + system time
+from /proc): on a machine whose speed moves from run to run, CPU per request compares steps better than
+requests/s.
 
     python -m benchmarks.bench_edge [--seconds 8] [--concurrency 256]
 
@@ -49,7 +50,8 @@ from runtime.redis import redis_client
 from runtime.settings import PROJECT_ROOT, Settings
 from runtime.specs import publish_spec
 
-NULL_SERVERS = ("aiohttp-lowlevel", "aiohttp-application", "uvicorn", "granian")
+NULL_SERVERS = ("aiohttp-lowlevel", "aiohttp-lowlevel-waiting", "aiohttp-application", "uvicorn", "granian")
+ACK_LINGER_S = 0.005  # the waiting handler's batches: the edge forwarder's default linger
 
 
 async def rsgi_null(scope: Any, protocol: Any) -> None:
@@ -61,8 +63,9 @@ async def rsgi_null(scope: Any, protocol: Any) -> None:
 
 def null_server(port: int, kind: str) -> None:
     """A do-nothing handler (read the body, answer a small JSON), on uvloop: on aiohttp's low-level server (the
-    edge's), on an aiohttp Application (router and middleware layer), on uvicorn (httptools, a raw ASGI app), or on
-    granian (one worker, one Rust runtime thread, RSGI)."""
+    edge's; "-waiting": answering once its batch is acknowledged, after ACK_LINGER_S), on an aiohttp Application
+    (router and middleware layer), on uvicorn (httptools, a raw ASGI app), or on granian (one worker, one Rust
+    runtime thread, RSGI)."""
     if kind == "granian":
         from granian import Granian
         from granian.constants import Interfaces, Loops
@@ -90,14 +93,32 @@ def null_server(port: int, kind: str) -> None:
         await request.read()
         return web.Response(body=b'{"accepted": 1}', content_type="application/json")
 
-    async def lowlevel() -> None:
-        runner = web.ServerRunner(web.Server(handle), access_log=None)
+    waiting: list[asyncio.Future[None]] = []
+
+    def acknowledge() -> None:
+        batch = list(waiting)
+        waiting.clear()
+        for future in batch:
+            future.set_result(None)
+
+    async def handle_after_ack(request: web.BaseRequest) -> web.Response:
+        """The do-nothing handler that also waits, like the edge, for an acknowledgement of its batch."""
+        await request.read()
+        loop = asyncio.get_running_loop()
+        waiting.append(loop.create_future())
+        if len(waiting) == 1:
+            loop.call_later(ACK_LINGER_S, acknowledge)
+        await waiting[-1]
+        return web.Response(body=b'{"accepted": 1}', content_type="application/json")
+
+    async def lowlevel(handler: Callable[[web.BaseRequest], Any]) -> None:
+        runner = web.ServerRunner(web.Server(handler), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         await asyncio.Event().wait()
 
-    if kind == "aiohttp-lowlevel":
-        uvloop.run(lowlevel())
+    if kind.startswith("aiohttp-lowlevel"):
+        uvloop.run(lowlevel(handle_after_ack if kind == "aiohttp-lowlevel-waiting" else handle))
         return
     app = web.Application()
     app.router.add_post("/v1/collections/{name}/reports", handle)

@@ -8,7 +8,9 @@
 - `request_path` (needs the Kafka and Redis of `ldp up`): a real `Edge` (published spec, enrolled devices, Redis
   admission, Kafka forwarder) answering signed single-report requests through `Edge.accept`, steps 2-5 of
   `edge.app` without an HTTP server, in turns of T = 10, 40, 160 requests: its CPU per request (all its threads)
-  and the requests per second one core could answer at that cost, the edge's ceiling before any HTTP work.
+  and the requests per second one core could answer at that cost, the edge's ceiling before any HTTP work;
+- `wake`: the CPU of waking alone, a bare uvloop that sleeps S and wakes, per wake, S = 1 and 5 ms (what each of a
+  turn's wakes costs on top of its work on a machine where idling is not free).
 
     python -m benchmarks.bench_edge_parts [--no-services]
 """
@@ -149,7 +151,10 @@ async def bench_request_path(cfg: Settings, spool: Path) -> list[dict[str, Any]]
     await edge.start()
     rows = []
     try:
+        deadline = time.monotonic() + 60
         while not edge.plans.loaded or edge.plans.cached(spec.name, spec.version) is None:  # loaded off the loop
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the edge did not load the spec {spec.name}@{spec.version} within 60 s")
             await asyncio.sleep(0.05)
         for turn in (10, 40, 160):
             now = now_ms()
@@ -174,12 +179,23 @@ async def bench_request_path(cfg: Settings, spool: Path) -> list[dict[str, Any]]
     return rows
 
 
+async def bench_wake() -> list[dict[str, Any]]:
+    rows = []
+    for sleep_ms, wakes in ((1, 3000), (5, 1000)):
+        cpu = time.process_time()
+        for _ in range(wakes):
+            await asyncio.sleep(sleep_ms / 1000)
+        rows.append({"asleep_ms": sleep_ms, "cpu_us_per_wake": round((time.process_time() - cpu) / wakes * 1e6, 1)})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-services", action="store_true", help="skip the parts that need Kafka and Redis")
     args = parser.parse_args()
     _, checked, items = checked_requests()
-    result: dict[str, Any] = {"join": bench_join(checked), "checks": bench_checks(items)}
+    result: dict[str, Any] = {"join": bench_join(checked), "checks": bench_checks(items),
+                              "wake": uvloop.run(bench_wake())}
     if not args.no_services:
         cfg = Settings.from_env()
         result["admission"] = asyncio.run(bench_admission(cfg))

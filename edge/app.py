@@ -352,10 +352,14 @@ class Routes:
             return web.Response(body=OPENAPI.read_bytes(), content_type=JSON)
         return _json({"error": "not found"}, 404)
 
+    def next_id(self) -> str:
+        """A new request id (unique per process start)."""
+        return f"{self._id_prefix}{next(self._ids):08x}"
+
     async def report(self, request: web.BaseRequest, name: str) -> web.Response:
         """A report request's answer: the edge's, or its refusal with the reason; an unexpected error is logged
         and answered 500."""
-        request_id = f"{self._id_prefix}{next(self._ids):08x}"
+        request_id = self.next_id()
         started = time.perf_counter()
         try:
             response = await self.edge.report(request, name)
@@ -382,18 +386,19 @@ class Routes:
 
 
 class CappedServer(web.Server):
-    """aiohttp's low-level server, which answers a connection beyond `max_connections` open ones with 503 and
-    closes it before reading anything."""
+    """aiohttp's low-level server for `routes`, which answers a connection beyond `max_connections` open ones with
+    503 and closes it before reading anything."""
 
-    def __init__(self, *args: object, max_connections: int, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, routes: Routes, *, max_connections: int, **kwargs: object) -> None:
+        super().__init__(routes, **kwargs)  # type: ignore[arg-type]
+        self.routes = routes
         self.max_connections = max_connections
-        self.open = 0
+        self.open = 0  # counted here: aiohttp may drop a closed handler from its own table only later
 
     def __call__(self) -> asyncio.BaseProtocol:  # type: ignore[override]
         if self.open >= self.max_connections:
             EDGE_REQUESTS.labels("503", TOO_MANY_CONNECTIONS).inc()
-            return _TurnedAway()
+            return _TurnedAway(self.routes.next_id())
         return super().__call__()
 
     def connection_made(self, handler: web.RequestHandler, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -406,14 +411,18 @@ class CappedServer(web.Server):
 
 
 class _TurnedAway(asyncio.Protocol):
-    """A connection over the cap: a 503 with Retry-After, then closed."""
+    """A connection over the cap: a 503 refusal (request id, reason, Retry-After), then closed."""
 
-    ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: %d\r\nContent-Type: application/json\r\n"
-              b"Connection: close\r\nContent-Length: %d\r\n\r\n%s")
+    ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\nX-Request-Id: %s\r\nRetry-After: %d\r\n"
+              b"Content-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s")
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        body = msgspec.json.encode({"reason": TOO_MANY_CONNECTIONS, "error": "too many open connections"})
-        transport.write(self.ANSWER % (RETRY_AFTER_S[503], len(body), body))
+        body = msgspec.json.encode({"request_id": self.request_id, "reason": TOO_MANY_CONNECTIONS,
+                                    "error": "too many open connections"})
+        transport.write(self.ANSWER % (self.request_id.encode(), RETRY_AFTER_S[503], len(body), body))
         transport.close()
 
 

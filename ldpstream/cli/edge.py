@@ -33,6 +33,8 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
                                                                   "answered 503")] = 10_000,
          idle_timeout_s: Annotated[float, typer.Option(help="close a connection without a complete request "
                                                             "for this long")] = 60.0,
+         body_timeout_s: Annotated[float, typer.Option(help="answer 408 to a body that has not arrived within "
+                                                            "this")] = 30.0,
          tls_cert: Annotated[Path | None, typer.Option(help="serve HTTPS with this certificate chain (PEM)")] = None,
          tls_key: Annotated[Path | None, typer.Option(help="the certificate's private key (PEM)")] = None) -> None:
     """Serve POST /v1/collections/NAME/reports, /healthz, /readyz, /metrics, /openapi.json until SIGINT/SIGTERM;
@@ -41,7 +43,8 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
     state = Settings.from_env().state_dir / "edge"
     tls = ["--tls-cert", str(tls_cert), "--tls-key", str(tls_key)] if tls_cert or tls_key else []
     args = ["--max-reports", str(max_reports), "--rate", str(rate), "--max-connections", str(max_connections),
-            "--idle-timeout-s", str(idle_timeout_s), *(["--reuse-port"] if workers > 1 else []), *tls]
+            "--idle-timeout-s", str(idle_timeout_s), "--body-timeout-s", str(body_timeout_s),
+            *(["--reuse-port"] if workers > 1 else []), *tls]
     metrics_dir = state / "metrics" / str(port)  # the processes' summed metrics: this group's, from zero
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
