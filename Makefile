@@ -1,20 +1,23 @@
 # Two commands: `make demo` and `make test`. Both set everything up on a fresh machine (Java 17 + Maven + Python 3.11).
+# `make check` is the quick tier: lint, types and every test that needs no running service.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 LDP    := $(VENV)/bin/ldp
 PYTEST_ARGS ?=
+# pip's own notices and the editable build's chatter stay out of the terminal; errors still show
+PIP    := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test test-cluster install install-test up down status bench clean compose-secrets
+.PHONY: demo test check lint types test-cluster install install-test up down status bench clean compose-secrets
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[plots]'
+	$(PIP) --upgrade pip
+	$(PIP) -e '.[server,plots]'
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install -q -e '.[test,plots,data]'
+	$(PIP) -e '.[server,test,plots,data,dev]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -32,6 +35,16 @@ status:
 demo: install
 	$(LDP) up
 	$(LDP) demo
+
+# The quick tier: no Kafka, Redis or edge (tests that need them are marked `integration`, see tests/conftest.py).
+check: install-test lint types
+	$(PY) -m pytest -q -m 'not integration and not cluster' -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: install-test
+	$(VENV)/bin/ruff check src tests benchmarks deploy
+
+types: install-test
+	$(VENV)/bin/mypy src
 
 # Runs the whole suite against real services (stopped afterwards only if this target started them), then the
 # cluster tests.
@@ -53,7 +66,7 @@ compose-secrets: install
 	$(LDP) credentials generate --dir deploy/secrets
 
 bench: install
-	$(PY) -m pip install -q -e '.[bench]'
+	$(PIP) -e '.[server,bench]'
 	$(PY) benchmarks/bench_mechanisms.py
 
 clean:

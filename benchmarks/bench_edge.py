@@ -36,19 +36,19 @@ import numpy as np
 import uvloop
 from aiohttp import web
 
-from collection.auth import authorization
-from collection.spec import CollectionSpec, load_spec
-from collection.wire import encode
-from edge.devices import DeviceRegistry, edge_keys
-from edge.keyring import Keyring
-from edge.processes import start_edge, stop_edge, wait_live
-from producer.perturb import perturb, row_range
-from producer.population import Population
-from runtime.clock import now_ms
-from runtime.kafka import ReportProducer, delete_topic
-from runtime.redis import redis_client
-from runtime.settings import PROJECT_ROOT, Settings
-from runtime.specs import publish_spec
+from ldpstream.contract.auth import authorization
+from ldpstream.contract.clock import now_ms
+from ldpstream.contract.spec import CollectionSpec, load_spec
+from ldpstream.contract.wire import encode
+from ldpstream.device.perturb import perturb, row_range
+from ldpstream.edge.devices import DeviceRegistry, edge_keys
+from ldpstream.edge.keyring import Keyring
+from ldpstream.edge.processes import start_edge, stop_edge, wait_live
+from ldpstream.runtime.kafka import ReportProducer, delete_topic
+from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.settings import PROJECT_ROOT, Settings
+from ldpstream.runtime.specs import publish_spec
+from ldpstream.simulator.population import Population
 
 NULL_SERVERS = ("aiohttp-lowlevel", "aiohttp-lowlevel-waiting", "aiohttp-application", "uvicorn", "granian")
 ACK_LINGER_S = 0.005  # the waiting handler's batches: the edge forwarder's default linger

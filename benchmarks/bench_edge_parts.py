@@ -1,14 +1,14 @@
 """The edge's per-turn pieces timed in process (prints JSON), each next to what it replaced or a ceiling, same run:
 
-- `join`: one message of N checked single-report envelopes (`collection.wire.join_envelopes`, from their bytes)
+- `join`: one message of N checked single-report envelopes (`ldpstream.contract.wire.join_envelopes`, from their bytes)
   against decoding every column, concatenating and encoding again (`envelope_of` of `concatenate`), N = 1, 5, 20;
-- `checks`: `edge.intake.check_many` over turns of T requests, per request, T = 10, 40, 160;
+- `checks`: `ldpstream.edge.intake.check_many` over turns of T requests, per request, T = 10, 40, 160;
 - `admission` (needs the Redis of `ldp up`): the edge process's CPU per request of `Admission.admit` over turns of T
   requests (one script call per turn), T = 1, 10, 40, 160, next to the Redis round trip of a PING per turn;
 - `request_path` (needs the Kafka and Redis of `ldp up`): a real `Edge` (published spec, enrolled devices, Redis
   admission, Kafka forwarder) answering signed single-report requests through `Edge.accept`, steps 2-5 of
-  `edge.app` without an HTTP server, in turns of T = 10, 40, 160 requests: its CPU per request (all its threads)
-  and the requests per second one core could answer at that cost, the edge's ceiling before any HTTP work;
+  `ldpstream.edge.app` without an HTTP server, in turns of T = 10, 40, 160 requests: its CPU per request (all its
+  threads) and the requests per second one core could answer at that cost, the edge's ceiling before any HTTP work;
 - `wake`: the CPU of waking alone, a bare uvloop that sleeps S and wakes, per wake, S = 1 and 5 ms (what each of a
   turn's wakes costs on top of its work on a machine where idling is not free).
 
@@ -30,23 +30,23 @@ from typing import Any
 import numpy as np
 import uvloop
 
-from collection.auth import authorization
-from collection.collector import collector_for
-from collection.spec import load_spec
-from collection.wire import concatenate, decode_envelope, encode, encode_envelope, envelope_of, join_envelopes
-from edge.app import Edge, EdgeConfig
-from edge.devices import Admission, Admit, DeviceRegistry, edge_keys
-from edge.intake import Checked, check_many
-from edge.keyring import Keyring
-from edge.plans import EdgePlan
-from producer.perturb import perturb
-from producer.population import Population
-from runtime.access import ADMIN
-from runtime.clock import now_ms
-from runtime.kafka import delete_topic
-from runtime.redis import async_redis_client, redis_client
-from runtime.settings import PROJECT_ROOT, Settings
-from runtime.specs import publish_spec
+from ldpstream.contract.auth import authorization
+from ldpstream.contract.clock import now_ms
+from ldpstream.contract.collector import collector_for
+from ldpstream.contract.spec import load_spec
+from ldpstream.contract.wire import concatenate, decode_envelope, encode, encode_envelope, envelope_of, join_envelopes
+from ldpstream.device.perturb import perturb
+from ldpstream.edge.app import Edge, EdgeConfig
+from ldpstream.edge.devices import Admission, Admit, DeviceRegistry, edge_keys
+from ldpstream.edge.intake import Checked, check_many
+from ldpstream.edge.keyring import Keyring
+from ldpstream.edge.plans import EdgePlan
+from ldpstream.runtime.access import ADMIN
+from ldpstream.runtime.kafka import delete_topic
+from ldpstream.runtime.redis import async_redis_client, redis_client
+from ldpstream.runtime.settings import PROJECT_ROOT, Settings
+from ldpstream.runtime.specs import publish_spec
+from ldpstream.simulator.population import Population
 
 REQUESTS = 2000
 LOOPS = 500  # joins timed per run

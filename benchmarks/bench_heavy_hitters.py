@@ -1,13 +1,13 @@
 """Heavy hitters of strings: ours (hcms_tree, sfp, pem) against pure-LDP 1.2.0's PEM, TreeHist and Apple SFP, same run.
 
 Population: `--distinct` (1e5) random 8-letter words over a-z, Zipf(1.1) over their ranks, one word per device
-(`producer.strings.zipf_words`), `--devices` (1e6) devices. The words all have 8 letters because pure-LDP's PEM
-and TreeHist extend prefixes over the alphabet only (a shorter word, padded, is unreachable to them); ours take
-any length up to the maximum. For each eps in `--epsilons`: ours perturb all devices once (`perturb_s`),
-then accumulate and decode the top 20 and the top 100 (`decode_s`: accumulate + breadth-first decode), and the
-precision (= recall, a top-k list against the true top k) is computed; the peers run on the first
-`--peer-devices` devices of the same list (their per-device Python is too slow for 1e6) under `--peer-python` in a
-subprocess with a time limit, and ours run again on exactly those devices for a like-for-like recall.
+(`ldpstream.simulator.strings.zipf_words`), `--devices` (1e6) devices. The words all have 8 letters because pure-LDP's
+PEM and TreeHist extend prefixes over the alphabet only (a shorter word, padded, is unreachable to them); ours take any
+length up to the maximum. For each eps in `--epsilons`: ours perturb all devices once (`perturb_s`), then accumulate and
+decode the top 20 and the top 100 (`decode_s`: accumulate + breadth-first decode), and the precision (= recall, a top-k
+list against the true top k) is computed; the peers run on the first `--peer-devices` devices of the same list (their
+per-device Python is too slow for 1e6) under `--peer-python` in a subprocess with a time limit, and ours run again on
+exactly those devices for a like-for-like recall.
 
 Prints {"config", "runs": [{"mechanism", "epsilon", "top", "devices", "recall", "perturb_s", "accumulate_s",
 "decode_s", "seconds"}], "comparisons": [{"epsilon", "top", "ours", "peer", "devices", "ours_recall",
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from ldp.open_domain import PEM, SFP, HCMSTree, StringDomain
-from producer.strings import StringPopulation, zipf_words
+from ldpstream.mechanisms.open_domain import PEM, SFP, HCMSTree, StringDomain
+from ldpstream.simulator.strings import StringPopulation, zipf_words
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 LENGTH = 8

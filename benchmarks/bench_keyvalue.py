@@ -1,4 +1,5 @@
-"""Key-value mechanisms side by side on identical inputs: PrivKV, PCKV-UE and PCKV-GRR (`ldp.keyvalue`).
+"""Key-value mechanisms side by side on identical inputs: PrivKV, PCKV-UE and PCKV-GRR
+(`ldpstream.mechanisms.keyvalue`).
 
     python benchmarks/bench_keyvalue.py          # about a minute on 2 cores
 
@@ -13,9 +14,9 @@ by l/|S|: included in the measured error, not in the closed form). Per d, epsilo
   means clipped into [-1, 1] (an undefined one taken as 0), the post-processing the API offers (biased);
 - freq_mse_closed, mean_mse_closed: the closed forms (`frequency_variance`, `mean_variance`) at the true f and m,
   averaged the same way: what the measured MSE should match;
-- exact_epsilon: what a report provides (PrivKV is charged eps but provides less, module `ldp.keyvalue.privkv`).
-Ceiling: "grr_keys_perturb_per_s" per d, GRR over the d keys of one uniformly chosen key per device (the least
-work a key report can take), timed in the same run.
+- exact_epsilon: what a report provides (PrivKV is charged eps but provides less, module
+`ldpstream.mechanisms.keyvalue.privkv`). Ceiling: "grr_keys_perturb_per_s" per d, GRR over the d keys of one uniformly
+chosen key per device (the least work a key report can take), timed in the same run.
 
 Prints {"epsilons", "domains", "n", "padding", "tasks": [{"d", "epsilon", "mechanism", ...}], "ceiling": {d: ...}}.
 Timings on a shared machine are noisy: rerun on a quiet one for numbers to quote.
@@ -29,8 +30,8 @@ from typing import Any
 import numpy as np
 from bench_mechanisms import best_seconds, log  # run as a script: benchmarks/ is on the path
 
-from ldp import registry
-from ldp.keyvalue.base import EMPTY, KeyValueMechanism
+from ldpstream.mechanisms import registry
+from ldpstream.mechanisms.keyvalue.base import EMPTY, KeyValueMechanism
 
 N, PADDING, RUNS, REPEATS = 200_000, 4, 10, 3
 DOMAINS = (16, 128)

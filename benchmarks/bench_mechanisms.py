@@ -13,7 +13,8 @@ compare directly (the closed-form MSE is logged on stderr as the reference).
 
 Prints {"tasks": [{"task", "n", "ours_per_s", "pure_ldp_per_s", "speedup", "ours_mse", "pure_ldp_mse"}]}.
 
-Longitudinal mechanisms (`ldp.longitudinal`, eps_inf = 2, eps_1 = 1; `python benchmarks/bench_mechanisms.py
+Longitudinal mechanisms (`ldpstream.mechanisms.longitudinal`, eps_inf = 2, eps_1 = 1; `python
+benchmarks/bench_mechanisms.py
 --longitudinal` runs this part alone, without pure-LDP): perturbation of n reports by devices whose secrets are given
 (the memoized path a device runs every window) and aggregation + estimation, per mechanism, each timed in CPU
 seconds of this process (reports per second per core: on a shared machine, time waiting for a core is not counted),
@@ -41,11 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from ldp import registry
-from ldp.base import Reports
-from ldp.frequency.base import FrequencyOracle
-from ldp.longitudinal.memo import draw_secrets
-from ldp.numeric.base import NumericMechanism
+from ldpstream.mechanisms import registry
+from ldpstream.mechanisms.base import Reports
+from ldpstream.mechanisms.frequency.base import FrequencyOracle
+from ldpstream.mechanisms.longitudinal.memo import draw_secrets
+from ldpstream.mechanisms.numeric.base import NumericMechanism
 
 EPSILON = 1.0
 SEED = 2024

@@ -18,8 +18,8 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # on
 
 import numpy as np  # noqa: E402
 
-from ldp import registry  # noqa: E402
-from ldp.multidim import make_vector_mechanism  # noqa: E402
+from ldpstream.mechanisms import registry  # noqa: E402
+from ldpstream.mechanisms.multidim import make_vector_mechanism  # noqa: E402
 
 
 def best_seconds(work: Callable[[], object], repeats: int) -> float:

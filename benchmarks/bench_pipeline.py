@@ -6,7 +6,7 @@ For each message size (batched envelopes of `--batch` reports, and one report pe
    idempotent, acks=all, lz4, linger 10 ms) into the empty report topic, timed to the last acknowledgement; the
    same messages are then read back by a bare confluent-kafka consumer (no processing) and by the do-nothing
    faust agent (`benchmarks/faust_probe.py`, which only counts messages into Redis);
-2. for 1 and 2 aggregator worker processes (`python -m aggregator`, a fresh consumer group each):
+2. for 1 and 2 aggregator worker processes (`python -m ldpstream.aggregator`, a fresh consumer group each):
    a. `preloaded`: the topic holds a new fleet's messages (one fleet per worker) before the workers start: the
       consumer side alone;
    b. `concurrent`: a new fleet is produced as fast as possible while the workers consume: end to end, with the
@@ -27,12 +27,12 @@ the last partitions. The probe's message rate follows the same rule on its Redis
 its messages over the time from its first fetch to its last message. Each phase notes the 1-minute load average
 at its end: the machine is shared, and the rates scale with the CPU left to the run.
 
-Freshness. Each message's send time is taken just before `produce`, and its partition and offset come from its
-delivery report. The store records the last applied offset of every partition atomically with the statistics
-(`aggregator.store`), so a message is visible from the first sample at which its partition's applied offset has
-reached its offset. Its freshness is that sample's time (taken when the reply arrives: an upper bound, coarse by at
-most one poll period) minus its send time; p50/p99 are over reports (a message weighs its reports). This is exact
-per message: no order between partitions is assumed and stragglers count fully.
+Freshness. Each message's send time is taken just before `produce`, and its partition and offset come from its delivery
+report. The store records the last applied offset of every partition atomically with the statistics
+(`ldpstream.aggregator.store`), so a message is visible from the first sample at which its partition's applied offset
+has reached its offset. Its freshness is that sample's time (taken when the reply arrives: an upper bound, coarse by at
+most one poll period) minus its send time; p50/p99 are over reports (a message weighs its reports). This is exact per
+message: no order between partitions is assumed and stragglers count fully.
 
 Targets, per worker process: >= 500k reports/s with batched envelopes, and within 10% of the 2.0M reports/s
 (preloaded, one worker) measured before store writes were bounded; single-report messages at >= 80% of the
@@ -40,11 +40,11 @@ do-nothing faust agent's message rate; p99 freshness of batched envelopes <= 0.5
 the maximum load.
 
 Isolation. Each collection is published to a specs topic of its own (`ldp.collections.bench-<run>-<size>`) instead of
-the shared `ldp.collections`, and the worker processes (`python -m aggregator` with `LDP_SPECS_TOPIC` set to it)
-read that one: a worker follows every collection of its specs topic, so with the shared one other sessions'
-data would mix into the measurement, and other sessions' workers would consume (and count) this run's topics.
-Everything the run makes is removed at the end: the specs and report topics, the Redis keys (UNLINK: the dedupe
-lists are large), the consumer groups, faust's assignor topics and state directories.
+the shared `ldp.collections`, and the worker processes (`python -m ldpstream.aggregator` with `LDP_SPECS_TOPIC` set to
+it) read that one: a worker follows every collection of its specs topic, so with the shared one other sessions' data
+would mix into the measurement, and other sessions' workers would consume (and count) this run's topics. Everything the
+run makes is removed at the end: the specs and report topics, the Redis keys (UNLINK: the dedupe lists are large), the
+consumer groups, faust's assignor topics and state directories.
 
 Run: .venv/bin/python benchmarks/bench_pipeline.py [--batched-reports 4000000] [--single-reports 25000] [--batch 1000]
 Prints one JSON object; its `summary` holds the ratios the targets name.
@@ -72,19 +72,19 @@ import numpy as np
 import redis
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from aggregator.store import RedisStore
-from aggregator.worker import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_MESSAGES
-from collection.spec import CollectionSpec, load_spec, report_topic
-from collection.topics import SPECS_TOPIC
-from collection.wire import decode
-from producer.simulator import chunk_messages, fleet
-from runtime.kafka import TopicError, admin_client, consumer_client, delete_topic, producer_client
-from runtime.process import ServiceError, stop_pid
-from runtime.redis import redis_client
-from runtime.settings import Settings
-from runtime.specs import publish_spec
+from ldpstream.aggregator.store import RedisStore
+from ldpstream.aggregator.worker import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_MESSAGES
+from ldpstream.contract.spec import CollectionSpec, load_spec, report_topic
+from ldpstream.contract.topics import SPECS_TOPIC
+from ldpstream.contract.wire import decode
+from ldpstream.runtime.kafka import TopicError, admin_client, consumer_client, delete_topic, producer_client
+from ldpstream.runtime.process import ServiceError, stop_pid
+from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.specs import publish_spec
+from ldpstream.simulator.simulator import chunk_messages, fleet
 
-# the device producer's settings (runtime.kafka.ReportProducer)
+# the device producer's settings (ldpstream.runtime.kafka.ReportProducer)
 PRODUCER_CONFIG = {"enable.idempotence": True, "acks": "all", "linger.ms": 10, "batch.size": 1_000_000,
                    "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000}
 GROUP_CHECK_S = 0.5
@@ -132,7 +132,8 @@ class Fleet:
 
 
 def encode_fleet(spec: CollectionSpec, devices: int, seed: int, batch: int, single: bool) -> Fleet:
-    """The messages `producer.simulator.simulate` would send for this fleet (same partitions and keys), encoded
+    """The messages `ldpstream.simulator.simulator.simulate` would send for this fleet (same partitions and keys),
+    encoded
     ahead of time: envelopes of about `batch` reports, or one report each."""
     partitions, keys, values, reports = [], [], [], []
     for index, (_, perturbed) in enumerate(fleet(spec, devices, seed=seed, chunk=batch * spec.partitions)):
@@ -415,7 +416,7 @@ class Run:
                                 start_new_session=True)
 
     def workers(self, specs: str, group: str, n: int) -> list[subprocess.Popen[bytes]]:
-        argv = ["-m", "aggregator", "--group", group, "--max-messages", str(self.args.max_messages),
+        argv = ["-m", "ldpstream.aggregator", "--group", group, "--max-messages", str(self.args.max_messages),
                 "--max-batch-bytes", str(self.args.max_batch_bytes), "--loglevel", self.args.worker_loglevel]
         with specs_topic(specs):
             return [self.start(f"{group}-{i}", argv, group) for i in range(n)]

@@ -16,10 +16,10 @@ import time
 import uuid
 from pathlib import Path
 
-from collection.spec import CollectionSpec, load_spec
-from producer.simulator import simulate
-from runtime.kafka import ReportProducer, delete_topic, ensure_topic
-from runtime.settings import Settings
+from ldpstream.contract.spec import CollectionSpec, load_spec
+from ldpstream.runtime.kafka import ReportProducer, delete_topic, ensure_topic
+from ldpstream.runtime.settings import Settings
+from ldpstream.simulator.simulator import simulate
 
 
 def raw_ceiling(bootstrap: str, topic: str, messages: int, size: int) -> float:

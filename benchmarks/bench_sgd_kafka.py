@@ -15,12 +15,12 @@ import json
 import os
 import uuid
 
-from runtime.settings import Settings
-from sgd_coordinator.checkpoint import RedisCheckpoint
-from sgd_coordinator.devices import Simulation
-from sgd_coordinator.jobs import run_with_fleet
-from sgd_coordinator.offline import train_offline
-from sgd_coordinator.training import GRADIENT_MECHANISMS, TrainingJob
+from ldpstream.runtime.settings import Settings
+from ldpstream.sgd.checkpoint import RedisCheckpoint
+from ldpstream.sgd.devices import Simulation
+from ldpstream.sgd.jobs import run_with_fleet
+from ldpstream.sgd.offline import train_offline
+from ldpstream.sgd.training import GRADIENT_MECHANISMS, TrainingJob
 
 
 def run(cfg: Settings, mechanism: str, devices: int, dims: int, epsilon: float, g: int) -> dict[str, object]:

@@ -2,13 +2,13 @@
 measurements behind the README's capacity model, and the check of that model at the largest scale this machine
 holds.
 
-It drives the worker's real code path (`aggregator.processing.PartitionProcessor`: decode, validate, deduplicate
-against `aggregator.dedupe.SeenDevices`, accumulate; then `aggregator.store.RedisStore.apply`, the one Lua script per
-micro-batch) over `--devices` simulated devices of a spec (default the 10-attribute diagnostics spec, one report per
-device per hour), against a redis-server of its own: one shard on a free loopback port, append-only file with
-fsync every second as the project's. Kafka is left out on purpose (it is measured by bench_producer.py): the
-simulator's envelopes are handed to the processor in micro-batches of `--batch-messages` messages per partition,
-all 8 partitions in one store write, as a worker's consumer would.
+It drives the worker's real code path (`ldpstream.aggregator.processing.PartitionProcessor`: decode, validate,
+deduplicate against `ldpstream.aggregator.dedupe.SeenDevices`, accumulate; then
+`ldpstream.aggregator.store.RedisStore.apply`, the one Lua script per micro-batch) over `--devices` simulated devices of
+a spec (default the 10-attribute diagnostics spec, one report per device per hour), against a redis-server of its own:
+one shard on a free loopback port, append-only file with fsync every second as the project's. Kafka is left out on
+purpose (it is measured by bench_producer.py): the simulator's envelopes are handed to the processor in micro-batches of
+`--batch-messages` messages per partition, all 8 partitions in one store write, as a worker's consumer would.
 
 Measured: the worker's CPU seconds per report (process time of processing + the client side of apply), the
 shard's CPU seconds per report (redis-server's used_cpu_user + used_cpu_sys), the bytes sent to Redis per report,
@@ -20,9 +20,9 @@ linear in micro-batches and in bytes appended. The JSON reports the fitted per-d
 departure of any checkpoint from the straight line, so a super-linear cost (a table's growth, a string's
 reallocation, a slow-down with size) shows.
 
-Then the edge's side (`--edge-devices`): enrolled devices admitted once each through `edge.devices.Admission` (its
-one script per turn of requests) on a fresh shard: the shard's CPU per request, its memory per enrolled device
-and per admitted request (signature, rate and window-mark keys, kept until their TTLs: the marks two windows).
+Then the edge's side (`--edge-devices`): enrolled devices admitted once each through `ldpstream.edge.devices.Admission`
+(its one script per turn of requests) on a fresh shard: the shard's CPU per request, its memory per enrolled device and
+per admitted request (signature, rate and window-mark keys, kept until their TTLs: the marks two windows).
 
 Prints JSON: {"devices", "reports", "spec", "seconds", "worker": {...}, "shard": {...}, "checkpoints": [...],
 "model": {...}, "edge": {...}}.
@@ -49,16 +49,16 @@ import numpy as np
 
 os.environ["LDP_SECURITY"] = "off"  # the benchmark's own Redis has no users: before any client reads the settings
 
-from aggregator.dedupe import SeenDevices  # noqa: E402
-from aggregator.plans import Plan  # noqa: E402
-from aggregator.processing import PartitionProcessor  # noqa: E402
-from aggregator.store import RedisStore  # noqa: E402
-from collection.spec import load_spec  # noqa: E402
-from edge.devices import EDGE_SLOTS, Admission, Admit, DeviceRegistry, edge_keys  # noqa: E402
-from edge.keyring import Keyring  # noqa: E402
-from producer.simulator import chunk_messages, fleet  # noqa: E402
-from runtime.dlq import Message  # noqa: E402
-from runtime.redis import async_redis_client, redis_client  # noqa: E402
+from ldpstream.aggregator.dedupe import SeenDevices  # noqa: E402
+from ldpstream.aggregator.plans import Plan  # noqa: E402
+from ldpstream.aggregator.processing import PartitionProcessor  # noqa: E402
+from ldpstream.aggregator.store import RedisStore  # noqa: E402
+from ldpstream.contract.spec import load_spec  # noqa: E402
+from ldpstream.edge.devices import EDGE_SLOTS, Admission, Admit, DeviceRegistry, edge_keys  # noqa: E402
+from ldpstream.edge.keyring import Keyring  # noqa: E402
+from ldpstream.runtime.dlq import Message  # noqa: E402
+from ldpstream.runtime.redis import async_redis_client, redis_client  # noqa: E402
+from ldpstream.simulator.simulator import chunk_messages, fleet  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -205,7 +205,7 @@ def run(spec_path: Path, devices: int, checkpoint: int, batch_messages: int, env
 
 def run_edge(devices: int, turn: int) -> dict[str, object]:
     """The edge's admission state on one shard: `devices` enrolled devices, each admitted once with one report
-    (`edge.devices.Admission.admit`, one script per turn of `turn` requests, as the edge coalesces them); the
+    (`ldpstream.edge.devices.Admission.admit`, one script per turn of `turn` requests, as the edge coalesces them); the
     shard's CPU per request and its memory per device (the enrolled-devices hash, then the signature, rate and
     window-mark keys a request leaves behind until their TTLs expire)."""
     directory = Path(tempfile.mkdtemp(prefix="ldp-capacity-edge-"))

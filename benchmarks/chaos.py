@@ -36,20 +36,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aggregator.estimates import collection_estimates
-from aggregator.health import worker_id
-from aggregator.plans import Plan
-from aggregator.store import RedisStore
-from collection.spec import CollectionSpec, load_spec
-from collection.topics import source
-from collection.wire import encode
+from ldpstream.aggregator.estimates import collection_estimates
+from ldpstream.aggregator.health import worker_id
+from ldpstream.aggregator.plans import Plan
+from ldpstream.aggregator.store import RedisStore
+from ldpstream.contract.spec import CollectionSpec, load_spec
+from ldpstream.contract.topics import source
+from ldpstream.contract.wire import encode
+from ldpstream.runtime.kafka import ReportProducer, end_offsets, producer_client
+from ldpstream.runtime.process import read_pid, stop_pid
+from ldpstream.runtime.settings import PROJECT_ROOT, Settings
+from ldpstream.runtime.signing import ensure_signing_keys
+from ldpstream.runtime.specs import publish_spec
 from ldpstream.services import KafkaService, RedisService
-from producer.simulator import fleet, simulate
-from runtime.kafka import ReportProducer, end_offsets, producer_client
-from runtime.process import read_pid, stop_pid
-from runtime.settings import PROJECT_ROOT, Settings
-from runtime.signing import ensure_signing_keys
-from runtime.specs import publish_spec
+from ldpstream.simulator.simulator import fleet, simulate
 
 RETRYING_PRODUCER = {"message.timeout.ms": 600_000, "retry.backoff.ms": 200}  # rides out a broker restart
 FAULTS = ("worker_kill", "redis_kill_tail_cut", "broker_kill")

@@ -25,9 +25,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sgd_coordinator.datasets import Dataset, adult, synthetic  # noqa: E402
-from sgd_coordinator.offline import compare_offline, train_offline  # noqa: E402
-from sgd_coordinator.training import TrainingJob  # noqa: E402
+from ldpstream.sgd.datasets import Dataset, adult, synthetic  # noqa: E402
+from ldpstream.sgd.offline import compare_offline, train_offline  # noqa: E402
+from ldpstream.sgd.training import TrainingJob  # noqa: E402
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 MECHANISMS = ("hm", "pm", "duchi", "laplace")

@@ -17,11 +17,11 @@ import uuid
 import faust
 import redis
 
-from aggregator.worker import broker_credentials
-from runtime.kafka import producer_client
-from runtime.process import stop_pid
-from runtime.redis import redis_client
-from runtime.settings import Settings
+from ldpstream.aggregator.worker import broker_credentials
+from ldpstream.runtime.kafka import producer_client
+from ldpstream.runtime.process import stop_pid
+from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.settings import Settings
 
 
 def build_app(topic: str, redis_key: str, group: str, cfg: Settings, batch: int = 2000) -> faust.App:

@@ -21,8 +21,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ldp import registry  # noqa: E402
-from ldp.frequency import FrequencyOracle  # noqa: E402
+from ldpstream.mechanisms import registry  # noqa: E402
+from ldpstream.mechanisms.frequency import FrequencyOracle  # noqa: E402
 
 NAMES = ("grr", "sue", "oue", "blh", "olh", "hadamard")
 LABELS = {

@@ -2,12 +2,12 @@
 
     python benchmarks/plot_longitudinal.py     # about a minute on 2 cores
 
-Lines (markers): `ldp.audit.audit_longitudinal`'s Clopper-Pearson lower bound (confidence 0.999) for GRR at
-eps = 0.5 with fresh noise per report, L-GRR with eps_1 = 0.5 and eps_inf = 2, Duchi's mechanism at eps = 0.5, and
-1BitMean memoized at eps = 2 with output perturbation (gamma chosen so that one report is 0.5-LDP); K = 4.
-Dashed: the claimed budgets, T eps for fresh noise and min(T eps_1, eps_inf) for the memoized ones. The fresh-noise
-bounds follow T eps until they meet what n samples per input can show (about ln n, n = 100,000); the memoized ones
-stay below eps_inf whatever T. Writes docs/img/longitudinal_audit.png and prints the plotted numbers as JSON.
+Lines (markers): `ldpstream.mechanisms.audit.audit_longitudinal`'s Clopper-Pearson lower bound (confidence 0.999) for
+GRR at eps = 0.5 with fresh noise per report, L-GRR with eps_1 = 0.5 and eps_inf = 2, Duchi's mechanism at eps = 0.5,
+and 1BitMean memoized at eps = 2 with output perturbation (gamma chosen so that one report is 0.5-LDP); K = 4. Dashed:
+the claimed budgets, T eps for fresh noise and min(T eps_1, eps_inf) for the memoized ones. The fresh-noise bounds
+follow T eps until they meet what n samples per input can show (about ln n, n = 100,000); the memoized ones stay below
+eps_inf whatever T. Writes docs/img/longitudinal_audit.png and prints the plotted numbers as JSON.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ldp import registry  # noqa: E402
-from ldp.audit import audit_longitudinal  # noqa: E402
-from ldp.base import Mechanism  # noqa: E402
+from ldpstream.mechanisms import registry  # noqa: E402
+from ldpstream.mechanisms.audit import audit_longitudinal  # noqa: E402
+from ldpstream.mechanisms.base import Mechanism  # noqa: E402
 
 ONE, LIFETIME, K = 0.5, 2.0, 4
 REPORTS = (1, 2, 3, 5, 8, 12, 20, 30, 50, 75, 100)

@@ -27,9 +27,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.stats import truncnorm  # noqa: E402
 
-from ldp import registry  # noqa: E402
-from ldp.multidim import make_vector_mechanism  # noqa: E402
-from ldp.numeric.hybrid import EPSILON_STAR  # noqa: E402
+from ldpstream.mechanisms import registry  # noqa: E402
+from ldpstream.mechanisms.multidim import make_vector_mechanism  # noqa: E402
+from ldpstream.mechanisms.numeric.hybrid import EPSILON_STAR  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "img"
 EPSILON_SHARP = math.log((7 + 4 * math.sqrt(7) + 2 * math.sqrt(20 + 14 * math.sqrt(7))) / 9)

@@ -24,10 +24,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ldp.workload.baselines import baseline_strategies  # noqa: E402
-from ldp.workload.optimize import optimize_strategy  # noqa: E402
-from ldp.workload.strategy import evaluate, sample_complexity, svd_lower_bound  # noqa: E402
-from ldp.workload.workloads import WORKLOAD_NAMES, workload_by_name  # noqa: E402
+from ldpstream.mechanisms.workload.baselines import baseline_strategies  # noqa: E402
+from ldpstream.mechanisms.workload.optimize import optimize_strategy  # noqa: E402
+from ldpstream.mechanisms.workload.strategy import evaluate, sample_complexity, svd_lower_bound  # noqa: E402
+from ldpstream.mechanisms.workload.workloads import WORKLOAD_NAMES, workload_by_name  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "img"
 SHOWN = ("optimized", "random_start", "randomized_response", "hadamard", "hierarchical", "fourier", "lower_bound")

@@ -32,21 +32,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_pipeline import Fleet, encode_fleet, specs_topic  # noqa: E402
 
-from aggregator.plans import PlanRegistry  # noqa: E402
-from aggregator.store import RedisStore  # noqa: E402
-from aggregator.worker import DEFAULT_MAX_MESSAGES, BatchHandler  # noqa: E402
-from collection.spec import CollectionSpec, load_spec  # noqa: E402
-from collection.topics import SPECS_TOPIC  # noqa: E402
+from ldpstream.aggregator.plans import PlanRegistry  # noqa: E402
+from ldpstream.aggregator.store import RedisStore  # noqa: E402
+from ldpstream.aggregator.worker import DEFAULT_MAX_MESSAGES, BatchHandler  # noqa: E402
+from ldpstream.contract.spec import CollectionSpec, load_spec  # noqa: E402
+from ldpstream.contract.topics import SPECS_TOPIC  # noqa: E402
+from ldpstream.runtime.dlq import DeadLetterProducer  # noqa: E402
+from ldpstream.runtime.kafka import delete_topic  # noqa: E402
+from ldpstream.runtime.specs import publish_spec  # noqa: E402
 from ldpstream.services import Settings  # noqa: E402
-from runtime.dlq import DeadLetterProducer  # noqa: E402
-from runtime.kafka import delete_topic  # noqa: E402
-from runtime.specs import publish_spec  # noqa: E402
 
 # the handler's steps, by the functions that do them (cumulative time of each, as a share of handle())
 STEPS = {
     "decode and check each message (PartitionProcessor._decode)": ("processing.py", "_decode"),
-    "  of which msgspec (collection.wire.decode_envelope)": ("wire.py", "decode_envelope"),
-    "concatenate each spec version's messages (collection.wire.concatenate)": ("wire.py", "concatenate"),
+    "  of which msgspec (ldpstream.contract.wire.decode_envelope)": ("wire.py", "decode_envelope"),
+    "concatenate each spec version's messages (ldpstream.contract.wire.concatenate)": ("wire.py", "concatenate"),
     "validate+accumulate (PartitionProcessor._accumulate)": ("processing.py", "_accumulate"),
     "  of which window_increments": ("processing.py", "window_increments"),
     "store.apply (args + Lua)": ("store.py", "apply"),

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.kafka import TopicError, delete_topic, metadata_answers
-from runtime.redis import redis_answers
-from runtime.settings import Settings
+from ldpstream.runtime.kafka import TopicError, delete_topic, metadata_answers
+from ldpstream.runtime.redis import redis_answers
+from ldpstream.runtime.settings import Settings
 
 # Tests that move LDP_STATE_DIR (a fresh cache, a broker of their own) keep the running services' credentials, and
 # so do the processes they start.
@@ -37,3 +37,11 @@ def topics(live_services: Settings) -> Iterator[list[str]]:
             delete_topic(live_services.bootstrap, name)
         except TopicError:
             pass  # already gone, or never created because the test failed first
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses the running services (the `live_services` fixture, directly or through another fixture) is
+    an integration test, whatever its module says: `make check` (-m 'not integration') runs without them."""
+    for item in items:
+        if "live_services" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)

@@ -21,8 +21,8 @@ import msgspec
 import numpy as np
 from hypothesis import strategies as st
 
-from collection.wire import ALLOWED_DTYPES
-from runtime.dlq import DeadLetter, Message, isolating
+from ldpstream.contract.wire import ALLOWED_DTYPES
+from ldpstream.runtime.dlq import DeadLetter, Message, isolating
 
 ABOUT_1MB = 900_000  # "~1 MB", and under Kafka's default limit of 1,000,000 bytes a message
 WIRE_DTYPES = sorted(ALLOWED_DTYPES)
@@ -232,7 +232,8 @@ def untrusted(valid: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
 
 @contextmanager
 def isolations(module: str) -> Iterator[list[DeadLetter]]:
-    """Collect the dead letters that `runtime.dlq.isolating` takes out in `module` (a batch step's safety net): a
+    """Collect the dead letters that `ldpstream.runtime.dlq.isolating` takes out in `module` (a batch step's safety
+    net): a
     fuzz test expects none, since every rejection should come from a check, not from an exception."""
     isolated: list[DeadLetter] = []
 

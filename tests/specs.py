@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from collection.collector import collector_for
-from collection.spec import CollectionSpec, parse_spec
-from collection.wire import DecodedBatch
-from ldp.mixed import MixedBatch
+from ldpstream.contract.collector import collector_for
+from ldpstream.contract.spec import CollectionSpec, parse_spec
+from ldpstream.contract.wire import DecodedBatch
+from ldpstream.mechanisms.mixed import MixedBatch
 
 MIXED = """
 name: {name}

@@ -1,5 +1,5 @@
-"""The `Examples` in the docstrings of every module above `ldp/` run and hold (`ldp/` has its own runner, which
-also requires examples in every mechanism module)."""
+"""The `Examples` in the docstrings of every module above the mechanisms run and hold (`ldpstream.mechanisms` has
+its own runner, which also requires examples in every mechanism module)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ("collection", "runtime", "producer", "aggregator", "sgd_coordinator")
+PACKAGES = tuple(f"ldpstream.{layer}" for layer in ("contract", "runtime", "device", "simulator", "aggregator", "sgd"))
 MODULES = sorted(m.name for package in PACKAGES
                  for m in pkgutil.walk_packages(importlib.import_module(package).__path__, f"{package}.")
                  if not m.name.endswith("__main__"))

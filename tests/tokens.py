@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from runtime.clock import now_ms
-from runtime.redis import redis_client
-from runtime.tokens import TOKENS_KEY, Issued, Scope, TokenStore
+from ldpstream.contract.clock import now_ms
+from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.tokens import TOKENS_KEY, Issued, Scope, TokenStore
 
 
 class ApiTokens:

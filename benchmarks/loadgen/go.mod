@@ -1,3 +1,3 @@
-module ldpstream/loadgen
+module src/ldpstream/loadgen
 
 go 1.22

@@ -27,20 +27,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from aggregator.api import PublishedPlans, TopicEnds, create_app
-from aggregator.estimates import collection_estimates
-from aggregator.plans import Plan, PlanRegistry
-from aggregator.processing import Message, PartitionProcessor
-from aggregator.store import MemoryStore, RedisStore
-from collection.collector import resolved_mechanisms
-from collection.spec import CollectionSpec, load_spec
-from collection.wire import encode
-from producer.simulator import fleet
-from runtime.kafka import delete_topic, metadata_answers, producer_client
-from runtime.redis import async_redis_client, redis_answers
-from runtime.settings import PROJECT_ROOT, Settings
-from runtime.specs import publish_spec
-from runtime.tokens import Scope, TokenVerifier
+from ldpstream.aggregator.api import PublishedPlans, TopicEnds, create_app
+from ldpstream.aggregator.estimates import collection_estimates
+from ldpstream.aggregator.plans import Plan, PlanRegistry
+from ldpstream.aggregator.processing import Message, PartitionProcessor
+from ldpstream.aggregator.store import MemoryStore, RedisStore
+from ldpstream.contract.collector import resolved_mechanisms
+from ldpstream.contract.spec import CollectionSpec, load_spec
+from ldpstream.contract.wire import encode
+from ldpstream.runtime.kafka import delete_topic, metadata_answers, producer_client
+from ldpstream.runtime.redis import async_redis_client, redis_answers
+from ldpstream.runtime.settings import PROJECT_ROOT, Settings
+from ldpstream.runtime.specs import publish_spec
+from ldpstream.runtime.tokens import Scope, TokenVerifier
+from ldpstream.simulator.simulator import fleet
 from tests.tokens import api_tokens
 
 CHUNK = 700

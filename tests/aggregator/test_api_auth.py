@@ -13,17 +13,28 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import redis.asyncio
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aggregator.api import OPEN_ROUTES, ROUTE_SCOPES, PublishedPlans, create_app
-from aggregator.store import MemoryStore
-from collection.spec import load_spec
-from runtime.clock import now_ms
-from runtime.redis import async_redis_client
-from runtime.settings import PROJECT_ROOT, Settings
-from runtime.tokens import EXPIRED, INVALID, MAX_AGE_S, NO_TOKEN, REVOKED, Issued, Scope, TokenVerifier, new_token
+from ldpstream.aggregator.api import OPEN_ROUTES, ROUTE_SCOPES, PublishedPlans, create_app
+from ldpstream.aggregator.store import MemoryStore
+from ldpstream.contract.clock import now_ms
+from ldpstream.contract.spec import load_spec
+from ldpstream.runtime.redis import async_redis_client
+from ldpstream.runtime.settings import PROJECT_ROOT, Settings
+from ldpstream.runtime.tokens import (
+    EXPIRED,
+    INVALID,
+    MAX_AGE_S,
+    NO_TOKEN,
+    REVOKED,
+    Issued,
+    Scope,
+    TokenVerifier,
+    new_token,
+)
 from tests.aggregator.test_api import StubRegistry, serving
 from tests.tokens import ApiTokens, api_tokens
 
@@ -100,7 +111,7 @@ def guarded(live_services: Settings) -> Iterator[Guarded]:
 
 
 def test_every_route_is_open_or_has_a_scope() -> None:
-    app = offline_app(TokenVerifier(async_redis_client("redis://127.0.0.1:1/0")))  # never connects
+    app = offline_app(TokenVerifier(redis.asyncio.Redis.from_url("redis://127.0.0.1:1/0")))  # never connects
     routes = {resource.canonical for resource in app.router.resources()}
     assert routes == OPEN_ROUTES | set(ROUTE_SCOPES)
     assert OPEN_ROUTES == {"/healthz"}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from aggregator.api import version_summary
-from aggregator.plans import Plan
-from aggregator.store import MemoryStore
-from collection.spec import load_spec
-from runtime.settings import PROJECT_ROOT
+from ldpstream.aggregator.api import version_summary
+from ldpstream.aggregator.plans import Plan
+from ldpstream.aggregator.store import MemoryStore
+from ldpstream.contract.spec import load_spec
+from ldpstream.runtime.settings import PROJECT_ROOT
 
 
 @pytest.mark.parametrize(("example", "lifetime"), [("app_lifetime.yaml", 4.0), ("diagnostics.yaml", None)])

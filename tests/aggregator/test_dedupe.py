@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from test_processing import NOW, TOPIC, message, processor
 
-import aggregator.dedupe
-from aggregator.dedupe import CONFLICT, DeviceSet, SeenDevices
-from aggregator.processing import DUPLICATE, PartitionProcessor
-from aggregator.store import BatchUpdate, MemoryStore, OffsetRange, WindowIncrement
+import ldpstream.aggregator.dedupe
+from ldpstream.aggregator.dedupe import CONFLICT, DeviceSet, SeenDevices
+from ldpstream.aggregator.processing import DUPLICATE, PartitionProcessor
+from ldpstream.aggregator.store import BatchUpdate, MemoryStore, OffsetRange, WindowIncrement
 
 HOUR = (1, "1h", NOW // 3_600_000 * 3_600_000)
 
 
 def test_doctests() -> None:
-    result = doctest.testmod(aggregator.dedupe)
+    result = doctest.testmod(ldpstream.aggregator.dedupe)
     assert result.attempted > 0 and result.failed == 0
 
 
@@ -25,7 +25,7 @@ def test_doctests() -> None:
 def test_the_device_set_equals_a_python_set(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Across many additions and growths (moved a few slots at a time, so lookups meet both tables), with colliding
     ids (equal low or high bits) and the ids 0 and 2^64 - 1."""
-    monkeypatch.setattr(aggregator.dedupe, "MIGRATE_SLOTS", 64)
+    monkeypatch.setattr(ldpstream.aggregator.dedupe, "MIGRATE_SLOTS", 64)
     rng = np.random.default_rng(seed)
     moving = 0
     seen, truth = DeviceSet(), set[int]()

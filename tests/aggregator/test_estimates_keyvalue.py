@@ -7,19 +7,19 @@ import time
 
 from rich.console import Console
 
-from aggregator.dedupe import SeenDevices
-from aggregator.estimates import collection_estimates
-from aggregator.plans import Plan
-from aggregator.processing import Message, PartitionProcessor
-from aggregator.store import MemoryStore
-from collection.pseudonym import device_partitions
-from collection.spec import load_spec
-from collection.wire import encode
+from ldpstream.aggregator.dedupe import SeenDevices
+from ldpstream.aggregator.estimates import collection_estimates
+from ldpstream.aggregator.plans import Plan
+from ldpstream.aggregator.processing import Message, PartitionProcessor
+from ldpstream.aggregator.store import MemoryStore
 from ldpstream.cli.output import estimates_table
-from producer.perturb import by_partition
-from producer.population import PopulationTruth
-from producer.simulator import fleet
-from runtime.settings import PROJECT_ROOT
+from ldpstream.contract.pseudonym import device_partitions
+from ldpstream.contract.spec import load_spec
+from ldpstream.contract.wire import encode
+from ldpstream.device.perturb import by_partition
+from ldpstream.runtime.settings import PROJECT_ROOT
+from ldpstream.simulator.population import PopulationTruth
+from ldpstream.simulator.simulator import fleet
 
 SPEC = load_spec(PROJECT_ROOT / "examples" / "app_usage.yaml")
 

@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from aggregator.health import CollectionProgress, HealthPolicy, WorkerRegistry, assess
-from runtime.redis import redis_client
-from runtime.settings import Settings
+from ldpstream.aggregator.health import CollectionProgress, HealthPolicy, WorkerRegistry, assess
+from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.settings import Settings
 
 POLICY = HealthPolicy(heartbeat_max_age_s=10, stall_s=60, crash_limit=3, crash_window_s=300)
 NOW = 1_800_000_000_000

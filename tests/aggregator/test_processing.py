@@ -9,8 +9,8 @@ import msgspec
 import numpy as np
 import pytest
 
-from aggregator.dedupe import SeenDevices
-from aggregator.processing import (
+from ldpstream.aggregator.dedupe import SeenDevices
+from ldpstream.aggregator.processing import (
     DUPLICATE,
     FUTURE,
     MALFORMED,
@@ -24,12 +24,12 @@ from aggregator.processing import (
     Message,
     PartitionProcessor,
 )
-from aggregator.store import MemoryStore
-from collection.spec import CollectionSpec, parse_spec
-from collection.validation import clock_skew_ms
-from collection.wire import AttributeReports, encode, perturbed_batch
-from ldp import registry
-from ldp.base import Mechanism, ReportSchema
+from ldpstream.aggregator.store import MemoryStore
+from ldpstream.contract.spec import CollectionSpec, parse_spec
+from ldpstream.contract.validation import clock_skew_ms
+from ldpstream.contract.wire import AttributeReports, encode, perturbed_batch
+from ldpstream.mechanisms import registry
+from ldpstream.mechanisms.base import Mechanism, ReportSchema
 
 NOW = 1_800_000_000_000
 SPEC = parse_spec("""

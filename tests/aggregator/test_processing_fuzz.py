@@ -15,17 +15,17 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from aggregator.dedupe import SeenDevices
-from aggregator.plans import Plan as SpecPlan
-from aggregator.processing import MALFORMED, REASONS, Message, PartitionProcessor, PartitionResult
-from aggregator.store import MemoryStore
-from collection.spec import parse_spec
-from collection.wire import AttributeReports, WireError, decode, encode, perturbed_batch
-from ldp import registry
-from ldp.base import Reports
-from ldp.numeric.piecewise import Piecewise
-from producer.perturb import perturb
-from producer.population import Population
+from ldpstream.aggregator.dedupe import SeenDevices
+from ldpstream.aggregator.plans import Plan as SpecPlan
+from ldpstream.aggregator.processing import MALFORMED, REASONS, Message, PartitionProcessor, PartitionResult
+from ldpstream.aggregator.store import MemoryStore
+from ldpstream.contract.spec import parse_spec
+from ldpstream.contract.wire import AttributeReports, WireError, decode, encode, perturbed_batch
+from ldpstream.device.perturb import perturb
+from ldpstream.mechanisms import registry
+from ldpstream.mechanisms.base import Reports
+from ldpstream.mechanisms.numeric.piecewise import Piecewise
+from ldpstream.simulator.population import Population
 from tests.aggregator.test_processing import Plan
 from tests.fuzzing import isolations, mutate
 
@@ -166,7 +166,7 @@ def test_mixed_batches_never_raise_and_every_message_is_accounted_for(seed: int,
     batch = mixed_batch(seed, valid, bad)
     if not batch.messages:
         return
-    with isolations("aggregator.processing") as isolated:
+    with isolations("ldpstream.aggregator.processing") as isolated:
         result = processor().process(TOPIC, batch.messages, SeenDevices(MemoryStore()))
     assert_accounted(batch, result)
     assert not isolated, [d.detail for d in isolated]
@@ -179,7 +179,7 @@ def test_keyvalue_and_string_batches_never_raise_and_every_message_is_accounted_
     batch = mixed_batch(seed, valid, bad, OPEN_PLAN)
     if not batch.messages:
         return
-    with isolations("aggregator.processing") as isolated:
+    with isolations("ldpstream.aggregator.processing") as isolated:
         result = processor(OPEN_PLAN).process(TOPIC, batch.messages, SeenDevices(MemoryStore()))
     assert_accounted(batch, result)
     assert not isolated, [d.detail for d in isolated]

@@ -1,4 +1,5 @@
-"""A worker's periodic look for newly published collections (`aggregator.worker.PublishedTopics`) reads the specs
+"""A worker's periodic look for newly published collections (`ldpstream.aggregator.worker.PublishedTopics`) reads the
+specs
 topic and lists the cluster's topics only when the specs topic has grown or a published topic was still missing."""
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from aggregator.worker import PublishedTopics
-from runtime.kafka import ReportProducer, ensure_topic
-from runtime.settings import Settings
+from ldpstream.aggregator.worker import PublishedTopics
+from ldpstream.runtime.kafka import ReportProducer, ensure_topic
+from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from aggregator.store import (
+from ldpstream.aggregator.store import (
     NOT_APPLIED,
     BatchUpdate,
     MemoryStore,
@@ -17,12 +17,12 @@ from aggregator.store import (
     StatsStore,
     WindowIncrement,
 )
-from runtime.settings import Settings
+from ldpstream.runtime.settings import Settings
 
 SIZES = {0: 3, 1: 4}
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
 def store(request: pytest.FixtureRequest) -> Iterator[tuple[StatsStore, str]]:
     collection = f"test-{uuid.uuid4().hex[:10]}"
     if request.param == "memory":

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from aggregator.processing import POISON, PartitionProcessor
-from aggregator.quarantine import MemoryCrashMarks
-from aggregator.store import MemoryStore
-from aggregator.worker import EXIT_CRASHED, MIN_BATCH_BYTES, BatchHandler, write_units
-from runtime.dlq import DeadLetter, Message
+from ldpstream.aggregator.processing import POISON, PartitionProcessor
+from ldpstream.aggregator.quarantine import MemoryCrashMarks
+from ldpstream.aggregator.store import MemoryStore
+from ldpstream.aggregator.worker import EXIT_CRASHED, MIN_BATCH_BYTES, BatchHandler, write_units
+from ldpstream.runtime.dlq import DeadLetter, Message
 from tests.aggregator.test_processing import NOW, PLAN, TOPIC, message
 
 

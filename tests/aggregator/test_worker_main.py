@@ -1,10 +1,10 @@
-"""`python -m aggregator`'s options that are checked before anything starts."""
+"""`python -m ldpstream.aggregator`'s options that are checked before anything starts."""
 
 from __future__ import annotations
 
 import pytest
 
-from aggregator.__main__ import main
+from ldpstream.aggregator.__main__ import main
 
 
 @pytest.mark.parametrize("given", [["--max-clock-skew-s", "-5"], ["--max-clock-skew-s", "a day"]])

@@ -8,12 +8,12 @@ from typing import Any, cast
 import pytest
 from test_processing import PLAN, TOPIC, Plan, message
 
-from aggregator.plans import PlanRegistry
-from aggregator.processing import Message
-from aggregator.store import NOT_APPLIED, MemoryStore
-from aggregator.worker import BatchHandler
-from collection.spec import parse_spec
-from runtime.dlq import DeadLetter, DeadLetterProducer
+from ldpstream.aggregator.plans import PlanRegistry
+from ldpstream.aggregator.processing import Message
+from ldpstream.aggregator.store import NOT_APPLIED, MemoryStore
+from ldpstream.aggregator.worker import BatchHandler
+from ldpstream.contract.spec import parse_spec
+from ldpstream.runtime.dlq import DeadLetter, DeadLetterProducer
 
 PLAN2 = Plan(parse_spec(PLAN.spec.model_dump_json().replace('"partitions":1', '"partitions":2')), PLAN.mechanisms)
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 from pipeline_support import Collection, Fleet
 
-from aggregator.processes import stop_worker
+from ldpstream.aggregator.processes import stop_worker
+from ldpstream.runtime.access import ADMIN
+from ldpstream.runtime.process import read_pid
+from ldpstream.runtime.redis import OUTAGES, redis_client
+from ldpstream.runtime.settings import Settings
 from ldpstream.services import KafkaService, RedisService
-from producer.simulator import SimulationResult
-from runtime.access import ADMIN
-from runtime.process import read_pid
-from runtime.redis import OUTAGES, redis_client
-from runtime.settings import Settings
+from ldpstream.simulator.simulator import SimulationResult
 
 
 class Workers:

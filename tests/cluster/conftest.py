@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from ldpstream.runtime.settings import CLUSTER, TOPOLOGY_FILE, Settings
+from ldpstream.runtime.signing import ensure_signing_keys
 from ldpstream.services import LocalKafkaCluster, LocalRedisCluster
-from runtime.settings import CLUSTER, TOPOLOGY_FILE, Settings
-from runtime.signing import ensure_signing_keys
 
 # the pipeline helpers (a published collection, a fleet in the background, a reference run) are the integration
 # tests'; these tests use them on the cluster

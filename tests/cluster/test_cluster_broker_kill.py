@@ -12,8 +12,8 @@ import pytest
 from cluster_support import Workers, kafka_node, kill, stream_through
 from pipeline_support import assert_within_stderr, published_collection, send_in_background
 
-from runtime.kafka import admin_client
-from runtime.settings import Settings
+from ldpstream.runtime.kafka import admin_client
+from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.cluster
 

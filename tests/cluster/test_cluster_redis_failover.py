@@ -13,10 +13,10 @@ from cluster_support import Workers, accepted, kill, redis_node, serving, stream
 from fault_support import wait_for
 from pipeline_support import assert_statistics_equal, published_collection, reference_run, send_in_background
 
-from aggregator.store import prefix
-from runtime.access import ADMIN, password
-from runtime.redis import redis_client
-from runtime.settings import Settings
+from ldpstream.aggregator.store import prefix
+from ldpstream.runtime.access import ADMIN, password
+from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.cluster
 

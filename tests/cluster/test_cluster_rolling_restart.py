@@ -10,7 +10,7 @@ import pytest
 from cluster_support import Workers, stream_through
 from pipeline_support import assert_within_stderr, published_collection, send_in_background
 
-from runtime.settings import Settings
+from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.cluster
 

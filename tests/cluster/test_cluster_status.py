@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ldpstream.cli import app
-from runtime.settings import Settings
+from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.cluster
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from collection.auth import AuthError, authorization, device_key, parse_authorization, verify
-from edge.intake import Refusal, inflate
-from edge.spool import Spool, SpoolFull, read_segment
-from producer.outbox import backoff_s
+from ldpstream.contract.auth import AuthError, authorization, device_key, parse_authorization, verify
+from ldpstream.device.outbox import backoff_s
+from ldpstream.edge.intake import Refusal, inflate
+from ldpstream.edge.spool import Spool, SpoolFull, read_segment
 
 KEY = device_key(b"m" * 32, "c", "d1")
 PATH = "/v1/collections/c/reports"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from redis.cluster import key_slot
 
-from edge.devices import (
+from ldpstream.edge.devices import (
     EDGE_SLOTS,
     REPLAYED,
     Admission,
@@ -25,10 +25,10 @@ from edge.devices import (
     edge_keys,
     upgrade_devices_hashes,
 )
-from edge.keyring import Keyring, new_device_id
-from runtime.access import ADMIN
-from runtime.redis import async_redis_client, redis_client
-from runtime.settings import Settings
+from ldpstream.edge.keyring import Keyring, new_device_id
+from ldpstream.runtime.access import ADMIN
+from ldpstream.runtime.redis import async_redis_client, redis_client
+from ldpstream.runtime.settings import Settings
 
 
 def test_a_requests_keys_share_one_slot_and_devices_spread_over_every_group() -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from collection.pseudonym import device_pseudonym
-from collection.spec import load_spec
-from collection.wire import Envelope, decode_envelope, encode
-from edge.intake import Checked, Refusal, check, check_many
-from edge.plans import EdgePlan
-from producer.perturb import perturb
-from producer.population import Population
-from runtime.settings import PROJECT_ROOT
+from ldpstream.contract.pseudonym import device_pseudonym
+from ldpstream.contract.spec import load_spec
+from ldpstream.contract.wire import Envelope, decode_envelope, encode
+from ldpstream.device.perturb import perturb
+from ldpstream.edge.intake import Checked, Refusal, check, check_many
+from ldpstream.edge.plans import EdgePlan
+from ldpstream.runtime.settings import PROJECT_ROOT
+from ldpstream.simulator.population import Population
 
 NOW = 1_700_000_000_000
 SPEC = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml")

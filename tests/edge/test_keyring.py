@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from collection.auth import AuthError, device_key
-from edge.keyring import Keyring, generation_of, new_device_id
+from ldpstream.contract.auth import AuthError, device_key
+from ldpstream.edge.keyring import Keyring, generation_of, new_device_id
 
 
 def test_a_device_id_names_its_generation() -> None:

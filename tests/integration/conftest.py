@@ -9,10 +9,10 @@ import pytest
 from edge_support import EdgeProcess, running_edge
 from pipeline_support import Collection, published_collection
 
-from edge.devices import DeviceRegistry, edge_keys
-from edge.keyring import Keyring
-from runtime.redis import redis_client
-from runtime.settings import Settings
+from ldpstream.edge.devices import DeviceRegistry, edge_keys
+from ldpstream.edge.keyring import Keyring
+from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.settings import Settings
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def collection(live_services: Settings) -> Iterator[Collection]:
 
 @pytest.fixture
 def edge(live_services: Settings, tmp_path: Path) -> Iterator[EdgeProcess]:
-    """An edge process of its own (`python -m edge`) on a free port, with its spool in tmp_path."""
+    """An edge process of its own (`python -m ldpstream.edge`) on a free port, with its spool in tmp_path."""
     yield from running_edge(tmp_path)
 
 

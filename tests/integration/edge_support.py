@@ -19,14 +19,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from collection.auth import Credential, authorization
-from collection.pseudonym import device_pseudonym
-from collection.spec import CollectionSpec
-from collection.wire import encode
-from edge.processes import start_edge, stop_edge, wait_live
-from producer.perturb import perturb
-from producer.population import Population
-from runtime.clock import now_ms
+from ldpstream.contract.auth import Credential, authorization
+from ldpstream.contract.clock import now_ms
+from ldpstream.contract.pseudonym import device_pseudonym
+from ldpstream.contract.spec import CollectionSpec
+from ldpstream.contract.wire import encode
+from ldpstream.device.perturb import perturb
+from ldpstream.edge.processes import start_edge, stop_edge, wait_live
+from ldpstream.simulator.population import Population
 
 
 @dataclass
@@ -40,7 +40,8 @@ class EdgeProcess:
 
 
 def running_edge(directory: Path, *args: str) -> Iterator[EdgeProcess]:
-    """An edge process of its own (`python -m edge`, more options in `args`) on a free port, its spool and log in
+    """An edge process of its own (`python -m ldpstream.edge`, more options in `args`) on a free port, its spool and
+    log in
     `directory`, until the generator is closed."""
     port = free_port()
     proc = start_edge(port, directory / "spool", *args, log_file=directory / "edge.log")

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import redis
 
+from ldpstream.runtime.access import ADMIN, password
+from ldpstream.runtime.process import read_pid
+from ldpstream.runtime.redis import redis_answers, redis_client
+from ldpstream.runtime.settings import Settings
 from ldpstream.services import KafkaService
 from ldpstream.services.redis import acl_file
-from runtime.access import ADMIN, password
-from runtime.process import read_pid
-from runtime.redis import redis_answers, redis_client
-from runtime.settings import Settings
 
 
 def free_port() -> int:

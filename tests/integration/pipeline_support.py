@@ -16,19 +16,19 @@ from typing import Any
 import numpy as np
 from confluent_kafka import KafkaError, TopicPartition
 
-from aggregator.dedupe import SeenDevices
-from aggregator.estimates import collection_estimates
-from aggregator.plans import Plan
-from aggregator.processes import start_worker, stop_worker
-from aggregator.processing import Message, PartitionProcessor
-from aggregator.store import MemoryStore, RedisStore, StatsStore
-from collection.spec import CollectionSpec, load_spec
-from collection.topics import DLQ_TOPIC
-from ldp.numeric.base import NumericMechanism
-from producer.simulator import SimulationResult, simulate
-from runtime.kafka import ReportProducer, consumer_client, delete_topic, topic_partitions
-from runtime.settings import PROJECT_ROOT, Settings
-from runtime.specs import publish_spec
+from ldpstream.aggregator.dedupe import SeenDevices
+from ldpstream.aggregator.estimates import collection_estimates
+from ldpstream.aggregator.plans import Plan
+from ldpstream.aggregator.processes import start_worker, stop_worker
+from ldpstream.aggregator.processing import Message, PartitionProcessor
+from ldpstream.aggregator.store import MemoryStore, RedisStore, StatsStore
+from ldpstream.contract.spec import CollectionSpec, load_spec
+from ldpstream.contract.topics import DLQ_TOPIC
+from ldpstream.mechanisms.numeric.base import NumericMechanism
+from ldpstream.runtime.kafka import ReportProducer, consumer_client, delete_topic, topic_partitions
+from ldpstream.runtime.settings import PROJECT_ROOT, Settings
+from ldpstream.runtime.specs import publish_spec
+from ldpstream.simulator.simulator import SimulationResult, simulate
 
 
 @dataclass
@@ -60,7 +60,8 @@ class Collection:
         return collection_estimates(store or self.store, self.plan)
 
     def start_worker(self, log_file: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        """A `python -m aggregator` worker of the collection's group, on the collection's Kafka and Redis (`env`:
+        """A `python -m ldpstream.aggregator` worker of the collection's group, on the collection's Kafka and Redis
+        (`env`:
         more of the worker's environment, e.g. LDP_MAX_CLOCK_SKEW_S)."""
         return start_worker(self.group, log_file=log_file,
                             env={"KAFKA_BOOTSTRAP": self.cfg.bootstrap, "REDIS_URL": self.cfg.redis, **(env or {})})

@@ -1,6 +1,6 @@
 """Every boundary inside the deployment refuses whoever does not belong there, asserted on the errors the real
 Kafka and Redis return: no credentials, a wrong password, and each service principal trying another's rights
-(`runtime.access`). Each refusal has its positive control: the rightful principal does the same thing."""
+(`ldpstream.runtime.access`). Each refusal has its positive control: the rightful principal does the same thing."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import redis
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from collection.topics import DLQ_TOPIC, GRADIENTS_TOPIC, MODELS_TOPIC, report_topic
-from edge.devices import devices_key
+from ldpstream.contract.topics import DLQ_TOPIC, GRADIENTS_TOPIC, MODELS_TOPIC, report_topic
+from ldpstream.edge.devices import devices_key
+from ldpstream.runtime.access import ADMIN, GATEWAY, aiokafka_auth, kafka_security
+from ldpstream.runtime.kafka import consumer_client, ensure_topic, producer_client
+from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.settings import Settings
 from ldpstream.services import LocalRedisCluster, RedisService
-from runtime.access import ADMIN, GATEWAY, aiokafka_auth, kafka_security
-from runtime.kafka import consumer_client, ensure_topic, producer_client
-from runtime.redis import redis_client
-from runtime.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("secured")
 
@@ -222,8 +222,8 @@ def test_no_service_principal_may_reconfigure_redis(secured: Settings) -> None:
 
 
 def test_rotating_a_principal_retires_its_old_passwords(secured: Settings) -> None:
+    from ldpstream.runtime.access import password
     from ldpstream.services.rotation import rotate
-    from runtime.access import password
 
     old_kafka, old_redis = password(secured, "kafka", "coordinator"), password(secured, "redis", "coordinator")
     rotate(secured, "coordinator")

@@ -9,7 +9,7 @@ import sys
 import pytest
 from pipeline_support import assert_within_stderr
 
-from runtime.settings import Settings
+from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -22,18 +22,18 @@ from pathlib import Path
 import pytest
 from edge_support import free_port
 
-from aggregator.processes import start_worker, stop_worker
-from aggregator.store import RedisStore
-from collection.auth import Credential
-from collection.spec import CollectionSpec, load_spec
-from edge.devices import DeviceRegistry, edge_keys
-from edge.keyring import Keyring
-from edge.processes import start_edge, stop_edge, wait_live
+from ldpstream.aggregator.processes import start_worker, stop_worker
+from ldpstream.aggregator.store import RedisStore
+from ldpstream.contract.auth import Credential
+from ldpstream.contract.spec import CollectionSpec, load_spec
+from ldpstream.edge.devices import DeviceRegistry, edge_keys
+from ldpstream.edge.keyring import Keyring
+from ldpstream.edge.processes import start_edge, stop_edge, wait_live
+from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.settings import PROJECT_ROOT, Settings
+from ldpstream.runtime.specs import publish_spec
 from ldpstream.services import KafkaService
-from producer.edge_client import FleetAnswers, fleet_requests, post_all
-from runtime.redis import redis_client
-from runtime.settings import PROJECT_ROOT, Settings
-from runtime.specs import publish_spec
+from ldpstream.simulator.edge_client import FleetAnswers, fleet_requests, post_all
 
 pytestmark = pytest.mark.integration
 

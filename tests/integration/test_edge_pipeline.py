@@ -8,9 +8,9 @@ import pytest
 from edge_support import EdgeProcess
 from pipeline_support import Collection, assert_within_stderr
 
-from aggregator.processes import start_worker, stop_worker
-from edge.devices import DeviceRegistry
-from producer.edge_client import send_fleet
+from ldpstream.aggregator.processes import start_worker, stop_worker
+from ldpstream.edge.devices import DeviceRegistry
+from ldpstream.simulator.edge_client import send_fleet
 
 pytestmark = pytest.mark.integration
 

@@ -19,13 +19,13 @@ from edge_support import free_port, self_signed_certificate
 from pipeline_support import Collection
 from tokens import api_tokens
 
-from aggregator.processes import start_worker, stop_worker
-from edge.devices import DeviceRegistry
-from edge.processes import start_edge, stop_edge, wait_live
-from producer.edge_client import fleet_requests, post_all
-from runtime.process import stop_pid
-from runtime.settings import Settings
-from runtime.tokens import Scope
+from ldpstream.aggregator.processes import start_worker, stop_worker
+from ldpstream.edge.devices import DeviceRegistry
+from ldpstream.edge.processes import start_edge, stop_edge, wait_live
+from ldpstream.runtime.process import stop_pid
+from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.tokens import Scope
+from ldpstream.simulator.edge_client import fleet_requests, post_all
 
 pytestmark = pytest.mark.integration
 

@@ -11,13 +11,13 @@ from edge_support import EdgeProcess
 from pipeline_support import Collection, topic_messages
 from typer.testing import CliRunner
 
-from collection.wire import decode
-from edge.devices import DeviceRegistry
 from ldpstream.cli import app
-from producer.ledger import BudgetExceeded, PrivacyLedger
-from producer.outbox import HttpTransport, Outbox
-from producer.sdk import Device
-from runtime.clock import now_ms
+from ldpstream.contract.clock import now_ms
+from ldpstream.contract.wire import decode
+from ldpstream.device.ledger import BudgetExceeded, PrivacyLedger
+from ldpstream.device.outbox import HttpTransport, Outbox
+from ldpstream.device.sdk import Device
+from ldpstream.edge.devices import DeviceRegistry
 
 pytestmark = pytest.mark.integration
 HOUR_MS = 3600 * 1000

@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pipeline_support import Collection, topic_messages
 
-from collection.auth import Credential
-from collection.pseudonym import device_pseudonym
-from collection.wire import decode
-from edge.devices import DeviceRegistry
-from edge.keyring import Keyring, generation_of
-from edge.processes import start_edge, stop_edge, wait_live
-from runtime.clock import now_ms
-from runtime.redis import redis_client
+from ldpstream.contract.auth import Credential
+from ldpstream.contract.clock import now_ms
+from ldpstream.contract.pseudonym import device_pseudonym
+from ldpstream.contract.wire import decode
+from ldpstream.edge.devices import DeviceRegistry
+from ldpstream.edge.keyring import Keyring, generation_of
+from ldpstream.edge.processes import start_edge, stop_edge, wait_live
+from ldpstream.runtime.redis import redis_client
 
 pytestmark = pytest.mark.integration
 HOUR_MS = 3600 * 1000

@@ -16,10 +16,10 @@ import pytest
 from edge_support import EdgeProcess, post, report_body, running_edge
 from pipeline_support import Collection, topic_messages
 
-from collection.auth import Credential, authorization
-from edge.devices import DeviceRegistry
-from runtime.clock import now_ms
-from runtime.settings import Settings
+from ldpstream.contract.auth import Credential, authorization
+from ldpstream.contract.clock import now_ms
+from ldpstream.edge.devices import DeviceRegistry
+from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 IDLE_S = 1.0

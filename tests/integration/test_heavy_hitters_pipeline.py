@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 from pipeline_support import Collection, aggregate_fleet, dead_letters_of, published_collection
 
-from aggregator.processes import stop_worker
-from aggregator.store import RedisStore
-from collection.pseudonym import device_partitions
-from collection.spec import parse_spec
-from collection.wire import encode, perturbed_batch
-from producer.perturb import RecordError, perturb
-from runtime.clock import now_ms
-from runtime.kafka import ReportProducer, delete_topic
-from runtime.settings import Settings
-from runtime.specs import publish_spec
+from ldpstream.aggregator.processes import stop_worker
+from ldpstream.aggregator.store import RedisStore
+from ldpstream.contract.clock import now_ms
+from ldpstream.contract.pseudonym import device_partitions
+from ldpstream.contract.spec import parse_spec
+from ldpstream.contract.wire import encode, perturbed_batch
+from ldpstream.device.perturb import RecordError, perturb
+from ldpstream.runtime.kafka import ReportProducer, delete_topic
+from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.specs import publish_spec
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import pytest
 from fault_support import kafka_broker, kill_broker
 from pipeline_support import assert_statistics_equal, published_collection, reference_run, send_in_background
 
-from aggregator.processes import stop_worker
-from runtime.settings import Settings
+from ldpstream.aggregator.processes import stop_worker
+from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 from pipeline_support import Collection, aggregate_fleet, dead_letters_of, published_collection
 
-from aggregator.processes import start_worker, stop_worker
-from aggregator.processing import OUT_OF_RANGE
-from aggregator.store import RedisStore
-from collection.pseudonym import device_partitions, integer_pseudonyms
-from collection.spec import parse_spec
-from collection.wire import AttributeReports, encode, perturbed_batch
-from producer.perturb import perturb, single_reports
-from runtime.kafka import producer_client
-from runtime.settings import Settings
-from runtime.specs import publish_spec
+from ldpstream.aggregator.processes import start_worker, stop_worker
+from ldpstream.aggregator.processing import OUT_OF_RANGE
+from ldpstream.aggregator.store import RedisStore
+from ldpstream.contract.pseudonym import device_partitions, integer_pseudonyms
+from ldpstream.contract.spec import parse_spec
+from ldpstream.contract.wire import AttributeReports, encode, perturbed_batch
+from ldpstream.device.perturb import perturb, single_reports
+from ldpstream.runtime.kafka import producer_client
+from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.specs import publish_spec
 
 pytestmark = pytest.mark.integration
 Z = 4.0

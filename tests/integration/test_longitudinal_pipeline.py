@@ -1,12 +1,12 @@
 """Privacy over time, end to end over Kafka through a worker process: 100,000 devices with a memoized mechanism
 report once an hour for 24 hours.
 
-The fleet (`producer.simulator`, the same devices, records and secrets every round) sends each hour's reports to
-Kafka, and a `python -m aggregator` worker process consumes them. The 24 hourly windows are the current hour and the
-23 after it: the worker is started with LDP_MAX_CLOCK_SKEW_S of 25 hours (`aggregator.__main__`), so reports stamped
-up to a day ahead are counted, in their own windows, as they arrive (with the default 5 minutes they would be dead
-letters, which the last test checks). Each device keeps its ledger (`producer.ledger`), charged with the memos its
-reports read (`producer.perturb.report_memos`).
+The fleet (`ldpstream.simulator.simulator`, the same devices, records and secrets every round) sends each hour's reports
+to Kafka, and a `python -m ldpstream.aggregator` worker process consumes them. The 24 hourly windows are the current
+hour and the 23 after it: the worker is started with LDP_MAX_CLOCK_SKEW_S of 25 hours (`ldpstream.aggregator.__main__`),
+so reports stamped up to a day ahead are counted, in their own windows, as they arrive (with the default 5 minutes they
+would be dead letters, which the last test checks). Each device keeps its ledger (`ldpstream.device.ledger`), charged
+with the memos its reports read (`ldpstream.device.perturb.report_memos`).
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ import numpy as np
 import pytest
 from pipeline_support import Collection, published_collection
 
-from aggregator.estimates import collection_estimates
-from aggregator.processes import stop_worker
-from collection.validation import FUTURE
-from producer.ledger import PrivacyLedger
-from producer.perturb import report_memos
-from producer.population import PopulationTruth
-from producer.simulator import chunk_messages, fleet, simulated_secrets
-from runtime.clock import now_ms
-from runtime.kafka import ReportProducer
-from runtime.settings import Settings
+from ldpstream.aggregator.estimates import collection_estimates
+from ldpstream.aggregator.processes import stop_worker
+from ldpstream.contract.clock import now_ms
+from ldpstream.contract.validation import FUTURE
+from ldpstream.device.ledger import PrivacyLedger
+from ldpstream.device.perturb import report_memos
+from ldpstream.runtime.kafka import ReportProducer
+from ldpstream.runtime.settings import Settings
+from ldpstream.simulator.population import PopulationTruth
+from ldpstream.simulator.simulator import chunk_messages, fleet, simulated_secrets
 
 pytestmark = pytest.mark.integration
 DEVICES, HOURS, SEED, CHUNK = 100_000, 24, 11, 8_000

@@ -21,16 +21,23 @@ from pipeline_support import (
     send_in_background,
 )
 
-from aggregator.processes import start_worker, stop_worker
-from aggregator.processing import DUPLICATE, MALFORMED, OUT_OF_RANGE, UNKNOWN_VERSION, WRONG_PARTITION, WRONG_SHAPE
-from aggregator.store import RedisStore
-from collection.pseudonym import device_partitions, integer_pseudonyms
-from collection.spec import parse_spec
-from collection.wire import AttributeReports, encode, perturbed_batch
+from ldpstream.aggregator.processes import start_worker, stop_worker
+from ldpstream.aggregator.processing import (
+    DUPLICATE,
+    MALFORMED,
+    OUT_OF_RANGE,
+    UNKNOWN_VERSION,
+    WRONG_PARTITION,
+    WRONG_SHAPE,
+)
+from ldpstream.aggregator.store import RedisStore
+from ldpstream.contract.pseudonym import device_partitions, integer_pseudonyms
+from ldpstream.contract.spec import parse_spec
+from ldpstream.contract.wire import AttributeReports, encode, perturbed_batch
+from ldpstream.device.perturb import perturb, single_reports
+from ldpstream.runtime.kafka import producer_client
+from ldpstream.runtime.specs import publish_spec
 from ldpstream.services import KafkaService, RedisService
-from producer.perturb import perturb, single_reports
-from runtime.kafka import producer_client
-from runtime.specs import publish_spec
 
 pytestmark = pytest.mark.integration
 

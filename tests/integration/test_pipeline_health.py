@@ -12,14 +12,14 @@ import uuid
 import pytest
 from pipeline_support import Collection, send_in_background
 
-from aggregator.api import PublishedPlans, TopicEnds, create_app
-from aggregator.health import HealthPolicy, WorkerRegistry, pipeline_health, worker_id
-from aggregator.plans import PlanRegistry
-from aggregator.processes import start_worker, stop_worker
-from aggregator.store import RedisStore
-from collection.spec import load_spec
-from runtime.settings import PROJECT_ROOT, Settings
-from runtime.specs import publish_spec
+from ldpstream.aggregator.api import PublishedPlans, TopicEnds, create_app
+from ldpstream.aggregator.health import HealthPolicy, WorkerRegistry, pipeline_health, worker_id
+from ldpstream.aggregator.plans import PlanRegistry
+from ldpstream.aggregator.processes import start_worker, stop_worker
+from ldpstream.aggregator.store import RedisStore
+from ldpstream.contract.spec import load_spec
+from ldpstream.runtime.settings import PROJECT_ROOT, Settings
+from ldpstream.runtime.specs import publish_spec
 from tests.aggregator.test_api import http_get, serving, token_verifier
 
 pytestmark = pytest.mark.integration

@@ -25,16 +25,16 @@ from typing import Any
 import pytest
 import yaml
 
-from aggregator.store import RedisStore
-from collection.spec import load_spec
+from ldpstream.aggregator.store import RedisStore
+from ldpstream.contract.spec import load_spec
+from ldpstream.runtime.kafka import ReportProducer, delete_topic
+from ldpstream.runtime.process import stop_pid
+from ldpstream.runtime.settings import PROJECT_ROOT
+from ldpstream.runtime.specs import publish_spec
+from ldpstream.runtime.tokens import Scope
 from ldpstream.services import ServiceError, Settings
 from ldpstream.services.debian import debian_program
-from producer.simulator import simulate
-from runtime.kafka import ReportProducer, delete_topic
-from runtime.process import stop_pid
-from runtime.settings import PROJECT_ROOT
-from runtime.specs import publish_spec
-from runtime.tokens import Scope
+from ldpstream.simulator.simulator import simulate
 from tests.tokens import ApiTokens
 
 pytestmark = pytest.mark.integration
@@ -95,7 +95,8 @@ def test_prometheus_scrapes_report_totals_estimates_and_worker_latency(
     try:
         credentials.write_text(tokens.issue([Scope.METRICS], name="prometheus").token)
         simulate(spec, DEVICES, ReportProducer(live_services.bootstrap), seed=7)
-        processes.append(start([sys.executable, "-m", "aggregator", "--group", f"ldp-aggregator-it-prom-{name}",
+        processes.append(start([sys.executable, "-m", "ldpstream.aggregator",
+                                "--group", f"ldp-aggregator-it-prom-{name}",
                                 "--metrics-port", str(worker_port)], tmp_path / "worker.log"))
         api = start([sys.executable, "-c", "from ldpstream.cli import main; main()", "serve", "--port", str(api_port)],
                     tmp_path / "api.log")

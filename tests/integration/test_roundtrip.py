@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.faust_probe import count_through_faust
-from runtime.settings import Settings
+from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -25,13 +25,13 @@ from pipeline_support import (
     topic_messages,
 )
 
-from aggregator.processes import stop_worker
-from aggregator.store import NOT_APPLIED, RedisStore
-from collection.wire import decode
-from runtime.access import ADMIN
-from runtime.kafka import admin_client
-from runtime.redis import redis_client
-from runtime.settings import Settings
+from ldpstream.aggregator.processes import stop_worker
+from ldpstream.aggregator.store import NOT_APPLIED, RedisStore
+from ldpstream.contract.wire import decode
+from ldpstream.runtime.access import ADMIN
+from ldpstream.runtime.kafka import admin_client
+from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 

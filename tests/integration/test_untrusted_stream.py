@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from pipeline_support import Collection, dead_letters_of
 
-from aggregator.processes import start_worker, stop_worker
-from aggregator.processing import REASONS, PartitionProcessor
-from collection.spec import CollectionSpec
-from collection.wire import WireError, decode, encode
-from producer.perturb import single_reports
-from producer.simulator import chunk_messages, fleet
-from runtime.dlq import Message
-from runtime.kafka import end_offsets, producer_client
+from ldpstream.aggregator.processes import start_worker, stop_worker
+from ldpstream.aggregator.processing import REASONS, PartitionProcessor
+from ldpstream.contract.spec import CollectionSpec
+from ldpstream.contract.wire import WireError, decode, encode
+from ldpstream.device.perturb import single_reports
+from ldpstream.runtime.dlq import Message
+from ldpstream.runtime.kafka import end_offsets, producer_client
+from ldpstream.simulator.simulator import chunk_messages, fleet
 from tests.fuzzing import mutate
 
 pytestmark = pytest.mark.integration

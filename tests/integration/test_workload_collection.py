@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from pipeline_support import Collection, aggregate_fleet
 
-from aggregator.store import RedisStore
-from collection.spec import parse_spec
-from runtime.kafka import delete_topic
-from runtime.settings import Settings
-from runtime.specs import publish_spec, read_specs
-from runtime.strategies import load_strategy
+from ldpstream.aggregator.store import RedisStore
+from ldpstream.contract.spec import parse_spec
+from ldpstream.runtime.kafka import delete_topic
+from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.specs import publish_spec, read_specs
+from ldpstream.runtime.strategies import load_strategy
 
 pytestmark = pytest.mark.integration
 

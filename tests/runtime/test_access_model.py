@@ -1,4 +1,5 @@
-"""Which credentials a process presents (`runtime.access`): its principal, the generated passwords, an external
+"""Which credentials a process presents (`ldpstream.runtime.access`): its principal, the generated passwords, an
+external
 cluster's librdkafka properties file, and their aiokafka form."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.access import (
+from ldpstream.runtime.access import (
     KAFKA_GRANTS,
     PRINCIPALS,
     REDIS_RULES,
@@ -21,7 +22,7 @@ from runtime.access import (
     read_properties,
     redis_credentials,
 )
-from runtime.settings import Settings, security_setting
+from ldpstream.runtime.settings import Settings, security_setting
 
 
 @pytest.fixture

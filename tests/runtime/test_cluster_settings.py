@@ -9,8 +9,8 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.redis import cluster_nodes, redis_client
-from runtime.settings import CLUSTER, TOPOLOGY_FILE, Settings, cluster_url
+from ldpstream.runtime.redis import cluster_nodes, redis_client
+from ldpstream.runtime.settings import CLUSTER, TOPOLOGY_FILE, Settings, cluster_url
 
 
 def test_a_state_dir_that_holds_a_cluster_gives_every_client_its_nodes(tmp_path: Path) -> None:

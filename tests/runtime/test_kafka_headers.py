@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from runtime.kafka import ReportProducer, client_config, ensure_topic, read_to_end
-from runtime.settings import Settings
+from ldpstream.runtime.kafka import ReportProducer, client_config, ensure_topic, read_to_end
+from ldpstream.runtime.settings import Settings
 from tests.kafka_raw import librdkafka, produce_raw
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ import logging
 import pytest
 from prometheus_client import REGISTRY
 
-from runtime.offsets import NOT_APPLIED, resume_offset
+from ldpstream.runtime.offsets import NOT_APPLIED, resume_offset
 
 
 def lost(topic: str, partition: int) -> float:
@@ -35,7 +35,7 @@ def test_messages_deleted_before_they_were_applied_are_skipped_and_reported_once
         return True
 
     before = lost("x", 3)
-    with caplog.at_level(logging.ERROR, logger="runtime.offsets"):
+    with caplog.at_level(logging.ERROR, logger="ldpstream.runtime.offsets"):
         assert resume_offset("x", 3, 99, 150, skip_lost) == 150
         assert resume_offset("x", 3, 99, 150, skip_lost) == 150  # a second reader with the old view: no report
     assert applied == {"x:3": 149}

@@ -13,10 +13,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collection.spec import SpecError
-from runtime.kafka import Headers
-from runtime.settings import Settings
-from runtime.signing import (
+from ldpstream.contract.spec import SpecError
+from ldpstream.runtime.kafka import Headers
+from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.signing import (
     DOMAIN,
     SIGNATURE_HEADER,
     SigningError,
@@ -32,7 +32,7 @@ from runtime.signing import (
     trust,
     verify,
 )
-from runtime.specs import read_specs
+from ldpstream.runtime.specs import read_specs
 from tests.fuzzing import untrusted
 
 ADMIN, OTHER = new_private_key(), new_private_key()
@@ -161,7 +161,8 @@ def test_key_files_are_in_the_secrets_dir_unless_the_environment_names_them(tmp_
 
 def test_a_reader_without_trusted_keys_refuses_every_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LDP_SPEC_TRUSTED_KEYS", str(tmp_path / "missing.pub"))
-    with mock.patch("runtime.specs.ensure_topic") as ensure, mock.patch("runtime.specs.read_to_end") as read, \
+    with mock.patch("ldpstream.runtime.specs.ensure_topic") as ensure, \
+            mock.patch("ldpstream.runtime.specs.read_to_end") as read, \
             pytest.raises(SigningError, match="every published spec is refused"):
         read_specs("unused:0")
     ensure.assert_not_called()

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.plans import PlanRegistry
-from collection.spec import CollectionSpec, SpecError, parse_spec
-from edge.plans import EdgePlans
-from runtime.kafka import ReportProducer, client_config
-from runtime.settings import Settings
-from runtime.signing import (
+from ldpstream.aggregator.plans import PlanRegistry
+from ldpstream.contract.spec import CollectionSpec, SpecError, parse_spec
+from ldpstream.edge.plans import EdgePlans
+from ldpstream.runtime.kafka import ReportProducer, client_config
+from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.signing import (
     SIGNATURE_HEADER,
     SigningError,
     ensure_signing_keys,
@@ -28,7 +28,7 @@ from runtime.signing import (
     public_line,
     sign,
 )
-from runtime.specs import produce_signed, publish_spec, read_specs, retire_old_keys, rotate_signing_key
+from ldpstream.runtime.specs import produce_signed, publish_spec, read_specs, retire_old_keys, rotate_signing_key
 from tests.kafka_raw import librdkafka, produce_raw
 
 pytestmark = pytest.mark.integration

@@ -6,12 +6,12 @@ import uuid
 
 import pytest
 
-from collection.spec import SpecError, parse_spec
-from collection.topics import DLQ_TOPIC, SPECS_TOPIC
-from runtime.kafka import ReportProducer, ensure_topic, topic_partitions
-from runtime.settings import Settings
-from runtime.signing import SIGNATURE_HEADER, load_signing_key, sign
-from runtime.specs import publish_spec, read_specs
+from ldpstream.contract.spec import SpecError, parse_spec
+from ldpstream.contract.topics import DLQ_TOPIC, SPECS_TOPIC
+from ldpstream.runtime.kafka import ReportProducer, ensure_topic, topic_partitions
+from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.signing import SIGNATURE_HEADER, load_signing_key, sign
+from ldpstream.runtime.specs import publish_spec, read_specs
 
 pytestmark = pytest.mark.integration
 
@@ -76,8 +76,8 @@ def test_invalid_messages_in_the_specs_topic_are_skipped_with_a_reason(live_serv
 
 
 def test_the_specs_topic_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from collection.topics import SPECS_TOPIC
-    from runtime.specs import specs_topic
+    from ldpstream.contract.topics import SPECS_TOPIC
+    from ldpstream.runtime.specs import specs_topic
 
     monkeypatch.delenv("LDP_SPECS_TOPIC", raising=False)
     assert specs_topic() == SPECS_TOPIC == "ldp.collections"

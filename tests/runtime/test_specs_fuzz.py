@@ -10,11 +10,11 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collection.spec import CollectionSpec, load_spec
-from runtime.kafka import Headers, Record
-from runtime.settings import PROJECT_ROOT
-from runtime.signing import SIGNATURE_HEADER, key_id, new_private_key, sign
-from runtime.specs import read_specs
+from ldpstream.contract.spec import CollectionSpec, load_spec
+from ldpstream.runtime.kafka import Headers, Record
+from ldpstream.runtime.settings import PROJECT_ROOT
+from ldpstream.runtime.signing import SIGNATURE_HEADER, key_id, new_private_key, sign
+from ldpstream.runtime.specs import read_specs
 from tests.fuzzing import untrusted
 
 GOOD = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml")
@@ -34,8 +34,8 @@ def signed(key: bytes | None, value: bytes | None) -> Record:
 @contextmanager
 def specs_topic(messages: list[Record]) -> Iterator[None]:
     """The specs topic holding these messages, in this order."""
-    with mock.patch("runtime.specs.ensure_topic"), \
-            mock.patch("runtime.specs.read_to_end", lambda bootstrap, topic: iter(messages)):
+    with mock.patch("ldpstream.runtime.specs.ensure_topic"), \
+            mock.patch("ldpstream.runtime.specs.read_to_end", lambda bootstrap, topic: iter(messages)):
         yield
 
 

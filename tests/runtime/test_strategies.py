@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collection.collector import collector_for
-from collection.spec import SpecError, parse_spec
-from runtime.strategies import strategies_for, with_strategies
+from ldpstream.contract.collector import collector_for
+from ldpstream.contract.spec import SpecError, parse_spec
+from ldpstream.runtime.strategies import strategies_for, with_strategies
 
 BASE = """
 name: cdf

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collection.spec import SpecError
-from ldp.workload.baselines import randomized_response
-from ldp.workload.mechanism import FactorizationMechanism
-from runtime.strategies import load_strategy, strategy_from_bytes
+from ldpstream.contract.spec import SpecError
+from ldpstream.mechanisms.workload.baselines import randomized_response
+from ldpstream.mechanisms.workload.mechanism import FactorizationMechanism
+from ldpstream.runtime.strategies import load_strategy, strategy_from_bytes
 from tests.fuzzing import mutate
 
 MECHANISMS = [FactorizationMechanism(randomized_response(n, eps), np.tril(np.ones((n, n))), eps)
@@ -96,8 +96,8 @@ def test_a_bad_message_under_the_hash_is_skipped_and_a_damaged_cache_file_read_a
     target = MECHANISMS[1]
     key = target.hash.encode()
     topic = [(key, VALID[1][:100], ()), (key, VALID[0], ()), (b"other", VALID[1], ()), (key, VALID[1], ())]
-    monkeypatch.setattr("runtime.strategies.ensure_topic", lambda *args, **kwargs: True)
-    monkeypatch.setattr("runtime.strategies.read_to_end", lambda bootstrap, name: iter(topic))
+    monkeypatch.setattr("ldpstream.runtime.strategies.ensure_topic", lambda *args, **kwargs: True)
+    monkeypatch.setattr("ldpstream.runtime.strategies.read_to_end", lambda bootstrap, name: iter(topic))
     assert load_strategy(target.hash, "unused:0").hash == target.hash
     cached = tmp_path / "strategies" / f"{target.hash}.npz"
     assert cached.read_bytes() == VALID[1]

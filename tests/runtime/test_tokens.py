@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.redis import async_redis_client, redis_client
-from runtime.settings import Settings
-from runtime.tokens import (
+from ldpstream.runtime.redis import async_redis_client, redis_client
+from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.tokens import (
     EXPIRED,
     INVALID,
     MAX_AGE_S,

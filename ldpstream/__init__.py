@@ -1,1 +1,0 @@
-"""ldpstream: the command line and the local services (Kafka, Redis) it starts."""

@@ -1,1 +1,0 @@
-"""producer: the device side (spec, budget ledger, wire encoding, Kafka producer, fleet simulator)."""

@@ -1,0 +1,105 @@
+"""Estimates on read: a window's statistics from the store through the collection's collector, as JSON.
+
+The raw unbiased estimate is always there; post-processing (clip a mean into its range, make frequencies
+consistent by Norm-Sub or least-squares projection) is biased and is added beside it, never instead of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+
+from ldpstream.aggregator.plans import Plan
+from ldpstream.aggregator.store import ALL_TIME, StatsStore
+from ldpstream.contract.spec import CategoricalAttribute, KeyValueAttribute, SpecError, StringAttribute
+from ldpstream.mechanisms.postprocess import clip_mean, norm_sub, project_simplex
+
+PostProcess = Literal["none", "clip", "norm_sub", "project"]
+POSTPROCESS = ("none", "clip", "norm_sub", "project")
+
+
+def resolve_window(store: StatsStore, plan: Plan, window: str) -> tuple[str, int]:
+    """(window, start_ms) for 'all', '1h' (its newest window with data) or '1h:<start_ms>'."""
+    name, _, start = window.partition(":")
+    if name == ALL_TIME:
+        return ALL_TIME, 0
+    if name not in plan.spec.windows:
+        raise SpecError(f"{plan.spec.key} has no window {name!r}; windows: {', '.join([*plan.spec.windows, 'all'])}")
+    if start:
+        return name, int(start)
+    starts = [s for v, w, s in store.windows(plan.spec.name) if v == plan.spec.version and w == name]
+    return name, max(starts) if starts else 0
+
+
+def query_labels(workload: str, values: list[str], count: int) -> list[str]:
+    """Names of a workload's queries over a categorical attribute's values (q0, q1, ... where none is natural)."""
+    if workload == "histogram" and count == len(values):
+        return list(values)
+    if workload == "prefix" and count == len(values):
+        return [f"<= {v}" for v in values]
+    if workload == "all_range" and count == len(values) * (len(values) + 1) // 2:
+        return [f"[{values[i]}, {values[j]}]" for i in range(len(values)) for j in range(i, len(values))]
+    return [f"q{i}" for i in range(count)]
+
+
+def _float(x: Any) -> float | None:
+    v = float(x)
+    return v if np.isfinite(v) else None
+
+
+def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
+                         postprocess: PostProcess = "none") -> dict[str, Any]:
+    """{"collection", "version", "window", "window_start_ms", "reports", "attributes": {...}} for one window.
+
+    Per attribute: {"mean", "stderr"} (numeric), {"frequencies": {value: {"estimate", "stderr"}}} (categorical; a
+    string attribute's are its decoded heavy hitters, largest first, with "heavy_hitters": top), {"workload",
+    "answers": {query: {"estimate", "stderr"}}} (a factorization attribute's workload answers), or {"frequencies":
+    {key: ...}, "means": {key: {"estimate", "stderr"}}} (keyvalue: how many devices hold each key, and the mean of
+    their values; a mean is null where no holder is estimated).
+    """
+    if postprocess not in POSTPROCESS:
+        raise ValueError(f"postprocess must be one of {POSTPROCESS}, got {postprocess!r}")
+    name, start = resolve_window(store, plan, window)
+    stats = store.read_window(plan.spec.name, plan.spec.version, name, start, plan.sizes)
+    estimates = plan.estimate(stats)
+    attributes: dict[str, Any] = {}
+    for attr in plan.spec.attributes:
+        est = estimates[attr.name]
+        entry: dict[str, Any]
+        if isinstance(attr, CategoricalAttribute) and attr.workload is not None:
+            labels = query_labels(attr.workload, attr.values, len(np.atleast_1d(est.value)))
+            entry = {"workload": attr.workload, "answers": {
+                q: {"estimate": _float(f), "stderr": _float(se)} for q, f, se in zip(labels, est.value, est.stderr,
+                                                                                     strict=True)}}
+        elif isinstance(attr, KeyValueAttribute):
+            value, stderr = np.asarray(est.value), np.asarray(est.stderr)
+            entry = {kind: {k: {"estimate": _float(x), "stderr": _float(se)}
+                            for k, x, se in zip(attr.labels, value[row], stderr[row], strict=True)}
+                     for row, kind in enumerate(("frequencies", "means"))}
+            if postprocess == "clip":
+                entry["postprocessed"] = {"method": "clip", "means": {
+                    k: float(clip_mean(x, *attr.range)) for k, x in zip(attr.labels, value[1], strict=True)
+                    if np.isfinite(x)}}
+        elif isinstance(attr, StringAttribute):  # the decoded top list, largest first, as frequencies
+            entry = {"heavy_hitters": attr.top, "frequencies": {
+                item: {"estimate": _float(f), "stderr": _float(s)}
+                for item, f, s in zip(est.items, est.value, est.stderr, strict=True)}}  # type: ignore[attr-defined]
+        elif isinstance(attr, CategoricalAttribute):
+            freqs = np.asarray(est.value, dtype=np.float64)
+            entry = {"frequencies": {
+                v: {"estimate": _float(f), "stderr": _float(s)} for v, f, s in zip(attr.values, freqs, est.stderr,
+                                                                                   strict=True)}}
+            if postprocess in ("norm_sub", "project") and np.isfinite(freqs).all():
+                consistent = norm_sub(freqs) if postprocess == "norm_sub" else project_simplex(freqs)
+                entry["postprocessed"] = {"method": postprocess,
+                                          "frequencies": dict(zip(attr.values, map(float, consistent), strict=True))}
+        else:
+            entry = {"mean": _float(est.value), "stderr": _float(est.stderr)}
+            if postprocess == "clip" and np.isfinite(est.value):
+                entry["postprocessed"] = {"method": "clip", "mean": float(clip_mean(est.value, *attr.range))}
+        entry["mechanism"] = plan.mechanisms[plan.spec.attribute_index(attr.name)].name
+        attributes[attr.name] = entry
+    return {"collection": plan.spec.name, "version": plan.spec.version,
+            "window": name if name == ALL_TIME else f"{name}:{start}", "window_start_ms": start,
+            "reports": int(stats.devices), "attributes": attributes}

@@ -1,0 +1,139 @@
+"""The store-wide Prometheus metrics the API serves, and the labels of every metric of the system (the
+per-process ones are defined in `ldpstream.runtime.metrics`). Prefix `ldp_`, base units, bounded label values.
+
+Labels and their values (no device ids, no free text):
+- collection: a published collection name (as many as there are collections);
+- outcome: accepted | rejected; reason: '' or one of `ldpstream.aggregator.processing.REASONS` (10 values);
+- status: applied | skipped | overlap | gap | stale (a micro-batch's fate in the store);
+- attribute / value: a spec's attribute names and categorical values, or a factorization attribute's workload
+  queries (e.g. "<= v" for a prefix workload: K per attribute; bounded by the published specs);
+- window: all (the all-time window), or a window length such as 1h for the newest window of that length.
+- partition: a report topic's partition number (a spec's `partitions`, 8 by default) or of `ldp.sgd.gradients`;
+- topic: a report topic (one per collection) or `ldp.sgd.gradients` (`ldp_lost_messages`).
+- job: an SGD training job's id (one coordinator per job); for `ldp_sgd_gradients`, outcome: accepted | dropped |
+  rejected and reason: '' or one of `ldpstream.sgd.coordinator`'s (stale, or the 7 `REJECT_REASONS`).
+Worker processes serve the per-process metrics (batches, latency, rejects seen by that worker); the API serves
+the store-wide ones (`StoreCollector`: exact report totals, consumer lag, freshness, estimates, computed from
+Redis and Kafka at scrape time, for the newest published version of each collection).
+
+Series per collection of the store-wide metrics: reports 1 + (reasons seen, <= 9); lag one per partition;
+freshness 1; estimates and their standard errors (1 + tumbling windows) x (numeric attributes + categorical
+values) each. The diagnostics example: 9 reports, 8 lag, 1 freshness, 2 x 2 x 25 = 100 estimate series.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ldpstream.aggregator.estimates import collection_estimates
+from ldpstream.aggregator.health import EndOffsets, partition_lag
+from ldpstream.aggregator.plans import Plan
+from ldpstream.aggregator.store import ALL_TIME, StatsStore
+
+log = logging.getLogger(__name__)
+
+ESTIMATE_LABELS = ["collection", "attribute", "value", "window"]
+
+
+@dataclass(frozen=True)
+class StoreFamilies:
+    """The store-wide metric families of one scrape (empty until `StoreCollector.collect` fills them)."""
+
+    collections: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_collections", "Published collections"))
+    reports: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
+        "ldp_reports", "Reports applied to the store, by outcome (exact totals)",
+        labels=["collection", "outcome", "reason"]))
+    lag: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_consumer_lag_messages", "Messages of a report partition not yet applied to the store",
+        labels=["collection", "partition"]))
+    freshness: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_freshness_seconds", "Age of the newest report applied to the store", labels=["collection"]))
+    estimate: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_estimate", "Unbiased estimate: a numeric attribute's mean (value '') or a categorical value's "
+        "frequency", labels=ESTIMATE_LABELS))
+    stderr: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_estimate_stderr", "Standard error of ldp_estimate", labels=ESTIMATE_LABELS))
+
+    def all(self) -> list[Metric]:
+        return [self.collections, self.reports, self.lag, self.freshness, self.estimate, self.stderr]
+
+
+class StoreCollector(Collector):
+    """The store-wide metrics, read from the store and Kafka at each scrape (registered by the API process only).
+
+    `plans` gives the published plans, `end_offsets` the high watermark of every partition of the given topics
+    (topics that do not exist are left out).
+    """
+
+    def __init__(self, store: StatsStore, plans: Callable[[], Sequence[Plan]], end_offsets: EndOffsets,
+                 clock_s: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.plans = plans
+        self.end_offsets = end_offsets
+        self.clock_s = clock_s
+
+    def describe(self) -> Iterable[Metric]:
+        """The families without samples (so registering the collector reads nothing)."""
+        return StoreFamilies().all()
+
+    def collect(self) -> Iterable[Metric]:
+        families = StoreFamilies()
+        latest = {p.spec.name: p for p in sorted(self.plans(), key=lambda p: (p.spec.name, p.spec.version))}
+        families.collections.add_metric([], len(latest))
+        self._lag(families.lag, list(latest.values()))
+        now_s = self.clock_s()
+        for name, plan in sorted(latest.items()):
+            for key, n in sorted(self.store.outcomes(name).items()):
+                outcome, _, reason = key.partition(":")
+                families.reports.add_metric([name, outcome, reason], n)
+            newest_ms = self.store.freshness(name).get("newest_report_ms")
+            if newest_ms is not None:
+                families.freshness.add_metric([name], now_s - newest_ms / 1000)
+            self._estimates(families.estimate, families.stderr, plan)
+        return families.all()
+
+    def _lag(self, family: GaugeMetricFamily, plans: list[Plan]) -> None:
+        """High watermark - (applied offset + 1) per partition; left out (and logged) if Kafka does not answer."""
+        try:
+            ends = self.end_offsets([p.spec.topic for p in plans])
+        except KafkaException as exc:
+            log.warning("consumer lag left out of this scrape: Kafka: %s", exc)
+            return
+        for (name, partition), waiting in partition_lag(self.store, {p.spec.name: p.spec.topic for p in plans},
+                                                        ends).items():
+            family.add_metric([name, str(partition)], waiting)
+
+    def _estimates(self, estimate: GaugeMetricFamily, stderr: GaugeMetricFamily, plan: Plan) -> None:
+        """All-time and newest-tumbling-window estimates of windows with reports (unbiased, no post-processing)."""
+        for window in [ALL_TIME, *plan.spec.windows]:
+            result = collection_estimates(self.store, plan, window)
+            if not result["reports"]:
+                continue
+            for attribute, entry in result["attributes"].items():
+                values = entry.get("frequencies") or entry.get("answers") or {}
+                series = ([("", entry["mean"], entry["stderr"])] if "mean" in entry else
+                          [(v, f["estimate"], f["stderr"]) for v, f in values.items()])
+                series += [(f"{v} mean", m["estimate"], m["stderr"]) for v, m in entry.get("means", {}).items()]
+                for value, x, s in series:
+                    labels = [plan.spec.name, attribute, value, window]
+                    if x is not None:
+                        estimate.add_metric(labels, x)
+                    if s is not None:
+                        stderr.add_metric(labels, s)
+
+
+def store_registry(collector: StoreCollector) -> CollectorRegistry:
+    """A registry of the store-wide metrics and the serving process's own (CPU, memory, file descriptors)."""
+    registry = CollectorRegistry()
+    registry.register(collector)
+    ProcessCollector(registry=registry)
+    return registry

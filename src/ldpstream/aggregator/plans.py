@@ -1,0 +1,117 @@
+"""Published collection specs as aggregation plans: the spec, its collector, one mechanism per attribute.
+
+A plan is built when its spec is first read: the factorization strategies the spec pins are loaded then
+(`ldpstream.runtime.strategies`), so the collector itself is pure (`ldpstream.contract.collector`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from confluent_kafka import KafkaException
+
+from ldpstream.aggregator.store import WindowStats
+from ldpstream.contract.collector import Strategies, collector_for
+from ldpstream.contract.spec import CollectionSpec, SpecError
+from ldpstream.mechanisms.base import Estimate, Mechanism, ReportSchema
+from ldpstream.mechanisms.mixed import MixedCollector, block_size, joined_stats
+from ldpstream.runtime.specs import log_refused, read_specs
+from ldpstream.runtime.strategies import strategies_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to aggregate and estimate one published spec version (the same collector the devices use)."""
+
+    spec: CollectionSpec
+    strategies: Strategies = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def load(cls, spec: CollectionSpec, bootstrap: str | None = None) -> Plan:
+        """The plan of a published spec, with the strategies it pins (read from Kafka if not cached locally)."""
+        return cls(spec, strategies_for(spec, bootstrap))
+
+    @cached_property
+    def collector(self) -> MixedCollector:
+        return collector_for(self.spec, self.strategies)
+
+    @cached_property
+    def mechanisms(self) -> tuple[Mechanism, ...]:
+        return tuple(self.collector.mechanisms[a.name] for a in self.spec.attributes)
+
+    @cached_property
+    def schemas(self) -> tuple[ReportSchema, ...]:
+        """Each attribute's report schema (computed once: the hot path checks every message against it)."""
+        return tuple(m.schema for m in self.mechanisms)
+
+    @property
+    def attributes_per_device(self) -> int:
+        return self.collector.k
+
+    @cached_property
+    def sizes(self) -> dict[int, int]:
+        """Statistics length per attribute index in the store: [devices that sampled it, mechanism statistics]."""
+        return {j: block_size(m) for j, m in enumerate(self.mechanisms)}
+
+    def estimate(self, window: WindowStats) -> dict[str, Estimate]:
+        """Per attribute, the collector's unbiased estimate from a window's statistics."""
+        blocks = [window.stats[j] for j in range(len(self.spec.attributes))]
+        return self.collector.estimate(joined_stats(window.devices, blocks))
+
+
+class PlanRegistry:
+    """The published specs, read from `ldp.collections` and re-read (at most every `refresh_s`) on a miss."""
+
+    def __init__(self, bootstrap: str, refresh_s: float = 5.0) -> None:
+        self.bootstrap = bootstrap
+        self.refresh_s = refresh_s
+        self._plans: dict[str, Plan] = {}
+        self._last_refresh = -float("inf")
+        self._refused: set[str] = set()  # reasons for refused spec messages, logged once
+        self._lock = threading.Lock()
+
+    def get(self, name: str, version: int) -> Plan | None:
+        """The plan of name@version, or None if it is not published."""
+        key = f"{name}@{version}"
+        plan = self._plans.get(key)
+        if plan is None and time.monotonic() - self._last_refresh >= self.refresh_s:
+            self.refresh()
+            plan = self._plans.get(key)
+        return plan
+
+    def refresh(self) -> None:
+        """Re-read the specs topic; a spec that cannot be read, or whose plan cannot be built, is logged and left
+        out (and tried again at the next refresh)."""
+        with self._lock:
+            self._last_refresh = time.monotonic()
+            try:
+                invalid: list[str] = []
+                specs = read_specs(self.bootstrap, invalid, known={k: p.spec for k, p in self._plans.items()})
+            except (SpecError, RuntimeError, KafkaException) as exc:
+                log.error("cannot read published specs: %s", exc)
+                return
+            log_refused(invalid, self._refused, log)
+            for key, spec in specs.items():
+                if key not in self._plans:
+                    try:
+                        plan = Plan.load(spec, self.bootstrap)
+                        plan.schemas  # noqa: B018 - builds the collector now, not in the first batch that needs it
+                    except Exception as exc:  # a published spec is outside input: whatever building its plan raises
+                        log.error("published spec %s left out: %s", key, exc)
+                        continue
+                    self._plans[key] = plan
+
+    def plans(self) -> list[Plan]:
+        """Every known plan (refreshing first)."""
+        self.refresh()
+        return sorted(self._plans.values(), key=lambda p: (p.spec.name, p.spec.version))
+
+    def latest(self, name: str) -> Plan | None:
+        """The highest published version of a collection."""
+        versions = [p for p in self.plans() if p.spec.name == name]
+        return versions[-1] if versions else None

@@ -1,0 +1,26 @@
+"""`ldp aggregate`: aggregator worker processes in one consumer group, supervised, in the foreground."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+
+def aggregate(workers: int = typer.Option(1, min=1, max=64, help="worker processes (one consumer group)"),
+              group: str = typer.Option("ldp-aggregator", help="consumer group (ldp-aggregator*: ACLs)"),
+              metrics_port: int = typer.Option(None, help="serve worker i's metrics on this port + i")) -> None:
+    """Run aggregator workers in the foreground until SIGINT/SIGTERM (each batch applied whole or not at all)."""
+    from ldpstream.aggregator.health import WorkerRegistry
+    from ldpstream.aggregator.processes import WorkerPool
+    from ldpstream.runtime.redis import redis_client
+    from ldpstream.runtime.settings import Settings
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    registry = WorkerRegistry(redis_client(Settings.from_env().redis, 5.0))
+    raise typer.Exit(WorkerPool(workers, group, metrics_port, registry).run())
+
+
+def register(app: typer.Typer) -> None:
+    """Add `ldp aggregate`."""
+    app.command()(aggregate)

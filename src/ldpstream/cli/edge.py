@@ -1,0 +1,133 @@
+"""`ldp edge`: the HTTP ingestion edge (one or more processes on one port); `ldp devices enroll|revoke`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+devices_app = typer.Typer(no_args_is_help=True, help="Enrol and revoke the devices the edge accepts reports from.")
+
+
+def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+         port: Annotated[int, typer.Option(min=1, max=65535)] = 8080,
+         workers: Annotated[int, typer.Option(min=1, max=64, help="edge processes sharing the port "
+                                                                  "(SO_REUSEPORT), each with its own spool")] = 1,
+         max_reports: Annotated[int, typer.Option(help="reports per request (a device's outbox)")] = 100,
+         rate: Annotated[int, typer.Option(help="requests per device per second")] = 20,
+         max_connections: Annotated[int, typer.Option(min=1, help="open connections per process; more are "
+                                                                  "answered 503")] = 10_000,
+         idle_timeout_s: Annotated[float, typer.Option(help="close a connection without a complete request "
+                                                            "for this long")] = 60.0,
+         body_timeout_s: Annotated[float, typer.Option(help="answer 408 to a body that has not arrived within "
+                                                            "this")] = 30.0,
+         tls_cert: Annotated[Path | None, typer.Option(help="serve HTTPS with this certificate chain (PEM)")] = None,
+         tls_key: Annotated[Path | None, typer.Option(help="the certificate's private key (PEM)")] = None) -> None:
+    """Serve POST /v1/collections/NAME/reports, /healthz, /readyz, /metrics, /openapi.json until SIGINT/SIGTERM;
+    a process that exits is started again (its spool is drained when it is back). /metrics, from any process,
+    sums them all."""
+    from prometheus_client.multiprocess import mark_process_dead
+
+    from ldpstream.edge.processes import start_edge, stop_edge
+    from ldpstream.runtime.metrics import MULTIPROCESS_DIR
+    from ldpstream.runtime.settings import Settings
+
+    state = Settings.from_env().state_dir / "edge"
+    tls = ["--tls-cert", str(tls_cert), "--tls-key", str(tls_key)] if tls_cert or tls_key else []
+    args = ["--max-reports", str(max_reports), "--rate", str(rate), "--max-connections", str(max_connections),
+            "--idle-timeout-s", str(idle_timeout_s), "--body-timeout-s", str(body_timeout_s),
+            *(["--reuse-port"] if workers > 1 else []), *tls]
+    metrics_dir = state / "metrics" / str(port)  # the processes' summed metrics: this group's, from zero
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(parents=True)
+
+    def start(i: int) -> subprocess.Popen[bytes]:
+        return start_edge(port, state / "spool" / f"{port}-{i}", *args, host=host,
+                          env={MULTIPROCESS_DIR: str(metrics_dir)})
+
+    procs = [start(i) for i in range(workers)]
+    stopping = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.append(True))
+    typer.echo(f"edge: {workers} process(es) on http{'s' if tls else ''}://{host}:{port}")
+    while not stopping:
+        for i, proc in enumerate(procs):
+            if proc.poll() is not None and not stopping:
+                typer.echo(f"edge process {proc.pid} exited with {proc.returncode}; restarting", err=True)
+                mark_process_dead(proc.pid, str(metrics_dir))  # its gauges leave the sum; its counters stay
+                procs[i] = start(i)
+        time.sleep(0.5)
+    for proc in procs:
+        stop_edge(proc)
+
+
+@devices_app.command("enroll")
+def enroll(collection: Annotated[str, typer.Option(help="collection name")],
+           count: Annotated[int, typer.Option(min=1, max=10_000_000, help="devices to enrol")],
+           out: Annotated[Path, typer.Option(help="write the credentials here (JSON; keep it secret)")]) -> None:
+    """Issue credentials (device id + key) for COUNT new devices; the edge stores only their generation."""
+    from ldpstream.edge.devices import DeviceRegistry
+    from ldpstream.edge.keyring import Keyring
+    from ldpstream.runtime.redis import redis_client
+    from ldpstream.runtime.settings import Settings
+
+    cfg = Settings.from_env()
+    registry = DeviceRegistry(redis_client(cfg.redis, 10.0), Keyring.create(cfg.edge_key))
+    credentials = registry.enroll(collection, count)
+    out.write_text(json.dumps([c.to_json() for c in credentials]))
+    out.chmod(0o600)
+    typer.echo(f"{count} device(s) enrolled in {collection}; credentials in {out}")
+
+
+@devices_app.command("revoke")
+def revoke(collection: Annotated[str, typer.Option(help="collection name")],
+           device: Annotated[list[str], typer.Argument(help="device ids")]) -> None:
+    """Revoke devices: every request they sign is answered 401 from now on."""
+    from ldpstream.edge.devices import DeviceRegistry
+    from ldpstream.edge.keyring import Keyring
+    from ldpstream.runtime.redis import redis_client
+    from ldpstream.runtime.settings import Settings
+
+    cfg = Settings.from_env()
+    found = DeviceRegistry(redis_client(cfg.redis, 10.0), Keyring(cfg.edge_key)).revoke(collection, device)
+    typer.echo(f"{found} of {len(device)} device(s) revoked in {collection}")
+    if found < len(device):
+        raise typer.Exit(1)
+
+
+@devices_app.command("rotate-key")
+def rotate_key() -> None:
+    """Add a master-key generation: new enrolments use it; devices of older generations keep reporting."""
+    from ldpstream.edge.keyring import Keyring
+    from ldpstream.runtime.settings import Settings
+
+    keyring = Keyring.create(Settings.from_env().edge_key)
+    generation = keyring.rotate()
+    typer.echo(f"master key generation {generation} made; generations in service: {keyring.generations}")
+
+
+@devices_app.command("retire-key")
+def retire_key(generation: Annotated[int, typer.Argument(help="the generation to retire")]) -> None:
+    """Delete a master-key generation: its devices are answered 401 from now on (they enrol again)."""
+    from ldpstream.edge.keyring import Keyring
+    from ldpstream.runtime.settings import Settings
+
+    keyring = Keyring(Settings.from_env().edge_key)
+    try:
+        keyring.retire(generation)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"master key generation {generation} retired; generations in service: {keyring.generations}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `ldp edge` and `ldp devices`."""
+    app.command("edge")(edge)
+    app.add_typer(devices_app, name="devices")

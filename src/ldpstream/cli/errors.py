@@ -1,0 +1,116 @@
+"""Errors a person can act on: what is wrong and what to run, in one line.
+
+`explain(exc)` turns the errors a command meets at its edges (a missing file, Kafka or Redis not answering,
+refused credentials, an unpublished collection, a bad spec) into that line, or None for a bug, which keeps its
+traceback. `require_services` checks Kafka and Redis before a command waits on them, so a stopped stack is one
+line after at most a few seconds instead of a client's retries. The client libraries' own logs go to the logging
+module (`quiet_client_logs`): warnings and worse, behind a prefix, never a library's raw lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+START_STACK = "start the local services with `ldp up` (or point KAFKA_BOOTSTRAP and REDIS_URL at yours)"
+SERVER_MODULES = ("confluent_kafka", "faust", "aiokafka", "redis", "aiohttp", "scipy", "prometheus_client", "uvloop")
+
+
+class CliError(Exception):
+    """An error whose message already says what is wrong and what to do."""
+
+
+class NotPublished(CliError):
+    """A command named a collection that has no published spec."""
+
+    def __init__(self, name: str, version: int | None = None) -> None:
+        which = f"{name!r}" + (f" version {version}" if version is not None else "")
+        super().__init__(f"no published collection {which}: publish its spec with `ldp spec publish FILE`")
+
+
+def require_services(kafka: bool = True, redis: bool = True, timeout_s: float = 3.0) -> None:
+    """CliError unless the configured Kafka (and Redis) answer within `timeout_s` (each)."""
+    from ldpstream.runtime.settings import Settings
+
+    cfg = Settings.from_env()
+    missing = []
+    if kafka:
+        from ldpstream.runtime.kafka import metadata_answers
+
+        if not metadata_answers(cfg.bootstrap, timeout_s):
+            missing.append(f"Kafka at {cfg.bootstrap}")
+    if redis:
+        from ldpstream.runtime.redis import redis_answers
+
+        if not redis_answers(cfg.redis, timeout_s):
+            missing.append(f"Redis at {redacted(cfg.redis)}")
+    if missing:
+        raise CliError(f"{' and '.join(missing)} not answering: {START_STACK}")
+
+
+def redacted(url: str) -> str:
+    """A Redis URL without its password."""
+    head, at, tail = url.rpartition("@")
+    return f"{head.split('//')[0]}//***@{tail}" if at else url
+
+
+def explain(exc: BaseException) -> str | None:
+    """One line for an error a person can act on, None for anything else (a bug: keep its traceback)."""
+    if isinstance(exc, CliError):
+        return str(exc)
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in SERVER_MODULES:
+        return (f"this command needs the server install ({exc.name} is missing): "
+                f"pip install 'ldpstream[server]'")
+    if isinstance(exc, FileNotFoundError):
+        return f"{exc.filename or exc}: no such file or directory"
+    if isinstance(exc, PermissionError):
+        return f"{exc.filename or exc}: permission denied"
+    module = type(exc).__module__.split(".")[0]
+    if module == "redis":
+        return _redis(exc)
+    if module in ("confluent_kafka", "cimpl"):
+        return _kafka(exc)
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & {"SpecError", "LDPError", "SigningError", "TopicError", "DeliveryError", "WireError"}:
+        return str(exc)
+    return None
+
+
+def _redis(exc: BaseException) -> str | None:
+    import redis.exceptions as rex
+
+    if isinstance(exc, rex.AuthenticationError | rex.NoPermissionError):
+        return f"Redis refused this process's credentials ({exc}): check LDP_SECRETS_DIR, or run `ldp up`"
+    if isinstance(exc, rex.ConnectionError | rex.TimeoutError):
+        return f"Redis does not answer ({exc}): {START_STACK}"
+    return None
+
+
+def _kafka(exc: BaseException) -> str | None:
+    from confluent_kafka import KafkaError
+
+    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    if error is None:
+        return None
+    code = error.code()
+    if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE):
+        return f"Kafka does not answer ({error.str()}): {START_STACK}"
+    if code in (KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION):
+        return f"Kafka refused this process's credentials ({error.str()}): check LDP_SECRETS_DIR, or run `ldp up`"
+    if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+                KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+        return f"Kafka refused this principal ({error.str()}): see LDP_PRINCIPAL and the ACLs `ldp up` applies"
+    return None
+
+
+def quiet_client_logs() -> None:
+    """Client libraries' logs (librdkafka through `ldpstream.runtime.kafka`, aiokafka, redis): warnings and worse,
+    one line each behind the library's name, on standard error."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
+    for name in ("ldpstream.kafka", "aiokafka", "kafka", "redis"):
+        logger = logging.getLogger(name)
+        if not logger.handlers:
+            logger.addHandler(handler)
+            logger.setLevel(logging.WARNING)
+            logger.propagate = False

@@ -1,0 +1,55 @@
+"""How commands print: a flat result as one JSON line or a two-column table; estimates as a table."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def print_fields(payload: dict[str, Any], as_json: bool) -> None:
+    """`payload` as JSON, or as a field/value table (floats to 6 significant digits)."""
+    if as_json:
+        typer.echo(json.dumps(payload))
+        return
+    table = Table("field", "value")
+    for key, value in payload.items():
+        table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+    console.print(table)
+
+
+def estimates_table(result: dict[str, Any], truth: dict[str, Any] | None = None) -> Table:
+    """A table of a collection's estimates (and, given the truth, |error| / stderr)."""
+    title = f"{result['collection']} v{result['version']} window {result['window']}: {result['reports']:,} reports"
+    columns = ["attribute", "value", "estimate", "stderr", *(["truth", "|err|/stderr"] if truth else ["95% CI"])]
+    table = Table(*columns, title=title)
+    for name, entry in result["attributes"].items():
+        kind = "frequencies" if "frequencies" in entry else "answers"
+        rows = ([("mean", entry["mean"], entry["stderr"], (truth or {}).get(name, {}).get("mean"))]
+                if "mean" in entry else
+                [(v, e["estimate"], e["stderr"], (truth or {}).get(name, {}).get(kind, {}).get(v))
+                 for v, e in entry[kind].items()])
+        rows += [(f"{v} mean", e["estimate"], e["stderr"], (truth or {}).get(name, {}).get("means", {}).get(v))
+                 for v, e in entry.get("means", {}).items()]
+        for i, (label, est, se, true) in enumerate(rows):
+            cells = [name if i == 0 else "", str(label), _fmt(est), _fmt(se)]
+            if truth is not None:
+                z = abs(est - true) / se if None not in (est, se, true) and se > 0 else float("nan")
+                cells += [_fmt(true), f"[{'green' if z < 3 else 'red'}]{z:.2f}[/]"]
+            else:
+                cells.append("-" if None in (est, se) else f"[{_fmt(est - 1.96 * se)}, {_fmt(est + 1.96 * se)}]")
+            table.add_row(*cells)
+    return table
+
+
+def _fmt(x: float | None) -> str:
+    import numpy as np
+
+    if x is None or not np.isfinite(x):
+        return "-"
+    return f"{x:.4g}"

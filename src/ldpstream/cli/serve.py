@@ -1,0 +1,55 @@
+"""`ldp serve`: the HTTP API (collections, estimates, Prometheus metrics, health) in the foreground."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from ldpstream.runtime.settings import Settings
+
+
+NO_TOKEN_HINT = ("no active API token: every request but /healthz is answered 401 until an admin issues one, e.g. "
+                 "`ldp tokens create --scope read --name dashboards` (and `--scope metrics --out FILE` for "
+                 "Prometheus)")
+
+
+def token_hint(cfg: Settings) -> str | None:
+    """How to get a token when none is active; None when one is, or when Redis cannot tell (reads only)."""
+    from redis import RedisError
+
+    from ldpstream.contract.clock import now_ms
+    from ldpstream.runtime.redis import redis_client
+    from ldpstream.runtime.tokens import TokenStore
+
+    try:
+        records = TokenStore(redis_client(cfg.redis, 2.0)).records()
+    except (RedisError, ValueError):
+        return None
+    return None if any(r.status(now_ms()) == "active" for r in records) else NO_TOKEN_HINT
+
+
+def serve(host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.0.0: every interface)"),
+          port: int = typer.Option(8000, min=1, max=65535, help="TCP port")) -> None:
+    """Serve /collections, /collections/NAME/estimates and /metrics (bearer token with scope read, resp. metrics:
+    `ldp tokens create`) and /healthz (open) until SIGINT or SIGTERM."""
+    from ldpstream.aggregator.api import serve as serve_api
+    from ldpstream.runtime.access import act_as
+    from ldpstream.runtime.settings import Settings
+
+    act_as("api")
+    cfg = Settings.from_env()
+    hint = token_hint(cfg)
+    if hint is not None:
+        typer.echo(hint, err=True)
+    try:
+        serve_api(cfg, host, port, on_start=typer.echo)
+    except OSError as exc:
+        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror}", err=True)
+        raise typer.Exit(1) from exc
+
+
+def register(app: typer.Typer) -> None:
+    """Add `ldp serve` to the app."""
+    app.command("serve")(serve)

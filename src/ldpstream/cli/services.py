@@ -1,0 +1,184 @@
+"""`ldp up`, `ldp down`, `ldp status`: the local Kafka and Redis (single servers, or `--cluster`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from ldpstream.aggregator.health import Health
+    from ldpstream.runtime.settings import Settings
+
+
+console = Console()
+
+
+def up(cluster: bool = typer.Option(False, "--cluster", help="a 3-node Kafka cluster and a Redis Cluster of 3 "
+                                                                  "primaries with a replica each, not single servers")
+       ) -> None:
+    """Make the spec-signing keys if missing, start the local Kafka broker and Redis server, or with --cluster the
+    local clusters (idempotent). The state dir remembers which: later commands use the same."""
+    from ldpstream.runtime.settings import CLUSTER, Settings, recorded_topology
+    from ldpstream.runtime.signing import SigningError, ensure_signing_keys
+    from ldpstream.services import ServiceError, services
+
+    cfg = Settings.from_env()
+    try:
+        if (cluster or cfg.cluster) and recorded_topology(cfg.state_dir) != CLUSTER:
+            cfg = record_topology(replace(cfg, cluster=False), CLUSTER)
+        console.print(f"[bold]spec signing[/]: {ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys)}")
+        for svc in services(cfg):
+            with console.status(f"starting {svc.name} ..."):
+                console.print(f"[bold]{svc.name}[/]: {svc.start()}")
+    except (ServiceError, SigningError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from exc
+
+
+def down(purge: bool = typer.Option(False, "--purge", help="also delete the services' data")) -> None:
+    """Stop the local services that `ldp up` started."""
+    from ldpstream.runtime.settings import TOPOLOGY_FILE, Settings
+    from ldpstream.services import ServiceError, services
+
+    cfg = Settings.from_env()
+    failed = False
+    for svc in reversed(services(cfg)):
+        try:
+            console.print(f"[bold]{svc.name}[/]: {svc.stop()}")
+        except ServiceError as exc:
+            console.print(f"[red]{svc.name}: {exc}[/]")
+            failed = True
+        for path in svc.purgeable if purge else []:
+            shutil.rmtree(path, ignore_errors=True)
+    if purge and not failed:
+        (cfg.state_dir / TOPOLOGY_FILE).unlink(missing_ok=True)
+    if failed:
+        raise typer.Exit(1)
+
+
+def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
+           services_only: bool = typer.Option(False, "--services-only", help="only the services, not the pipeline"),
+           ) -> None:
+    """Show each service, its address and whether it answers, then the pipeline's health (workers, crash loops,
+    collections with messages waiting); exit 1 if a service does not answer or the pipeline is unhealthy."""
+    from ldpstream.runtime.settings import Settings
+    from ldpstream.services import services
+
+    cfg = Settings.from_env()
+    rows = [row for svc in services(cfg) for row in svc.statuses()]
+    health = pipeline_status(cfg) if all(r.answers for r in rows) and not services_only else None
+    if as_json:
+        typer.echo(json.dumps({"services": [r.__dict__ for r in rows],
+                               "pipeline": None if health is None else health.as_dict()}))
+    else:
+        table = Table("service", "address", "managed", "pid", "answers", "authentication", "detail")
+        for r in rows:
+            auth = f"[red]{r.authentication}[/]" if r.authentication == "off" else r.authentication
+            table.add_row(r.name, r.address, "yes" if r.managed else "no", str(r.pid or "-"),
+                          "[green]yes[/]" if r.answers else "[red]no[/]", auth, r.detail)
+        console.print(table)
+        if health is not None:
+            print_health(health)
+    if not all(r.answers for r in rows) or (health is not None and not health.ok):
+        raise typer.Exit(1)
+
+
+def record_topology(cfg: Settings, topology: str) -> Settings:
+    """Record in the state dir that it holds `topology`'s services (refused while the servers of `cfg`'s run); the
+    settings as they now are."""
+    from ldpstream.runtime.settings import TOPOLOGY_FILE, Settings
+    from ldpstream.services import ServiceError, services
+
+    running = [svc.name for svc in services(cfg) if any(r.pid for r in svc.statuses())]
+    if running:
+        raise ServiceError(f"the single-node {' and '.join(running)} of {cfg.state_dir} are running: `ldp down` them "
+                           f"first, or use another LDP_STATE_DIR for the cluster")
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    (cfg.state_dir / TOPOLOGY_FILE).write_text(topology + "\n")
+    return Settings.from_env()
+
+
+def pipeline_status(cfg: Settings) -> Health:
+    """The pipeline's health over the project's services (`ldpstream.aggregator.health`)."""
+    from ldpstream.aggregator.api import TopicEnds
+    from ldpstream.aggregator.health import HealthPolicy, pipeline_health
+    from ldpstream.aggregator.plans import PlanRegistry
+    from ldpstream.aggregator.store import RedisStore
+
+    plans = PlanRegistry(cfg.bootstrap).plans()
+    return pipeline_health(RedisStore(cfg.redis), {p.spec.name: p.spec.topic for p in plans}, TopicEnds(cfg.bootstrap),
+                           HealthPolicy.from_env())
+
+
+def print_health(health: Health) -> None:
+    alive = sum(w["alive"] for w in health.workers)
+    waiting = sum(c["waiting"] for c in health.collections)
+    verdict = "[green]healthy[/]" if health.ok else "[red]unhealthy[/]"
+    console.print(f"pipeline: {verdict}; {alive} of {len(health.workers)} worker(s) alive; {waiting:,} message(s) "
+                  f"waiting in {len(health.collections)} collection(s)")
+    for reason in health.reasons:
+        console.print(f"  [red]-[/] {reason}")
+
+
+def rotate_credentials(principal: str = typer.Argument(..., help="admin, edge, aggregator, api, coordinator, gateway")
+                       ) -> None:
+    """Give a principal new Kafka and Redis passwords on the running local services; restart its processes."""
+    from confluent_kafka import KafkaException
+    from redis import RedisError
+
+    from ldpstream.runtime.settings import Settings
+    from ldpstream.services.rotation import rotate
+
+    cfg = Settings.from_env()
+    try:
+        rotate(cfg, principal)
+    except (ValueError, OSError, KafkaException, RedisError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from exc
+    console.print(f"{principal}: new passwords set on Kafka and Redis and written under {cfg.secrets_dir}")
+
+
+def generate_credentials(directory: Path = typer.Option(Path("deploy/secrets"), "--dir",
+                                                        help="where compose finds them")) -> None:
+    """Make the docker compose deployment's secrets once (kept if they exist): every principal's passwords, the
+    Redis ACL file, the broker's configuration, the spec-signing keys, the edge's master key, Grafana's password."""
+    from ldpstream.services.compose import generate
+
+    files = generate(directory)
+    console.print(f"{len(files)} secret files under {directory.resolve()} (0700; never commit it)")
+
+
+def apply_credentials() -> None:
+    """As the admin: create the principals' Kafka users, make the ACLs the model's and create the shared topics on
+    the cluster at KAFKA_BOOTSTRAP (the compose `setup` service runs it)."""
+    from confluent_kafka import KafkaException
+
+    from ldpstream.runtime.kafka_access import apply_access
+    from ldpstream.runtime.settings import Settings
+
+    cfg = Settings.from_env()
+    try:
+        apply_access(cfg)
+    except (OSError, KafkaException, RuntimeError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from exc
+    console.print(f"users, ACLs and shared topics applied at {cfg.bootstrap}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the service commands to the `ldp` app."""
+    app.command()(up)
+    app.command()(down)
+    app.command()(status)
+    credentials = typer.Typer(help="The generated credentials of the local services.", no_args_is_help=True)
+    credentials.command("rotate")(rotate_credentials)
+    credentials.command("generate")(generate_credentials)
+    credentials.command("apply")(apply_credentials)
+    app.add_typer(credentials, name="credentials")

@@ -1,0 +1,107 @@
+"""`ldp simulate`: a device fleet with a known population, perturbed in vectorised chunks and sent to Kafka."""
+
+from __future__ import annotations
+
+import json
+import ssl
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ldpstream.cli.spec import load_checked
+
+if TYPE_CHECKING:
+    from ldpstream.contract.spec import CollectionSpec
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def simulate_command(
+    spec_file: Annotated[Path, typer.Option("--spec", help="spec file (YAML or JSON)")],
+    devices: Annotated[int, typer.Option(help="number of simulated devices, one report each")],
+    rate: Annotated[float | None, typer.Option(help="at most this many reports per second")] = None,
+    seed: Annotated[int, typer.Option(help="seed of the population, the device ids and the noise")] = 0,
+    truth: Annotated[Path | None, typer.Option(help="write the exact population statistics here (JSON)")] = None,
+    batch: Annotated[int, typer.Option(help="devices per vectorised chunk (and per message)")] = 1000,
+    single: Annotated[bool, typer.Option("--single", help="one report per Kafka message")] = False,
+    timestamp_ms: Annotated[int | None, typer.Option(help="report time of every report, ms since the epoch "
+                                                          "(default: the wall clock)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the run's numbers as JSON")] = False,
+    via: Annotated[str | None, typer.Option(help="send through the ingestion edge at this URL (HTTP, one signed "
+                                                 "request per device) instead of to Kafka")] = None,
+    credentials: Annotated[Path | None, typer.Option(help="with --via: the enrolled devices (`ldp devices "
+                                                          "enroll --out`)")] = None,
+    concurrency: Annotated[int, typer.Option(help="with --via: requests in flight")] = 64,
+    ca_file: Annotated[Path | None, typer.Option(help="with an https --via: the CA certificate(s) that signed the "
+                                                      "edge's (default: the system's)")] = None,
+) -> None:
+    """Simulate a fleet with a known population: perturb in vectorised chunks and produce to Kafka (or, with
+    --via, send each enrolled device's report to the ingestion edge)."""
+    from ldpstream.contract.clock import now_ms
+    from ldpstream.runtime.kafka import DeliveryError, ReportProducer, TopicError, ensure_topic
+    from ldpstream.runtime.settings import Settings
+    from ldpstream.simulator.simulator import simulate
+
+    spec = load_checked(spec_file)
+    if via is not None:
+        simulate_via(spec, devices, via, credentials, seed, concurrency, truth, as_json,
+                     None if ca_file is None else ssl.create_default_context(cafile=ca_file))
+        return
+    bootstrap = Settings.from_env().bootstrap
+    try:
+        ensure_topic(bootstrap, spec.topic, spec.partitions, exact=False)
+        producer = ReportProducer(bootstrap)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=errors, disable=as_json) as progress:
+            task = progress.add_task(f"{spec.key} -> {spec.topic}", total=devices)
+            clock = now_ms if timestamp_ms is None else lambda: timestamp_ms
+            result = simulate(spec, devices, producer, seed=seed, batch=batch, rate=rate, single=single,
+                              clock_ms=clock, on_progress=lambda n: progress.advance(task, n))
+    except (ValueError, TopicError, DeliveryError) as exc:
+        errors.print(f"[red]simulation failed[/]: {exc}")
+        raise typer.Exit(1) from exc
+    if truth is not None:
+        truth.write_text(json.dumps(result.truth, indent=2))
+    numbers = {"collection": spec.key, "topic": spec.topic, "reports": result.reports, "messages": result.messages,
+               "bytes": result.bytes, "seconds": round(result.seconds, 3),
+               "reports_per_s": round(result.reports_per_s), "single": single, "batch": batch}
+    if as_json:
+        typer.echo(json.dumps(numbers))
+        return
+    console.print(f"{result.reports:,} reports in {result.messages:,} messages ({result.bytes / 1e6:.1f} MB) to "
+                  f"{spec.topic} in {result.seconds:.2f} s = [bold]{result.reports_per_s:,.0f} reports/s[/]"
+                  + (f"; truth in {truth}" if truth is not None else ""))
+
+
+def simulate_via(spec: CollectionSpec, devices: int, via: str, credentials: Path | None, seed: int,
+                 concurrency: int, truth: Path | None, as_json: bool, tls: ssl.SSLContext | None = None) -> None:
+    """`ldp simulate --via URL`: the fleet's reports as signed HTTP requests of enrolled devices."""
+    from ldpstream.contract.auth import load_credentials
+    from ldpstream.simulator.edge_client import send_fleet
+
+    if credentials is None:
+        errors.print("[red]--via needs --credentials[/] (a file from `ldp devices enroll`)")
+        raise typer.Exit(2)
+    enrolled = [c for c in load_credentials(credentials) if c.collection == spec.name][:devices]
+    if len(enrolled) < devices:
+        errors.print(f"[red]{credentials} holds {len(enrolled)} devices of {spec.name}, not {devices}[/]")
+        raise typer.Exit(1)
+    result, answers = send_fleet(spec, enrolled, via, seed=seed, concurrency=concurrency, tls=tls)
+    if truth is not None:
+        truth.write_text(json.dumps(result.truth, indent=2))
+    numbers = {"collection": spec.key, "via": via, "requests": result.messages, "acknowledged": result.reports,
+               "statuses": answers.statuses, "seconds": round(result.seconds, 3),
+               "requests_per_s": round(result.messages / result.seconds)}
+    typer.echo(json.dumps(numbers) if as_json else
+               f"{result.messages:,} requests to {via} in {result.seconds:.2f} s: {answers.statuses}")
+    if answers.acknowledged < devices:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `ldp simulate` to the app."""
+    app.command("simulate")(simulate_command)

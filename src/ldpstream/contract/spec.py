@@ -1,0 +1,438 @@
+"""Collection specs: what devices report and how, published once per (name, version) and named by every report.
+
+A spec is YAML or JSON, validated here. Example (see `examples/diagnostics.yaml`)::
+
+    name: diagnostics
+    version: 1
+    epsilon: 2.0                  # per report, per window
+    sampling: auto                # auto (000 Eq. 12) | one (Harmony) | split (eps/d each) | an integer k
+    windows: [1h]                 # tumbling windows by report time; the all-time window is always kept
+    one_report_per_window: true
+    attributes:
+      - {name: battery_level, type: numeric, range: [0, 100], mechanism: auto}
+      - {name: display_mode, type: categorical, values: [light, dark], mechanism: auto}
+      - {name: screen_minutes, type: keyvalue, keys: [chat, video], range: [0, 600], padding: 2}  # per-app pairs
+
+Privacy over time: instead of `epsilon`, a spec may state both guarantees of a device that reports every window,
+
+    privacy: {per_report: 1.0, lifetime: 4.0}   # eps_1 of one report, eps_inf of all of them (values: 1)
+
+Then every attribute is reported by a memoized mechanism of `ldpstream.mechanisms.longitudinal` (`mechanism: auto` picks
+one), each of the k attributes a report carries at (lifetime / (k * values), per_report / k): all the reports of a
+device about `values` distinct values of each attribute stay lifetime-LDP, however many windows
+(`ldpstream.mechanisms.mixed`, and the device's ledger refuses what would go beyond, `ldpstream.device.ledger`).
+`epsilon` is then per_report (it may be given too, equal). A spec without `privacy` composes: T reports cost T eps. A
+memoized attribute may set its mechanism's structural parameters
+(`ldpstream.mechanisms.registry.longitudinal_parameters`), checked here by building it (`parameter_error`):
+
+    - {name: app, type: categorical, values: [...], mechanism: rappor,
+       parameters: {hashes: 2, bloom_bits: 32, cohorts: 16}}      # dbitflip: {sampled: d}; 1bitmean: {buckets: s}
+
+The stage probabilities (RAPPOR's f, p, q; the output perturbation gamma) are solved from the two budgets.
+
+Specs are read from the specs topic, so `parse_spec` takes outside bytes: whatever they are, it returns a valid
+spec or raises `SpecError`, nothing else. A spec is at most `MAX_SPEC_SIZE` long and a tree: YAML aliases are
+refused (JSON has none; an alias can make a small text a huge or recursive structure, "billion laughs").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ldpstream.contract.topics import report_topic
+from ldpstream.contract.untrusted import rejecting
+from ldpstream.mechanisms import registry
+from ldpstream.mechanisms.base import LDPError
+from ldpstream.mechanisms.workload.workloads import WORKLOAD_NAMES
+
+NAME = r"^[a-z][a-z0-9_\-]{0,62}$"
+WINDOW = re.compile(r"^(\d+)([smhd])$")
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+ALL_TIME = "all"
+FACTORIZATION = "factorization"
+MAX_SPEC_SIZE = 256 * 1024  # characters of text, or bytes; a spec of 10,000 categorical values is about 150 KB
+MAX_WINDOW_SECONDS = 3650 * 86400  # ten years: window starts in ms stay far inside int64
+
+
+class SpecError(ValueError):
+    """A collection spec is invalid; the message says where and why."""
+
+
+def known_mechanism(name: str, kind: str, known: Iterable[str], also: tuple[str, ...] = ("auto",)) -> str:
+    """`name` if it is one of `also` or `known`; otherwise a ValueError naming them (an attribute's validator)."""
+    choices = [*also, *known]
+    if name not in choices:
+        raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(choices)}")
+    return name
+
+
+def memoized_names(kind: Literal["frequency", "numeric"]) -> list[str]:
+    """The registered longitudinal (memoized) mechanisms of one kind, sorted."""
+    return sorted(name for name in registry.LONGITUDINAL if registry.longitudinal_class(name).kind == kind)
+
+
+# A memoized mechanism's structural parameters by name (`registry.longitudinal_parameters`), e.g. RAPPOR's
+# {hashes: 2, bloom_bits: 32, cohorts: 16}; the budgets of the privacy block fix its probabilities.
+MechanismParameters = dict[Annotated[str, Field(max_length=32)], StrictInt | StrictFloat]  # the mechanism checks
+NOMINAL_BUDGETS = (2.0, 1.0)  # (lifetime, per report) at which a spec's parameters alone are checked
+
+
+def parameter_error(mechanism: str, parameters: dict[str, int], domain: int | None) -> str | None:
+    """Why an attribute's mechanism cannot take its `parameters` (None if it can): they go with a named memoized
+    mechanism, by its names, with values it accepts (built at NOMINAL_BUDGETS; the collector checks the budgets)."""
+    if mechanism not in registry.LONGITUDINAL:
+        return (f"parameters go with a named memoized mechanism ({', '.join(sorted(registry.LONGITUDINAL))}), "
+                f"not {mechanism!r}")
+    try:
+        registry.make_longitudinal(mechanism, *NOMINAL_BUDGETS, domain, **parameters)
+    except LDPError as exc:
+        return str(exc)
+    return None
+
+
+class NumericAttribute(BaseModel):
+    """A numeric attribute with a declared range, mapped to [-1, 1] for the mechanism."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    name: Annotated[str, Field(pattern=NAME)]
+    type: Literal["numeric"] = "numeric"
+    range: tuple[float, float]
+    mechanism: str = "auto"
+    parameters: MechanismParameters = Field(default_factory=dict)
+    distribution: Literal["gaussian", "uniform", "power_law"] = "gaussian"  # simulator population only
+
+    @field_validator("range")
+    @classmethod
+    def _ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not (v[0] < v[1] and math.isfinite(v[1] - v[0])):
+            raise ValueError(f"range must be [lo, hi] with lo < hi (and hi - lo finite), got {list(v)}")
+        return v
+
+    @field_validator("mechanism")
+    @classmethod
+    def _known_numeric(cls, v: str) -> str:
+        return known_mechanism(v, "numeric mechanism", sorted(registry.NUMERIC) + memoized_names("numeric"))
+
+
+class CategoricalAttribute(BaseModel):
+    """A categorical attribute over a fixed list of values (codes 0..K-1 in the order given).
+
+    With `mechanism: factorization` it answers a linear-query `workload` over its values (e.g. `prefix`: the CDF)
+    with McKenna et al.'s mechanism; `strategy` is the sha256 of the optimised strategy, filled in when the spec
+    is published (the strategy itself goes to the `ldp.strategies` topic, so a spec version pins its strategy).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    name: Annotated[str, Field(pattern=NAME)]
+    type: Literal["categorical"] = "categorical"
+    values: list[str] = Field(min_length=2)
+    mechanism: str = "auto"
+    parameters: MechanismParameters = Field(default_factory=dict)
+    workload: str | None = None
+    strategy: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    zipf_exponent: float = 1.1  # simulator population only
+
+    @field_validator("values")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("categorical values must be distinct")
+        return v
+
+    @field_validator("mechanism")
+    @classmethod
+    def _known_oracle(cls, v: str) -> str:
+        return known_mechanism(v, "frequency oracle", sorted(registry.FREQUENCY) + memoized_names("frequency"),
+                               also=("auto", FACTORIZATION))
+
+    @model_validator(mode="after")
+    def _workload_with_factorization(self) -> CategoricalAttribute:
+        if (self.mechanism == FACTORIZATION) != (self.workload is not None):
+            raise ValueError(f"a workload goes with mechanism {FACTORIZATION!r}, and only with it")
+        if self.strategy is not None and self.mechanism != FACTORIZATION:
+            raise ValueError(f"a strategy goes with mechanism {FACTORIZATION!r} only")
+        if self.workload is not None and self.workload not in WORKLOAD_NAMES:
+            raise ValueError(f"unknown workload {self.workload!r}; known: {', '.join(WORKLOAD_NAMES)}")
+        return self
+
+
+class KeyValueAttribute(BaseModel):
+    """Key-value pairs: each device holds a set of (key, value) pairs, values in `range`; one report estimates every
+    key's frequency and its mean value (`ldpstream.mechanisms.keyvalue`). Keys come from a list (`keys`, codes 0..d-1 in
+    the order given) or an open domain hashed into `buckets` (`code_of`; two keys of one bucket are one key to the
+    estimates). `padding` is PCKV's l (a device holding more pairs than l makes its keys' frequencies too small by l /
+    |S|). Fresh noise per report: a spec with a lifetime budget (`privacy`) cannot carry one.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    name: Annotated[str, Field(pattern=NAME)]
+    type: Literal["keyvalue"] = "keyvalue"
+    keys: Annotated[list[str], Field(min_length=1)] | None = None
+    buckets: Annotated[int, Field(ge=1, le=1 << 16)] | None = None
+    range: tuple[float, float]
+    mechanism: str = "auto"
+    padding: Annotated[int, Field(ge=1, le=1024)] = 1
+    pairs_per_device: Annotated[float, Field(gt=0, le=1024)] = 2.0  # simulator population only
+    zipf_exponent: float = 1.1  # simulator population only
+
+    @field_validator("range")
+    @classmethod
+    def _ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
+        return NumericAttribute._ordered(v)
+
+    @field_validator("keys")
+    @classmethod
+    def _distinct(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and len(set(v)) != len(v):
+            raise ValueError("keys must be distinct")
+        return v
+
+    @field_validator("mechanism")
+    @classmethod
+    def _known_keyvalue(cls, v: str) -> str:
+        return known_mechanism(v, "key-value mechanism", registry.KEYVALUE)
+
+    @model_validator(mode="after")
+    def _one_domain(self) -> KeyValueAttribute:
+        if (self.keys is None) == (self.buckets is None):
+            raise ValueError("a keyvalue attribute has either a list of keys or a number of buckets (open domain)")
+        return self
+
+    @property
+    def domain_size(self) -> int:
+        """d: the number of keys (or buckets)."""
+        return len(self.keys) if self.keys is not None else int(self.buckets)  # type: ignore[arg-type]
+
+    @property
+    def labels(self) -> list[str]:
+        """The keys' names, or "#0", "#1", ... for the buckets of an open domain."""
+        return list(self.keys) if self.keys is not None else [f"#{i}" for i in range(self.domain_size)]
+
+    def code_of(self, key: str) -> int:
+        """The code of a key: its index in `keys` (SpecError if unknown), or its bucket, the first 8 bytes of
+        blake2b(attribute name, key) modulo `buckets` (the same on every device and aggregator)."""
+        if self.keys is not None:
+            try:
+                return self.keys.index(key)
+            except ValueError:
+                raise SpecError(f"attribute {self.name!r}: unknown key {key!r}") from None
+        digest = hashlib.blake2b(key.encode(), digest_size=8, key=self.name.encode()).digest()
+        return int.from_bytes(digest, "little") % self.domain_size
+
+
+class StringAttribute(BaseModel):
+    """A string attribute over an open domain: at most `max_length` bytes over `alphabet` (printable ASCII) or any
+    non-NUL byte; estimated as its `top` heavy hitters (`ldpstream.mechanisms.open_domain`: mechanism auto, hcms_tree,
+    pem
+    or sfp)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    name: Annotated[str, Field(pattern=NAME)]
+    type: Literal["string"] = "string"
+    max_length: Annotated[int, Field(ge=1, le=64)]
+    alphabet: Annotated[str, Field(min_length=1, max_length=95)] | None = None
+    mechanism: str = "auto"
+    top: Annotated[int, Field(ge=1, le=1000)] = 20
+    distinct: Annotated[int, Field(ge=1, le=1_000_000)] = 1000  # simulator population only
+    zipf_exponent: float = 1.1  # simulator population only
+
+    @field_validator("mechanism")
+    @classmethod
+    def _known_tree(cls, v: str) -> str:
+        return known_mechanism(v, "heavy-hitter mechanism", registry.HEAVY_HITTERS)
+
+
+Attribute = Annotated[NumericAttribute | CategoricalAttribute | KeyValueAttribute | StringAttribute,
+                      Field(discriminator="type")]
+
+
+class Privacy(BaseModel):
+    """A device's two guarantees: one report is `per_report`-LDP, all its reports together `lifetime`-LDP while
+    each attribute it reports takes at most `values` distinct values (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    per_report: Annotated[float, Field(gt=0, le=50)]
+    lifetime: Annotated[float, Field(gt=0, le=500)]
+    values: Annotated[int, Field(ge=1, le=1000)] = 1
+
+    @model_validator(mode="after")
+    def _report_within_memo(self) -> Privacy:
+        if self.per_report > self.lifetime / self.values:
+            raise ValueError(f"one report (per_report = {self.per_report:g}) cannot cost more than one value's share "
+                             f"of the lifetime budget (lifetime / values = {self.lifetime / self.values:g})")
+        return self
+
+    @property
+    def per_value(self) -> float:
+        """The lifetime budget of all the reports about one record (each attribute one value): lifetime / values."""
+        return self.lifetime / self.values
+
+
+class CollectionSpec(BaseModel):
+    """A versioned collection: its attributes, privacy budget, sampling, windows and topic layout."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    name: Annotated[str, Field(pattern=NAME)]
+    version: Annotated[int, Field(ge=1)]
+    epsilon: Annotated[float, Field(gt=0, le=50)]
+    attributes: list[Attribute] = Field(min_length=1)
+    privacy: Privacy | None = None
+    sampling: Literal["auto", "one", "split"] | Annotated[int, Field(ge=1)] = "auto"
+    windows: list[str] = Field(default_factory=lambda: ["1h"])
+    one_report_per_window: bool = True
+    partitions: Annotated[int, Field(ge=1, le=1024)] = 8
+    description: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _epsilon_from_privacy(cls, data: Any) -> Any:
+        """`epsilon` is privacy.per_report when the spec states a privacy block (it may repeat it, equal)."""
+        if not isinstance(data, dict) or not isinstance(data.get("privacy"), dict):
+            return data
+        per_report = data["privacy"].get("per_report")
+        if "epsilon" not in data:
+            return {**data, "epsilon": per_report}
+        if data["epsilon"] != per_report:
+            raise ValueError(f"epsilon {data['epsilon']!r} and privacy.per_report {per_report!r} differ: state one")
+        return data
+
+    @field_validator("windows")
+    @classmethod
+    def _windows(cls, v: list[str]) -> list[str]:
+        for w in v:
+            if w != ALL_TIME and not WINDOW.match(w):
+                raise ValueError(f"window {w!r} is not like 30s, 15m, 1h, 1d or 'all'")
+            if w != ALL_TIME and not 0 < window_seconds(w) <= MAX_WINDOW_SECONDS:
+                raise ValueError(f"window {w!r} must be positive and at most {MAX_WINDOW_SECONDS // 86400}d")
+        return sorted(set(v) - {ALL_TIME}, key=window_seconds)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CollectionSpec:
+        names = [a.name for a in self.attributes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"attribute names must be distinct: {names}")
+        if isinstance(self.sampling, int) and self.sampling > len(self.attributes):
+            raise ValueError(f"sampling k = {self.sampling} exceeds the {len(self.attributes)} attributes")
+        keyvalue = [a.name for a in self.attributes if isinstance(a, KeyValueAttribute)]
+        if self.privacy is not None and keyvalue:
+            raise ValueError(f"keyvalue attributes {keyvalue} are perturbed with fresh noise per report (nothing to "
+                             "memoize: a set of pairs changes every report): they cannot keep a lifetime budget")
+        strings = [a.name for a in self.attributes if isinstance(a, StringAttribute)]
+        if self.privacy is not None and strings:
+            raise ValueError(f"string attributes {strings} have no memoized mechanism: a lifetime budget cannot hold")
+        memoized = [a.name for a in self.attributes if a.mechanism in registry.LONGITUDINAL]
+        if self.privacy is None and memoized:
+            raise ValueError(f"attributes {memoized} name memoized mechanisms, which need a privacy block "
+                             "{per_report, lifetime}")
+        for a in self.attributes:
+            tunable = isinstance(a, (NumericAttribute, CategoricalAttribute)) and a.parameters
+            error = tunable and parameter_error(a.mechanism, a.parameters,
+                                                len(a.values) if isinstance(a, CategoricalAttribute) else None)
+            if error:
+                raise ValueError(f"attribute {a.name!r}: {error}")
+        fresh = [a.name for a in self.attributes if a.mechanism not in registry.LONGITUDINAL and a.mechanism != "auto"]
+        if self.privacy is not None and fresh:
+            raise ValueError(f"attributes {fresh} use mechanisms with fresh noise per report, whose spend grows with "
+                             f"every report: a lifetime budget needs memoized ones (auto, "
+                             f"{', '.join(sorted(registry.LONGITUDINAL))})")
+        return self
+
+    @property
+    def topic(self) -> str:
+        """The Kafka topic of this collection's reports."""
+        return report_topic(self.name)
+
+    @property
+    def key(self) -> str:
+        """name@version: how reports and the specs topic name this spec."""
+        return f"{self.name}@{self.version}"
+
+    def content_hash(self) -> str:
+        """sha256 of the canonical JSON of the spec: a published version is immutable, so its hash is fixed."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def attribute_index(self, name: str) -> int:
+        for i, a in enumerate(self.attributes):
+            if a.name == name:
+                return i
+        raise SpecError(f"collection {self.key} has no attribute {name!r}")
+
+
+def window_seconds(window: str) -> int:
+    """Length of a tumbling window like '1h' in seconds."""
+    m = WINDOW.match(window)
+    if m is None:
+        raise SpecError(f"window {window!r} is not like 30s, 15m, 1h or 1d")
+    return int(m.group(1)) * UNIT_SECONDS[m.group(2)]
+
+
+def parse_spec(text: str | bytes, source: str = "<spec>") -> CollectionSpec:
+    """A spec from YAML or JSON text, or its UTF-8 bytes (JSON is YAML); SpecError with every problem listed, and
+    nothing else, whatever the input."""
+    try:
+        return _validated(_mapping(text))
+    except SpecError as exc:
+        raise SpecError(f"{source}: {exc}") from exc
+
+
+class _TreeLoader(yaml.SafeLoader):
+    """yaml's safe loader, refusing aliases (module docstring)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"a spec takes no aliases (*{event.anchor})",
+                                              event.start_mark)
+        return super().compose_node(parent, index)
+
+
+@rejecting(SpecError, "not valid YAML/JSON")
+def _mapping(text: str | bytes) -> dict[str, object]:
+    """The mapping a spec's text holds (yaml raises more than YAMLError: RecursionError, ValueError, ...)."""
+    if len(text) > MAX_SPEC_SIZE:
+        raise SpecError(f"{len(text):,} characters or bytes; a spec has at most {MAX_SPEC_SIZE:,}")
+    data = yaml.load(text.decode() if isinstance(text, bytes) else text, Loader=_TreeLoader)
+    if not isinstance(data, dict):
+        raise SpecError(f"a spec is a mapping, got {type(data).__name__}")
+    return data
+
+
+@rejecting(SpecError, "not a valid spec")
+def _validated(data: dict[str, object]) -> CollectionSpec:
+    """The spec a mapping describes; SpecError with every problem listed."""
+    try:
+        return CollectionSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError("; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
+                                  for e in exc.errors())) from exc
+
+
+def load_spec(path: str | Path) -> CollectionSpec:
+    """Read and validate a spec file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read spec {p}: {exc.strerror}") from exc
+    return parse_spec(text, str(p))

@@ -1,0 +1,133 @@
+"""The checks every server runs on reports against a published spec, pure: the aggregator's worker and the
+ingestion edge run this same code, so a report the edge accepts passes the worker's schema checks.
+
+- `shape_problem`: every attribute block of an envelope has the columns and row widths its mechanism declares
+  (from byte lengths alone, before anything is decoded into numpy);
+- `row_problems`: per report (row), whether an attribute's values leave the declared range, and whether the
+  report carries the spec's number of attributes;
+- `time_problems`: per report, whether its time is in the future or older than the dedupe window;
+- `window_starts` / `dedupe_window`: the window a report falls in, where "one report per window" is judged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ldpstream.contract.spec import ALL_TIME, CollectionSpec, window_seconds
+from ldpstream.contract.wire import ITEMSIZE, AttributeBlock, AttributeColumns, Envelope
+from ldpstream.mechanisms.base import ReportSchema
+
+# Reasons a report is rejected for, by the worker and the edge alike (bounded: they are metric labels).
+MALFORMED = "malformed"
+UNKNOWN_COLLECTION = "unknown_collection"
+WRONG_SHAPE = "wrong_shape"
+OUT_OF_RANGE = "out_of_range"
+DUPLICATE = "duplicate"
+STALE = "stale_timestamp"
+FUTURE = "future_timestamp"
+MAX_FUTURE_SKEW_MS = 5 * 60 * 1000  # how far ahead of the server's clock a report's time may be, by default
+MAX_CLOCK_SKEW_SETTING_S = 7 * 86400  # the most a worker may be set to accept (`clock_skew_ms`)
+DEFAULT_MAX_AGE_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class RowProblems:
+    """Per row of a concatenation: values outside the declared range (with the first such reason), and a number of
+    attributes other than the spec's."""
+
+    out_of_range: np.ndarray
+    out_of_range_detail: str
+    wrong_count: np.ndarray
+
+
+def dedupe_window(spec: CollectionSpec) -> str:
+    """The window in which a device may report once: the spec's smallest tumbling window, else all-time."""
+    return spec.windows[0] if spec.windows else ALL_TIME
+
+
+def max_age_ms(spec: CollectionSpec) -> int:
+    """How old a report may be: the dedupe window's length (a day without windows)."""
+    return window_seconds(spec.windows[0]) * 1000 if spec.windows else DEFAULT_MAX_AGE_MS
+
+
+def window_starts(window: str, timestamps_ms: np.ndarray) -> np.ndarray:
+    """Start (ms) of each report's tumbling window (0 for all-time)."""
+    if window == ALL_TIME:
+        return np.zeros(len(timestamps_ms), dtype=np.int64)
+    length = window_seconds(window) * 1000
+    return (timestamps_ms // length) * length
+
+
+def clock_skew_ms(seconds: float | str) -> int:
+    """A worker's accepted clock skew (`python -m ldpstream.aggregator --max-clock-skew-s`, env `LDP_MAX_CLOCK_SKEW_S`)
+    in ms, from seconds in [0, MAX_CLOCK_SKEW_SETTING_S]; ValueError otherwise.
+
+    Examples
+    --------
+    >>> clock_skew_ms("300"), clock_skew_ms(0.5)
+    (300000, 500)
+    """
+    try:
+        value = float(seconds)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= MAX_CLOCK_SKEW_SETTING_S:  # NaN fails too
+        raise ValueError(f"the accepted clock skew must be a number of seconds in 0..{MAX_CLOCK_SKEW_SETTING_S}, "
+                         f"got {seconds!r}")
+    return round(value * 1000)
+
+
+def time_problems(spec: CollectionSpec, timestamps_ms: np.ndarray, now_ms: int,
+                  max_skew_ms: int = MAX_FUTURE_SKEW_MS) -> tuple[np.ndarray, np.ndarray]:
+    """Per report: (from the future beyond the allowed clock skew, older than the dedupe window)."""
+    return timestamps_ms > now_ms + max_skew_ms, timestamps_ms < now_ms - max_age_ms(spec)
+
+
+def shape_problem(env: Envelope, schemas: Sequence[ReportSchema]) -> str:
+    """'' if every attribute block has the columns and row shapes its mechanism declares, else the problem."""
+    for block in env.attributes:
+        if block.attribute >= len(schemas):
+            return f"attribute index {block.attribute} >= {len(schemas)}"
+        widths = schemas[block.attribute].widths
+        if len(block.columns) != len(widths):
+            return _columns_problem(block, widths)
+        n = len(block.rows) // ITEMSIZE["<u4"]
+        for col in block.columns:
+            width = widths.get(col.name)
+            if width is None:  # as many columns as declared (names are unique), but not the same ones
+                return _columns_problem(block, widths)
+            values = len(col.data) // ITEMSIZE[col.dtype]
+            if values != n * width:
+                return (f"attribute {block.attribute}: column {col.name!r} has {values} values for {n} rows of width "
+                        f"{width}")
+    return ""
+
+
+def shaped(cols: Mapping[str, np.ndarray], schema: ReportSchema, n: int) -> dict[str, np.ndarray]:
+    """An attribute's flat columns (n rows) reshaped to the rows the schema declares."""
+    widths = schema.widths
+    return {k: (v.reshape(n, widths[k]) if widths[k] != 1 else v) for k, v in cols.items()}
+
+
+def row_problems(spec: CollectionSpec, attributes: Mapping[int, AttributeColumns], schemas: Sequence[ReportSchema],
+                 rows: int, attributes_per_device: int) -> RowProblems:
+    """The range and attribute-count problems of `rows` reports whose blocks passed `shape_problem`."""
+    out = np.zeros(rows, dtype=bool)
+    detail = ""
+    counts = np.zeros(rows, dtype=np.int64)
+    for attr, columns in attributes.items():
+        bad = schemas[attr].violations(shaped(columns.columns, schemas[attr], len(columns.rows)))
+        hit = bad != ""
+        if hit.any():
+            out[columns.rows[hit]] = True
+            detail = detail or f"{spec.attributes[attr].name}: {bad[hit][0]}"
+        counts[columns.rows] += 1
+    return RowProblems(out, detail, counts != attributes_per_device)
+
+
+def _columns_problem(block: AttributeBlock, widths: Mapping[str, int]) -> str:
+    return f"attribute {block.attribute}: columns {sorted(col.name for col in block.columns)} != {sorted(widths)}"

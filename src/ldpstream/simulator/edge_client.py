@@ -1,0 +1,128 @@
+"""Devices talking HTTP to the ingestion edge: signed requests with retries, and a simulated fleet sent through it.
+
+`EdgeClient.post` signs every attempt afresh (`ldpstream.contract.auth`: a new time, so a retry is never a replay) and
+retries what a retry can cure (connection errors, 429, 503, 507) with exponential backoff and full jitter, waiting
+at least what Retry-After asks. `send_fleet` perturbs a fleet of enrolled devices in vectorised chunks (the same
+`ldpstream.simulator.simulator.fleet` as over Kafka, with the pseudonyms of the credentials' device ids) and sends each
+device's report as its own request, `concurrency` at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aiohttp
+import numpy as np
+
+from ldpstream.contract.auth import Credential, authorization
+from ldpstream.contract.clock import now_ms
+from ldpstream.contract.pseudonym import device_pseudonym
+from ldpstream.contract.spec import CollectionSpec
+from ldpstream.contract.wire import encode
+from ldpstream.device.outbox import backoff_s
+from ldpstream.device.perturb import single_reports
+from ldpstream.simulator.population import PopulationTruth
+from ldpstream.simulator.simulator import SimulationResult, fleet
+
+RETRYABLE = frozenset({429, 503, 507})
+MSGPACK = "application/msgpack"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The edge's final answer to a request: status, JSON body, and how many attempts it took."""
+
+    status: int
+    body: dict[str, object]
+    attempts: int
+
+
+class EdgeClient:
+    """Signed POSTs of reports to an edge, with retries (see the module docstring)."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, *, attempts: int = 8,
+                 backoff_s: float = 0.1, max_backoff_s: float = 10.0) -> None:
+        self.session = session
+        self.base_url = base_url.rstrip("/")
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+
+    async def post(self, credential: Credential, body: bytes, content_type: str = MSGPACK) -> Answer:
+        """Send one request's body; the final answer (a retryable status only after the last attempt)."""
+        path = f"/v1/collections/{credential.collection}/reports"
+        for attempt in range(1, self.attempts + 1):
+            headers = {"Content-Type": content_type,
+                       "Authorization": authorization(credential.device, credential.key, "POST", path, body, now_ms())}
+            retry_after = 0.0
+            try:
+                async with self.session.post(self.base_url + path, data=body, headers=headers) as response:
+                    payload = await response.json(content_type=None)
+                    if response.status not in RETRYABLE or attempt == self.attempts:
+                        return Answer(response.status, payload, attempt)
+                    retry_after = float(response.headers.get("Retry-After", 0) or 0)
+            except (TimeoutError, aiohttp.ClientError, ValueError):
+                if attempt == self.attempts:
+                    raise
+            await asyncio.sleep(backoff_s(attempt, retry_after, self.backoff_s, self.max_backoff_s))
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+@dataclass(frozen=True)
+class FleetAnswers:
+    """How a fleet's requests ended: per status, the count."""
+
+    statuses: dict[int, int]
+
+    @property
+    def acknowledged(self) -> int:
+        return self.statuses.get(200, 0) + self.statuses.get(202, 0)
+
+
+async def post_all(base_url: str, requests: Sequence[tuple[Credential, bytes]], concurrency: int = 64,
+                   timeout_s: float = 60.0, tls: ssl.SSLContext | None = None) -> FleetAnswers:
+    """Send every (credential, body) request, `concurrency` at a time; the count of final answers per status
+    (`tls`: how an https edge is verified; default: the system's CAs)."""
+    statuses: dict[int, int] = {}
+    queue = iter(requests)
+    connector = aiohttp.TCPConnector(limit=concurrency, ssl=tls if tls is not None else True)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        client = EdgeClient(session, base_url)
+
+        async def worker() -> None:
+            for credential, body in queue:
+                answer = await client.post(credential, body)
+                statuses[answer.status] = statuses.get(answer.status, 0) + 1
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return FleetAnswers(statuses)
+
+
+def fleet_requests(spec: CollectionSpec, credentials: Sequence[Credential], seed: int = 0,
+                   chunk: int = 10_000) -> tuple[list[tuple[Credential, bytes]], dict[str, object]]:
+    """One single-report request per enrolled device (perturbed in vectorised chunks) and the population's truth."""
+    pseudonyms = np.fromiter((device_pseudonym(spec.name, c.device) for c in credentials), dtype=np.uint64,
+                             count=len(credentials))
+    truth = PopulationTruth(spec)
+    requests: list[tuple[Credential, bytes]] = []
+    for lo, (records, reports) in zip(range(0, len(credentials), chunk),
+                                      fleet(spec, len(credentials), seed=seed, chunk=chunk,
+                                            devices_of=lambda lo, n: pseudonyms[lo:lo + n]), strict=True):
+        truth.add(records)
+        requests += [(c, encode(one)) for c, one in zip(credentials[lo:lo + chunk], single_reports(reports),
+                                                        strict=True)]
+    return requests, truth.to_dict()
+
+
+def send_fleet(spec: CollectionSpec, credentials: Sequence[Credential], base_url: str, *, seed: int = 0,
+               concurrency: int = 64, tls: ssl.SSLContext | None = None) -> tuple[SimulationResult, FleetAnswers]:
+    """Every enrolled device's report sent through the edge at `base_url`; the run and its answers."""
+    requests, truth = fleet_requests(spec, credentials, seed)
+    start = time.perf_counter()
+    answers = asyncio.run(post_all(base_url, requests, concurrency, tls=tls))
+    return (SimulationResult(truth, answers.acknowledged, len(requests), sum(len(b) for _, b in requests),
+                             time.perf_counter() - start), answers)
