@@ -26,6 +26,7 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 
+from ldpstream.cli.errors import require_services
 from ldpstream.cli.output import estimates_table
 from ldpstream.runtime.settings import PROJECT_ROOT
 
@@ -134,6 +135,7 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     from ldpstream.sgd.jobs import train_over_kafka_demo
     from ldpstream.simulator.simulator import simulate
 
+    require_services()
     cfg = Settings.from_env()
     base = load_spec(spec_file)
     spec = base.model_copy(update={"name": f"{base.name}-demo-{time.strftime('%Y%m%d-%H%M%S')}"})

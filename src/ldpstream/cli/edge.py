@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from ldpstream.cli.errors import require_services
+
 devices_app = typer.Typer(no_args_is_help=True, help="Enrol and revoke the devices the edge accepts reports from.")
 
 
@@ -78,6 +80,7 @@ def enroll(collection: Annotated[str, typer.Option(help="collection name")],
     from ldpstream.runtime.settings import Settings
 
     cfg = Settings.from_env()
+    require_services(kafka=False)
     registry = DeviceRegistry(redis_client(cfg.redis, 10.0), Keyring.create(cfg.edge_key))
     credentials = registry.enroll(collection, count)
     out.write_text(json.dumps([c.to_json() for c in credentials]))
@@ -95,6 +98,7 @@ def revoke(collection: Annotated[str, typer.Option(help="collection name")],
     from ldpstream.runtime.settings import Settings
 
     cfg = Settings.from_env()
+    require_services(kafka=False)
     found = DeviceRegistry(redis_client(cfg.redis, 10.0), Keyring(cfg.edge_key)).revoke(collection, device)
     typer.echo(f"{found} of {len(device)} device(s) revoked in {collection}")
     if found < len(device):

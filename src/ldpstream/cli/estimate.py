@@ -7,6 +7,7 @@ import json
 import typer
 from rich.console import Console
 
+from ldpstream.cli.errors import NotPublished, require_services
 from ldpstream.cli.output import estimates_table
 
 console = Console(width=None if Console().is_terminal else 120)
@@ -24,12 +25,12 @@ def estimate(name: str = typer.Argument(..., help="collection name"),
     from ldpstream.contract.spec import SpecError
     from ldpstream.runtime.settings import Settings
 
+    require_services()
     cfg = Settings.from_env()
     plans = PlanRegistry(cfg.bootstrap)
     plan = plans.latest(name) if version is None else plans.get(name, version)
     if plan is None:
-        console.print(f"[red]error:[/] no published collection {name!r}" + (f" version {version}" if version else ""))
-        raise typer.Exit(1)
+        raise NotPublished(name, version)
     if postprocess not in POSTPROCESS:
         console.print(f"[red]error:[/] --postprocess must be one of {', '.join(POSTPROCESS)}")
         raise typer.Exit(2)

@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ldpstream.cli.errors import START_STACK
+
 if TYPE_CHECKING:
     from ldpstream.aggregator.health import Health
     from ldpstream.runtime.settings import Settings
@@ -84,6 +86,8 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
             table.add_row(r.name, r.address, "yes" if r.managed else "no", str(r.pid or "-"),
                           "[green]yes[/]" if r.answers else "[red]no[/]", auth, r.detail)
         console.print(table)
+        if not all(r.answers for r in rows):
+            console.print(f"[red]not every service answers[/]: {START_STACK}")
         if health is not None:
             print_health(health)
     if not all(r.answers for r in rows) or (health is not None and not health.ok):

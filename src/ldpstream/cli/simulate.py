@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from ldpstream.cli.errors import require_services
 from ldpstream.cli.spec import load_checked
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ def simulate_command(
         simulate_via(spec, devices, via, credentials, seed, concurrency, truth, as_json,
                      None if ca_file is None else ssl.create_default_context(cafile=ca_file))
         return
+    require_services(redis=False)
     bootstrap = Settings.from_env().bootstrap
     try:
         ensure_topic(bootstrap, spec.topic, spec.partitions, exact=False)

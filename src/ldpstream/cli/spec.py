@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ldpstream.cli.errors import require_services
+
 if TYPE_CHECKING:
     from ldpstream.contract.spec import CollectionSpec
 
@@ -111,6 +113,7 @@ def publish(file: Annotated[Path, typer.Argument(help="spec file (YAML or JSON)"
     from ldpstream.runtime.specs import publish_spec
 
     spec = load_checked(file)
+    require_services(redis=False)
     try:
         result = publish_spec(spec, Settings.from_env().bootstrap)
     except (SpecError, SigningError, TopicError, DeliveryError) as exc:

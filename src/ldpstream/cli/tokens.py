@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
+from ldpstream.cli.errors import require_services
 from ldpstream.runtime.tokens import Scope
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ def token_store() -> TokenStore:
     from ldpstream.runtime.settings import Settings
     from ldpstream.runtime.tokens import TokenStore
 
+    require_services(kafka=False)
     return TokenStore(redis_client(Settings.from_env().redis, 10.0))
 
 
