@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from ldpstream.cli import COMMANDS
+from ldpstream.cli.commands import COMMANDS
 
 SERVER_MODULES = ("faust", "aiokafka", "confluent_kafka", "redis", "aiohttp", "scipy")
 LDP = str(Path(sys.executable).with_name("ldp"))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ldpstream.cli import app
+from ldpstream.cli.commands import app
 from ldpstream.contract.spec import load_spec
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.signing import key_id, load_signing_key, load_trusted_keys

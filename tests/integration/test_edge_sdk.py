@@ -11,7 +11,7 @@ from edge_support import EdgeProcess
 from pipeline_support import Collection, topic_messages
 from typer.testing import CliRunner
 
-from ldpstream.cli import app
+from ldpstream.cli.commands import app
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.wire import decode
 from ldpstream.device.ledger import BudgetExceeded, PrivacyLedger
