@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ldpstream.cli import app
+from ldpstream.cli.commands import app
 from ldpstream.contract.wire import decode
 from ldpstream.runtime.kafka import read_to_end
 from ldpstream.runtime.settings import Settings

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ldpstream.cli import app
+from ldpstream.cli.commands import app
 from ldpstream.cli.serve import NO_TOKEN_HINT, token_hint
 from ldpstream.runtime.redis import async_redis_client, redis_client
 from ldpstream.runtime.settings import Settings

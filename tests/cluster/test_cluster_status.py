@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from ldpstream.cli import app
+from ldpstream.cli.commands import app
 from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.cluster

@@ -23,7 +23,7 @@ from confluent_kafka import TopicPartition
 from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
-from ldpstream.cli import app
+from ldpstream.cli.commands import app
 from ldpstream.contract.topics import DLQ_TOPIC, GRADIENTS_TOPIC, MODELS_TOPIC
 from ldpstream.runtime.kafka import ReportProducer, consumer_client, read_to_end
 from ldpstream.runtime.settings import Settings

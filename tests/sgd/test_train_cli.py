@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from ldpstream.cli import app
+from ldpstream.cli.commands import app
 
 runner = CliRunner()
 ARGS = ["train", "--offline", "--synthetic", "--devices", "20000", "--dims", "5", "--epsilon", "2", "--seed", "3"]
