@@ -6,6 +6,8 @@ import logging
 
 import typer
 
+from ldpstream.cli.errors import client_logs
+
 
 def aggregate(workers: int = typer.Option(1, min=1, max=64, help="worker processes (one consumer group)"),
               group: str = typer.Option("ldp-aggregator", help="consumer group (ldp-aggregator*: ACLs)"),
@@ -17,6 +19,7 @@ def aggregate(workers: int = typer.Option(1, min=1, max=64, help="worker process
     from ldpstream.runtime.settings import Settings
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    client_logs(verbose=True)  # a service in the foreground: its clients' warnings are its log
     registry = WorkerRegistry(redis_client(Settings.from_env().redis, 5.0))
     raise typer.Exit(WorkerPool(workers, group, metrics_port, registry).run())
 

@@ -15,6 +15,8 @@ import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
 
+from ldpstream.cli.errors import client_logs
+
 # name -> (module under ldpstream.cli, short help: the first sentence of the command's own help, checked by a test)
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("services", "Make the spec-signing keys if missing, start the local Kafka broker and Redis server, or with "
@@ -85,13 +87,13 @@ DEBUG = {"on": False}
 def root(debug: bool = typer.Option(False, "--debug", help="show the full traceback of an error")) -> None:
     """ldpstream: private telemetry over Kafka."""
     DEBUG["on"] = debug
+    client_logs(verbose=debug)
 
 
 def run(argv: list[str] | None = None) -> Any:
     """Run the app: errors a person can act on as one line, exit status 1."""
-    from ldpstream.cli.errors import explain, quiet_client_logs
+    from ldpstream.cli.errors import explain
 
-    quiet_client_logs()
     try:
         return app(args=argv, standalone_mode=True)
     except Exception as exc:  # the one boundary: anything the commands did not turn into a message themselves

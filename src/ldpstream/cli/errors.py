@@ -4,7 +4,7 @@
 refused credentials, an unpublished collection, a bad spec) into that line, or None for a bug, which keeps its
 traceback. `require_services` checks Kafka and Redis before a command waits on them, so a stopped stack is one
 line after at most a few seconds instead of a client's retries. The client libraries' own logs go to the logging
-module (`quiet_client_logs`): warnings and worse, behind a prefix, never a library's raw lines.
+module (`client_logs`), never a library's raw lines on the terminal.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import logging
 import sys
 
 START_STACK = "start the local services with `ldp up` (or point KAFKA_BOOTSTRAP and REDIS_URL at yours)"
+CLIENT_LOGGERS = ("ldpstream.kafka.client", "aiokafka", "kafka", "redis")
 SERVER_MODULES = ("confluent_kafka", "faust", "aiokafka", "redis", "aiohttp", "scipy", "prometheus_client", "uvloop")
 
 
@@ -103,14 +104,16 @@ def _kafka(exc: BaseException) -> str | None:
     return None
 
 
-def quiet_client_logs() -> None:
-    """Client libraries' logs (librdkafka through `ldpstream.runtime.kafka`, aiokafka, redis): warnings and worse,
-    one line each behind the library's name, on standard error."""
+def client_logs(verbose: bool) -> None:
+    """Where the client libraries' own log lines go (librdkafka through `ldpstream.runtime.kafka.CLIENT_LOG`,
+    aiokafka, redis). Quiet (not `verbose`) in a command's output, whose errors are exceptions the boundary explains
+    (a transient "broker transport failure" that the client retries is noise to the person reading); `verbose`
+    (`--debug`, and the services run in the foreground: `ldp serve`, `ldp train --job`): warnings and worse, each
+    behind its logger's name, on standard error."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
-    for name in ("ldpstream.kafka", "aiokafka", "kafka", "redis"):
+    for name in CLIENT_LOGGERS:
         logger = logging.getLogger(name)
-        if not logger.handlers:
-            logger.addHandler(handler)
-            logger.setLevel(logging.WARNING)
-            logger.propagate = False
+        logger.handlers = [handler]
+        logger.setLevel(logging.WARNING if verbose else logging.CRITICAL + 1)
+        logger.propagate = False

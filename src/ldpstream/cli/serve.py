@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from ldpstream.cli.errors import client_logs
+
 if TYPE_CHECKING:
     from ldpstream.runtime.settings import Settings
 
@@ -39,6 +41,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.
     from ldpstream.runtime.settings import Settings
 
     act_as("api")
+    client_logs(verbose=True)  # a service in the foreground: its clients' warnings are its log
     cfg = Settings.from_env()
     hint = token_hint(cfg)
     if hint is not None:

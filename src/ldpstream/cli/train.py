@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ldpstream.cli.errors import client_logs
 from ldpstream.sgd.training import GRADIENT_MECHANISMS
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ def train_job(ctx: typer.Context, job_file: Path, metrics_port: int | None) -> N
     from ldpstream.sgd.jobs import held_out_evaluator, load_job_file, run_with_fleet, state_summary
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    client_logs(verbose=True)  # a service in the foreground: its clients' warnings are its log
     act_as("coordinator")  # its simulated devices (if any) send and read as the gateway
     try:
         spec = load_job_file(job_file)

@@ -8,6 +8,7 @@ once. `ReportProducer` is the idempotent, acks=all, batching producer with deliv
 
 from __future__ import annotations
 
+import logging
 import operator
 import time
 from collections.abc import Iterator
@@ -23,6 +24,9 @@ from ldpstream.runtime.settings import Settings
 COMPRESSIONS = ("lz4", "zstd", "none")  # preference order: lz4 is the cheapest on CPU
 ADMIN_TIMEOUT_S = 30.0
 QUIET = 4  # librdkafka log level: warnings and worse
+# librdkafka's own log lines go to this logger (its syslog levels as logging's), never straight to the terminal: the
+# services log them with their name, the command line keeps them quiet unless --debug (`ldpstream.cli.errors`)
+CLIENT_LOG = logging.getLogger("ldpstream.kafka.client")
 # a principal without the right to create a topic may still use an existing one
 NOT_ALLOWED = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED)
 
@@ -40,7 +44,8 @@ class TopicError(RuntimeError):
 def client_config(bootstrap: str, principal: str | None = None, **overrides: Any) -> dict[str, Any]:
     """The settings every client starts from: the bootstrap servers, the credentials of `principal` (default: this
     process's), then `overrides`."""
-    return {"bootstrap.servers": bootstrap, **kafka_security(Settings.from_env(), principal), **overrides}
+    return {"bootstrap.servers": bootstrap, "logger": CLIENT_LOG, **kafka_security(Settings.from_env(), principal),
+            **overrides}
 
 
 def producer_client(bootstrap: str, principal: str | None = None, **overrides: Any) -> Producer:
