@@ -13,11 +13,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ldpstream.contract.signatures import SPEC_DOMAIN, spec_message
 from ldpstream.contract.spec import SpecError
 from ldpstream.runtime.kafka import Headers
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.signing import (
-    DOMAIN,
     SIGNATURE_HEADER,
     SigningError,
     ensure_signing_keys,
@@ -28,7 +28,6 @@ from ldpstream.runtime.signing import (
     public_line,
     retain_only,
     sign,
-    signed_bytes,
     trust,
     verify,
 )
@@ -66,9 +65,9 @@ def test_a_signature_holds_for_its_key_value_and_signer_only() -> None:
     ((), "unsigned (no ldp-sig header)"),
     ((("LDP-SIG", GOOD),), "unsigned"),
     (((SIGNATURE_HEADER, GOOD), (SIGNATURE_HEADER, GOOD)), "2 ldp-sig headers"),
-    (((SIGNATURE_HEADER, None),), "malformed ldp-sig header (0 bytes"),
-    (((SIGNATURE_HEADER, GOOD[:-1]),), "malformed ldp-sig header (71 bytes"),
-    (((SIGNATURE_HEADER, GOOD + b"\0"),), "malformed ldp-sig header (73 bytes"),
+    (((SIGNATURE_HEADER, None),), "malformed signature (0 bytes"),
+    (((SIGNATURE_HEADER, GOOD[:-1]),), "malformed signature (71 bytes"),
+    (((SIGNATURE_HEADER, GOOD + b"\0"),), "malformed signature (73 bytes"),
 ])
 def test_headers_without_exactly_one_well_formed_signature_are_refused(headers: Headers | None, reason: str) -> None:
     assert reason in refusal(headers)
@@ -76,8 +75,8 @@ def test_headers_without_exactly_one_well_formed_signature_are_refused(headers: 
 
 
 def test_what_is_signed_is_domain_separated_and_the_key_length_prefixed() -> None:
-    assert signed_bytes(b"a@1", b"2x").startswith(DOMAIN)
-    assert signed_bytes(b"a@1", b"2x") != signed_bytes(b"a@12", b"x")
+    assert spec_message(b"a@1", b"2x").startswith(SPEC_DOMAIN)
+    assert spec_message(b"a@1", b"2x") != spec_message(b"a@12", b"x")
     assert "bad signature" in refusal(((SIGNATURE_HEADER, sign(ADMIN, b"app@", b"1" + VALUE)),))
 
 

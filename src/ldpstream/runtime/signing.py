@@ -1,10 +1,10 @@
 """Ed25519 signatures on published collection specs: the admin signs each message, every reader verifies it.
 
 A spec message (key "name@version", value the spec's canonical JSON) carries its signature in the Kafka header
-`ldp-sig`: the signer's key id (8 bytes: the start of the sha256 of its raw public key) and the Ed25519 signature
-(64 bytes). What is signed is `DOMAIN`, the key's length (4 bytes, big-endian), the key and the value, so a
-signature can neither be moved to another key nor taken for a signature of anything else this project may sign.
-The value stays the canonical JSON, unchanged.
+`ldp-sig`: the signature block of `ldpstream.contract.signatures` (the signer's key id and the Ed25519 signature of
+the spec's domain, key and value), so a signature can neither be moved to another key nor taken for a signature of
+anything else this project signs. The value stays the canonical JSON, unchanged: the edge serves those exact bytes
+and that block to devices, which verify them against the keys they pin.
 
 Key files (`ldpstream.runtime.secrets`, 0600): the admin's private key, PEM (PKCS#8), in `Settings.spec_signing_key`;
 the trusted public keys in `Settings.spec_trusted_keys`, one a line (base64 of the 32 raw bytes, then optionally a
@@ -20,30 +20,25 @@ Examples
 >>> verify(trusted, b"app@2", b'{"name":"app"}', ((SIGNATURE_HEADER, header),), "specs[app@2]")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ldpstream.contract.spec.SpecError: specs[app@2]: bad signature by key ... (the key, the value or the signature was
+ldpstream.contract.spec.SpecError: specs[app@2]: bad signature by key ... (the signed bytes or the signature were
 changed)
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
-import struct
 from collections.abc import Mapping
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from ldpstream.contract.signatures import SignatureError, key_id, raw_public, sign_block, spec_message, verify_block
 from ldpstream.contract.spec import SpecError
 from ldpstream.runtime.kafka import Headers
 from ldpstream.runtime.secrets import create_secret, replace_secret
 
 SIGNATURE_HEADER = "ldp-sig"
-DOMAIN = b"ldpstream collection spec signature v1\x00"
-KEY_ID_BYTES = 8
-SIGNATURE_BYTES = 64
 
 TrustedKeys = Mapping[bytes, Ed25519PublicKey]  # key id -> public key
 
@@ -57,24 +52,9 @@ def new_private_key() -> Ed25519PrivateKey:
     return Ed25519PrivateKey.generate()
 
 
-def key_id(public: Ed25519PublicKey) -> bytes:
-    """The key's id: the first 8 bytes of the sha256 of its raw public key."""
-    return hashlib.sha256(raw_public(public)).digest()[:KEY_ID_BYTES]
-
-
-def raw_public(public: Ed25519PublicKey) -> bytes:
-    """The 32 raw bytes of a public key."""
-    return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-
-
-def signed_bytes(key: bytes, value: bytes) -> bytes:
-    """What a spec message's signature covers: the domain, the key's length, the key, the value."""
-    return DOMAIN + struct.pack(">I", len(key)) + key + value
-
-
 def sign(private: Ed25519PrivateKey, key: bytes, value: bytes) -> bytes:
-    """The `ldp-sig` header value of a message: the signer's key id and its signature of the key and value."""
-    return key_id(private.public_key()) + private.sign(signed_bytes(key, value))
+    """The `ldp-sig` header value of a message: the signature block of its key and value."""
+    return sign_block(private, spec_message(key, value))
 
 
 def verify(trusted: TrustedKeys, key: bytes, value: bytes, headers: Headers | None, where: str) -> None:
@@ -88,20 +68,10 @@ def verify(trusted: TrustedKeys, key: bytes, value: bytes, headers: Headers | No
                         f"`ldp spec publish`, which signs them")
     if len(found) > 1:
         raise SpecError(f"{where}: {len(found)} {SIGNATURE_HEADER} headers; a published spec has one")
-    header = found[0]
-    if header is None or len(header) != KEY_ID_BYTES + SIGNATURE_BYTES:
-        raise SpecError(f"{where}: malformed {SIGNATURE_HEADER} header ({0 if header is None else len(header)} "
-                        f"bytes, not {KEY_ID_BYTES} of key id and {SIGNATURE_BYTES} of signature)")
-    signer, signature = header[:KEY_ID_BYTES], header[KEY_ID_BYTES:]
-    public = trusted.get(signer)
-    if public is None:
-        raise SpecError(f"{where}: signed by key {signer.hex()}, which is not trusted (trusted: "
-                        f"{', '.join(k.hex() for k in trusted) or 'none'})")
     try:
-        public.verify(signature, signed_bytes(key, value))
-    except InvalidSignature:
-        raise SpecError(f"{where}: bad signature by key {signer.hex()} (the key, the value or the signature was "
-                        f"changed)") from None
+        verify_block(trusted, found[0] or b"", spec_message(key, value), where)
+    except SignatureError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def private_pem(private: Ed25519PrivateKey) -> bytes:
