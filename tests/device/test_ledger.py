@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ldpstream.contract.spec import parse_spec
-from ldpstream.device.ledger import ALL_TIME_WINDOW, BudgetExceeded, PrivacyLedger, window_of
+from ldpstream.device.ledger import ALL_TIME_WINDOW, WINDOWS_KEPT, BudgetExceeded, PrivacyLedger, window_of
 
 HOUR_MS = 3_600_000
 SPEC = parse_spec("""
@@ -55,11 +55,38 @@ def test_a_refused_report_charges_nothing() -> None:
     assert ledger.spent(SPEC, T0) == 1.5
 
 
-def test_a_report_for_a_past_window_is_refused() -> None:
+def test_a_past_window_is_held_to_its_own_spend() -> None:
     ledger = PrivacyLedger()
+    ledger.charge(SPEC, T0)
     ledger.charge(SPEC, T0 + HOUR_MS)
-    with pytest.raises(BudgetExceeded, match="before the ledger's current window"):
-        ledger.check(SPEC, T0)
+    with pytest.raises(BudgetExceeded, match="already spent 2"):
+        ledger.check(SPEC, T0 + 5)  # the clock went back an hour: that window's spend is kept
+    ledger.check(SPEC, T0 - HOUR_MS)  # a window never charged starts from zero
+
+
+def test_a_clock_that_jumps_far_ahead_and_back_locks_nothing_out_and_resets_nothing() -> None:
+    ledger = PrivacyLedger()
+    ledger.charge(SPEC, T0)
+    year = 365 * 24 * HOUR_MS
+    ledger.charge(SPEC, T0 + 80 * year)  # the clock jumps to the next century...
+    with pytest.raises(BudgetExceeded):
+        ledger.check(SPEC, T0)  # ...and back: what was spent now is still spent
+    for hour in range(1, 3 * WINDOWS_KEPT):  # later windows go on, long after the jump
+        ledger.charge(SPEC, T0 + hour * HOUR_MS)
+    with pytest.raises(BudgetExceeded):
+        ledger.check(SPEC, T0 + 80 * year)  # the far window is still kept: it is the latest
+    with pytest.raises(BudgetExceeded, match="no longer keeps"):
+        ledger.check(SPEC, T0)  # an early window whose spend was dropped is refused, never reset to zero
+
+
+def test_a_clock_that_jumps_back_to_1970_costs_one_window_and_blocks_nothing_later() -> None:
+    ledger = PrivacyLedger()
+    ledger.charge(SPEC, 0)
+    for hour in range(WINDOWS_KEPT + 1):
+        ledger.charge(SPEC, T0 + hour * HOUR_MS)
+    with pytest.raises(BudgetExceeded, match="no longer keeps"):
+        ledger.check(SPEC, 0)  # dropped first: never charged again
+    ledger.check(SPEC, T0 + (WINDOWS_KEPT + 1) * HOUR_MS)
 
 
 def test_budgets_are_per_collection_name_not_version() -> None:

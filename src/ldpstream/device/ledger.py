@@ -8,8 +8,21 @@ report that would take the spend of a window above the spec's epsilon. The windo
 window, numbered by report time (floor(t / length)); a spec without windows has one all-time window. The budget
 holds whether or not the spec has `one_report_per_window` (that flag is the aggregator's duplicate check; the
 budget is the device's own guarantee). Over a longer window of the spec (1d beside 1h) a device's reports compose:
-up to 24 reports, 24 * eps, per day. A report for a window earlier than the newest one the ledger has seen is
-refused too, since the spend of a past window is no longer kept.
+up to 24 reports, 24 * eps, per day.
+
+The clock. A device's clock can jump far forward or back; the ledger must neither lock the device out of later
+windows nor forget what it spent. It keeps the spend of the last `WINDOWS_KEPT` windows it charged (the same for the
+device-wide days, `DAYS_KEPT`), and when it must drop one it drops the earliest by number and remembers the latest
+number it dropped: a report in a window it still keeps is held to that window's spend, a report in a dropped window
+(or one before it) is refused, since that spend is gone, and every other window starts from zero. A jump to the year
+2100 and back costs one kept window and locks nothing out; a jump back to 1970 charges a window that is dropped first.
+
+The policy (`ldpstream.device.policy`, given to `check`/`charge`). On top of the spec's own budgets the ledger holds
+every report to the app's caps: the device-wide spend of the UTC day (`max_epsilon_per_day`, over every collection),
+and the collection's odometer to the lifetime the device committed to it when it accepted the spec (`commit`: the
+spec's lifetime budget, or the policy's `max_lifetime_per_collection` for a spec without one, at which such a
+collection stops). The commitments are kept by collection name, device-wide, so the sum over every collection the
+device ever accepted stays within `max_lifetime_per_device` (`ldpstream.device.policy.judge`).
 
 The lifetime (the odometer). Without a privacy block every report adds its epsilon to the odometer: T reports cost T
 eps, without bound. With `privacy: {per_report, lifetime, values}` (`ldpstream.contract.spec.Privacy`) every report is a
@@ -42,13 +55,19 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ldpstream.contract.spec import CollectionSpec, window_seconds
 
+if TYPE_CHECKING:
+    from ldpstream.device.policy import PrivacyPolicy
+
 ALL_TIME_WINDOW = -1  # the window number of a spec without tumbling windows
 EPSILON_SLACK = 1e-9  # relative tolerance on sums of floating-point budgets
-FORMAT = 2  # of the JSON file; format 1 (no "format" key) held only the window spends
+FORMAT = 3  # of the JSON file; 2 kept one window per collection, 1 (no "format" key) only the window spends
+WINDOWS_KEPT = 64  # windows whose spend a collection's account keeps (module docstring, "The clock")
+DAYS_KEPT = 8  # UTC days whose device-wide spend the ledger keeps
+DAY_MS = 86_400_000
 
 
 class BudgetExceeded(ValueError):
@@ -65,25 +84,62 @@ class Memo:
 
 
 @dataclass
+class Spends:
+    """Epsilon spent per numbered period (window or day), the last `kept` periods charged, and the latest number
+    dropped to keep them few (module docstring, "The clock")."""
+
+    kept: int
+    spent: dict[int, float] = field(default_factory=dict)
+    dropped: int | None = None
+
+    def of(self, period: int) -> float:
+        """What was spent in `period` (0 if nothing was, or if that spend was dropped: see `forgotten`)."""
+        return self.spent.get(period, 0.0)
+
+    def forgotten(self, period: int) -> bool:
+        """True if the spend of `period` may have been dropped (refuse: it is unknown)."""
+        return period not in self.spent and self.dropped is not None and period <= self.dropped
+
+    def plus(self, period: int, epsilon: float) -> Spends:
+        """These spends with `epsilon` more in `period` (the earliest periods dropped beyond `kept`)."""
+        spent = {**self.spent, period: self.of(period) + epsilon}
+        dropped = self.dropped
+        for old in sorted(spent)[:max(0, len(spent) - self.kept)]:
+            del spent[old]
+            dropped = old if dropped is None else max(dropped, old)
+        return Spends(self.kept, spent, dropped)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"spent": {str(k): v for k, v in sorted(self.spent.items())}, "dropped": self.dropped}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], kept: int) -> Spends:
+        return cls(kept, {int(k): float(v) for k, v in d["spent"].items()},
+                   None if d["dropped"] is None else int(d["dropped"]))
+
+
+@dataclass
 class Account:
     """One collection's state on a device."""
 
-    window: int | None = None  # the newest window charged
-    window_spent: float = 0.0
+    windows: Spends = field(default_factory=lambda: Spends(WINDOWS_KEPT))
     lifetime_spent: float = 0.0
     memos: dict[str, float] = field(default_factory=dict)  # key -> eps_inf charged
     secret: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"window": self.window, "window_spent": self.window_spent, "lifetime_spent": self.lifetime_spent,
+        return {"windows": self.windows.to_dict(), "lifetime_spent": self.lifetime_spent,
                 "memos": dict(sorted(self.memos.items())),
                 "secret": None if self.secret is None else f"{self.secret:016x}"}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Account:
         secret = d["secret"]
-        return cls(None if d["window"] is None else int(d["window"]), float(d["window_spent"]),
-                   float(d["lifetime_spent"]), {str(k): float(v) for k, v in d["memos"].items()},
+        if "windows" in d:
+            windows = Spends.from_dict(d["windows"], WINDOWS_KEPT)
+        else:  # format 2: the newest window only
+            windows = Spends(WINDOWS_KEPT, {} if d["window"] is None else {int(d["window"]): float(d["window_spent"])})
+        return cls(windows, float(d["lifetime_spent"]), {str(k): float(v) for k, v in d["memos"].items()},
                    None if secret is None else int(secret, 16))
 
 
@@ -95,18 +151,25 @@ def window_of(spec: CollectionSpec, timestamp_ms: int) -> int:
 
 
 class PrivacyLedger:
-    """Per collection: the epsilon one device spent in its current window and over its lifetime, the memos it paid
-    for, and its secret; refuses what would exceed either budget (module docstring)."""
+    """Per collection: the epsilon one device spent per window and over its lifetime, the memos it paid for, and its
+    secret; device-wide: the spend per UTC day and the lifetimes committed to each collection. Refuses what would
+    exceed a budget (module docstring)."""
 
-    def __init__(self, accounts: dict[str, Account] | None = None, path: str | Path | None = None) -> None:
+    def __init__(self, accounts: dict[str, Account] | None = None, path: str | Path | None = None,
+                 days: Spends | None = None, commitments: dict[str, float] | None = None) -> None:
         self._accounts: dict[str, Account] = dict(accounts or {})
+        self._days = days if days is not None else Spends(DAYS_KEPT)
+        self._commitments: dict[str, float] = dict(commitments or {})
         self.path = None if path is None else Path(path)
 
     def spent(self, spec: CollectionSpec, timestamp_ms: int) -> float:
         """Epsilon already spent on `spec`'s collection in the window of `timestamp_ms`."""
         account = self._accounts.get(spec.name)
-        window = window_of(spec, timestamp_ms)
-        return account.window_spent if account is not None and account.window == window else 0.0
+        return 0.0 if account is None else account.windows.of(window_of(spec, timestamp_ms))
+
+    def spent_on_day(self, timestamp_ms: int) -> float:
+        """Epsilon spent device-wide, over every collection, on the UTC day of `timestamp_ms`."""
+        return self._days.of(timestamp_ms // DAY_MS)
 
     def lifetime_spent(self, collection: str) -> float:
         """The odometer: epsilon spent on the collection over the device's lifetime."""
@@ -126,31 +189,47 @@ class PrivacyLedger:
             self._persist()
         return account.secret
 
+    @property
+    def commitments(self) -> dict[str, float]:
+        """The lifetime budget committed to each collection the device accepted, by name."""
+        return dict(self._commitments)
+
+    def commit(self, collection: str, lifetime: float) -> None:
+        """Reserve `lifetime` for the collection (a commitment never shrinks: what was promised may be spent)."""
+        if not (math.isfinite(lifetime) and lifetime > 0):
+            raise ValueError(f"a commitment must be finite and > 0, got {lifetime!r}")
+        if lifetime > self._commitments.get(collection, 0.0):
+            self._commitments[collection] = lifetime
+            self._persist()
+
     def check(self, spec: CollectionSpec, timestamp_ms: int, epsilon: float | None = None,
-              memos: Sequence[Memo] = ()) -> None:
+              memos: Sequence[Memo] = (), policy: PrivacyPolicy | None = None) -> None:
         """Raise BudgetExceeded if a report costing `epsilon` (default: the spec's) and reading `memos` would exceed
-        the window's or the lifetime budget."""
-        self._next(spec, timestamp_ms, spec.epsilon if epsilon is None else epsilon, memos)
+        the window's or the lifetime budget, or, given the app's `policy`, its daily or committed lifetime cap."""
+        self._next(spec, timestamp_ms, spec.epsilon if epsilon is None else epsilon, memos, policy)
 
     def charge(self, spec: CollectionSpec, timestamp_ms: int, epsilon: float | None = None,
-               memos: Sequence[Memo] = ()) -> float:
+               memos: Sequence[Memo] = (), policy: PrivacyPolicy | None = None) -> float:
         """Record a report costing `epsilon` (default: the spec's) that reads `memos` (a spec with a privacy block:
-        the memos of its attributes, `ldpstream.device.perturb.report_memos`); return the budget left in its window."""
-        account = self._next(spec, timestamp_ms, spec.epsilon if epsilon is None else epsilon, memos)
+        the memos of its attributes, `ldpstream.device.perturb.report_memos`); return the budget left in its window.
+        Persisted before it returns: a report is charged whether or not it is ever sent."""
+        account, days = self._next(spec, timestamp_ms, spec.epsilon if epsilon is None else epsilon, memos, policy)
         self._accounts[spec.name] = account
+        self._days = days
         self._persist()
-        return max(spec.epsilon - account.window_spent, 0.0)
+        return max(spec.epsilon - account.windows.of(window_of(spec, timestamp_ms)), 0.0)
 
-    def _next(self, spec: CollectionSpec, timestamp_ms: int, epsilon: float, memos: Sequence[Memo]) -> Account:
-        """The collection's account after the report, or BudgetExceeded (the ledger itself is not changed)."""
+    def _next(self, spec: CollectionSpec, timestamp_ms: int, epsilon: float, memos: Sequence[Memo],
+              policy: PrivacyPolicy | None) -> tuple[Account, Spends]:
+        """The collection's account and the days after the report, or BudgetExceeded (the ledger is not changed)."""
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"a report's epsilon must be finite and > 0, got {epsilon!r}")
         current = self._accounts.get(spec.name, Account())
         window = window_of(spec, timestamp_ms)
-        if current.window is not None and window < current.window:
-            raise BudgetExceeded(f"{spec.name}: report time {timestamp_ms} ms falls in window {window}, before the "
-                                 f"ledger's current window {current.window}; a past window's budget is not kept")
-        before = current.window_spent if current.window == window else 0.0
+        if current.windows.forgotten(window):
+            raise BudgetExceeded(f"{spec.name}: report time {timestamp_ms} ms falls in window {window}, at or before "
+                                 f"window {current.windows.dropped}, whose spend the ledger no longer keeps")
+        before = current.windows.of(window)
         total = before + epsilon
         if total > spec.epsilon * (1 + EPSILON_SLACK):
             where = "all time" if window == ALL_TIME_WINDOW else f"window {window} ({spec.windows[0]})"
@@ -160,7 +239,28 @@ class PrivacyLedger:
         new = {m.key: m.epsilon for m in memos if m.key not in current.memos}
         lifetime = current.lifetime_spent + (epsilon if spec.privacy is None else math.fsum(new.values()))
         self._check_lifetime(spec, memos, new, current, lifetime)
-        return Account(window, total, lifetime, {**current.memos, **new}, current.secret)
+        day = timestamp_ms // DAY_MS
+        if policy is not None:
+            self._check_policy(spec, policy, epsilon, day, lifetime)
+        account = Account(current.windows.plus(window, epsilon), lifetime, {**current.memos, **new}, current.secret)
+        return account, self._days.plus(day, epsilon)
+
+    def _check_policy(self, spec: CollectionSpec, policy: PrivacyPolicy, epsilon: float, day: int,
+                      lifetime: float) -> None:
+        if self._days.forgotten(day):
+            raise BudgetExceeded(f"day {day} is at or before day {self._days.dropped}, whose device-wide spend the "
+                                 f"ledger no longer keeps")
+        today = self._days.of(day) + epsilon
+        if today > policy.max_epsilon_per_day * (1 + EPSILON_SLACK):
+            raise BudgetExceeded(f"{spec.name}: a report costing eps = {epsilon:g} would bring the device's spend on "
+                                 f"day {day} to {today:g} > the policy's max_epsilon_per_day "
+                                 f"{policy.max_epsilon_per_day:g}")
+        committed = self._commitments.get(spec.name)
+        if committed is None:
+            raise BudgetExceeded(f"{spec.name}: the device has not accepted this collection (no lifetime committed)")
+        if lifetime > committed * (1 + EPSILON_SLACK):
+            raise BudgetExceeded(f"{spec.name}: a report would bring the collection's lifetime spend to {lifetime:g} "
+                                 f"> the {committed:g} the device committed to it (its policy's cap)")
 
     @staticmethod
     def _check_lifetime(spec: CollectionSpec, memos: Sequence[Memo], new: dict[str, float], current: Account,
@@ -185,19 +285,35 @@ class PrivacyLedger:
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "collections": {name: a.to_dict()
-                                                             for name, a in sorted(self._accounts.items())}})
+                                                             for name, a in sorted(self._accounts.items())},
+                           "days": self._days.to_dict(), "commitments": dict(sorted(self._commitments.items()))})
 
     @classmethod
     def from_json(cls, text: str) -> PrivacyLedger:
-        """A ledger from its JSON (format 2, or format 1's window spends); ValueError if it is not one."""
+        """A ledger from its JSON (format 3, 2, or format 1's window spends); ValueError if it is not one."""
         try:
             data = json.loads(text)
-            if data.get("format") == FORMAT:
-                return cls({name: Account.from_dict(a) for name, a in data["collections"].items()})
-            return cls({name: Account(int(s["window"]), float(s["epsilon"]), float(s["epsilon"]))
-                        for name, s in data.items()})
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            if data.get("format") in (2, FORMAT):
+                accounts = {str(name): Account.from_dict(a) for name, a in data["collections"].items()}
+                days = Spends.from_dict(data["days"], DAYS_KEPT) if "days" in data else None
+                commitments = {str(k): float(v) for k, v in data.get("commitments", {}).items()}
+                ledger = cls(accounts, days=days, commitments=commitments)
+            else:
+                ledger = cls({str(name): Account(Spends(WINDOWS_KEPT, {int(s["window"]): float(s["epsilon"])}),
+                                                 float(s["epsilon"]))
+                              for name, s in data.items()})
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
             raise ValueError(f"not a privacy ledger: {exc!r}") from exc
+        ledger._validate()
+        return ledger
+
+    def _validate(self) -> None:
+        """ValueError unless every number is finite and >= 0 (a file that decodes may still be damaged)."""
+        numbers = [*self._days.spent.values(), *self._commitments.values()]
+        for a in self._accounts.values():
+            numbers += [*a.windows.spent.values(), a.lifetime_spent, *a.memos.values()]
+        if not all(isinstance(x, float) and math.isfinite(x) and x >= 0 for x in numbers):
+            raise ValueError("not a privacy ledger: a spend that is not a finite number >= 0")
 
     def save(self, path: str | Path) -> None:
         """Write the ledger atomically and durably (write and fsync a temporary file, then rename it over the old
@@ -214,5 +330,6 @@ class PrivacyLedger:
     def open(cls, path: str | Path) -> PrivacyLedger:
         """The ledger saved at `path` (empty if there is no file yet), saved there again on every change."""
         p = Path(path)
-        accounts = cls.from_json(p.read_text())._accounts if p.exists() else {}
-        return cls(accounts, p)
+        ledger = cls.from_json(p.read_text()) if p.exists() else cls()
+        ledger.path = p
+        return ledger
