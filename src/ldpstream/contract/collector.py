@@ -29,6 +29,7 @@ object).
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +42,7 @@ from ldpstream.contract.spec import (
     StringAttribute,
     parse_spec,
 )
+from ldpstream.contract.untrusted import rejecting
 from ldpstream.mechanisms.frequency.auto import choose_frequency
 from ldpstream.mechanisms.longitudinal.base import Longitudinal
 from ldpstream.mechanisms.mixed import CategoricalAttribute as MixedCategorical
@@ -80,6 +82,13 @@ def pinned_strategies(spec: CollectionSpec) -> list[str]:
                                 f"optimise its strategies first)")
             hashes.append(a.strategy)
     return hashes
+
+
+@rejecting(SpecError, "not a factorization strategy")
+def strategy_from_bytes(data: bytes, content_hash: str) -> FactorizationMechanism:
+    """The strategy in .npz bytes, verified against its content hash; SpecError, nothing else, whatever the bytes
+    (np.load and zipfile raise many things on damaged ones)."""
+    return FactorizationMechanism.load(io.BytesIO(data), expected_hash=content_hash)
 
 
 def hash_seed(collection: str, attribute: str) -> int:

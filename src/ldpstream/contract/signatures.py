@@ -51,7 +51,13 @@ KeysById = Mapping[bytes, Ed25519PublicKey]
 
 
 class SignatureError(ValueError):
-    """Bytes that are not signed by a pinned key of the right role (the message says why, never a secret)."""
+    """Bytes that are not signed by a pinned key of the right role: `code` says which rule failed (`unsigned`,
+    `malformed_signature`, `untrusted_key`, `bad_signature`, `bad_keys`; the test vectors name them), the message
+    why, never a secret."""
+
+    def __init__(self, message: str, code: str = "bad_keys") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def raw_public(public: Ed25519PublicKey) -> bytes:
@@ -83,20 +89,20 @@ def sign_block(private: Ed25519PrivateKey, message: bytes) -> bytes:
 def verify_block(keys: KeysById, block: bytes | None, message: bytes, where: str) -> None:
     """Return if `block` is a signature of `message` by one of `keys`; SignatureError with the reason otherwise."""
     if block is None:
-        raise SignatureError(f"{where}: unsigned (no signature)")
+        raise SignatureError(f"{where}: unsigned (no signature)", "unsigned")
     if len(block) != BLOCK_BYTES:
         raise SignatureError(f"{where}: malformed signature ({len(block)} bytes, not {KEY_ID_BYTES} of key id and "
-                             f"{SIGNATURE_BYTES} of signature)")
+                             f"{SIGNATURE_BYTES} of signature)", "malformed_signature")
     signer, signature = bytes(block[:KEY_ID_BYTES]), bytes(block[KEY_ID_BYTES:])
     public = keys.get(signer)
     if public is None:
         raise SignatureError(f"{where}: signed by key {signer.hex()}, which is not trusted (trusted: "
-                             f"{', '.join(k.hex() for k in keys) or 'none'})")
+                             f"{', '.join(k.hex() for k in keys) or 'none'})", "untrusted_key")
     try:
         public.verify(signature, message)
     except InvalidSignature:
         raise SignatureError(f"{where}: bad signature by key {signer.hex()} (the signed bytes or the signature "
-                             f"were changed)") from None
+                             f"were changed)", "bad_signature") from None
 
 
 def block_header(block: bytes) -> str:
@@ -111,7 +117,7 @@ def block_from_header(value: str | None) -> bytes | None:
     try:
         return base64.b64decode(value.strip(), validate=True)
     except (binascii.Error, ValueError):
-        raise SignatureError("the LDP-Signature header is not base64") from None
+        raise SignatureError("the LDP-Signature header is not base64", "malformed_signature") from None
 
 
 @dataclass(frozen=True)

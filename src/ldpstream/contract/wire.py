@@ -303,8 +303,9 @@ def concatenate(envelopes: Sequence[Envelope]) -> Concatenation:
     first = 0
     for attribute, pairs in by_attribute.items():
         last = first + len(pairs)
-        attributes[attribute] = AttributeColumns(rows[edges[first]:edges[last]],
-                                                 _attribute_columns(attribute, [block for _, block in pairs]))
+        if edges[last] > edges[first]:  # an attribute no row reports (empty blocks) carries nothing to count
+            attributes[attribute] = AttributeColumns(rows[edges[first]:edges[last]],
+                                                     _attribute_columns(attribute, [block for _, block in pairs]))
         first = last
     return Concatenation(np.arange(len(envelopes)), sizes,
                          np.frombuffer(b"".join([env.devices for env in envelopes]), dtype="<u8"),
@@ -327,6 +328,8 @@ def join_envelopes(envelopes: Sequence[Envelope]) -> Envelope:
     for attribute in sorted(by_attribute):
         pairs = by_attribute[attribute]
         rows = b"".join([_shifted_rows(block.rows, offsets[i]) for i, block in pairs])  # numbered across messages
+        if not rows:  # an attribute no row reports carries nothing (as in `concatenate`)
+            continue
         by_name: dict[str, list[WireColumn]] = {}
         for _, block in pairs:
             for col in block.columns:

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,6 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ldpstream.contract.spec import CollectionSpec, window_seconds
+from ldpstream.device.state import write_atomically
 
 if TYPE_CHECKING:
     from ldpstream.device.policy import PrivacyPolicy
@@ -316,15 +316,9 @@ class PrivacyLedger:
             raise ValueError("not a privacy ledger: a spend that is not a finite number >= 0")
 
     def save(self, path: str | Path) -> None:
-        """Write the ledger atomically and durably (write and fsync a temporary file, then rename it over the old
-        one)."""
-        p = Path(path)
-        tmp = p.with_name(p.name + ".tmp")
-        with open(tmp, "w") as handle:
-            handle.write(self.to_json())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, p)
+        """Write the ledger atomically and durably (`ldpstream.device.state.write_atomically`: 0600, fsynced, renamed
+        over the old one); StateError, the old file untouched, if it cannot be written (a full disk)."""
+        write_atomically(Path(path), self.to_json().encode())
 
     @classmethod
     def open(cls, path: str | Path) -> PrivacyLedger:

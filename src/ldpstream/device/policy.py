@@ -113,14 +113,17 @@ class PrivacyPolicy:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Whether a device accepts a spec, why not if it does not, and the lifetime it commits to if it does."""
+    """Whether a device accepts a spec; if not, the rule it breaks (`code`, which the test vectors name) and why;
+    if it does, the lifetime it commits to."""
 
     accepted: bool
+    code: str = ""  # policy_unbuildable | policy_epsilon_per_report | policy_epsilon_per_day | policy_mechanism |
+    # policy_lifetime_per_collection | policy_lifetime_per_device
     reason: str = ""
     commitment: float = 0.0  # the lifetime budget accepting the spec reserves for its collection
 
     def to_json(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "reason": self.reason, "commitment": self.commitment}
+        return {"accepted": self.accepted, "code": self.code, "reason": self.reason, "commitment": self.commitment}
 
 
 def commitment(spec: CollectionSpec, policy: PrivacyPolicy) -> float:
@@ -136,28 +139,33 @@ def judge(spec: CollectionSpec, policy: PrivacyPolicy, committed: Mapping[str, f
     try:
         budgets = privacy_budgets(spec, strategies)
     except (SpecError, LDPError) as exc:
-        return Verdict(False, f"the spec's mechanisms cannot be built or do not keep its budget: {exc}")
+        return Verdict(False, "policy_unbuildable",
+                       f"the spec's mechanisms cannot be built or do not keep its budget: {exc}")
     per_report = float(budgets["per_report"])
     if per_report > policy.max_epsilon_per_report * (1 + BUDGET_RTOL):
-        return Verdict(False, f"epsilon per report {per_report:g} exceeds the policy's max_epsilon_per_report "
-                              f"{policy.max_epsilon_per_report:g}")
+        return Verdict(False, "policy_epsilon_per_report",
+                       f"epsilon per report {per_report:g} exceeds the policy's max_epsilon_per_report "
+                       f"{policy.max_epsilon_per_report:g}")
     if per_report > policy.max_epsilon_per_day * (1 + BUDGET_RTOL):
-        return Verdict(False, f"epsilon per report {per_report:g} exceeds the policy's max_epsilon_per_day "
-                              f"{policy.max_epsilon_per_day:g}")
+        return Verdict(False, "policy_epsilon_per_day",
+                       f"epsilon per report {per_report:g} exceeds the policy's max_epsilon_per_day "
+                       f"{policy.max_epsilon_per_day:g}")
     refused = sorted({a["mechanism"] for a in budgets["attributes"].values()} - policy.allowed_mechanisms)
     if refused:
-        return Verdict(False, f"mechanisms {refused} are not among the policy's allowed_mechanisms")
+        return Verdict(False, "policy_mechanism", f"mechanisms {refused} are not among the policy's allowed_mechanisms")
     wanted = commitment(spec, policy)
     if wanted > policy.max_lifetime_per_collection * (1 + BUDGET_RTOL):
-        return Verdict(False, f"the spec's lifetime budget {wanted:g} exceeds the policy's "
-                              f"max_lifetime_per_collection {policy.max_lifetime_per_collection:g}")
+        return Verdict(False, "policy_lifetime_per_collection",
+                       f"the spec's lifetime budget {wanted:g} exceeds the policy's max_lifetime_per_collection "
+                       f"{policy.max_lifetime_per_collection:g}")
     needed = max(committed.get(spec.name, 0.0), wanted)
     others = math.fsum(v for name, v in committed.items() if name != spec.name)
     if others + needed > policy.max_lifetime_per_device * (1 + BUDGET_RTOL):
-        return Verdict(False, f"accepting {spec.name!r} would commit {others + needed:g} over the device's "
-                              f"collections ({len(committed)} accepted before, {others:g} committed to others) > the "
-                              f"policy's max_lifetime_per_device {policy.max_lifetime_per_device:g}")
-    return Verdict(True, "", needed)
+        return Verdict(False, "policy_lifetime_per_device",
+                       f"accepting {spec.name!r} would commit {others + needed:g} over the device's collections "
+                       f"({len(committed)} accepted before, {others:g} committed to others) > the policy's "
+                       f"max_lifetime_per_device {policy.max_lifetime_per_device:g}")
+    return Verdict(True, commitment=needed)
 
 
 def policy_json(policy: PrivacyPolicy) -> str:

@@ -12,15 +12,13 @@ hash or raises SpecError, nothing else, whatever they are; only bytes that decod
 
 from __future__ import annotations
 
-import io
 import os
 import tempfile
 from pathlib import Path
 
-from ldpstream.contract.collector import Strategies, pinned_strategies
+from ldpstream.contract.collector import Strategies, pinned_strategies, strategy_from_bytes
 from ldpstream.contract.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, SpecError
 from ldpstream.contract.topics import STRATEGIES_TOPIC
-from ldpstream.contract.untrusted import rejecting
 from ldpstream.mechanisms.workload.mechanism import FactorizationMechanism
 from ldpstream.mechanisms.workload.workloads import workload_by_name
 from ldpstream.runtime.kafka import ReportProducer, ensure_topic, read_to_end
@@ -104,13 +102,6 @@ def load_strategy(content_hash: str, bootstrap: str | None = None) -> Factorizat
         return mechanism
     raise SpecError(f"strategy {content_hash[:12]}... is not in {STRATEGIES_TOPIC}; publish its spec first"
                     + "".join(f"; skipped a message under its hash: {p}" for p in problems))
-
-
-@rejecting(SpecError, "not a factorization strategy")
-def strategy_from_bytes(data: bytes, content_hash: str) -> FactorizationMechanism:
-    """The strategy in .npz bytes, verified against its content hash; SpecError, nothing else, whatever the bytes
-    (np.load and zipfile raise many things on damaged ones)."""
-    return FactorizationMechanism.load(io.BytesIO(data), expected_hash=content_hash)
 
 
 def _cache_path(content_hash: str) -> Path:
