@@ -49,6 +49,9 @@ class Settings:
     edge_key_file: Path | None = None
     spec_signing_key_file: Path | None = None
     spec_trusted_keys_file: Path | None = None
+    pointer_signing_key_file: Path | None = None
+    enrolment_token_key_file: Path | None = None
+    enrolment_trusted_keys_file: Path | None = None
     secrets_dir_override: Path | None = None
     security: bool = True
     kafka_config: Path | None = None
@@ -61,6 +64,7 @@ class Settings:
         """Read LDP_STATE_DIR, LDP_DEPLOY_DIR, KAFKA_PORT, KAFKA_CONTROLLER_PORT, KAFKA_VERSION, LOG4J2_VERSION,
         KAFKA_HEAP, REDIS_PORT, KAFKA_BOOTSTRAP, REDIS_URL, LDP_SPECS_TOPIC, LDP_METRICS_ADDR, LDP_EDGE_KEY_FILE,
         LDP_SECRETS_DIR, LDP_SECURITY, LDP_KAFKA_CONFIG, LDP_SPEC_SIGNING_KEY, LDP_SPEC_TRUSTED_KEYS,
+        LDP_POINTER_SIGNING_KEY, LDP_ENROLMENT_TOKEN_KEY, LDP_ENROLMENT_TRUSTED_KEYS,
         REDIS_CLUSTER_NODES (host:port,host:port,...), KAFKA_REPLICATION, LDP_CLUSTER (defaults: `.local/` and
         `deploy/local/` of the project; the topology `ldp up` recorded there)."""
         e = os.environ if env is None else env
@@ -84,6 +88,9 @@ class Settings:
             edge_key_file=_path(e, "LDP_EDGE_KEY_FILE"),
             spec_signing_key_file=_path(e, "LDP_SPEC_SIGNING_KEY"),
             spec_trusted_keys_file=_path(e, "LDP_SPEC_TRUSTED_KEYS"),
+            pointer_signing_key_file=_path(e, "LDP_POINTER_SIGNING_KEY"),
+            enrolment_token_key_file=_path(e, "LDP_ENROLMENT_TOKEN_KEY"),
+            enrolment_trusted_keys_file=_path(e, "LDP_ENROLMENT_TRUSTED_KEYS"),
             secrets_dir_override=_path(e, "LDP_SECRETS_DIR"),
             security=security_setting(e.get("LDP_SECURITY", "on")),
             kafka_config=_path(e, "LDP_KAFKA_CONFIG"),
@@ -131,6 +138,23 @@ class Settings:
         """The public keys a reader accepts spec signatures from: LDP_SPEC_TRUSTED_KEYS, else in the secrets
         directory."""
         return self.spec_trusted_keys_file or self.secrets_dir / "spec-signing.pub"
+
+    @property
+    def pointer_signing_key(self) -> Path:
+        """The edge's online key for pointers to current spec versions (`ldpstream.runtime.join_keys`):
+        LDP_POINTER_SIGNING_KEY, else in the secrets directory."""
+        return self.pointer_signing_key_file or self.secrets_dir / "pointer-signing.key"
+
+    @property
+    def enrolment_token_key(self) -> Path:
+        """The private key that mints enrolment tokens: LDP_ENROLMENT_TOKEN_KEY, else in the secrets directory."""
+        return self.enrolment_token_key_file or self.secrets_dir / "enrolment-token.key"
+
+    @property
+    def enrolment_trusted_keys(self) -> Path:
+        """The public keys the edge accepts enrolment tokens from: LDP_ENROLMENT_TRUSTED_KEYS, else in the secrets
+        directory."""
+        return self.enrolment_trusted_keys_file or self.secrets_dir / "enrolment-token.pub"
 
     @property
     def secrets_dir(self) -> Path:

@@ -20,6 +20,7 @@ from ldpstream.contract.collector import sampled_count
 from ldpstream.contract.spec import CollectionSpec, SpecError, parse_spec
 from ldpstream.contract.topics import DLQ_TOPIC
 from ldpstream.runtime.dlq import DLQ_PARTITIONS
+from ldpstream.runtime.join_keys import ensure_key, next_spec_key_path
 from ldpstream.runtime.kafka import ReportProducer, ensure_topic, read_to_end
 from ldpstream.runtime.secrets import replace_secret
 from ldpstream.runtime.settings import Settings
@@ -157,7 +158,8 @@ class Rotation:
 def rotate_signing_key(bootstrap: str, retire_old: bool = False) -> Rotation:
     """Sign specs with a new key from now on, and re-sign every published spec with it.
 
-    1. Make a new key pair and trust its public key beside the old ones (readers accept both from now on).
+    1. Take the next key (`ldpstream.runtime.join_keys`: apps pinned it ahead, so devices accept the re-signed specs),
+       make a fresh next one, and trust the new key's public half beside the old ones (readers accept both).
     2. Make it the signing key: a publish from now on signs with it.
     3. Re-publish every spec readable now with its content unchanged, signed with the new key. A reader that
        trusts the old key keeps the first message of each key (the old copy; the same content); one that trusts
@@ -168,7 +170,9 @@ def rotate_signing_key(bootstrap: str, retire_old: bool = False) -> Rotation:
     """
     cfg = Settings.from_env()
     load_signing_key(cfg.spec_signing_key)
-    new = new_private_key()
+    upcoming = next_spec_key_path(cfg)
+    new = ensure_key(upcoming)
+    replace_secret(upcoming, private_pem(new_private_key()))
     trust(cfg.spec_trusted_keys, new.public_key())
     replace_secret(cfg.spec_signing_key, private_pem(new))
     specs = read_specs(bootstrap)
