@@ -69,7 +69,8 @@ def no_transparent_huge_pages() -> None:
     tens of milliseconds at unpredictable moments (measured: zeroing 32 MB took 84 ms with huge pages asked for,
     23 ms without); plain 4 KB faults cost the same every time, and `ldpstream.aggregator.dedupe` spreads them."""
     try:
-        from numpy._core.multiarray import _set_madvise_hugepage  # numpy 2
+        # numpy 2; private, so numpy's stubs leave it out
+        from numpy._core.multiarray import _set_madvise_hugepage  # type: ignore[attr-defined]
     except ImportError:  # numpy 1.26
         from numpy.core.multiarray import _set_madvise_hugepage  # type: ignore[no-redef]
     _set_madvise_hugepage(False)

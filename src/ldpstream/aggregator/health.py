@@ -22,11 +22,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
 from ldpstream.aggregator.store import RedisStore, StatsStore
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.topics import source
+from ldpstream.runtime.redis import SyncRedis
 
 EndOffsets = Callable[[Sequence[str]], Mapping[tuple[str, int], int]]
 
@@ -142,7 +141,7 @@ def silent(beat: Mapping[str, Any], now_ms: int) -> bool:
 class WorkerRegistry:
     """Worker heartbeats and abnormal exits in Redis."""
 
-    def __init__(self, client: redis.Redis, namespace: str = NAMESPACE) -> None:
+    def __init__(self, client: SyncRedis, namespace: str = NAMESPACE) -> None:
         self.redis = client
         self.workers_key, self.crashes_key = f"{namespace}:workers", f"{namespace}:crashes"
 

@@ -20,9 +20,8 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-import redis
-
 from ldpstream.aggregator.store import prefix
+from ldpstream.runtime.redis import SyncRedis
 
 QUARANTINE_AFTER = 2
 
@@ -54,7 +53,7 @@ def _parse(field: str) -> tuple[int, int]:
 class RedisCrashMarks(CrashMarks):
     """The counts in one Redis hash per collection."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: SyncRedis) -> None:
         self.redis = client
 
     def record(self, collection: str, in_hand: Iterable[tuple[int, int]]) -> None:

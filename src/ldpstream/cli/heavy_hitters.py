@@ -100,14 +100,15 @@ def run(
     except LDPError as exc:
         _fail(exc)
     levels = tree.positions if isinstance(tree, SFP) else tree.lengths
+    hitters = found.to_rows()
     payload = {"mechanism": name, "epsilon": epsilon, "devices": int(rows.shape[0]), "levels": list(levels),
-               "top": found.to_rows(), "seconds": round(seconds, 4)}
+               "top": hitters, "seconds": round(seconds, 4)}
     if as_json:
         print_fields(payload, as_json=True)
         return
     table = Table("rank", "item", "estimate", "stderr",
                   title=f"{name}, eps={epsilon:g}: {rows.shape[0]:,} devices, {seconds:.2f} s")
-    for rank, row in enumerate(payload["top"], start=1):  # type: ignore[arg-type]
+    for rank, row in enumerate(hitters, start=1):
         table.add_row(str(rank), repr(row["item"]), f"{row['estimate']:.4g}", f"{row['stderr']:.2g}")
     console.print(table)
 

@@ -102,7 +102,9 @@ def _worst_case_variance(name: str, epsilon: float, domain: int) -> float:
     if name in registry.KEYVALUE:
         return float(registry.make_keyvalue(name, epsilon, domain).frequency_variance(0.0))
     if name in registry.OPEN_DOMAIN:
-        mech: Any = registry.open_domain_class(name)(epsilon, StringDomain(8, "abcdefghijklmnopqrstuvwxyz"))
+        # a type[Mechanism] says nothing of its constructor: each open-domain class takes (epsilon, domain, options)
+        cls: Any = registry.open_domain_class(name)
+        mech: Any = cls(epsilon, StringDomain(8, "abcdefghijklmnopqrstuvwxyz"))
         return float(mech.worst_case_variance() if name in registry.HEAVY_HITTERS else mech.variance(0.0))
     mech = build_mechanism(name, epsilon, domain=domain if registry.takes_domain(name) else None)
     return float(mech.worst_case_variance())

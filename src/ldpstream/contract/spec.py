@@ -41,7 +41,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -95,7 +95,7 @@ MechanismParameters = dict[Annotated[str, Field(max_length=32)], StrictInt | Str
 NOMINAL_BUDGETS = (2.0, 1.0)  # (lifetime, per report) at which a spec's parameters alone are checked
 
 
-def parameter_error(mechanism: str, parameters: dict[str, int], domain: int | None) -> str | None:
+def parameter_error(mechanism: str, parameters: Mapping[str, int | float], domain: int | None) -> str | None:
     """Why an attribute's mechanism cannot take its `parameters` (None if it can): they go with a named memoized
     mechanism, by its names, with values it accepts (built at NOMINAL_BUDGETS; the collector checks the budgets)."""
     if mechanism not in registry.LONGITUDINAL:
@@ -343,11 +343,11 @@ class CollectionSpec(BaseModel):
             raise ValueError(f"attributes {memoized} name memoized mechanisms, which need a privacy block "
                              "{per_report, lifetime}")
         for a in self.attributes:
-            tunable = isinstance(a, (NumericAttribute, CategoricalAttribute)) and a.parameters
-            error = tunable and parameter_error(a.mechanism, a.parameters,
-                                                len(a.values) if isinstance(a, CategoricalAttribute) else None)
-            if error:
-                raise ValueError(f"attribute {a.name!r}: {error}")
+            if isinstance(a, (NumericAttribute, CategoricalAttribute)) and a.parameters:
+                error = parameter_error(a.mechanism, a.parameters,
+                                        len(a.values) if isinstance(a, CategoricalAttribute) else None)
+                if error:
+                    raise ValueError(f"attribute {a.name!r}: {error}")
         fresh = [a.name for a in self.attributes if a.mechanism not in registry.LONGITUDINAL and a.mechanism != "auto"]
         if self.privacy is not None and fresh:
             raise ValueError(f"attributes {fresh} use mechanisms with fresh noise per report, whose spend grows with "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
+from typing import overload
 
 import numpy as np
 
@@ -77,6 +78,10 @@ def report_memos(spec: CollectionSpec, records: Mapping[str, np.ndarray], secret
     return memos
 
 
+@overload
+def _secrets(spec: CollectionSpec, secrets: np.ndarray, n: int) -> np.ndarray: ...
+@overload
+def _secrets(spec: CollectionSpec, secrets: np.ndarray | None, n: int) -> np.ndarray | None: ...
 def _secrets(spec: CollectionSpec, secrets: np.ndarray | None, n: int) -> np.ndarray | None:
     """The secrets as uint64, or RecordError unless they come with a privacy block (and only then), one a device."""
     if (secrets is None) != (spec.privacy is None):

@@ -207,8 +207,8 @@ class Edge:
 
     async def _intake_many(self, items: Sequence[Incoming]) -> list[Accepted | Refusal]:
         """Steps 3-5 for many requests: one vectorised check, one Redis round trip, one message per partition."""
-        results: list[Accepted | Refusal] = list(check_many([(i.envelope, i.plan, i.pseudonym) for i in items],
-                                                            now_ms()))  # type: ignore[arg-type]  # Checked: below
+        checks = check_many([(i.envelope, i.plan, i.pseudonym) for i in items], now_ms())
+        results: list[Checked | Accepted | Refusal] = list(checks)  # each Checked becomes an Accepted or a Refusal
         admits, admitted = [], []
         for k, (item, checked) in enumerate(zip(items, results, strict=True)):
             if isinstance(checked, Checked):
@@ -265,7 +265,7 @@ class Edge:
         await self.admission.release(released)
         if failures:
             raise failures[0]  # not a Refusal (the forwarder settles with none): every request of the turn gets it
-        return results
+        return results  # type: ignore[return-value]  # every Checked is replaced above (or the turn raised)
 
     def _submit(self, topic: str, partition: int,
                 members: list[tuple[int, Checked, list[str], list[int]]]) -> asyncio.Future[str]:
@@ -441,8 +441,9 @@ async def run(config: EdgeConfig, host: str, port: int, reuse_port: bool = False
     await edge.start()
     loop = asyncio.get_running_loop()
     server = CappedServer(Routes(edge), auto_decompress=False,  # the signature covers the sent bytes;
-                          request_factory=lambda *a: web.BaseRequest(  # intake.inflate decompresses them
-                              *a, loop=loop, client_max_size=config.max_body_bytes),
+                          request_factory=lambda message, payload, handler, writer, task: web.BaseRequest(
+                              message, payload, handler, writer, task, loop,  # intake.inflate decompresses them
+                              client_max_size=config.max_body_bytes),
                           keepalive_timeout=config.idle_timeout_s,  # also closes a connection idle from its start
                           lingering_time=config.body_timeout_s,  # after a refusal, the rest of a body: dropped
                           max_connections=connection_cap(config.max_connections))

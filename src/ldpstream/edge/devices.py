@@ -31,14 +31,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import redis
-import redis.asyncio
 import redis.asyncio.cluster
+from redis.typing import EncodableT, FieldT
 
 from ldpstream.contract.auth import MAX_SKEW_MS, Credential
 from ldpstream.contract.spec import ALL_TIME, window_seconds
 from ldpstream.contract.validation import DEFAULT_MAX_AGE_MS
 from ldpstream.edge.keyring import Keyring, new_device_id
+from ldpstream.runtime.redis import AsyncRedis, SyncRedis
 
 ADMIT = """
 local replay_ttl, rate, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -106,7 +106,7 @@ def edge_keys(collection: str) -> str:
     return f"ldp:edge:{{{collection}:[0-9][0-9]}}:*"
 
 
-def upgrade_devices_hashes(client: redis.Redis) -> list[str]:
+def upgrade_devices_hashes(client: SyncRedis) -> list[str]:
     """Move the enrolled devices of an earlier version's hashes (`ldp:edge:NAME:devices`, one per collection, no
     hash tag) into their key groups' hashes, and delete the old ones; the collections moved. (One server: a cluster
     never held the old keys.)"""
@@ -117,7 +117,7 @@ def upgrade_devices_hashes(client: redis.Redis) -> list[str]:
         if name.startswith("{"):
             continue
         for fields in _chunks(client.hscan_iter(key, count=10_000), 10_000):
-            groups: dict[str, dict[bytes, bytes]] = {}
+            groups: dict[str, dict[FieldT, EncodableT]] = {}  # redis-py's types (a Mapping's keys are invariant)
             for device, flag in fields:
                 groups.setdefault(devices_key(name, device.decode()), {})[device] = flag
             for target, mapping in groups.items():
@@ -141,7 +141,7 @@ def _chunks(items: Iterator[tuple[bytes, bytes]], size: int) -> Iterator[list[tu
 class DeviceRegistry:
     """Enrol and revoke devices."""
 
-    def __init__(self, client: redis.Redis, keyring: Keyring) -> None:
+    def __init__(self, client: SyncRedis, keyring: Keyring) -> None:
         self.redis = client
         self.keyring = keyring
 
@@ -151,7 +151,7 @@ class DeviceRegistry:
             raise ValueError(f"count must be >= 1, got {count}")
         ids = [new_device_id(self.keyring.current) for _ in range(count)]
         for lo in range(0, count, 10_000):
-            groups: dict[str, dict[str, int]] = {}
+            groups: dict[str, dict[FieldT, EncodableT]] = {}
             for d in ids[lo:lo + 10_000]:
                 groups.setdefault(devices_key(collection, d), {})[d] = 1
             for key, mapping in groups.items():
@@ -191,8 +191,7 @@ class Admission:
     """The edge's per-request state (asyncio): device keys, and the replay, rate and once-per-window checks of
     `ADMIT` (see the module docstring)."""
 
-    def __init__(self, client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster, keyring: Keyring,
-                 rate_per_s: int) -> None:
+    def __init__(self, client: AsyncRedis, keyring: Keyring, rate_per_s: int) -> None:
         self.redis = client
         self.keyring = keyring
         self.rate_per_s = rate_per_s
@@ -217,7 +216,7 @@ class Admission:
         by_group: dict[tuple[str, int] | None, list[int]] = {}
         for i, r in enumerate(requests):
             by_group.setdefault((r.collection, device_slot(r.device)) if self._clustered else None, []).append(i)
-        calls = []
+        calls: list[tuple[list[str], list[int | str]]] = []
         for members in by_group.values():
             groups: dict[str, int] = {}  # devices hash -> its 1-based place in KEYS
             fields = []
@@ -234,7 +233,7 @@ class Admission:
                 answers[i] = int(entry) if entry.startswith("-") else [int(u) for u in entry.split(",") if u]
         return answers
 
-    async def _run(self, calls: list[tuple[list[str], list[object]]]) -> list[bytes]:
+    async def _run(self, calls: list[tuple[list[str], list[int | str]]]) -> list[bytes]:
         """The script's answers to `calls`, one after the other (EVALSHA; a server that lost the script gets it
         loaded and the call again: nothing of it ran). On a Redis Cluster each goes to its slot's node (redis-py
         8.1's asyncio cluster client, given the calls at once, broke connections it was still opening: 'NoneType'

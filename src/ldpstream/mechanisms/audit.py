@@ -214,9 +214,10 @@ def outcome_events(label: str, rows: Callable[[Reports], np.ndarray]) -> EventFa
 
     def fingerprint(reports: Reports) -> np.ndarray:
         x = rows(reports)
-        weights = np.random.default_rng(x.shape[1]).standard_normal(x.shape[1])
+        width: int = x.shape[1]
+        weights = np.random.default_rng(width).standard_normal(width)
         out = x[:, 0] * weights[0]
-        for j in range(1, x.shape[1]):  # the report's columns, each vectorised over the reports
+        for j in range(1, width):  # the report's columns, each vectorised over the reports
             out += x[:, j] * weights[j]
         return out
 
@@ -348,7 +349,12 @@ def audit_longitudinal(
     if isinstance(reports, bool) or not isinstance(reports, int) or reports < 1:
         raise LDPError(f"reports must be a positive integer, got {reports!r}")
     single = one_report_statistic(mechanism)
-    total = lambda r: sum(single({k: col[:, t] for k, col in r.items()}) for t in range(reports))  # noqa: E731
+
+    def total(r: Reports) -> np.ndarray:
+        summed = sum(single({k: col[:, t] for k, col in r.items()}) for t in range(reports))
+        assert isinstance(summed, np.ndarray)  # reports >= 1 terms: never sum's start, 0
+        return summed
+
     inputs = (1.0, -1.0) if isinstance(mechanism, NumericMechanism) else (0, 1)
     label = f"sum over {reports} reports"
     events = combined(outcome_events(label, lambda r: total(r)[:, None]), threshold_events(label, total))

@@ -108,14 +108,20 @@ def _column_problems(col: Column, values: np.ndarray) -> list[tuple[np.ndarray, 
     out_of_range = (flat < col.low) | (flat > col.high)
     if not exact:
         out_of_range |= ~np.isfinite(flat)
-    problems = [(out_of_range.any(axis=1), f"{col.name} outside [{col.low}, {col.high}]")]
+    problems = [(_per_row(out_of_range.any(axis=1)), f"{col.name} outside [{col.low}, {col.high}]")]
     if col.allowed is not None:
         allowed = np.isin(flat.astype(np.float64, copy=False), np.asarray(col.allowed, dtype=np.float64))
-        problems.append((~allowed.all(axis=1), f"{col.name} not in the allowed set of values"))
+        problems.append((_per_row(~allowed.all(axis=1)), f"{col.name} not in the allowed set of values"))
     if not exact and np.dtype(col.dtype).kind in "iu":
         fractional = (flat != np.floor(flat)).any(axis=1) & np.isfinite(flat).all(axis=1)
-        problems.append((fractional, f"{col.name} is not an integer"))
+        problems.append((_per_row(fractional), f"{col.name} is not an integer"))
     return problems
+
+
+def _per_row(reduced: np.ndarray | np.bool) -> np.ndarray:
+    """A reduction of (n, width) values along axis 1: n entries (numpy's types also allow one scalar)."""
+    assert isinstance(reduced, np.ndarray)
+    return reduced
 
 
 @dataclass(frozen=True)

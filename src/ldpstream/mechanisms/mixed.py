@@ -59,6 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -106,7 +107,7 @@ class NumericAttribute:
     lo: float
     hi: float
     mechanism: str = "auto"
-    parameters: Mapping[str, int] = field(default_factory=dict)  # a memoized mechanism's (`_memoized`)
+    parameters: Mapping[str, int | float] = field(default_factory=dict)  # a memoized mechanism's (`_memoized`)
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class CategoricalAttribute:
     domain: int
     oracle: str = "oue"
     mechanism: Mechanism | None = None
-    parameters: Mapping[str, int] = field(default_factory=dict)  # a memoized oracle's (`_memoized`)
+    parameters: Mapping[str, int | float] = field(default_factory=dict)  # a memoized oracle's (`_memoized`)
 
 
 @dataclass(frozen=True)
@@ -251,10 +252,10 @@ class MixedCollector:
             raise LDPError(f"attribute {attr.name!r}: {name!r} is not a numeric mechanism ({sorted(registry.NUMERIC)})")
         return registry.make(name, eps)
 
-    def _memoized(self, attr: Attribute, eps: float) -> Mechanism:
+    def _memoized(self, attr: NumericAttribute | CategoricalAttribute, eps: float) -> Mechanism:
         """The attribute's longitudinal mechanism at (eps_inf / k, eps / k) (module docstring)."""
         lifetime = self.epsilon_lifetime / self.k  # type: ignore[operator]
-        kind = "numeric" if isinstance(attr, NumericAttribute) else "frequency"
+        kind: Literal["frequency", "numeric"] = "numeric" if isinstance(attr, NumericAttribute) else "frequency"
         if isinstance(attr, CategoricalAttribute) and attr.mechanism is not None:
             raise LDPError(f"attribute {attr.name!r}: a given mechanism has no memo; a lifetime budget needs "
                            f"one of {sorted(registry.LONGITUDINAL)}")
@@ -265,7 +266,9 @@ class MixedCollector:
             known = sorted(n for n in registry.LONGITUDINAL if registry.longitudinal_class(n).kind == kind)
             raise LDPError(f"attribute {attr.name!r}: with a lifetime budget a {kind} attribute is reported by a "
                            f"memoized mechanism (auto, {', '.join(known)}), not {name!r}")
-        return registry.make_longitudinal(name, lifetime, eps, domain, **attr.parameters)
+        mech = registry.make_longitudinal(name, lifetime, eps, domain, **attr.parameters)
+        assert isinstance(mech, Mechanism)  # every registered longitudinal mechanism is one
+        return mech
 
     @property
     def schemas(self) -> dict[str, ReportSchema]:
@@ -390,7 +393,9 @@ class MixedCollector:
     def _unit_estimate(self, attr: Attribute, total: int, sampled: int, sub_stats: np.ndarray) -> Estimate:
         mech = self.mechanisms[attr.name]
         if isinstance(attr, StringAttribute):
-            return _heavy_hitters(mech.estimate(sub_stats) if sampled else None, self.scale, sampled, total)
+            found = mech.estimate(sub_stats) if sampled else None
+            assert found is None or isinstance(found, HeavyHitters)  # what every HEAVY_HITTERS mechanism estimates
+            return _heavy_hitters(found, self.scale, sampled, total)
         width = _answers(mech, attr)
         if total == 0:
             return _squeeze(Estimate(n=0, value=np.full(width, np.nan), stderr=np.full(width, np.inf)), attr)

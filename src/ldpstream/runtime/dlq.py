@@ -54,7 +54,7 @@ class DeadLetterProducer:
     sha256 in headers); headers = reason, detail, source, offset, rows."""
 
     def __init__(self, bootstrap: str) -> None:
-        self._producer = producer_client(bootstrap, **{"linger.ms": 20, "compression.type": "lz4"})
+        self._producer = producer_client(bootstrap, principal=None, **{"linger.ms": 20, "compression.type": "lz4"})
         self.failed = 0
 
     def send(self, topic: str, letters: list[DeadLetter], timeout_s: float = 30.0) -> None:

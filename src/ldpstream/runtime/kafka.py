@@ -260,7 +260,7 @@ def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator
 
     Reads without a consumer group (partitions assigned directly, no offsets committed).
     """
-    consumer = consumer_client(bootstrap, READER_GROUP, **{"enable.partition.eof": True})
+    consumer = consumer_client(bootstrap, READER_GROUP, principal=None, **{"enable.partition.eof": True})
     try:
         partitions = range(topic_partitions(bootstrap, topic))
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in partitions}

@@ -17,6 +17,7 @@ from confluent_kafka.admin import (
     ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
+    UserScramCredentialAlteration,
     UserScramCredentialUpsertion,
 )
 
@@ -45,7 +46,8 @@ def set_passwords(cfg: Settings, passwords: Mapping[str, str]) -> None:
     """As the admin: create or update each user's SCRAM-SHA-512 credentials with its password."""
     client = admin_client(cfg.bootstrap, ADMIN)
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
-    alterations = [UserScramCredentialUpsertion(user, info, secret.encode()) for user, secret in passwords.items()]
+    alterations: list[UserScramCredentialAlteration] = [UserScramCredentialUpsertion(user, info, secret.encode())
+                                                         for user, secret in passwords.items()]
     for user, future in client.alter_user_scram_credentials(alterations, request_timeout=ADMIN_TIMEOUT_S).items():
         try:
             future.result()
@@ -57,8 +59,9 @@ def apply_acls(cfg: Settings) -> int:
     """Make the service principals' ACLs exactly those of the model; the number of ACLs removed as stale."""
     client = admin_client(cfg.bootstrap, ADMIN)
     wanted = {binding(p, g) for p, grants in KAFKA_GRANTS.items() for g in grants}
-    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
-                                  AclPermissionType.ANY)
+    # confluent-kafka types the filter's name, principal and host as str (AclBinding's), though None matches any
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,  # type: ignore[arg-type]
+                                  AclOperation.ANY, AclPermissionType.ANY)
     present = set(client.describe_acls(everything, request_timeout=ADMIN_TIMEOUT_S).result())
     ours = {f"User:{p}" for p in KAFKA_GRANTS}
     stale = [b for b in present if b.principal in ours and b not in wanted]

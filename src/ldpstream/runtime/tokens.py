@@ -30,13 +30,15 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ldpstream.contract.clock import now_ms
 
 if TYPE_CHECKING:  # the stores are handed their clients: `ldp tokens` and the scopes load no Redis client
-    import redis
-    import redis.asyncio
+    import redis.client
+    import redis.cluster
+
+    from ldpstream.runtime.redis import AsyncRedis, SyncRedis
 
 TOKENS_KEY = "ldp:api:tokens"
 MAX_AGE_S = 2.0
@@ -183,7 +185,7 @@ def check(record: TokenRecord | None, secret: str, at_ms: int) -> TokenRecord:
 class TokenStore:
     """The admin's side: issue, list and revoke tokens (writes Redis)."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: SyncRedis) -> None:
         self.redis = client
 
     def issue(self, scopes: Iterable[Scope], name: str, now: int, ttl_ms: int | None) -> Issued:
@@ -196,15 +198,15 @@ class TokenStore:
     def records(self) -> list[TokenRecord]:
         """Every token ever issued, oldest first; ValueError if a stored record is malformed."""
         stored = self.redis.hgetall(TOKENS_KEY)
-        return sorted((TokenRecord.from_json(k.decode(errors="replace"), v) for k, v in stored.items()),
-                      key=lambda r: (r.created_ms, r.id))
+        return sorted((TokenRecord.from_json(k.decode(errors="replace") if isinstance(k, bytes) else k, v)
+                       for k, v in stored.items()), key=lambda r: (r.created_ms, r.id))
 
     def revoke(self, token_id: str, now: int) -> TokenRecord | None:
         """Revoke a token from `now` on (one already revoked keeps its time); its record, None if there is none."""
         if TOKEN_ID.fullmatch(token_id) is None:
             return None
 
-        def revoke_in(pipe: redis.client.Pipeline) -> TokenRecord | None:
+        def revoke_in(pipe: redis.client.Pipeline | redis.cluster.ClusterPipeline) -> TokenRecord | None:
             raw = pipe.hget(TOKENS_KEY, token_id)
             if raw is None:
                 return None
@@ -216,7 +218,10 @@ class TokenStore:
             pipe.hset(TOKENS_KEY, token_id, revoked.to_json())
             return revoked
 
-        return self.redis.transaction(revoke_in, TOKENS_KEY, value_from_callable=True)  # type: ignore[no-any-return]
+        # redis-py types the callable of `transaction` as returning None, and its answer as the pipeline's replies;
+        # with value_from_callable it returns what the callable returned
+        answer = self.redis.transaction(revoke_in, TOKENS_KEY, value_from_callable=True)  # type: ignore[arg-type]
+        return cast("TokenRecord | None", answer)
 
 
 class TokenVerifier:
@@ -226,7 +231,7 @@ class TokenVerifier:
     The cache holds only records found in Redis, so it is never larger than the hash.
     """
 
-    def __init__(self, client: redis.asyncio.Redis, max_age_s: float = MAX_AGE_S,
+    def __init__(self, client: AsyncRedis, max_age_s: float = MAX_AGE_S,
                  clock: Callable[[], int] = now_ms, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.redis = client
         self.max_age_s = max_age_s

@@ -17,6 +17,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import redis
 
@@ -25,19 +26,21 @@ from ldpstream.runtime.kafka_access import apply_access
 from ldpstream.runtime.process import ServiceError, ServiceStatus
 from ldpstream.runtime.redis import redis_answers, redis_client
 from ldpstream.runtime.settings import Settings
+from ldpstream.services.base import LocalService
 from ldpstream.services.debian import debian_program
 from ldpstream.services.kafka import KafkaService
 from ldpstream.services.redis import RedisService
 
 CLUSTER_CREATE_TIMEOUT_S = 60.0
+Node = TypeVar("Node", bound=LocalService)  # the kind of server a group has
 
 
-class NodeGroup:
+class NodeGroup(Generic[Node]):
     """Servers started, stopped and shown together: what `ldp up`, `down` and `status` do with a cluster."""
 
     name: str
 
-    def __init__(self, nodes: list[KafkaService] | list[RedisService]) -> None:
+    def __init__(self, nodes: list[Node]) -> None:
         self.nodes = nodes
 
     @property
@@ -58,7 +61,7 @@ class NodeGroup:
         return "; ".join(f"node {i + 1}: {node.stop()}" for i, node in reversed(list(enumerate(self.nodes))))
 
 
-class LocalKafkaCluster(NodeGroup):
+class LocalKafkaCluster(NodeGroup[KafkaService]):
     """The local 3-node Kafka cluster."""
 
     name = "kafka"
@@ -82,7 +85,7 @@ class LocalKafkaCluster(NodeGroup):
                 f"at {self.cfg.bootstrap}")
 
 
-class LocalRedisCluster(NodeGroup):
+class LocalRedisCluster(NodeGroup[RedisService]):
     """The local Redis Cluster: 6 nodes, 3 primaries with a replica each."""
 
     name = "redis"

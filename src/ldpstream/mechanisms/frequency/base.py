@@ -120,7 +120,7 @@ def check_report_batch(schema: ReportSchema, reports: Reports) -> int:
 def randomized_response(truth: np.ndarray, size: int, keep: float, rng: np.random.Generator) -> np.ndarray:
     """Keep each entry of `truth` (in 0..size-1) with probability `keep`, else replace it by one of the other
     size - 1 values uniformly (generalized randomized response, 004 "Direct Encoding"); int64, vectorised."""
-    return randomized_response_from_uniform(truth, size, keep, rng.random(truth.shape[0]))
+    return randomized_response_from_uniform(truth, size, keep, rng.random(len(truth)))
 
 
 def randomized_response_from_uniform(truth: np.ndarray, size: int, keep: float, u: np.ndarray) -> np.ndarray:

@@ -125,7 +125,7 @@ def flip(bits: np.ndarray, keep: float, rng: np.random.Generator) -> np.ndarray:
     return np.where(rng.random(bits.shape) < keep, bits, -bits).astype(np.int8)
 
 
-def discretized_probability(values: np.ndarray, sign: int) -> np.ndarray:
+def discretized_probability(values: np.ndarray | float, sign: int) -> np.ndarray:
     """Pr[`discretize`(v) = sign] for sign in {-1, 1}."""
     return (1.0 + sign * np.asarray(values, dtype=np.float64)) / 2.0
 

@@ -156,7 +156,7 @@ class PCKV(KeyValueMechanism):
         return [(1 / size, int(k), float(v)) for k, v in zip(keys, values, strict=True)] + dummies
 
     def _log_pmf_of_set(self, reports: Reports, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-        total = 0.0
+        total: np.ndarray | float = 0.0
         for weight, key, value in self._options(keys, values):  # one set's few pairs; vectorised over reports
             for sign in (1, -1):
                 total = total + weight * float(discretized_probability(value, sign)) * self._pair_pmf(
@@ -260,7 +260,7 @@ class PCKVGRR(PCKV):
                              Column("value", "int8", -1, 1, allowed=(-1.0, 1.0))))
 
     def _sample(self, keys: np.ndarray, values: np.ndarray, rng: np.random.Generator) -> Reports:
-        n = keys.shape[0]
+        n: int = keys.shape[0]
         key, value = pad_and_sample(keys, values, self.padding, self.domain_size, rng)
         vstar = discretize(value, rng)
         u = rng.random(n)

@@ -104,7 +104,7 @@ class PrivKV(KeyValueMechanism):
         return xx, (1 - p1) / d + r * (2 * p1 - 1), p1 * r * self.value_gain * v
 
     def _sample(self, keys: np.ndarray, values: np.ndarray, rng: np.random.Generator) -> Reports:
-        n = keys.shape[0]
+        n: int = keys.shape[0]
         sampled = rng.integers(0, self.domain_size, n)
         match = keys == sampled[:, None]
         held = match.any(axis=1)

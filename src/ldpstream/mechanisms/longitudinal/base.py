@@ -25,6 +25,7 @@ from ldpstream.mechanisms.base import LDPError, check_epsilon
 class Longitudinal:
     """Mixin of the longitudinal mechanisms: budgets, parameters and the privacy summary the CLI prints."""
 
+    name: ClassVar[str]  # its registry name, as every `Mechanism` it is mixed into declares
     # "frequency" takes a domain size (`ldpstream.mechanisms.registry.make`), "numeric" a value in [-1, 1].
     kind: ClassVar[Literal["frequency", "numeric"]]
     epsilon: float

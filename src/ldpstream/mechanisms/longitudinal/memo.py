@@ -24,6 +24,7 @@ an adversary who can test many guesses of the secret against reports should swap
 from __future__ import annotations
 
 import hashlib
+from typing import TypeAlias
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from ldpstream.mechanisms.hashing import mix64_inplace
 
 GAMMA = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment, 2^64 / golden ratio
 _UNIT = 2.0**-53
+Words: TypeAlias = np.ndarray | np.integer | int  # 64-bit words (secrets or keys): an array of them, or one
 
 # One tag per kind of memoized choice, so that two mechanisms (or two uses in one) never share a stream.
 TAG_PERMANENT = 0x51  # a permanent randomized response to a value (GRR: the code; unary / Bloom: bits)
@@ -60,7 +62,7 @@ def attribute_secrets(secrets: np.ndarray, name: str) -> np.ndarray:
     return keyed_words(secrets, TAG_ATTRIBUTE, np.uint64(name_key(name)))
 
 
-def keyed_words(secrets: np.ndarray, tag: int, *keys: np.ndarray | int) -> np.ndarray:
+def keyed_words(secrets: Words, tag: int, *keys: Words) -> np.ndarray:
     """Uniform 64-bit words, one per broadcast (secret, key...) combination, deterministic in its inputs."""
     h = mix64_inplace(np.asarray(secrets, dtype=np.uint64) ^ np.uint64(tag))  # a new array: mixed in place
     with np.errstate(over="ignore"):  # arithmetic modulo 2^64 is the point (numpy warns for 0-d keys)
@@ -69,7 +71,7 @@ def keyed_words(secrets: np.ndarray, tag: int, *keys: np.ndarray | int) -> np.nd
     return h
 
 
-def keyed_uniform(secrets: np.ndarray, tag: int, *keys: np.ndarray | int) -> np.ndarray:
+def keyed_uniform(secrets: Words, tag: int, *keys: Words) -> np.ndarray:
     """Uniforms in [0, 1) on the 2^-53 grid, from `keyed_words`."""
     return (keyed_words(secrets, tag, *keys) >> np.uint64(11)).astype(np.float64) * _UNIT
 

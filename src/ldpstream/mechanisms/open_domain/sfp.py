@@ -128,7 +128,7 @@ class SFP(Mechanism):
 
     def perturb(self, values: Sequence[str] | np.ndarray, rng: np.random.Generator) -> Reports:
         rows = self.domain.encode(values)
-        n = rows.shape[0]
+        n: int = rows.shape[0]
         position = rng.integers(0, len(self.positions), size=n).astype(np.uint8)
         records = self.records(rows, position)
         reports = {c.name: np.empty((n, *c.row_shape()), dtype=c.dtype) for c in self.schema.columns}

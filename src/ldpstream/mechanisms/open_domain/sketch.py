@@ -149,7 +149,7 @@ class SketchOracle(Mechanism):
         reports = {c.name: np.empty((n, *c.row_shape()), dtype=c.dtype) for c in self.schema.columns}
         for start in range(0, n, _CHUNK_ROWS):  # chunks of devices, each vectorised
             chunk = slice(start, start + _CHUNK_ROWS)
-            j = rng.integers(0, self.hashes, size=rows[chunk].shape[0])
+            j = rng.integers(0, self.hashes, size=len(rows[chunk]))
             bucket = buckets(self.fingerprints(rows[chunk]), self.salts[j], self.width)
             reports["hash"][chunk] = j
             for name, column in self._sample(j, bucket, rng).items():
@@ -368,8 +368,9 @@ class HCMS(SketchOracle):
         return (Column("row", "uint32", 0, self.width - 1), Column("bit", "uint8", 0, 1))
 
     def _sample(self, j: np.ndarray, bucket: np.ndarray, rng: np.random.Generator) -> Reports:
-        rows = rng.integers(0, self.width, size=j.shape[0], dtype=np.uint32)
-        flip = (rng.random(j.shape[0]) >= self.keep).view(np.uint8)
+        n: int = j.shape[0]
+        rows = rng.integers(0, self.width, size=n, dtype=np.uint32)
+        flip = (rng.random(n) >= self.keep).view(np.uint8)
         return {"row": rows, "bit": hadamard_bit(rows, bucket) ^ flip}
 
     def _cell_sums(self, reports: Reports) -> np.ndarray:
