@@ -152,6 +152,8 @@ class TrustedKeys:
                 raise SignatureError(f"a pinned key needs a role among {ROLES}: {str(entry)[:80]}")
             raw = entry.get("public_key")
             try:
+                if not isinstance(raw, str):
+                    raise TypeError("not text")
                 public = Ed25519PublicKey.from_public_bytes(base64.b64decode(raw, validate=True))
             except (binascii.Error, ValueError, TypeError):
                 raise SignatureError(f"a pinned {entry['role']} key is not a base64 Ed25519 public key") from None

@@ -278,8 +278,8 @@ class Joined:
             raise SpecRefused(str(verdict.get("code", "not_joined")), str(verdict.get("reason", "not joined")))
         pointer = _kept_pointer(mine)
         if pointer is None or pointer.expired(self.clock()):
-            raise SpecRefused("expired", f"the pointer to {self.collection!r} expired at {pointer.expires_ms} ms: "
-                                         f"reports stop until `refresh` gets a fresh one")
+            raise SpecRefused("expired", f"the pointer to {self.collection!r} has expired (or is not kept): reports "
+                                         f"stop until `refresh` gets a fresh one")
 
     def due(self) -> bool:
         """True when the kept pointer is older than a period (time to ask for a fresh one)."""
