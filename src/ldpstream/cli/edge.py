@@ -29,11 +29,16 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
                                                             "for this long")] = 60.0,
          body_timeout_s: Annotated[float, typer.Option(help="answer 408 to a body that has not arrived within "
                                                             "this")] = 30.0,
+         enrol_per_address: Annotated[int, typer.Option(min=1, help="enrolments a minute from one client address "
+                                                                    "(more: 429)")] = 300,
+         enrol_per_token: Annotated[int, typer.Option(min=1, help="enrolments a second with one token "
+                                                                  "(more: 429)")] = 2000,
          tls_cert: Annotated[Path | None, typer.Option(help="serve HTTPS with this certificate chain (PEM)")] = None,
          tls_key: Annotated[Path | None, typer.Option(help="the certificate's private key (PEM)")] = None) -> None:
     """Serve POST /v1/collections/NAME/reports, /healthz, /readyz, /metrics, /openapi.json until SIGINT/SIGTERM;
     a process that exits is started again (its spool is drained when it is back). /metrics, from any process,
-    sums them all."""
+    sums them all. Devices join through it too: POST /v1/enroll, GET /v1/collections/NAME (the signed pointer) and
+    /v1/collections/NAME/specs/VERSION, DELETE /v1/collections/NAME/devices/ID."""
     from prometheus_client.multiprocess import mark_process_dead
 
     from ldpstream.edge.processes import start_edge, stop_edge
@@ -44,6 +49,7 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
     tls = ["--tls-cert", str(tls_cert), "--tls-key", str(tls_key)] if tls_cert or tls_key else []
     args = ["--max-reports", str(max_reports), "--rate", str(rate), "--max-connections", str(max_connections),
             "--idle-timeout-s", str(idle_timeout_s), "--body-timeout-s", str(body_timeout_s),
+            "--enrol-per-address", str(enrol_per_address), "--enrol-per-token", str(enrol_per_token),
             *(["--reuse-port"] if workers > 1 else []), *tls]
     metrics_dir = state / "metrics" / str(port)  # the processes' summed metrics: this group's, from zero
     shutil.rmtree(metrics_dir, ignore_errors=True)
@@ -86,6 +92,33 @@ def enroll(collection: Annotated[str, typer.Option(help="collection name")],
     out.write_text(json.dumps([c.to_json() for c in credentials]))
     out.chmod(0o600)
     typer.echo(f"{count} device(s) enrolled in {collection}; credentials in {out}")
+
+
+@devices_app.command("mint-token")
+def mint_token(collection: Annotated[list[str], typer.Option(help="a collection the token enrols in (repeatable)")],
+               uses: Annotated[int, typer.Option(min=1, max=10**9, help="devices the token may enrol")],
+               out: Annotated[Path, typer.Option(help="write the token here (0600; a bearer secret)")],
+               expires: Annotated[str, typer.Option(help="lifetime: <n>s, <n>m, <n>h or <n>d")] = "30d") -> None:
+    """Mint an enrolment token devices exchange for credentials at POST /v1/enroll (signed with the enrolment-token
+    key; the edge counts its uses in Redis). What an app's backend hands its devices."""
+    from ldpstream.contract.clock import now_ms
+    from ldpstream.contract.enrolment import mint, new_token
+    from ldpstream.runtime.join_keys import load_token_key
+    from ldpstream.runtime.secrets import replace_secret
+    from ldpstream.runtime.settings import Settings
+    from ldpstream.runtime.tokens import parse_ttl
+
+    try:
+        lifetime = parse_ttl(expires)
+        if lifetime is None:
+            raise ValueError("an enrolment token must expire")
+        now = now_ms()
+        token = new_token(collection, uses, now, now + lifetime)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    replace_secret(out, mint(load_token_key(Settings.from_env()), token).encode())
+    typer.echo(f"token {token.id[:12]} for {', '.join(token.collections)}: {uses} use(s), expires at "
+               f"{token.expires_ms} ms; in {out}")
 
 
 @devices_app.command("revoke")

@@ -27,6 +27,7 @@ def up(cluster: bool = typer.Option(False, "--cluster", help="a 3-node Kafka clu
        ) -> None:
     """Make the spec-signing keys if missing, start the local Kafka broker and Redis server, or with --cluster the
     local clusters (idempotent). The state dir remembers which: later commands use the same."""
+    from ldpstream.runtime.join_keys import ensure_join_keys
     from ldpstream.runtime.settings import CLUSTER, Settings, recorded_topology
     from ldpstream.runtime.signing import SigningError, ensure_signing_keys
     from ldpstream.services import ServiceError, services
@@ -36,6 +37,7 @@ def up(cluster: bool = typer.Option(False, "--cluster", help="a 3-node Kafka clu
         if (cluster or cfg.cluster) and recorded_topology(cfg.state_dir) != CLUSTER:
             cfg = record_topology(replace(cfg, cluster=False), CLUSTER)
         console.print(f"[bold]spec signing[/]: {ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys)}")
+        console.print(f"[bold]device join[/]: {ensure_join_keys(cfg)}")
         for svc in services(cfg):
             with console.status(f"starting {svc.name} ..."):
                 console.print(f"[bold]{svc.name}[/]: {svc.start()}")

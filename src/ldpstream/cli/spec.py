@@ -19,8 +19,30 @@ if TYPE_CHECKING:
 console = Console()
 errors = Console(stderr=True)
 spec_app = typer.Typer(no_args_is_help=True, help="Collection specs: validate and publish.")
-keys_app = typer.Typer(no_args_is_help=True, help="The keys that sign published specs, and the keys readers trust.")
+keys_app = typer.Typer(help="The keys that sign published specs and pointers: what apps pin, and what readers trust.")
 spec_app.add_typer(keys_app, name="keys")
+
+
+@keys_app.callback(invoke_without_command=True)
+def keys(ctx: typer.Context,
+         as_json: Annotated[bool, typer.Option("--json", help="print what an app pins, as JSON")] = False) -> None:
+    """Print the public keys an app pins (`Device.join(trusted_keys=...)`): the spec keys and the edge's pointer
+    keys, each current and next (a rotation promotes the next one, so pinned apps keep working)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import json
+
+    from ldpstream.runtime.join_keys import pinned_keys
+    from ldpstream.runtime.settings import Settings
+
+    pinned = pinned_keys(Settings.from_env())
+    if as_json:
+        typer.echo(json.dumps(pinned, indent=2))
+        return
+    table = Table("role", "status", "id", "public key (base64)")
+    for entry in pinned["keys"]:
+        table.add_row(entry["role"], entry["status"], entry["id"], entry["public_key"])
+    console.print(table)
 
 
 def load_checked(path: Path) -> CollectionSpec:
@@ -125,13 +147,16 @@ def publish(file: Annotated[Path, typer.Argument(help="spec file (YAML or JSON)"
 
 @keys_app.command("init")
 def keys_init() -> None:
-    """Make the spec-signing key pair if it is missing and trust its public key (`ldp up` does it too)."""
+    """Make the spec-signing key pair if it is missing and trust its public key, and the device join protocol's keys
+    (`ldp up` does it too)."""
+    from ldpstream.runtime.join_keys import ensure_join_keys
     from ldpstream.runtime.settings import Settings
     from ldpstream.runtime.signing import SigningError, ensure_signing_keys
 
     cfg = Settings.from_env()
     try:
         console.print(ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys))
+        console.print(ensure_join_keys(cfg))
     except SigningError as exc:
         errors.print(f"[red]error[/]: {exc}")
         raise typer.Exit(1) from exc

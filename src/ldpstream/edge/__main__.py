@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from ldpstream.edge.app import EdgeConfig, serve, server_tls
+from ldpstream.edge.join import EnrolLimits
 from ldpstream.edge.keyring import Keyring
 from ldpstream.runtime.access import act_as
 from ldpstream.runtime.settings import Settings
@@ -35,6 +36,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-connections", type=int, default=defaults.max_connections,
                         help="open connections beyond this are answered 503 and closed (at most the open-file "
                              "limit less 256)")
+    parser.add_argument("--enrol-per-address", type=int, default=defaults.enrol_limits.per_address_per_minute,
+                        help="enrolments a minute from one client address (more are answered 429)")
+    parser.add_argument("--enrol-per-token", type=int, default=defaults.enrol_limits.per_token_per_second,
+                        help="enrolments a second with one token (more are answered 429)")
     parser.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS with this certificate chain (PEM)")
     parser.add_argument("--tls-key", type=Path, default=None, help="the certificate's private key (PEM)")
     args = parser.parse_args(argv)
@@ -50,7 +55,9 @@ def main(argv: list[str] | None = None) -> None:
                         max_inflated_bytes=4 * args.max_body_bytes, max_reports=args.max_reports,
                         rate_per_s=args.rate, linger_s=args.linger_ms / 1000,
                         delivery_timeout_ms=args.delivery_timeout_ms, idle_timeout_s=args.idle_timeout_s,
-                        body_timeout_s=args.body_timeout_s, max_connections=args.max_connections)
+                        body_timeout_s=args.body_timeout_s, max_connections=args.max_connections,
+                        pointer_key=cfg.pointer_signing_key, enrolment_keys=cfg.enrolment_trusted_keys,
+                        enrol_limits=EnrolLimits(args.enrol_per_address, args.enrol_per_token))
     serve(config, args.host, args.port, reuse_port=args.reuse_port, loop=args.loop,
           ssl_context=None if args.tls_cert is None else server_tls(args.tls_cert, args.tls_key))
 

@@ -27,6 +27,7 @@ descriptors Kafka, Redis and the spool need.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import logging
 import os
@@ -35,9 +36,10 @@ import secrets
 import signal
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 import numpy as np
@@ -49,6 +51,7 @@ from prometheus_client.multiprocess import mark_process_dead
 from ldpstream.contract.auth import AuthError, parse_authorization, verify
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.pseudonym import device_partitions, device_pseudonym
+from ldpstream.contract.signatures import block_header
 from ldpstream.contract.topics import report_topic
 from ldpstream.contract.validation import dedupe_window
 from ldpstream.contract.wire import Envelope
@@ -77,9 +80,11 @@ from ldpstream.edge.intake import (
 from ldpstream.edge.intake import (
     REPLAYED as REPLAY_REASON,
 )
+from ldpstream.edge.join import MAX_ENROL_BODY, EnrolLimits, Join
 from ldpstream.edge.keyring import Keyring
 from ldpstream.edge.plans import EdgePlan, EdgePlans
 from ldpstream.edge.spool import Spool
+from ldpstream.runtime.join_keys import load_enrolment_keys
 from ldpstream.runtime.metrics import (
     EDGE_IN_FLIGHT,
     EDGE_REPORTS,
@@ -91,12 +96,16 @@ from ldpstream.runtime.metrics import (
 )
 from ldpstream.runtime.redis import ERRORS as REDIS_ERRORS
 from ldpstream.runtime.redis import async_redis_client
+from ldpstream.runtime.signing import SigningError, load_signing_key
 from ldpstream.runtime.tokens import Scope, TokenVerifier
 
 log = logging.getLogger(__name__)
 OPENAPI = Path(__file__).with_name("openapi.json")
 RETRY_AFTER_S = {429: 1, 503: 2, 507: 10}
+VERSION_HEADER = "LDP-Spec-Version"  # the newest version of a collection, on the answers to its reports
+IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
 RESERVED_DESCRIPTORS = 256  # kept from the connection cap: Kafka, Redis, the spool's files, logs
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,9 @@ class EdgeConfig:
     idle_timeout_s: float = 60.0
     body_timeout_s: float = 30.0
     max_connections: int = 10_000
+    pointer_key: Path | None = None  # the online key that signs pointers (`ldpstream.runtime.join_keys`)
+    enrolment_keys: Path | None = None  # the public keys enrolment tokens are signed with
+    enrol_limits: EnrolLimits = EnrolLimits()
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,9 @@ class Edge:
         self.forwarder = Forwarder(config.bootstrap, self.spool, linger_s=config.linger_s,
                                    max_in_flight=config.max_in_flight,
                                    delivery_timeout_ms=config.delivery_timeout_ms)
+        self._refreshing = False
+        self.join = Join(self.plans, self.redis, self.admission.keyring, _key(config.pointer_key, load_signing_key),
+                         _key(config.enrolment_keys, load_enrolment_keys), config.enrol_limits)
 
     async def plan(self, name: str, version: int) -> EdgePlan | None:
         """The published plan (a Kafka read, off the loop, only on a miss)."""
@@ -279,6 +294,13 @@ class Edge:
             refused.set_exception(refusal)
             return refused
 
+    def refresh_if_stale(self) -> None:
+        """Re-read the published specs off the loop when devices may be asking about stale versions."""
+        if self.plans.stale() and not self._refreshing:
+            self._refreshing = True
+            future = asyncio.get_running_loop().run_in_executor(None, self.plans.refresh)
+            future.add_done_callback(lambda _: setattr(self, "_refreshing", False))
+
     async def start(self) -> None:
         """Start forwarding, and load the published specs before the first requests (/readyz waits for them:
         misses under load would each wait for a read of the specs topic)."""
@@ -299,6 +321,32 @@ class Edge:
                                     ("spool full", self.spool.full)) if bad]
         return _json({"ready": not reasons, "reasons": reasons, "spool_bytes": self.spool.size},
                      503 if reasons else 200)
+
+
+def _key(path: Path | None, load: Callable[[Path], T]) -> T | None:
+    """A key the join endpoints need, or None (those endpoints answer 503) when it is not configured or readable."""
+    if path is None:
+        return None
+    try:
+        return load(path)
+    except SigningError as exc:
+        log.warning("device join endpoints unavailable: %s", exc)
+        return None
+
+
+async def _not_found() -> web.Response:
+    return _json({"error": "not found"}, 404)
+
+
+def _only(method: str, allowed: str, handler: Callable[[], Awaitable[web.Response]]
+          ) -> Callable[[], Awaitable[web.Response]]:
+    """`handler` for its method, a 405 for any other (HEAD goes with GET)."""
+    if method == allowed or (allowed == "GET" and method == "HEAD"):
+        return handler
+
+    async def not_allowed() -> web.Response:
+        return _json({"error": "method not allowed"}, 405, {"Allow": allowed})
+    return not_allowed
 
 
 def _admission_refusal(code: int, rate_per_s: int) -> Refusal:
@@ -336,6 +384,8 @@ class Routes:
             if request.method != "POST":
                 return _json({"error": "method not allowed"}, 405, {"Allow": "POST"})
             return await self.report(request, parts[3])
+        if parts[:2] == ["", "v1"] and len(parts) > 2:
+            return await self.answer(request, self.join_route(request, parts))
         if request.method not in ("GET", "HEAD"):
             return _json({"error": "not found"}, 404)
         if request.path == "/healthz":
@@ -352,6 +402,74 @@ class Routes:
         if request.path == "/openapi.json":
             return web.Response(body=OPENAPI.read_bytes(), content_type=JSON)
         return _json({"error": "not found"}, 404)
+
+    def join_route(self, request: web.BaseRequest, parts: list[str]) -> Callable[[], Awaitable[web.Response]]:
+        """The handler of a join protocol request (`ldpstream.edge.join`), or of its 404/405."""
+        method = request.method
+        if parts == ["", "v1", "enroll"]:
+            return _only(method, "POST", lambda: self.enroll(request))
+        if len(parts) == 4 and parts[2] == "collections" and parts[3]:
+            return _only(method, "GET", lambda: self.pointer(request, parts[3]))
+        if len(parts) == 6 and parts[2] == "collections" and parts[4] == "specs" and parts[5].isdigit():
+            return _only(method, "GET", lambda: self.spec(parts[3], int(parts[5][:12])))
+        if len(parts) == 6 and parts[2] == "collections" and parts[4] == "devices":
+            return _only(method, "DELETE", lambda: self.leave(request, parts[3], parts[5]))
+        if len(parts) == 4 and parts[2] == "strategies":
+            return _only(method, "GET", lambda: self.strategy(parts[3]))
+        return _not_found
+
+    async def enroll(self, request: web.BaseRequest) -> web.Response:
+        if request.content_length is None or request.content_length > MAX_ENROL_BODY:
+            raise Refusal(413, TOO_LARGE, f"an enrolment is at most {MAX_ENROL_BODY} bytes, with a Content-Length")
+        body = await self.edge._body(request)
+        credential = await self.edge.join.enroll(body, request.remote or "", now_ms())
+        return _json(credential.to_json(), 201)
+
+    async def pointer(self, request: web.BaseRequest, name: str) -> web.Response:
+        self.edge.refresh_if_stale()
+        signed = self.edge.join.pointer(name, now_ms())
+        if signed is None:
+            return _json({"error": f"no published collection {name!r}"}, 404)
+        headers = {"ETag": signed.etag, "Cache-Control": "no-cache", "LDP-Signature": block_header(signed.block)}
+        if request.headers.get("If-None-Match") == signed.etag:
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=signed.body, content_type=JSON, headers=headers)
+
+    async def spec(self, name: str, version: int) -> web.Response:
+        plan = self.edge.join.spec(name, version)
+        if plan is None:
+            return _json({"error": f"no published spec {name}@{version}"}, 404)
+        etag = f'"{hashlib.sha256(plan.signed).hexdigest()}"'
+        return web.Response(body=plan.signed, content_type=JSON,
+                            headers={**IMMUTABLE, "ETag": etag, "LDP-Signature": block_header(plan.block)})
+
+    async def strategy(self, content_hash: str) -> web.Response:
+        data = self.edge.join.strategy(content_hash)
+        if data is None:
+            return _json({"error": f"no strategy {content_hash[:16]} pinned by a published spec"}, 404)
+        return web.Response(body=data, content_type="application/octet-stream", headers=IMMUTABLE)
+
+    async def leave(self, request: web.BaseRequest, name: str, device: str) -> web.Response:
+        await self.edge.join.leave(name, device, request.headers.get("Authorization"), request.path, now_ms())
+        return web.Response(status=204)
+
+    async def answer(self, request: web.BaseRequest, handler: Callable[[], Awaitable[web.Response]]) -> web.Response:
+        """A join request's answer with its request id; refusals as JSON, counted like the reports'."""
+        request_id = self.next_id()
+        try:
+            response = await handler()
+            EDGE_REQUESTS.labels(str(response.status), "").inc()
+        except Refusal as refusal:
+            EDGE_REQUESTS.labels(str(refusal.status), refusal.reason).inc()
+            response = _refused(request_id, refusal)
+        except REDIS_ERRORS as exc:
+            log.warning("Redis unavailable: %s", exc)
+            response = _refused(request_id, Refusal(503, "redis_unavailable", "device state unavailable"))
+        except Exception:
+            log.exception("request %s failed", request_id)
+            response = _json({"request_id": request_id, "error": "internal error"}, 500)
+        response.headers["X-Request-Id"] = request_id
+        return response
 
     def next_id(self) -> str:
         """A new request id (unique per process start)."""
@@ -382,6 +500,9 @@ class Routes:
             log.exception("request %s failed", request_id)
             response = _json({"request_id": request_id, "error": "internal error"}, 500,
                              {"X-Request-Id": request_id})
+        newest = self.edge.plans.newest(name)
+        if newest is not None:  # devices refetch their spec when it moved on
+            response.headers[VERSION_HEADER] = str(newest.spec.version)
         EDGE_SECONDS.observe(time.perf_counter() - started)
         return response
 

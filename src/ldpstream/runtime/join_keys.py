@@ -72,9 +72,9 @@ def load_token_key(cfg: Settings) -> Ed25519PrivateKey:
     return load_signing_key(cfg.enrolment_token_key)
 
 
-def load_enrolment_keys(cfg: Settings) -> KeysById:
-    """The public keys the edge accepts enrolment tokens signed by (SigningError if there are none)."""
-    path = cfg.enrolment_trusted_keys
+def load_enrolment_keys(path: Path) -> KeysById:
+    """The public keys the edge accepts enrolment tokens signed by, from their file (`Settings.enrolment_trusted_keys`;
+    SigningError if there are none)."""
     try:
         keys = parse_trusted(path.read_text(encoding="utf-8"), path)
     except (OSError, UnicodeDecodeError) as exc:

@@ -57,7 +57,8 @@ def specs_topic() -> str:
 
 
 def read_specs(bootstrap: str, invalid: list[str] | None = None, known: Mapping[str, CollectionSpec] | None = None,
-               trusted: TrustedKeys | None = None) -> dict[str, CollectionSpec]:
+               trusted: TrustedKeys | None = None,
+               signed: dict[str, tuple[bytes, bytes]] | None = None) -> dict[str, CollectionSpec]:
     """Every published spec by "name@version" (the topic read to its end; an empty dict if it does not exist yet).
 
     A message counts only if it is signed by a trusted key (`trusted`, else those of `Settings.spec_trusted_keys`;
@@ -69,7 +70,8 @@ def read_specs(bootstrap: str, invalid: list[str] | None = None, known: Mapping[
     bytes). The reasons go to `invalid` when given, for each key left without a spec (a rejected message before
     a valid one of its key, such as one signed by a retired key, is superseded, not reported). A key in `known`
     keeps the spec given there without checking the message again (published versions are immutable; parsing is
-    most of the cost of a re-read).
+    most of the cost of a re-read). `signed`, when given, gets the exact value and signature block of every spec
+    read here (not of those in `known`): what the edge serves to devices.
     """
     cfg = Settings.from_env()
     trusted = load_trusted_keys(cfg.spec_trusted_keys) if trusted is None else trusted
@@ -95,6 +97,8 @@ def read_specs(bootstrap: str, invalid: list[str] | None = None, known: Mapping[
             rejected.setdefault(name, []).append(str(exc))
             continue
         specs[name] = spec
+        if signed is not None:
+            signed[name] = (value, next(v for k, v in headers or () if k == SIGNATURE_HEADER and v is not None))
     if invalid is not None:
         invalid.extend(reason for name, reasons in rejected.items() if name not in specs for reason in reasons)
     return specs

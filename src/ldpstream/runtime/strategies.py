@@ -56,7 +56,7 @@ def with_strategies(spec: CollectionSpec, epsilon: float, bootstrap: str | None)
             load_strategy(attr.strategy, bootstrap)  # it must exist and match
             continue
         mechanism = optimise(attr, epsilon)
-        path = _cache_path(mechanism.hash)
+        path = strategy_path(mechanism.hash)
         if not path.exists():
             _atomic_save(mechanism, path)
         if bootstrap is not None:
@@ -81,7 +81,7 @@ def store_strategy(path: Path, content_hash: str, bootstrap: str) -> None:
 def load_strategy(content_hash: str, bootstrap: str | None = None) -> FactorizationMechanism:
     """The strategy with this content hash: from the local cache, else the first message under the hash in
     `ldp.strategies` that holds it (then cached). SpecError if there is none; a damaged cache file is replaced."""
-    path = _cache_path(content_hash)
+    path = strategy_path(content_hash)
     if path.exists():
         try:
             return strategy_from_bytes(path.read_bytes(), content_hash)
@@ -104,7 +104,8 @@ def load_strategy(content_hash: str, bootstrap: str | None = None) -> Factorizat
                     + "".join(f"; skipped a message under its hash: {p}" for p in problems))
 
 
-def _cache_path(content_hash: str) -> Path:
+def strategy_path(content_hash: str) -> Path:
+    """Where a strategy is cached locally (by its content hash)."""
     return cache_dir() / f"{content_hash}.npz"
 
 

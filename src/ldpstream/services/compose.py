@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ldpstream.runtime.access import ADMIN, SCRAM_MECHANISM, generate_passwords, password
+from ldpstream.runtime.join_keys import ensure_join_keys
 from ldpstream.runtime.secrets import create_secret, replace_secret
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.signing import ensure_signing_keys
@@ -30,6 +31,7 @@ def generate(directory: Path) -> list[Path]:
     cfg = replace(Settings.from_env(), secrets_dir_override=directory.resolve(), security=True)
     generate_passwords(cfg)
     ensure_signing_keys(cfg.secrets_dir / "spec-signing.key", cfg.secrets_dir / "spec-signing.pub")
+    ensure_join_keys(cfg)
     create_secret(cfg.secrets_dir / "edge" / "master.key", lambda: secrets.token_bytes(32))
     create_secret(cfg.secrets_dir / "grafana-admin.password", lambda: secrets.token_urlsafe(24).encode())
     replace_secret(cfg.secrets_dir / "redis" / "users.acl", acl_file(cfg).encode())
