@@ -37,8 +37,17 @@ def simulate_command(
     credentials: Annotated[Path | None, typer.Option(help="with --via: the enrolled devices (`ldp devices "
                                                           "enroll --out`)")] = None,
     concurrency: Annotated[int, typer.Option(help="with --via: requests in flight")] = 64,
-    ca_file: Annotated[Path | None, typer.Option(help="with an https --via: the CA certificate(s) that signed the "
-                                                      "edge's (default: the system's)")] = None,
+    ca_file: Annotated[Path | None, typer.Option(help="with an https --via or --join: the CA certificate(s) that "
+                                                      "signed the edge's (default: the system's)")] = None,
+    join: Annotated[str | None, typer.Option(help="devices join through the edge at this URL like phones: enrol "
+                                                  "with --token, fetch and verify the spec, apply --policy, report")
+                    ] = None,
+    token: Annotated[Path | None, typer.Option(help="with --join: the enrolment token (`ldp devices mint-token "
+                                                    "--out`)")] = None,
+    policy: Annotated[Path | None, typer.Option(help="with --join: the devices' privacy policy (JSON or YAML; "
+                                                     "default: the SDK's defaults)")] = None,
+    trust: Annotated[Path | None, typer.Option(help="with --join: the keys the devices pin (`ldp spec keys "
+                                                    "--json`; default: this machine's)")] = None,
 ) -> None:
     """Simulate a fleet with a known population: perturb in vectorised chunks and produce to Kafka (or, with
     --via, send each enrolled device's report to the ingestion edge)."""
@@ -48,9 +57,12 @@ def simulate_command(
     from ldpstream.simulator.simulator import simulate
 
     spec = load_checked(spec_file)
+    tls = None if ca_file is None else ssl.create_default_context(cafile=ca_file)
+    if join is not None:
+        simulate_join(spec, devices, join, token, policy, trust, seed, concurrency, truth, as_json, tls)
+        return
     if via is not None:
-        simulate_via(spec, devices, via, credentials, seed, concurrency, truth, as_json,
-                     None if ca_file is None else ssl.create_default_context(cafile=ca_file))
+        simulate_via(spec, devices, via, credentials, seed, concurrency, truth, as_json, tls)
         return
     require_services(redis=False)
     bootstrap = Settings.from_env().bootstrap
@@ -101,6 +113,49 @@ def simulate_via(spec: CollectionSpec, devices: int, via: str, credentials: Path
     typer.echo(json.dumps(numbers) if as_json else
                f"{result.messages:,} requests to {via} in {result.seconds:.2f} s: {answers.statuses}")
     if answers.acknowledged < devices:
+        raise typer.Exit(1)
+
+
+def simulate_join(spec: CollectionSpec, devices: int, url: str, token: Path | None, policy: Path | None,
+                  trust: Path | None, seed: int, concurrency: int, truth: Path | None, as_json: bool,
+                  tls: ssl.SSLContext | None = None) -> None:
+    """`ldp simulate --join URL`: devices that enrol, verify the spec and apply the policy, then report."""
+    import asyncio
+
+    from ldpstream.contract.signatures import TrustedKeys
+    from ldpstream.device.policy import PrivacyPolicy
+    from ldpstream.runtime.join_keys import pinned_keys
+    from ldpstream.runtime.settings import Settings
+    from ldpstream.simulator.edge_client import join_fleet, send_fleet
+
+    if token is None:
+        errors.print("[red]--join needs --token[/] (a file from `ldp devices mint-token --out`)")
+        raise typer.Exit(2)
+    keys = TrustedKeys.from_json(json.loads(trust.read_text()) if trust else pinned_keys(Settings.from_env()))
+    rules = PrivacyPolicy.load(policy) if policy else PrivacyPolicy()
+    joined = asyncio.run(join_fleet(url, spec.name, token.read_text().strip(), keys, rules, devices, concurrency,
+                                    tls))
+    numbers: dict[str, object] = {"collection": spec.name, "join": url, "devices": devices,
+                                  "joined": len(joined.credentials), "refused": joined.refused,
+                                  "reasons": joined.reasons, "enrol_failures": joined.enrol_failures}
+    if joined.spec is not None:
+        result, answers = send_fleet(joined.spec, joined.credentials, url, seed=seed, concurrency=concurrency,
+                                     tls=tls)
+        if truth is not None:
+            truth.write_text(json.dumps(result.truth, indent=2))
+        numbers.update({"spec": joined.spec.key, "acknowledged": answers.acknowledged, "statuses": answers.statuses,
+                        "seconds": round(result.seconds, 3)})
+    if as_json:
+        typer.echo(json.dumps(numbers))
+    else:
+        console.print(f"{len(joined.credentials):,} of {devices:,} devices joined {spec.name} through {url}"
+                      + (f" and reported: {numbers['statuses']}" if joined.spec is not None else ""))
+        for code, count in sorted(joined.refused.items()):
+            console.print(f"{count:,} device(s) refused the spec ({code}): {joined.reasons[code]}")
+        for status, count in sorted(joined.enrol_failures.items()):
+            console.print(f"{count:,} device(s) could not enrol: {status}")
+    unsent = joined.spec is not None and numbers["acknowledged"] != len(joined.credentials)
+    if joined.enrol_failures or unsent:  # a refusal is the policy at work, not a failure
         raise typer.Exit(1)
 
 

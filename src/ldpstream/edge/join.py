@@ -65,7 +65,7 @@ return tonumber(redis.call('GET', KEYS[1])) <= tonumber(ARGV[1]) and 1 or 0
 
 def uses_key(token_id: str) -> str:
     """The Redis key of a token's use count (its hash tag keeps its keys in one slot)."""
-    return f"ldp:enrol:{{tok:{token_id}}}:uses"
+    return f"ldp:edge:enrol:{{tok:{token_id}}}:uses"
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ class Join:
         if self.token_keys is None:
             raise Refusal(503, UNAVAILABLE, "this edge trusts no enrolment-token key (`ldp up` makes one)")
         minute = now_ms // 60_000
-        allowed = await self._address_rate(keys=[f"ldp:enrol:addr:{{{address}}}:{minute}"],
+        allowed = await self._address_rate(keys=[f"ldp:edge:enrol:addr:{{{address}}}:{minute}"],
                                            args=[self.limits.per_address_per_minute])
         if not int(allowed):
             raise Refusal(429, RATE_LIMITED, f"more than {self.limits.per_address_per_minute} enrolments a minute "
@@ -156,7 +156,7 @@ class Join:
         except TokenError as exc:
             raise Refusal(403, BAD_TOKEN, str(exc)) from None
         used = int(await self._use_token(
-            keys=[uses_key(token.id), f"ldp:enrol:{{tok:{token.id}}}:s:{now_ms // 1000}"],
+            keys=[uses_key(token.id), f"ldp:edge:enrol:{{tok:{token.id}}}:s:{now_ms // 1000}"],
             args=[token.uses, token.expires_ms + TOKEN_RECORD_MS, self.limits.per_token_per_second]))
         if used == -2:
             raise Refusal(429, RATE_LIMITED, f"more than {self.limits.per_token_per_second} enrolments a second "

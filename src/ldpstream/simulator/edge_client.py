@@ -4,7 +4,8 @@
 retries what a retry can cure (connection errors, 429, 503, 507) with exponential backoff and full jitter, waiting
 at least what Retry-After asks. `send_fleet` perturbs a fleet of enrolled devices in vectorised chunks (the same
 `ldpstream.simulator.simulator.fleet` as over Kafka, with the pseudonyms of the credentials' device ids) and sends each
-device's report as its own request, `concurrency` at a time.
+device's report as its own request, `concurrency` at a time. `join_fleet` has simulated devices join like phones
+(enrol with a token, fetch and verify the spec, hold it against the app's policy) before they report.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ import numpy as np
 
 from ldpstream.contract.auth import Credential, authorization
 from ldpstream.contract.clock import now_ms
+from ldpstream.contract.collector import pinned_strategies, strategy_from_bytes
 from ldpstream.contract.pseudonym import device_pseudonym
-from ldpstream.contract.spec import CollectionSpec
+from ldpstream.contract.signatures import TrustedKeys, block_from_header
+from ldpstream.contract.spec import CollectionSpec, SpecError
 from ldpstream.contract.wire import encode
 from ldpstream.device.outbox import backoff_s
 from ldpstream.device.perturb import single_reports
+from ldpstream.device.policy import PrivacyPolicy, judge
+from ldpstream.device.trust import Seen, TrustError, check_pointer, check_spec
 from ldpstream.simulator.population import PopulationTruth
 from ldpstream.simulator.simulator import SimulationResult, fleet
 
@@ -126,3 +131,73 @@ def send_fleet(spec: CollectionSpec, credentials: Sequence[Credential], base_url
     answers = asyncio.run(post_all(base_url, requests, concurrency, tls=tls))
     return (SimulationResult(truth, answers.acknowledged, len(requests), sum(len(b) for _, b in requests),
                              time.perf_counter() - start), answers)
+
+
+@dataclass
+class JoinedFleet:
+    """How a simulated fleet joined: the credentials of the devices that accepted the spec, the spec they verified,
+    and per refusal code how many devices refused it (`reasons`: one reason per code) or could not enrol (by
+    status)."""
+
+    credentials: list[Credential]
+    spec: CollectionSpec | None
+    refused: dict[str, int]
+    reasons: dict[str, str]
+    enrol_failures: dict[int, int]
+
+
+async def join_fleet(base_url: str, collection: str, token: str, keys: TrustedKeys, policy: PrivacyPolicy | None,
+                     devices: int, concurrency: int = 64, tls: ssl.SSLContext | None = None,
+                     timeout_s: float = 60.0) -> JoinedFleet:
+    """`devices` simulated devices joining like phones: each enrols with `token`, fetches the pointer and the spec,
+    verifies both against `keys` (`ldpstream.device.trust`) and holds the spec against `policy`
+    (`ldpstream.device.policy.judge`, as a device that has accepted nothing before)."""
+    joined = JoinedFleet([], None, {}, {}, {})
+    remaining = iter(range(devices))
+    connector = aiohttp.TCPConnector(limit=concurrency, ssl=tls if tls is not None else True)
+    base = base_url.rstrip("/")
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+
+        async def fetch(path: str) -> tuple[bytes, bytes | None]:
+            async with session.get(base + path) as response:
+                if response.status != 200:
+                    raise TrustError(f"http_{response.status}", f"GET {path}: {response.status}")
+                header = response.headers.get("LDP-Signature")
+                try:
+                    block = block_from_header(header)
+                except ValueError:
+                    block = b""
+                return await response.read(), block
+
+        async def one() -> None:
+            async with session.post(base + "/v1/enroll", json={"token": token, "collection": collection}) as answer:
+                if answer.status != 201:
+                    joined.enrol_failures[answer.status] = joined.enrol_failures.get(answer.status, 0) + 1
+                    return
+                credential = Credential.from_json(await answer.json())
+            try:
+                body, block = await fetch(f"/v1/collections/{collection}")
+                pointer = check_pointer(body, block, keys, collection, Seen(), now_ms())
+                body, block = await fetch(f"/v1/collections/{collection}/specs/{pointer.version}")
+                spec = check_spec(body, block, keys, pointer)
+                strategies = {h: strategy_from_bytes((await fetch(f"/v1/strategies/{h}"))[0], h)
+                              for h in pinned_strategies(spec)}
+            except (TrustError, SpecError) as exc:
+                code = getattr(exc, "code", "malformed_strategy")
+                joined.refused[code] = joined.refused.get(code, 0) + 1
+                joined.reasons.setdefault(code, str(exc))
+                return
+            verdict = judge(spec, policy, {}, strategies) if policy is not None else None
+            if verdict is not None and not verdict.accepted:
+                joined.refused[verdict.code] = joined.refused.get(verdict.code, 0) + 1
+                joined.reasons.setdefault(verdict.code, verdict.reason)
+                return
+            joined.spec = spec
+            joined.credentials.append(credential)
+
+        async def worker() -> None:
+            for _ in remaining:
+                await one()
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return joined
