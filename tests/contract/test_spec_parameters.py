@@ -51,7 +51,7 @@ def test_dbitflip_takes_its_d() -> None:
         ("rappor, parameters: {hashes: 3, bloom_bits: 8}", "multiple of hashes"),
         ("rappor, parameters: {bloom_bits: 4, cohorts: 1}", "cannot tell the 8 candidate values apart"),
         ("rappor, parameters: {cohorts: 2000}", "cohorts must be an integer in"),
-        ("rappor, parameters: {hashes: true}", "valid integer"),
+        ("rappor, parameters: {hashes: true}", "a boolean where something else belongs"),
         ("rappor, parameters: {hashes: 1.5}", r"hashes must be an integer in \[1, 64\]"),
         ("rappor, parameters: {hashes: 0}", r"hashes must be an integer in \[1, 64\]"),
         ("rappor, parameters: {hashes: .nan}", "finite number"),

@@ -436,9 +436,32 @@ def _mapping(text: str | bytes) -> dict[str, object]:
     return data
 
 
+BOOLEAN_FIELDS = frozenset({"one_report_per_window"})
+
+
+def _misplaced_booleans(value: object, where: str = "") -> list[str]:
+    """Where a boolean stands for something else, or something else for a boolean (pydantic's lax mode would take
+    true for 1 and 1 for true: a boolean where a number belongs is not a number)."""
+    if isinstance(value, dict):
+        found = []
+        for key, item in value.items():
+            at = f"{where}.{key}" if where else str(key)
+            if key in BOOLEAN_FIELDS and not where.startswith("attributes"):
+                found += [] if isinstance(item, bool) else [f"{at}: a boolean (true or false)"]
+            else:
+                found += _misplaced_booleans(item, at)
+        return found
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _misplaced_booleans(item, f"{where}.{i}")]
+    return [f"{where}: a boolean where something else belongs"] if isinstance(value, bool) else []
+
+
 @rejecting(SpecError, "not a valid spec")
 def _validated(data: dict[str, object]) -> CollectionSpec:
     """The spec a mapping describes; SpecError with every problem listed."""
+    misplaced = _misplaced_booleans(data)
+    if misplaced:
+        raise SpecError("; ".join(misplaced))
     try:
         return CollectionSpec.model_validate(data)
     except ValidationError as exc:
