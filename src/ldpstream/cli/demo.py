@@ -1,8 +1,10 @@
 """`ldp demo`: the main job end to end against the running services.
 
 Publish the smartphone-diagnostics spec (under a name of its own for this run, so every run starts from zero),
-start an aggregator worker and an ingestion edge, enrol a simulated fleet, send each device's perturbed report to
-the edge as a signed HTTP request (`--direct`: straight to Kafka in bulk instead), wait until the worker
+start an aggregator worker and an ingestion edge, have a simulated fleet join like phones (enrol with a token, fetch
+and verify the signed spec, accept it under the default privacy policy) and send each device's perturbed report to
+the edge as a signed HTTP request (`--direct`: straight to Kafka in bulk instead), show one device refusing a copy of
+the collection published at epsilon 50, wait until the worker
 has applied them all in Redis, read the estimates back through the HTTP API (`ldp serve`, with a short-lived token
 of its own, revoked afterwards), and print every estimate next to the population's true value. Then train a
 logistic model over Kafka with LDP SGD and print its misclassification next to non-private SGD's on the same
@@ -83,30 +85,61 @@ def read_through_api(collection: str, token: str, timeout_s: float = 60.0) -> tu
         stop_pid(server.pid)
 
 
-def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: int) -> SimulationResult:
-    """Enrol `devices` devices, start an edge process, send each device's report to it as a signed request; the
-    run (RuntimeError if a request was not acknowledged). The devices are removed afterwards."""
-    from ldpstream.edge.devices import DeviceRegistry, devices_keys
-    from ldpstream.edge.keyring import Keyring
-    from ldpstream.edge.processes import start_edge, stop_edge, wait_live
-    from ldpstream.runtime.redis import redis_client
-    from ldpstream.simulator.edge_client import send_fleet
+def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: int) -> tuple[SimulationResult, str]:
+    """Start an edge process; mint an enrolment token; have `devices` simulated devices join like phones (enrol with
+    the token, fetch and verify the spec against this machine's pinned keys, accept it under the default privacy
+    policy) and send their reports; then have one real SDK device try to join a copy of the collection published
+    at epsilon 50 (signed by the real key: the compromised-server case). The run, and that device's refusal
+    (RuntimeError if a device could not join or report, or the greedy spec was accepted). The devices are removed
+    afterwards."""
+    import asyncio
+    import tempfile
 
-    client = redis_client(cfg.redis, 10.0)
-    credentials = DeviceRegistry(client, Keyring.create(cfg.edge_key)).enroll(spec.name, devices)
+    from ldpstream.contract.clock import now_ms
+    from ldpstream.contract.enrolment import mint, new_token
+    from ldpstream.contract.signatures import TrustedKeys
+    from ldpstream.device.policy import PrivacyPolicy
+    from ldpstream.device.sdk import Device, SpecRefused
+    from ldpstream.edge.devices import devices_keys
+    from ldpstream.edge.processes import start_edge, stop_edge, wait_live
+    from ldpstream.runtime.join_keys import load_token_key, pinned_keys
+    from ldpstream.runtime.redis import redis_client
+    from ldpstream.runtime.specs import publish_spec
+    from ldpstream.simulator.edge_client import join_fleet, send_fleet
+
+    greedy = spec.model_copy(update={"name": f"{spec.name}-greedy", "epsilon": 50.0})
+    publish_spec(greedy, cfg.bootstrap)
+    now = now_ms()
+    token = mint(load_token_key(cfg), new_token([spec.name, greedy.name], devices + 1, now, now + 3_600_000))
+    keys = pinned_keys(cfg)
     port = free_port()
-    edge = start_edge(port, cfg.state_dir / "edge" / "spool" / f"demo-{port}",
-                      log_file=cfg.state_dir / "demo-edge.log")
+    url = f"http://127.0.0.1:{port}"
+    edge = start_edge(port, cfg.state_dir / "edge" / "spool" / f"demo-{port}", "--enrol-per-address",
+                      str(devices + 10), log_file=cfg.state_dir / "demo-edge.log")
     try:
-        wait_live(f"http://127.0.0.1:{port}", edge, probe="/readyz")
-        result, answers = send_fleet(spec, credentials, f"http://127.0.0.1:{port}", seed=seed, concurrency=128)
+        wait_live(url, edge, probe="/readyz")
+        joined = asyncio.run(join_fleet(url, spec.name, token, TrustedKeys.from_json(keys), PrivacyPolicy(), devices,
+                                        concurrency=128))
+        if joined.spec is None or len(joined.credentials) != devices:
+            raise RuntimeError(f"{len(joined.credentials):,} of {devices:,} devices joined: refused {joined.reasons}, "
+                               f"enrolment failures {joined.enrol_failures}; see {cfg.state_dir / 'demo-edge.log'}")
+        result, answers = send_fleet(joined.spec, joined.credentials, url, seed=seed, concurrency=128)
+        with tempfile.TemporaryDirectory() as state:
+            try:
+                Device.join(url, greedy.name, token, keys, state_dir=state)
+            except SpecRefused as refused:
+                refusal = str(refused)
+            else:
+                raise RuntimeError(f"a device accepted {greedy.key} at epsilon 50: the default policy failed")
     finally:
         stop_edge(edge)
-        client.delete(*devices_keys(spec.name))
+        client = redis_client(cfg.redis, 10.0)
+        client.delete(*devices_keys(spec.name), *devices_keys(greedy.name))
     if answers.acknowledged != devices:
         raise RuntimeError(f"the edge acknowledged {answers.acknowledged:,} of {devices:,} requests: "
                            f"{answers.statuses}; see {cfg.state_dir / 'demo-edge.log'}")
-    return result
+    return result, f"one device asked to join {greedy.key} (eps = 50 per report, signed by the admin's key) refused " \
+                   f"it: {refusal}; nothing charged, nothing sent"
 
 
 def free_port() -> int:
@@ -145,15 +178,16 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     worker = start_worker(group=f"ldp-aggregator-{spec.name}", log_file=log_file)
     try:
         started = time.perf_counter()
+        refusal = ""
         if direct:
             with Progress(console=console, transient=True, disable=as_json) as progress:
                 task = progress.add_task(f"{devices:,} devices -> {spec.topic}", total=devices)
                 result = simulate(spec, devices, ReportProducer(cfg.bootstrap), seed=seed,
                                   on_progress=lambda k: progress.advance(task, k))
         else:
-            with console.status(f"{devices:,} enrolled devices -> the edge -> {spec.topic} ...") if not as_json \
-                    else nullcontext():
-                result = through_the_edge(cfg, spec, devices, seed)
+            with console.status(f"{devices:,} devices join and report through the edge -> {spec.topic} ...") \
+                    if not as_json else nullcontext():
+                result, refusal = through_the_edge(cfg, spec, devices, seed)
         accepted = wait_for_accepted(store, spec.name, devices, timeout_s=300,
                                      worker_alive=lambda: worker.poll() is None)
         elapsed = time.perf_counter() - started
@@ -174,13 +208,16 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
             training = train_over_kafka_demo(cfg, train_devices, seed)
     if as_json:
         typer.echo(json.dumps({"estimates": estimates, "truth": result.truth, "seconds": elapsed,
-                               "training": training}))
+                               "training": training, "refusal": refusal}))
         return
     console.print(estimates_table(estimates, truth=result.truth["attributes"]))  # type: ignore[arg-type]
-    path = "produced to Kafka in bulk" if direct else "enrolled, each report sent to the ingestion edge (signed " \
-        "HTTP), batched into Kafka"
+    path = "produced to Kafka in bulk" if direct else "each enrolled with a token, verified the signed spec against " \
+        "the pinned keys and accepted it under the default privacy policy, sent its report to the ingestion edge " \
+        "(signed HTTP), batched into Kafka"
     console.print(f"{devices:,} devices simulated and perturbed (eps = {spec.epsilon}), {path}, and aggregated into "
                   f"Redis in {elapsed:.1f} s, the worker's start-up included.")
+    if refusal:
+        console.print(refusal[0].upper() + refusal[1:] + ".")
     console.print(f"Read through the HTTP API; /metrics {'exports' if metrics_ok else '[red]does not export[/]'} "
                   f"the report totals and estimates. Any time: [bold]ldp estimate {spec.name}[/], or "
                   f"[bold]ldp serve[/] and http://127.0.0.1:8000/collections/{spec.name}/estimates, "

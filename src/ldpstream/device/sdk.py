@@ -42,7 +42,7 @@ from ldpstream.device.ledger import PrivacyLedger
 from ldpstream.device.outbox import HttpTransport, Outbox
 from ldpstream.device.perturb import perturb, report_memos
 from ldpstream.device.policy import PrivacyPolicy, judge
-from ldpstream.device.state import CollectionState, DeviceState
+from ldpstream.device.state import CollectionState, DeviceState, StateError
 from ldpstream.device.trust import Seen, TrustError, check_pointer, check_spec
 
 DEFAULT_POLICY = PrivacyPolicy()
@@ -116,7 +116,11 @@ class Device:
         """
         keys = trusted_keys if isinstance(trusted_keys, TrustedKeys) else TrustedKeys.from_json(trusted_keys)
         state = DeviceState.open(state_dir)
-        ledger = PrivacyLedger.open(state.ledger_path)
+        try:
+            ledger = PrivacyLedger.open(state.ledger_path)
+        except (ValueError, OSError) as exc:
+            raise StateError(f"the privacy ledger {state.ledger_path} is damaged or unreadable ({exc}): the device "
+                             f"will not guess what it spent; repair it, or reset the device") from None
         client = EdgeClient(edge_url, tls=tls)
         mine = state.of(collection)
         if mine.credential is None:

@@ -426,6 +426,8 @@ class Routes:
         return _json(credential.to_json(), 201)
 
     async def pointer(self, request: web.BaseRequest, name: str) -> web.Response:
+        if self.edge.plans.newest(name) is None:  # a collection just published: read the topic (off the loop)
+            await asyncio.get_running_loop().run_in_executor(None, self.edge.plans.find_newest, name)
         self.edge.refresh_if_stale()
         signed = self.edge.join.pointer(name, now_ms())
         if signed is None:

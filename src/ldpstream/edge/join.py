@@ -18,6 +18,7 @@ token, and a device deleting itself (`ldpstream.device.sdk.Device.join` is the o
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -39,6 +40,7 @@ from ldpstream.runtime.redis import AsyncRedis
 from ldpstream.runtime.strategies import strategy_path
 
 MAX_ENROL_BODY = 8 * 2**10
+REDIS_IN_FLIGHT = 32  # enrolments talking to Redis at once (the rest wait their turn, not a connection each)
 TOKEN_RECORD_MS = 30 * 86_400_000  # a token's use count is kept this long after it expires (operators' record)
 BAD_TOKEN = "bad_token"
 USED_UP = "token_used_up"
@@ -98,6 +100,7 @@ class Join:
         self.pointer_key = pointer_key
         self.token_keys = token_keys
         self.limits = limits
+        self._in_redis = asyncio.Semaphore(REDIS_IN_FLIGHT)
         self._use_token = client.register_script(USE_TOKEN)
         self._address_rate = client.register_script(ADDRESS_RATE)
         self._pointers: dict[str, SignedPointer] = {}
@@ -145,6 +148,10 @@ class Join:
         text, collection = _enrolment(body)
         if self.token_keys is None:
             raise Refusal(503, UNAVAILABLE, "this edge trusts no enrolment-token key (`ldp up` makes one)")
+        async with self._in_redis:
+            return await self._enroll(text, collection, address, now_ms)
+
+    async def _enroll(self, text: str, collection: str, address: str, now_ms: int) -> Credential:
         minute = now_ms // 60_000
         allowed = await self._address_rate(keys=[f"ldp:edge:enrol:addr:{{{address}}}:{minute}"],
                                            args=[self.limits.per_address_per_minute])

@@ -75,6 +75,15 @@ class EdgePlans:
         """The plan of the collection's newest version (never blocks)."""
         return self._newest.get(name)
 
+    def find_newest(self, name: str) -> EdgePlan | None:
+        """The plan of the collection's newest version, the topic re-read first if it is unknown (at most every
+        `refresh_s`: blocking)."""
+        if self.newest(name) is None:
+            with self._lock:
+                if self.newest(name) is None and time.monotonic() - self._read_at >= self.refresh_s:
+                    self.refresh()
+        return self.newest(name)
+
     def stale(self) -> bool:
         """True when the newest versions were read more than `current_s` ago (refresh off the loop)."""
         return time.monotonic() - self._read_at >= self.current_s
