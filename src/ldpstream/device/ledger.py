@@ -214,9 +214,17 @@ class PrivacyLedger:
         the memos of its attributes, `ldpstream.device.perturb.report_memos`); return the budget left in its window.
         Persisted before it returns: a report is charged whether or not it is ever sent."""
         account, days = self._next(spec, timestamp_ms, spec.epsilon if epsilon is None else epsilon, memos, policy)
-        self._accounts[spec.name] = account
-        self._days = days
-        self._persist()
+        before = self._accounts.get(spec.name), self._days
+        self._accounts[spec.name], self._days = account, days
+        try:
+            self._persist()
+        except BaseException:  # not kept on disk (a full disk): not charged, and the report is not made
+            self._days = before[1]
+            if before[0] is None:
+                del self._accounts[spec.name]
+            else:
+                self._accounts[spec.name] = before[0]
+            raise
         return max(spec.epsilon - account.windows.of(window_of(spec, timestamp_ms)), 0.0)
 
     def _next(self, spec: CollectionSpec, timestamp_ms: int, epsilon: float, memos: Sequence[Memo],

@@ -211,12 +211,17 @@ class Device:
         return sent
 
     def leave(self) -> None:
-        """Delete this device's enrolment at the edge (its credential stops working) and forget the credential."""
+        """Delete this device's enrolment at the edge (its credential stops working), forget the credential and
+        drop the reports not sent yet; it reports nothing more until it joins again with a token."""
         joined = self._joined
         if joined is None or self.transport is None:
             raise ValueError("only a joined device can leave")
         joined.client.leave(self.transport.credential)
-        joined.state.of(joined.collection).credential = None
+        for report in self.transport.outbox.pending():  # nobody would take them now (their budget stays spent)
+            report.unlink(missing_ok=True)
+        mine = joined.state.of(joined.collection)
+        mine.credential = None
+        mine.verdict = {"accepted": False, "code": "left", "reason": "the device left the collection"}
         joined.state.save()
 
 
