@@ -70,6 +70,13 @@ def keys(live_services: Settings) -> dict[str, Any]:
     return pinned_keys(live_services)
 
 
+@pytest.fixture
+def edge(live_services: Settings, tmp_path: Path) -> Iterator[EdgeProcess]:
+    """An edge of its own whose per-address enrolment limit every test here (all from 127.0.0.1) stays under; the
+    flood test starts one with a low limit."""
+    yield from running_edge(tmp_path, "--enrol-per-address", "1000000")
+
+
 def test_a_device_joins_verifies_the_spec_and_its_report_reaches_kafka_once(
         collection: Collection, edge: EdgeProcess, keys: dict[str, Any], tmp_path: Path) -> None:
     cfg = collection.cfg

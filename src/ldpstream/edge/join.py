@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import redis.asyncio.cluster
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ldpstream.contract.auth import AuthError, Credential, parse_authorization, verify
@@ -47,9 +48,17 @@ USED_UP = "token_used_up"
 UNAVAILABLE = "enrolment_unavailable"
 _HASH = re.compile(r"[0-9a-f]{64}")
 
-# KEYS: 1 the token's use count, 2 its requests in the current second. ARGV: 1 its uses, 2 when the count expires
-# (ms), 3 the per-second limit. Out: the count after this use, -1 used up, -2 rate limited (nothing counted then).
-USE_TOKEN = """
+# The three steps of an enrolment in Redis. On one server they run as one script (ENROL: one round trip); on a Redis
+# Cluster their keys lie in different slots, so one call each.
+# ADDRESS: KEYS 1 the address's requests this minute; ARGV 1 the limit. Out: 0 allowed, -3 over the limit.
+ADDRESS = """
+if redis.call('INCR', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], 120000) end
+if tonumber(redis.call('GET', KEYS[1])) > tonumber(ARGV[1]) then return -3 end
+return 0
+"""
+# TOKEN: KEYS 1 the token's use count, 2 its requests this second; ARGV 1 its uses, 2 when the count expires (ms),
+# 3 the per-second limit. Out: the count after this use, -1 used up, -2 rate limited (nothing counted then).
+TOKEN = """
 if redis.call('INCR', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], 2000) end
 if tonumber(redis.call('GET', KEYS[2])) > tonumber(ARGV[3]) then return -2 end
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -58,11 +67,12 @@ redis.call('INCR', KEYS[1])
 redis.call('PEXPIREAT', KEYS[1], ARGV[2])
 return n + 1
 """
-# KEYS: 1 the address's requests in the current minute. ARGV: 1 the limit. Out: 1 allowed, 0 over the limit.
-ADDRESS_RATE = """
-if redis.call('INCR', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], 120000) end
-return tonumber(redis.call('GET', KEYS[1])) <= tonumber(ARGV[1]) and 1 or 0
-"""
+# ENROL: KEYS 1-2 TOKEN's, 3 ADDRESS's, 4 the devices hash of the new device; ARGV 1-3 TOKEN's, 4 ADDRESS's limit,
+# 5 the device id. Out: as TOKEN's, or -3.
+ENROL = """
+if redis.call('INCR', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], 120000) end
+if tonumber(redis.call('GET', KEYS[3])) > tonumber(ARGV[4]) then return -3 end
+""" + TOKEN.replace("return n + 1", "redis.call('HSET', KEYS[4], ARGV[5], 1)\nreturn n + 1")
 
 
 def uses_key(token_id: str) -> str:
@@ -101,8 +111,10 @@ class Join:
         self.token_keys = token_keys
         self.limits = limits
         self._in_redis = asyncio.Semaphore(REDIS_IN_FLIGHT)
-        self._use_token = client.register_script(USE_TOKEN)
-        self._address_rate = client.register_script(ADDRESS_RATE)
+        self._clustered = isinstance(client, redis.asyncio.cluster.RedisCluster)
+        self._enrol = client.register_script(ENROL)
+        self._address = client.register_script(ADDRESS)
+        self._token = client.register_script(TOKEN)
         self._pointers: dict[str, SignedPointer] = {}
 
     def pointer(self, name: str, now_ms: int) -> SignedPointer | None:
@@ -152,30 +164,38 @@ class Join:
             return await self._enroll(text, collection, address, now_ms)
 
     async def _enroll(self, text: str, collection: str, address: str, now_ms: int) -> Credential:
-        minute = now_ms // 60_000
-        allowed = await self._address_rate(keys=[f"ldp:edge:enrol:addr:{{{address}}}:{minute}"],
-                                           args=[self.limits.per_address_per_minute])
-        if not int(allowed):
-            raise Refusal(429, RATE_LIMITED, f"more than {self.limits.per_address_per_minute} enrolments a minute "
-                                             f"from this address")
         try:
-            token = read_token(text, self.token_keys, collection, now_ms)
+            token = read_token(text, self.token_keys or {}, collection, now_ms)
         except TokenError as exc:
-            raise Refusal(403, BAD_TOKEN, str(exc)) from None
-        used = int(await self._use_token(
-            keys=[uses_key(token.id), f"ldp:edge:enrol:{{tok:{token.id}}}:s:{now_ms // 1000}"],
-            args=[token.uses, token.expires_ms + TOKEN_RECORD_MS, self.limits.per_token_per_second]))
+            token, refusal = None, Refusal(403, BAD_TOKEN, str(exc))
+        address_key = f"ldp:edge:enrol:addr:{{{address}}}:{now_ms // 60_000}"
+        address_limit = self.limits.per_address_per_minute
+        if token is None or self._clustered:  # the address is counted first, whatever the token
+            if int(await self._address(keys=[address_key], args=[address_limit])) < 0:
+                raise Refusal(429, RATE_LIMITED, f"more than {address_limit} enrolments a minute from this address")
+            if token is None:
+                raise refusal
+        device = new_device_id(self.keyring.current)
+        token_keys = [uses_key(token.id), f"ldp:edge:enrol:{{tok:{token.id}}}:s:{now_ms // 1000}"]
+        token_args = [token.uses, token.expires_ms + TOKEN_RECORD_MS, self.limits.per_token_per_second]
+        if self._clustered:
+            used = int(await self._token(keys=token_keys, args=token_args))
+        else:
+            used = int(await self._enrol(keys=[*token_keys, address_key, devices_key(collection, device)],
+                                         args=[*token_args, address_limit, device]))
+        if used == -3:
+            raise Refusal(429, RATE_LIMITED, f"more than {address_limit} enrolments a minute from this address")
         if used == -2:
             raise Refusal(429, RATE_LIMITED, f"more than {self.limits.per_token_per_second} enrolments a second "
                                              f"with this token")
         if used == -1:
             raise Refusal(403, USED_UP, f"the enrolment token has been used {token.uses} times, all it allows")
-        device = new_device_id(self.keyring.current)
-        try:
-            await self.redis.hset(devices_key(collection, device), device, 1)
-        except BaseException:
-            await self.redis.decr(uses_key(token.id))  # the use was not spent on a device
-            raise
+        if self._clustered:
+            try:
+                await self.redis.hset(devices_key(collection, device), device, 1)
+            except BaseException:
+                await self.redis.decr(uses_key(token.id))  # the use was not spent on a device
+                raise
         return Credential(collection, device, self.keyring.device_key(collection, device))
 
     async def leave(self, name: str, device: str, authorization: str | None, path: str, now_ms: int) -> None:
