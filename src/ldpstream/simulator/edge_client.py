@@ -28,7 +28,7 @@ from ldpstream.contract.spec import CollectionSpec, SpecError
 from ldpstream.contract.wire import encode
 from ldpstream.device.outbox import backoff_s
 from ldpstream.device.perturb import single_reports
-from ldpstream.device.policy import PrivacyPolicy, judge
+from ldpstream.device.policy import PrivacyPolicy, Verdict, judge
 from ldpstream.device.trust import Seen, TrustError, check_pointer, check_spec
 from ldpstream.simulator.population import PopulationTruth
 from ldpstream.simulator.simulator import SimulationResult, fleet
@@ -151,8 +151,11 @@ async def join_fleet(base_url: str, collection: str, token: str, keys: TrustedKe
                      timeout_s: float = 60.0) -> JoinedFleet:
     """`devices` simulated devices joining like phones: each enrols with `token`, fetches the pointer and the spec,
     verifies both against `keys` (`ldpstream.device.trust`) and holds the spec against `policy`
-    (`ldpstream.device.policy.judge`, as a device that has accepted nothing before)."""
+    (`ldpstream.device.policy.judge`, as a device that has accepted nothing before). Every device checks its
+    pointer's signature; a spec's checks and verdict are computed once per distinct (pointer, spec, signature)
+    bytes, since every device given the same bytes reaches the same result."""
     joined = JoinedFleet([], None, {}, {}, {})
+    judged: dict[tuple[bytes, bytes, bytes | None], tuple[CollectionSpec, Verdict | None]] = {}
     remaining = iter(range(devices))
     connector = aiohttp.TCPConnector(limit=concurrency, ssl=tls if tls is not None else True)
     base = base_url.rstrip("/")
@@ -178,16 +181,19 @@ async def join_fleet(base_url: str, collection: str, token: str, keys: TrustedKe
             try:
                 body, block = await fetch(f"/v1/collections/{collection}")
                 pointer = check_pointer(body, block, keys, collection, Seen(), now_ms())
-                body, block = await fetch(f"/v1/collections/{collection}/specs/{pointer.version}")
-                spec = check_spec(body, block, keys, pointer)
-                strategies = {h: strategy_from_bytes((await fetch(f"/v1/strategies/{h}"))[0], h)
-                              for h in pinned_strategies(spec)}
+                spec_body, spec_block = await fetch(f"/v1/collections/{collection}/specs/{pointer.version}")
+                seen = (body, spec_body, spec_block)
+                if seen not in judged:  # identical bytes: every device would reach the same result
+                    spec = check_spec(spec_body, spec_block, keys, pointer)
+                    strategies = {h: strategy_from_bytes((await fetch(f"/v1/strategies/{h}"))[0], h)
+                                  for h in pinned_strategies(spec)}
+                    judged[seen] = spec, judge(spec, policy, {}, strategies) if policy is not None else None
+                spec, verdict = judged[seen]
             except (TrustError, SpecError) as exc:
                 code = getattr(exc, "code", "malformed_strategy")
                 joined.refused[code] = joined.refused.get(code, 0) + 1
                 joined.reasons.setdefault(code, str(exc))
                 return
-            verdict = judge(spec, policy, {}, strategies) if policy is not None else None
             if verdict is not None and not verdict.accepted:
                 joined.refused[verdict.code] = joined.refused.get(verdict.code, 0) + 1
                 joined.reasons.setdefault(verdict.code, verdict.reason)
