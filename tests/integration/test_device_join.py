@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import errno
 import json
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -346,3 +348,30 @@ def test_a_device_that_leaves_can_send_nothing_more(
     with pytest.raises(EdgeError, match="token is needed"):
         Device.join(edge.url, name, None, keys, state_dir=tmp_path / "phone")
     assert redis_client(cfg.redis).hget(devices_key(name, credential.device), credential.device) == b"0"
+
+
+def test_the_command_line_mints_a_token_pins_the_keys_and_simulates_devices_joining(
+        collection: Collection, edge: EdgeProcess, tmp_path: Path) -> None:
+    name = collection.spec.name
+    ldp = [sys.executable, "-m", "ldpstream"]
+    token, trust = tmp_path / "token", tmp_path / "keys.json"
+    subprocess.run([*ldp, "devices", "mint-token", "--collection", name, "--uses", "250", "--expires", "1h",
+                    "--out", str(token)], check=True, capture_output=True)
+    assert token.stat().st_mode & 0o777 == 0o600
+    trust.write_text(subprocess.run([*ldp, "spec", "keys", "--json"], check=True, capture_output=True,
+                                    text=True).stdout)
+    assert {k["role"] for k in json.loads(trust.read_text())["keys"]} == {"spec", "pointer"}
+    policy, spec = tmp_path / "policy.yaml", tmp_path / "spec.json"
+    policy.write_text("max_epsilon_per_report: 2\n")  # the collection asks for 4: every device refuses
+    spec.write_text(collection.spec.canonical_json())
+    out = subprocess.run([*ldp, "simulate", "--spec", str(spec), "--devices", "100", "--join", edge.url, "--token",
+                          str(token), "--trust", str(trust), "--policy", str(policy), "--json"],
+                         capture_output=True, text=True, timeout=300)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 0, out.stderr
+    assert result["refused"] == {"policy_epsilon_per_report": 100} and result["joined"] == 0
+    out = subprocess.run([*ldp, "simulate", "--spec", str(spec), "--devices", "200", "--join", edge.url, "--token",
+                          str(token), "--json"], capture_output=True, text=True, timeout=300)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 1  # 250 uses: 100 went to the devices that refused, so 50 of these cannot enrol
+    assert result["joined"] == 150 and result["enrol_failures"] == {"403": 50} and result["acknowledged"] == 150

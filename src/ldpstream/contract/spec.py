@@ -111,7 +111,7 @@ def parameter_error(mechanism: str, parameters: Mapping[str, int | float], domai
 class NumericAttribute(BaseModel):
     """A numeric attribute with a declared range, mapped to [-1, 1] for the mechanism."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["numeric"] = "numeric"
     range: tuple[float, float]
@@ -140,7 +140,7 @@ class CategoricalAttribute(BaseModel):
     is published (the strategy itself goes to the `ldp.strategies` topic, so a spec version pins its strategy).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["categorical"] = "categorical"
     values: list[str] = Field(min_length=2)
@@ -182,7 +182,7 @@ class KeyValueAttribute(BaseModel):
     |S|). Fresh noise per report: a spec with a lifetime budget (`privacy`) cannot carry one.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["keyvalue"] = "keyvalue"
     keys: Annotated[list[str], Field(min_length=1)] | None = None
@@ -244,7 +244,7 @@ class StringAttribute(BaseModel):
     pem
     or sfp)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["string"] = "string"
     max_length: Annotated[int, Field(ge=1, le=64)]
@@ -268,7 +268,7 @@ class Privacy(BaseModel):
     """A device's two guarantees: one report is `per_report`-LDP, all its reports together `lifetime`-LDP while
     each attribute it reports takes at most `values` distinct values (module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     per_report: Annotated[float, Field(gt=0, le=50)]
     lifetime: Annotated[float, Field(gt=0, le=500)]
     values: Annotated[int, Field(ge=1, le=1000)] = 1
@@ -289,7 +289,7 @@ class Privacy(BaseModel):
 class CollectionSpec(BaseModel):
     """A versioned collection: its attributes, privacy budget, sampling, windows and topic layout."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     name: Annotated[str, Field(pattern=NAME)]
     version: Annotated[int, Field(ge=1)]
     epsilon: Annotated[float, Field(gt=0, le=50)]
