@@ -228,7 +228,8 @@ def test_a_tampered_spec_or_pointer_is_refused_and_costs_nothing(
     ahead = tmp_path / "clock-ahead"  # a device clock far ahead sees every pointer expired: it reports nothing
     assert_refused_and_nothing_spent(lambda: Device.join(edge.url, name, token, keys, state_dir=ahead,
                                                          clock=lambda: now_ms() + 10 * 86_400_000), "expired", ahead)
-    joined = Device.join(edge.url, name, None, keys, state_dir=ahead)  # the clock is right again: it joins
+    assert not DeviceState.open(ahead).of(name).credential  # it refused before it enrolled
+    joined = Device.join(edge.url, name, token, keys, state_dir=ahead)  # the clock is right again: it joins
     assert joined.verdict is not None and joined.verdict["accepted"]
 
 
@@ -355,7 +356,7 @@ def test_the_command_line_mints_a_token_pins_the_keys_and_simulates_devices_join
     name = collection.spec.name
     ldp = [sys.executable, "-m", "ldpstream"]
     token, trust = tmp_path / "token", tmp_path / "keys.json"
-    subprocess.run([*ldp, "devices", "mint-token", "--collection", name, "--uses", "250", "--expires", "1h",
+    subprocess.run([*ldp, "devices", "mint-token", "--collection", name, "--uses", "150", "--expires", "1h",
                     "--out", str(token)], check=True, capture_output=True)
     assert token.stat().st_mode & 0o777 == 0o600
     trust.write_text(subprocess.run([*ldp, "spec", "keys", "--json"], check=True, capture_output=True,
@@ -370,8 +371,9 @@ def test_the_command_line_mints_a_token_pins_the_keys_and_simulates_devices_join
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert out.returncode == 0, out.stderr
     assert result["refused"] == {"policy_epsilon_per_report": 100} and result["joined"] == 0
+    assert enrolled_devices(collection.cfg, name) == 0
     out = subprocess.run([*ldp, "simulate", "--spec", str(spec), "--devices", "200", "--join", edge.url, "--token",
                           str(token), "--json"], capture_output=True, text=True, timeout=300)
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert out.returncode == 1  # 250 uses: 100 went to the devices that refused, so 50 of these cannot enrol
+    assert out.returncode == 1  # 150 uses (the devices that refused never enrolled): 50 of these cannot enrol
     assert result["joined"] == 150 and result["enrol_failures"] == {"403": 50} and result["acknowledged"] == 150

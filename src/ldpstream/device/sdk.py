@@ -107,9 +107,9 @@ class Device:
              policy: PrivacyPolicy | None = DEFAULT_POLICY, state_dir: str | Path = ".ldpstream-device", *,
              rng: np.random.Generator | None = None, tls: ssl.SSLContext | None = None,
              clock: Callable[[], int] = now_ms, outbox: Mapping[str, Any] | None = None) -> Device:
-        """The device of `collection` at the edge `edge_url`: enrolled with `token` (once: a device that joined
-        before reuses its credential, and may pass None), its spec verified against `trusted_keys` (what
-        `ldp spec keys --json` prints) and accepted by `policy`. Its state lives in `state_dir`.
+        """The device of `collection` at the edge `edge_url`: its spec verified against `trusted_keys` (what
+        `ldp spec keys --json` prints) and accepted by `policy`, then (only then) enrolled with `token` (once: a
+        device that joined before reuses its credential, and may pass None). Its state lives in `state_dir`.
 
         Raises SpecRefused (nothing charged or sent; `.code` says why) when the spec breaks a trust or policy rule,
         EdgeError when the edge refuses the token or cannot be reached, StateError when the state cannot be kept.
@@ -122,6 +122,16 @@ class Device:
             raise StateError(f"the privacy ledger {state.ledger_path} is damaged or unreadable ({exc}): the device "
                              f"will not guess what it spent; repair it, or reset the device") from None
         client = EdgeClient(edge_url, tls=tls)
+        joined = Joined(client, keys, state, collection, clock)
+        try:  # the spec first: a device that refuses it never enrols
+            spec = joined.trusted_spec()
+            strategies = joined.strategies(spec)
+            verdict = judge(spec, policy, ledger.commitments, strategies) if policy is not None else None
+            if verdict is not None and not verdict.accepted:
+                raise SpecRefused(verdict.code, verdict.reason)
+        except SpecRefused as refused:
+            joined.remember(False, refused.code, str(refused))
+            raise
         mine = state.of(collection)
         if mine.credential is None:
             if token is None:
@@ -129,20 +139,9 @@ class Device:
                                                f"needed")
             mine.credential = client.enroll(token, collection)
             state.save()
-        joined = Joined(client, keys, state, collection, clock)
-        try:
-            spec = joined.trusted_spec()
-            strategies = joined.strategies(spec)
-        except SpecRefused as refused:
-            joined.remember(False, refused.code, str(refused))
-            raise
         transport = HttpTransport(edge_url, mine.credential, Outbox(state.outbox_path(collection), **(outbox or {})))
-        try:
-            device = cls(spec, mine.credential.device, ledger=ledger, rng=rng, strategies=strategies,
-                         transport=transport, policy=policy)
-        except SpecRefused as refused:
-            joined.remember(False, refused.code, str(refused))
-            raise
+        device = cls(spec, mine.credential.device, ledger=ledger, rng=rng, strategies=strategies,
+                     transport=transport, policy=policy)
         joined.remember(True)
         device._joined = joined
         return device

@@ -149,9 +149,9 @@ class JoinedFleet:
 async def join_fleet(base_url: str, collection: str, token: str, keys: TrustedKeys, policy: PrivacyPolicy | None,
                      devices: int, concurrency: int = 64, tls: ssl.SSLContext | None = None,
                      timeout_s: float = 60.0) -> JoinedFleet:
-    """`devices` simulated devices joining like phones: each enrols with `token`, fetches the pointer and the spec,
-    verifies both against `keys` (`ldpstream.device.trust`) and holds the spec against `policy`
-    (`ldpstream.device.policy.judge`, as a device that has accepted nothing before). Every device checks its
+    """`devices` simulated devices joining like phones: each fetches the pointer and the spec, verifies both against
+    `keys` (`ldpstream.device.trust`), holds the spec against `policy` (`ldpstream.device.policy.judge`, as a device
+    that has accepted nothing before), and if it accepts enrols with `token`. Every device checks its
     pointer's signature; a spec's checks and verdict are computed once per distinct (pointer, spec, signature)
     bytes, since every device given the same bytes reaches the same result."""
     joined = JoinedFleet([], None, {}, {}, {})
@@ -173,11 +173,6 @@ async def join_fleet(base_url: str, collection: str, token: str, keys: TrustedKe
                 return await response.read(), block
 
         async def one() -> None:
-            async with session.post(base + "/v1/enroll", json={"token": token, "collection": collection}) as answer:
-                if answer.status != 201:
-                    joined.enrol_failures[answer.status] = joined.enrol_failures.get(answer.status, 0) + 1
-                    return
-                credential = Credential.from_json(await answer.json())
             try:
                 body, block = await fetch(f"/v1/collections/{collection}")
                 pointer = check_pointer(body, block, keys, collection, Seen(), now_ms())
@@ -194,10 +189,15 @@ async def join_fleet(base_url: str, collection: str, token: str, keys: TrustedKe
                 joined.refused[code] = joined.refused.get(code, 0) + 1
                 joined.reasons.setdefault(code, str(exc))
                 return
-            if verdict is not None and not verdict.accepted:
+            if verdict is not None and not verdict.accepted:  # a device that refuses the spec never enrols
                 joined.refused[verdict.code] = joined.refused.get(verdict.code, 0) + 1
                 joined.reasons.setdefault(verdict.code, verdict.reason)
                 return
+            async with session.post(base + "/v1/enroll", json={"token": token, "collection": collection}) as answer:
+                if answer.status != 201:
+                    joined.enrol_failures[answer.status] = joined.enrol_failures.get(answer.status, 0) + 1
+                    return
+                credential = Credential.from_json(await answer.json())
             joined.spec = spec
             joined.credentials.append(credential)
 
