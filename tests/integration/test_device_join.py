@@ -377,3 +377,32 @@ def test_the_command_line_mints_a_token_pins_the_keys_and_simulates_devices_join
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert out.returncode == 1  # 150 uses (the devices that refused never enrolled): 50 of these cannot enrol
     assert result["joined"] == 150 and result["enrol_failures"] == {"403": 50} and result["acknowledged"] == 150
+
+
+def ask(url: str, method: str, origin: str) -> tuple[int, dict[str, str]]:
+    """A browser's request (its Origin; a preflight's Access-Control-Request-Method): the status and headers."""
+    request = urllib.request.Request(url, method=method, headers={"Origin": origin,
+                                                                  "Access-Control-Request-Method": "POST"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, dict(answer.headers.items())
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers.items())
+
+
+def test_browsers_of_configured_origins_only_get_cors_answers(live_services: Settings, tmp_path: Path) -> None:
+    for edge in running_edge(tmp_path, "--cors-origin", "https://app.example"):
+        status, headers = ask(f"{edge.url}/v1/enroll", "OPTIONS", "https://app.example")
+        assert status == 204 and headers["Access-Control-Allow-Origin"] == "https://app.example"
+        assert "POST" in headers["Access-Control-Allow-Methods"]
+        assert "Authorization" in headers["Access-Control-Allow-Headers"]
+        status, headers = ask(f"{edge.url}/v1/collections/x", "GET", "https://app.example")
+        assert status == 404 and headers["Access-Control-Allow-Origin"] == "https://app.example"  # it can read why
+        assert "LDP-Signature" in headers["Access-Control-Expose-Headers"]
+        status, headers = ask(f"{edge.url}/v1/enroll", "OPTIONS", "https://evil.example")
+        assert status == 403 and "Access-Control-Allow-Origin" not in headers
+        assert "Access-Control-Allow-Origin" not in ask(f"{edge.url}/v1/collections/x", "GET", "https://evil.example")[1]
+    (tmp_path / "plain").mkdir()
+    for edge in running_edge(tmp_path / "plain"):  # no origin by default
+        status, headers = ask(f"{edge.url}/v1/enroll", "OPTIONS", "https://app.example")
+        assert status == 405 and "Access-Control-Allow-Origin" not in headers  # POST only, and no CORS

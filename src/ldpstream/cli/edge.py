@@ -33,6 +33,8 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
                                                                     "(more: 429)")] = 300,
          enrol_per_token: Annotated[int, typer.Option(min=1, help="enrolments a second with one token "
                                                                   "(more: 429)")] = 2000,
+         cors_origin: Annotated[list[str] | None, typer.Option(help="an origin whose browser pages may call the edge "
+                                                                    "(repeatable; none by default)")] = None,
          tls_cert: Annotated[Path | None, typer.Option(help="serve HTTPS with this certificate chain (PEM)")] = None,
          tls_key: Annotated[Path | None, typer.Option(help="the certificate's private key (PEM)")] = None) -> None:
     """Serve POST /v1/collections/NAME/reports, /healthz, /readyz, /metrics, /openapi.json until SIGINT/SIGTERM;
@@ -50,6 +52,7 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
     args = ["--max-reports", str(max_reports), "--rate", str(rate), "--max-connections", str(max_connections),
             "--idle-timeout-s", str(idle_timeout_s), "--body-timeout-s", str(body_timeout_s),
             "--enrol-per-address", str(enrol_per_address), "--enrol-per-token", str(enrol_per_token),
+            *[a for origin in cors_origin or [] for a in ("--cors-origin", origin)],
             *(["--reuse-port"] if workers > 1 else []), *tls]
     metrics_dir = state / "metrics" / str(port)  # the processes' summed metrics: this group's, from zero
     shutil.rmtree(metrics_dir, ignore_errors=True)

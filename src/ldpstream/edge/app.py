@@ -104,6 +104,11 @@ OPENAPI = Path(__file__).with_name("openapi.json")
 RETRY_AFTER_S = {429: 1, 503: 2, 507: 10}
 VERSION_HEADER = "LDP-Spec-Version"  # the newest version of a collection, on the answers to its reports
 IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
+# CORS for the browser pages of the configured origins (none by default): what they may send and read
+CORS_PREFLIGHT = {"Access-Control-Allow-Methods": "GET, POST, DELETE",
+                  "Access-Control-Allow-Headers": "Authorization, Content-Type, Content-Encoding, If-None-Match",
+                  "Access-Control-Max-Age": "600"}
+CORS_EXPOSED = "LDP-Signature, LDP-Spec-Version, ETag, Retry-After, X-Request-Id"
 RESERVED_DESCRIPTORS = 256  # kept from the connection cap: Kafka, Redis, the spool's files, logs
 T = TypeVar("T")
 
@@ -130,6 +135,7 @@ class EdgeConfig:
     pointer_key: Path | None = None  # the online key that signs pointers (`ldpstream.runtime.join_keys`)
     enrolment_keys: Path | None = None  # the public keys enrolment tokens are signed with
     enrol_limits: EnrolLimits = EnrolLimits()
+    cors_origins: frozenset[str] = frozenset()  # origins whose browser pages may call the edge (exact match)
 
 
 @dataclass(frozen=True)
@@ -334,6 +340,10 @@ def _key(path: Path | None, load: Callable[[Path], T]) -> T | None:
         return None
 
 
+def _cors(origin: str) -> dict[str, str]:
+    return {"Access-Control-Allow-Origin": origin, "Vary": "Origin", "Access-Control-Expose-Headers": CORS_EXPOSED}
+
+
 async def _not_found() -> web.Response:
     return _json({"error": "not found"}, 404)
 
@@ -379,6 +389,22 @@ class Routes:
         self._id_prefix = secrets.token_hex(4)  # request ids: unique per process start, a counter after it
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        """The answer, with CORS headers for a browser page of an allowed origin (`EdgeConfig.cors_origins`)."""
+        origin = request.headers.get("Origin")
+        if origin is None or not self.edge.config.cors_origins:
+            return await self.route(request)
+        allowed = origin in self.edge.config.cors_origins
+        if request.method == "OPTIONS":  # a preflight: what the page may send
+            if not allowed:
+                return _json({"error": f"origin {origin[:100]!r} is not allowed"}, 403)
+            return web.Response(status=204, headers={**_cors(origin), **CORS_PREFLIGHT})
+        response = await self.route(request)
+        if allowed:
+            response.headers.update(_cors(origin))
+        return response
+
+    async def route(self, request: web.BaseRequest) -> web.StreamResponse:
+        """The answer to a request, by its path and method."""
         parts = request.path.split("/")
         if len(parts) == 5 and parts[:3] == ["", "v1", "collections"] and parts[3] and parts[4] == "reports":
             if request.method != "POST":
