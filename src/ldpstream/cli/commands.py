@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("mechanisms", "Lower-bound the epsilon a mechanism provides from samples (Clopper-Pearson); exit 1 if "
                             "above the claim."),
     "workload": ("workload", "Workload-adaptive factorization mechanism: optimise, compare."),
+    "privacy": ("privacy", "Privacy accounting: amplification by shuffling."),
     "heavy-hitters": ("heavy_hitters", "Heavy hitters of strings over an open domain."),
 }
 
