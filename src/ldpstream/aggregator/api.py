@@ -151,7 +151,8 @@ def app_for_services(cfg: Settings) -> web.Application:
     return create_app(store, plans, ends, {"kafka": lambda: metadata_answers(cfg.bootstrap, 2.0),
                                            "redis": lambda: redis_answers(cfg.redis, 2.0)},
                       lambda: pipeline_health(store, {p.spec.name: p.spec.topic for p in plans.all()}, ends,
-                                              HealthPolicy.from_env()),
+                                              HealthPolicy.from_env(),
+                                              shuffled={p.spec.name for p in plans.all() if p.spec.shuffle}),
                       tokens=TokenVerifier(async_redis_client(cfg.redis, 2.0)))
 
 

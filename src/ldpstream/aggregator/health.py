@@ -120,7 +120,8 @@ def assess(workers: Sequence[Mapping[str, Any]], crashes: Sequence[Mapping[str, 
 
 
 def pipeline_health(store: RedisStore | StatsStore, topics: Mapping[str, str], end_offsets: EndOffsets,
-                    policy: HealthPolicy, groups: Collection[str] | None = None) -> Health:
+                    policy: HealthPolicy, groups: Collection[str] | None = None,
+                    shuffled: Collection[str] = ()) -> Health:
     """The health of the pipeline behind a store (workers and crashes from its Redis, of the consumer `groups` or
     all; with a store of another kind only the collections' progress counts)."""
     now = now_ms()
@@ -130,7 +131,7 @@ def pipeline_health(store: RedisStore | StatsStore, topics: Mapping[str, str], e
     if groups is not None:
         workers = [w for w in workers if w.get("group") in groups]
         crashes = [c for c in crashes if c.get("group") in groups]
-    return assess(workers, crashes, collection_progress(store, topics, end_offsets), now, policy)
+    return assess(workers, crashes, collection_progress(store, topics, end_offsets, shuffled), now, policy)
 
 
 def silent(beat: Mapping[str, Any], now_ms: int) -> bool:
@@ -175,19 +176,20 @@ class WorkerRegistry:
         return [json.loads(m) for m in members]
 
 
-def partition_lag(store: StatsStore, topics: Mapping[str, str],
-                  ends: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+def partition_lag(store: StatsStore, topics: Mapping[str, str], ends: Mapping[tuple[str, int], int],
+                  shuffled: Collection[str] = ()) -> dict[tuple[str, int], int]:
     """Per (collection, partition): messages not applied yet, the partition's end offset - (applied offset + 1);
-    `topics`: collection -> report topic, `ends`: (topic, partition) -> end offset."""
+    `topics`: collection -> report topic, `ends`: (topic, partition) -> end offset. A `shuffled` collection's
+    partitions end with the marker of the shuffler's last transaction, which is no message: one offset less."""
     names = {topic: name for name, topic in topics.items()}
     applied = {name: store.offsets(name) for name in topics}
-    return {(names[t], p): end - (applied[names[t]].get(source(t, p), -1) + 1)
+    return {(names[t], p): max(end - (applied[names[t]].get(source(t, p), -1) + 1) - (names[t] in shuffled), 0)
             for (t, p), end in sorted(ends.items()) if t in names}
 
 
-def collection_progress(store: StatsStore, topics: Mapping[str, str],
-                        end_offsets: EndOffsets) -> list[CollectionProgress]:
+def collection_progress(store: StatsStore, topics: Mapping[str, str], end_offsets: EndOffsets,
+                        shuffled: Collection[str] = ()) -> list[CollectionProgress]:
     """Each collection's (name -> report topic) messages waiting and the time of its last applied batch."""
-    lag = partition_lag(store, topics, end_offsets(list(topics.values())))
+    lag = partition_lag(store, topics, end_offsets(list(topics.values())), shuffled)
     return [CollectionProgress(name, max(sum(n for (c, _), n in lag.items() if c == name), 0),
                                store.freshness(name).get("applied_ms")) for name in sorted(topics)]

@@ -108,8 +108,8 @@ class StoreCollector(Collector):
         except KafkaException as exc:
             log.warning("consumer lag left out of this scrape: Kafka: %s", exc)
             return
-        for (name, partition), waiting in partition_lag(self.store, {p.spec.name: p.spec.topic for p in plans},
-                                                        ends).items():
+        for (name, partition), waiting in partition_lag(self.store, {p.spec.name: p.spec.topic for p in plans}, ends,
+                                                        {p.spec.name for p in plans if p.spec.shuffle}).items():
             family.add_metric([name, str(partition)], waiting)
 
     def _estimates(self, estimate: GaugeMetricFamily, stderr: GaugeMetricFamily, plan: Plan) -> None:

@@ -25,7 +25,7 @@ processed as if it had not come. Every message of a batch is counted in the outc
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -133,14 +133,17 @@ class PartitionProcessor:
         self.max_skew_ms = max_skew_ms  # how far ahead of clock_ms a report's time may be (`time_problems`)
 
     def process(self, topic: str, messages: Sequence[Message], seen: SeenLookup | None = None,
-                quarantined: Collection[tuple[int, int]] = ()) -> PartitionResult:
+                quarantined: Collection[tuple[int, int]] = (), continues: Mapping[int, int] | None = None
+                ) -> PartitionResult:
         """The update and dead letters of a micro-batch of one topic: consecutive messages of one or more partitions.
 
         `seen`: the devices each partition counted before; their reports in the same window are duplicates, and the
         update's offset ranges expect the applied offsets `seen` is synced at. None: only the batch is deduplicated.
         `quarantined`: (partition, offset) of messages rejected whole as `poison` without being decoded
-        (`ldpstream.aggregator.quarantine`). Raises only what `seen` raises (Redis), never for the messages' content
-        (module docstring).
+        (`ldpstream.aggregator.quarantine`). `continues`: per partition, the offset after the last message the reader
+        took before this batch; a partition's range starts there when its first message lies beyond it (offsets a
+        read_committed consumer never sees: the shuffler's transaction markers and aborted writes). Raises only what
+        `seen` raises (Redis), never for the messages' content (module docstring).
         """
         if not messages:
             return PartitionResult(None)
@@ -154,7 +157,9 @@ class PartitionProcessor:
         for m in messages:
             first_last = ranges.setdefault(m.partition, [m.offset, m.offset])
             first_last[0], first_last[1] = min(first_last[0], m.offset), max(first_last[1], m.offset)
-        offsets = tuple(OffsetRange(source(topic, p), lo, hi, None if seen is None else seen.synced(topic, p))
+        after = continues or {}
+        offsets = tuple(OffsetRange(source(topic, p), min(lo, after.get(p, lo)), hi,
+                                    None if seen is None else seen.synced(topic, p))
                         for p, (lo, hi) in sorted(ranges.items()))
         update = BatchUpdate(collection_of(topic), offsets, tuple(counted.windows), dict(counted.outcomes),
                              counted.newest)
@@ -222,21 +227,25 @@ class PartitionProcessor:
             _mark(reasons, np.flatnonzero(problems.wrong_count), WRONG_SHAPE)
             details.setdefault(WRONG_SHAPE, f"a device must report {plan.attributes_per_device} attribute(s)")
         partitions = np.array([m.partition for m, _, _ in items], dtype=np.int64)[rows.message]
-        misplaced = device_partitions(rows.devices, spec.partitions) != partitions
-        if misplaced.any():
+        # A shuffled collection's reports come from the shuffler, anonymous (device 0), each window's batch once
+        # (the edge kept one report per device and window): no partition, age or duplicate to judge
+        shuffled = spec.shuffle is not None
+        misplaced = None if shuffled else device_partitions(rows.devices, spec.partitions) != partitions
+        if misplaced is not None and misplaced.any():
             _mark(reasons, np.flatnonzero(misplaced), WRONG_PARTITION)
             details.setdefault(WRONG_PARTITION, f"a device's reports go to partition (pseudonym mod {spec.partitions})")
         # 4. report times
         future, stale = time_problems(spec, rows.timestamps, self.clock_ms(), self.max_skew_ms)
         _mark(reasons, np.flatnonzero(future), FUTURE)
-        _mark(reasons, np.flatnonzero(stale), STALE)
+        if not shuffled:
+            _mark(reasons, np.flatnonzero(stale), STALE)
         details.setdefault(FUTURE, "report time is in the future")
         details.setdefault(STALE, "report time is older than the dedupe window")
         # 5. duplicates, per partition and window: within the batch (the first report of a device wins), and
         # against what the partition counted before (a device's accepted rows are all on its own partition)
         dwin = dedupe_window(spec)
         starts = window_starts(dwin, rows.timestamps)
-        if spec.one_report_per_window:
+        if spec.one_report_per_window and not shuffled:
             for (part, start), group in _groups(reasons == 0, partitions, starts):
                 order = group[np.argsort(rows.devices[group], kind="stable")]  # by device, then arrival
                 devices = rows.devices[order]
@@ -280,7 +289,7 @@ class PartitionProcessor:
                                                                     for k, v in sub.items()})
                         stats[attr] = attribute_block(take.sum(), counted)
                 dedupe = None
-                if spec.one_report_per_window and window == dwin:
+                if spec.one_report_per_window and spec.shuffle is None and window == dwin:
                     dedupe = {int(p): rows.devices[member & (partitions == p)] for p in _distinct(partitions[member])}
                 incs.append(WindowIncrement(spec.version, window, int(start), int(member.sum()), stats, dedupe, ttl))
         return incs

@@ -185,9 +185,14 @@ class BatchHandler:
         # consumer group (measured: README, "The delivery guarantee"), and a store going back in time is rare.
         self.reread = reread
         self.rereading: set[tuple[str, int]] = set()
+        # per (topic, partition): the offset after the last message taken (the seek position at an assignment), where
+        # the next batch's range starts even if its first message lies beyond it (`PartitionProcessor.process`)
+        self.continues: dict[tuple[str, int], int] = {}
 
-    def on_assigned(self, topic: str, applied: Mapping[int, int]) -> None:
-        """Load the crash counts of a topic's messages above the applied offsets (`ldpstream.aggregator.quarantine`)."""
+    def on_assigned(self, topic: str, applied: Mapping[int, int], positions: Mapping[int, int]) -> None:
+        """Note where each assigned partition of a topic is read from (`positions`), and load the crash counts of its
+        messages above the applied offsets (`ldpstream.aggregator.quarantine`)."""
+        self.continues.update(((topic, p), position) for p, position in positions.items())
         if self.marks is not None:
             self.suspects[topic] = self.marks.load(collection_of(topic), applied)
 
@@ -264,13 +269,18 @@ class BatchHandler:
             if not messages:
                 metrics.BATCHES.labels("skipped").inc()
                 return
-            result = self.processor.process(topic, messages, self.seen, quarantined)
+            result = self.processor.process(topic, messages, self.seen, quarantined,
+                                            {p: o for (t, p), o in self.continues.items() if t == topic})
             new = [d for d in result.dead_letters if (d.partition, d.offset, d.reason, d.rows) not in sent]
             self.dlq.send(topic, new)
             sent.update((d.partition, d.offset, d.reason, d.rows) for d in new)
             outcome = self.store.apply(result.update) if result.update else None
             status = outcome.status if outcome else "skipped"
             metrics.BATCHES.labels(status).inc()
+            if status in ("applied", "skipped"):
+                for m in messages:
+                    key = (topic, m.partition)
+                    self.continues[key] = max(self.continues.get(key, 0), m.offset + 1)
             if status == "applied" and result.update:
                 self.seen.commit(topic, result.update, now_ms())
                 self._count(collection, result.update.outcomes, result.dead_letters)
@@ -340,6 +350,8 @@ class PromptFetchThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS  # read when the consumer starts its fetcher
+        # the shuffler writes in transactions: never count what it aborted (aiokafka's default reads it)
+        consumer._isolation_level = "read_committed"
         return consumer
 
 
@@ -375,7 +387,8 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
         for topic in {tp.topic for tp in self.assignment() if is_report_topic(tp.topic)}:
             offsets = applied[collection_of(topic)]
             self.handler.on_assigned(topic, {source_partition(s): o for s, o in offsets.items()
-                                             if source_topic(s) == topic})
+                                             if source_topic(s) == topic},
+                                     {tp.partition: committed[tp] for tp in reports if tp.topic == topic})
         return committed
 
     async def _applied_offsets(self, collection: str) -> dict[str, int]:

@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                              "Kafka (or, with --via, send each enrolled device's report to the ingestion edge)."),
     "aggregate": ("aggregate", "Run aggregator workers in the foreground until SIGINT/SIGTERM (each batch applied "
                                "whole or not at all)."),
+    "shuffle": ("shuffle", "Shuffle the reports of shuffled collections window by window until SIGINT/SIGTERM (each "
+                           "window released once, in a Kafka transaction)."),
     "edge": ("edge", "Serve POST /v1/collections/NAME/reports, /healthz, /readyz, /metrics, /openapi.json until "
                      "SIGINT/SIGTERM; a process that exits is started again (its spool is drained when it is back)."),
     "estimate": ("estimate", "Live estimates of a collection with their standard errors."),

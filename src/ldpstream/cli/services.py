@@ -120,7 +120,7 @@ def pipeline_status(cfg: Settings) -> Health:
 
     plans = PlanRegistry(cfg.bootstrap).plans()
     return pipeline_health(RedisStore(cfg.redis), {p.spec.name: p.spec.topic for p in plans}, TopicEnds(cfg.bootstrap),
-                           HealthPolicy.from_env())
+                           HealthPolicy.from_env(), shuffled={p.spec.name for p in plans if p.spec.shuffle})
 
 
 def print_health(health: Health) -> None:

@@ -57,7 +57,7 @@ from pydantic import (
     model_validator,
 )
 
-from ldpstream.contract.topics import report_topic
+from ldpstream.contract.topics import raw_topic, report_topic
 from ldpstream.contract.untrusted import rejecting
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.base import LDPError
@@ -286,6 +286,18 @@ class Privacy(BaseModel):
         return self.lifetime / self.values
 
 
+class Shuffle(BaseModel):
+    """A shuffled collection (`ldpstream.shuffler`): the central `delta` its accounting is stated at, the fewest
+    reports a window's batch must hold before it is shuffled and released (`min_batch`; a smaller one rolls into the
+    next window, never dropped), and how long after a window's end the edge still admits its reports (`grace_s`:
+    the shuffler closes the window after that)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
+    delta: Annotated[float, Field(gt=0, lt=1e-3)]
+    min_batch: Annotated[int, Field(ge=100, le=100_000_000)] = 10_000
+    grace_s: Annotated[int, Field(ge=0, le=3600)] = 60
+
+
 class CollectionSpec(BaseModel):
     """A versioned collection: its attributes, privacy budget, sampling, windows and topic layout."""
 
@@ -295,6 +307,7 @@ class CollectionSpec(BaseModel):
     epsilon: Annotated[float, Field(gt=0, le=50)]
     attributes: list[Attribute] = Field(min_length=1)
     privacy: Privacy | None = None
+    shuffle: Shuffle | None = None
     sampling: Literal["auto", "one", "split"] | Annotated[int, Field(ge=1)] = "auto"
     windows: list[str] = Field(default_factory=lambda: ["1h"])
     one_report_per_window: bool = True
@@ -348,6 +361,9 @@ class CollectionSpec(BaseModel):
                                         len(a.values) if isinstance(a, CategoricalAttribute) else None)
                 if error:
                     raise ValueError(f"attribute {a.name!r}: {error}")
+        if self.shuffle is not None and not (self.windows and self.one_report_per_window):
+            raise ValueError("a shuffled collection needs windows and one report per device per window: the shuffler "
+                             "releases each window's batch, one report of each device")
         fresh = [a.name for a in self.attributes if a.mechanism not in registry.LONGITUDINAL and a.mechanism != "auto"]
         if self.privacy is not None and fresh:
             raise ValueError(f"attributes {fresh} use mechanisms with fresh noise per report, whose spend grows with "
@@ -361,6 +377,11 @@ class CollectionSpec(BaseModel):
         return report_topic(self.name)
 
     @property
+    def raw_topic(self) -> str:
+        """The topic the edge writes a shuffled collection's reports to (only the shuffler reads it)."""
+        return raw_topic(self.name)
+
+    @property
     def key(self) -> str:
         """name@version: how reports and the specs topic name this spec."""
         return f"{self.name}@{self.version}"
@@ -370,7 +391,12 @@ class CollectionSpec(BaseModel):
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
 
     def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """The spec as JSON, keys sorted, no spaces: what is signed and published (a spec without `shuffle` has no
+        such key, so the specs published before it existed keep their bytes and hashes)."""
+        data = self.model_dump(mode="json")
+        if data["shuffle"] is None:
+            del data["shuffle"]
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def attribute_index(self, name: str) -> int:
         for i, a in enumerate(self.attributes):

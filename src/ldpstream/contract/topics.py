@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 REPORTS_PREFIX = "ldp.reports."
+RAW_PREFIX = "ldp.raw."  # a shuffled collection's reports as the edge admitted them: only the shuffler reads them
+SHUFFLER_STATE_TOPIC = "ldp.shuffler.state"  # compacted, keyed by collection: the shuffler's closed windows
 SPECS_TOPIC = "ldp.collections"  # the default; `Settings.specs_topic` (LDP_SPECS_TOPIC) names another
 STRATEGIES_TOPIC = "ldp.strategies"
 DLQ_TOPIC = "ldp.dlq"
@@ -19,6 +21,24 @@ def report_topic(collection: str) -> str:
     'ldp.reports.diagnostics'
     """
     return f"{REPORTS_PREFIX}{collection}"
+
+
+def raw_topic(collection: str) -> str:
+    """The topic the edge writes a shuffled collection's reports to, for the shuffler: ldp.raw.<collection>.
+
+    Examples
+    --------
+    >>> raw_topic("diagnostics")
+    'ldp.raw.diagnostics'
+    """
+    return f"{RAW_PREFIX}{collection}"
+
+
+def raw_collection(topic: str) -> str:
+    """The collection whose raw reports a raw topic carries (ValueError for any other topic)."""
+    if not topic.startswith(RAW_PREFIX) or len(topic) == len(RAW_PREFIX):
+        raise ValueError(f"{topic!r} is not a raw topic ({RAW_PREFIX}<collection>)")
+    return topic[len(RAW_PREFIX):]
 
 
 def is_report_topic(topic: str) -> bool:

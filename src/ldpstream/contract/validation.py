@@ -83,8 +83,14 @@ def clock_skew_ms(seconds: float | str) -> int:
 
 def time_problems(spec: CollectionSpec, timestamps_ms: np.ndarray, now_ms: int,
                   max_skew_ms: int = MAX_FUTURE_SKEW_MS) -> tuple[np.ndarray, np.ndarray]:
-    """Per report: (from the future beyond the allowed clock skew, older than the dedupe window)."""
-    return timestamps_ms > now_ms + max_skew_ms, timestamps_ms < now_ms - max_age_ms(spec)
+    """Per report: (from the future beyond the allowed clock skew, older than the dedupe window). A shuffled
+    collection's report is stale once its window has closed: its end and the spec's grace have passed (the shuffler
+    has released that window's batch)."""
+    future = timestamps_ms > now_ms + max_skew_ms
+    if spec.shuffle is not None:
+        length = window_seconds(spec.windows[0]) * 1000
+        return future, window_starts(spec.windows[0], timestamps_ms) + length + spec.shuffle.grace_s * 1000 < now_ms
+    return future, timestamps_ms < now_ms - max_age_ms(spec)
 
 
 def shape_problem(env: Envelope, schemas: Sequence[ReportSchema]) -> str:

@@ -67,6 +67,7 @@ from ldpstream.edge.intake import (
     UNAUTHORIZED,
     Checked,
     Refusal,
+    anonymous,
     check_many,
     inflate,
     json_version,
@@ -263,6 +264,12 @@ class Edge:
             partitions[counts == count] = device_partitions(pseudonyms[counts == count], count)
         for member, partition in zip(kept, partitions.tolist(), strict=True):
             spec = member[1].plan.spec
+            if spec.shuffle is not None:  # to the shuffler, anonymous, on any partition: nothing ties it to a device
+                k, checked, marks, answer = member
+                member = (k, anonymous(checked), marks, answer)
+                groups.setdefault((spec.raw_topic, secrets.randbelow(spec.partitions), spec.version),
+                                  []).append(member)
+                continue
             groups.setdefault((report_topic(spec.name), partition, spec.version), []).append(member)
         submitted = [(members, self._submit(topic, partition, members))
                      for (topic, partition, _), members in groups.items()]

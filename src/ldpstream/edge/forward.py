@@ -26,9 +26,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from ldpstream.contract.wire import Envelope, encode_envelope, join_envelopes
+from ldpstream.contract.topics import RAW_PREFIX
+from ldpstream.contract.wire import Envelope, decode_envelope, encode_envelope, join_envelopes
 from ldpstream.edge.intake import OVERLOADED, SPOOL_FULL, Refusal
 from ldpstream.edge.spool import Record, Spool, SpoolFull, read_segment
 from ldpstream.runtime.kafka import producer_client
@@ -123,7 +125,7 @@ class Forwarder:
         """Step 3/4: produce the message, or spool it while the spool is in use."""
         with self._mode:
             if not self.spooling:
-                self._producer.produce(record[0], record[2], partition=record[1],
+                self._producer.produce(record[0], record[2], partition=record[1], timestamp=message_time(record),
                                        on_delivery=lambda err, msg: self._delivered(err, msg, record, waiters))
                 return
         assert self._loop is not None
@@ -186,14 +188,23 @@ class Forwarder:
     def _produce_all(self, records: list[Record]) -> bool:
         """Produce records and wait for every acknowledgement; False if any failed."""
         failed: list[KafkaError] = []
-        for topic, partition, value in records:
-            self._producer.produce(topic, value, partition=partition,
+        for record in records:
+            self._producer.produce(record[0], record[2], partition=record[1], timestamp=message_time(record),
                                    on_delivery=lambda err, _m: failed.append(err) if err is not None else None)
         remaining = self._producer.flush(30.0)
         if failed or remaining:
             log.warning("draining the spool: %d failed, %d unacknowledged; retrying later", len(failed), remaining)
             return False
         return True
+
+
+def message_time(record: Record) -> int:
+    """The Kafka timestamp of a message: for the shuffler's raw topics the earliest window start of its reports (the
+    time it arrived is not written: only the window), else 0 (the producer's clock)."""
+    if not record[0].startswith(RAW_PREFIX):
+        return 0
+    times = np.frombuffer(decode_envelope(record[2]).timestamps, dtype="<i8")
+    return int(times.min()) if len(times) else 0
 
 
 def _joined(envelopes: list[Envelope]) -> bytes:

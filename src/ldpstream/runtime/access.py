@@ -21,7 +21,9 @@ from ldpstream.contract.topics import (
     DLQ_TOPIC,
     GRADIENTS_TOPIC,
     MODELS_TOPIC,
+    RAW_PREFIX,
     REPORTS_PREFIX,
+    SHUFFLER_STATE_TOPIC,
     SPECS_TOPIC,
     STRATEGIES_TOPIC,
 )
@@ -37,6 +39,7 @@ SCRAM_ITERATIONS = 8192
 BROKER, CONTROLLER = "broker", "controller"
 AGGREGATOR_GROUPS = "ldp-aggregator"  # the prefix of every aggregator worker's consumer group (and faust's topics)
 COORDINATOR_GROUPS = "ldp-sgd"
+SHUFFLER_GROUP = "ldp-shuffler"  # the shuffler's consumer group and transactional id (`ldpstream.shuffler`)
 READER_GROUP = "ldp-read-to-end"  # `kafka.read_to_end`'s: assigned partitions, never joined or committed
 
 _default: list[str] = [ADMIN]
@@ -44,7 +47,7 @@ _default: list[str] = [ADMIN]
 
 @dataclass(frozen=True)
 class Grant:
-    """One Kafka ACL: `operation` on a resource (`topic`, `group` or `cluster`) named `name` exactly or, with
+    """One Kafka ACL: `operation` on a resource (`topic`, `group`, `transactional_id`) named `name` exactly or, with
     `prefixed`, every resource whose name starts with it."""
 
     resource: str
@@ -66,7 +69,16 @@ def _reads_specs() -> list[Grant]:
 # Kafka: what each service principal may do (the admin is a super user: it publishes specs and strategies and creates
 # topics). Report topics are written by the edge (and by `ldp simulate`, a trusted gateway, with its credentials).
 KAFKA_GRANTS: Mapping[str, list[Grant]] = {
-    "edge": _topic(REPORTS_PREFIX, "write", "describe", prefixed=True) + _reads_specs(),
+    "edge": (_topic(REPORTS_PREFIX, "write", "describe", prefixed=True)
+             + _topic(RAW_PREFIX, "write", "describe", prefixed=True) + _reads_specs()),
+    # only the shuffler reads what the edge admitted for a shuffled collection; it writes the shuffled batches, its
+    # state, and commits its offsets inside its transactions
+    "shuffler": (_topic(RAW_PREFIX, "read", "describe", prefixed=True)
+                 + _topic(REPORTS_PREFIX, "write", "describe", prefixed=True)
+                 + _topic(SHUFFLER_STATE_TOPIC, "read", "write", "describe") + _reads_specs()
+                 + [Grant("group", SHUFFLER_GROUP, "read", True),
+                    Grant("transactional_id", SHUFFLER_GROUP, "write", True),
+                    Grant("transactional_id", SHUFFLER_GROUP, "describe", True)]),
     "aggregator": (_topic(REPORTS_PREFIX, "read", "describe", prefixed=True) + _topic(DLQ_TOPIC, "write", "describe")
                    + _reads_specs() + [Grant("group", AGGREGATOR_GROUPS, "read", True)]
                    # faust's internal topics (its assignor's), named after the group
@@ -90,6 +102,7 @@ REDIS_RULES: Mapping[str, str] = {
     "api": f"%R~ldp:* +@read +@connection -@dangerous +info {_CLUSTER_DISCOVERY}",
     "edge": f"~ldp:edge:* %R~ldp:api:tokens {_WRITER}",  # the tokens: read, to check its /metrics scrapes
     "coordinator": f"~ldp:sgd:* {_WRITER}",
+    "shuffler": f"~ldp:shuffle:* {_WRITER}",
     GATEWAY: "resetkeys +@connection",
 }
 

@@ -21,13 +21,14 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from ldpstream.contract.topics import DLQ_TOPIC, STRATEGIES_TOPIC
+from ldpstream.contract.topics import DLQ_TOPIC, SHUFFLER_STATE_TOPIC, STRATEGIES_TOPIC
 from ldpstream.runtime.access import ADMIN, KAFKA_GRANTS, PRINCIPALS, SCRAM_ITERATIONS, Grant, password
 from ldpstream.runtime.dlq import DLQ_PARTITIONS
 from ldpstream.runtime.kafka import ADMIN_TIMEOUT_S, admin_client, ensure_topic
 from ldpstream.runtime.settings import Settings
 
-RESOURCES = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}
+RESOURCES = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP,
+             "transactional_id": ResourceType.TRANSACTIONAL_ID}
 
 
 def binding(principal: str, grant: Grant) -> AclBinding:
@@ -81,10 +82,12 @@ def apply_acls(cfg: Settings) -> int:
 
 
 def apply_access(cfg: Settings) -> None:
-    """Users and ACLs (when security is on), then the shared topics: specs, strategies, the dead-letter topic."""
+    """Users and ACLs (when security is on), then the shared topics: specs, strategies, the dead-letter topic, the
+    shuffler's state."""
     if cfg.security:
         apply_users(cfg)
         apply_acls(cfg)
     ensure_topic(cfg.bootstrap, cfg.specs_topic, 1, compacted=True)
     ensure_topic(cfg.bootstrap, STRATEGIES_TOPIC, 1, compacted=True)
     ensure_topic(cfg.bootstrap, DLQ_TOPIC, DLQ_PARTITIONS, exact=False)
+    ensure_topic(cfg.bootstrap, SHUFFLER_STATE_TOPIC, 1, compacted=True)

@@ -135,6 +135,8 @@ def publish_spec(spec: CollectionSpec, bootstrap: str) -> Published:
                         f"{existing.content_hash()[:12]} vs {spec.content_hash()[:12]}); a published version is "
                         f"immutable: publish a new version")
     ensure_topic(bootstrap, spec.topic, spec.partitions)
+    if spec.shuffle is not None:
+        ensure_topic(bootstrap, spec.raw_topic, spec.partitions)
     ensure_topic(bootstrap, DLQ_TOPIC, DLQ_PARTITIONS, exact=False)
     if existing is None:
         produce_signed(bootstrap, cfg.specs_topic, [spec], signer)

@@ -1,0 +1,384 @@
+"""The shuffler: reads what the edge admitted for shuffled collections (`ldp.raw.<collection>`), holds each window's
+reports, and when a window closes releases them shuffled to the collection's report topic, in one Kafka
+transaction with its state and its consumer offsets.
+
+Per tick (every `tick_s`), for each published shuffled spec version whose window C has closed (its end, the spec's
+grace and `margin_s` have passed: the edge admits no report of it any more, and what it admitted has reached
+Kafka) and was not closed before:
+1. read every raw partition of the collection to its end (what the edge wrote before the close);
+2. draw the release threshold (`ldpstream.shuffler.state.threshold`), gather the windows held up to C in order
+   until they hold that many reports and release each such group at its last window: permute it with the
+   operating system's generator and re-encode it canonically (`ldpstream.shuffler.batch`), stamped with that
+   window's start; what is left (too few reports) stays held for the next close;
+3. in one transaction: the shuffled envelopes to `ldp.reports.<collection>` (round robin over its partitions), the
+   collection's state (`ldp.shuffler.state`, keyed by collection: the releases and the last window closed), and
+   the offsets to resume from (`Pending.committed`). Aggregators read read_committed: an aborted transaction, or one
+   a crash left open (aborted when the next shuffler starts and fences it), is never counted;
+4. publish each release's figures (batch size, eps0, central epsilon and delta, the bound) to Redis
+   (`ldpstream.contract.shuffled`); again at every start from the state, so a crash between 3 and 4 loses none.
+A failure in 1-3 aborts the transaction and the shuffler starts over from the committed offsets and state
+(`run` rebuilds it): the window is rebuilt from the raw topic, exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from threading import Event
+from typing import Any
+
+import numpy as np
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+
+from ldpstream.contract.clock import now_ms
+from ldpstream.contract.collector import collector_for
+from ldpstream.contract.shuffled import encode_figures, figures_field, figures_key
+from ldpstream.contract.spec import CollectionSpec, window_seconds
+from ldpstream.contract.topics import SHUFFLER_STATE_TOPIC, raw_collection, raw_topic
+from ldpstream.contract.wire import Envelope, WireError, check_envelope, concatenate, decode_envelope
+from ldpstream.runtime.access import SHUFFLER_GROUP
+from ldpstream.runtime.kafka import consumer_client, producer_client, read_to_end, topic_partitions
+from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.specs import read_specs
+from ldpstream.runtime.strategies import strategies_for
+from ldpstream.shuffler.accounting import report_mechanism, window_figures
+from ldpstream.shuffler.batch import MEMORY_ROWS, PER_MESSAGE, WindowRows
+from ldpstream.shuffler.state import Pending, Release, ShufflerState, decode_state, encode_state, releases, threshold
+
+log = logging.getLogger(__name__)
+SPEC_POLL_S = 10.0  # how often newly published shuffled collections are looked for
+
+
+@dataclass(frozen=True)
+class ShufflerConfig:
+    """Settings of one shuffler process."""
+
+    bootstrap: str
+    redis_url: str
+    transactional_id: str = SHUFFLER_GROUP
+    group: str = SHUFFLER_GROUP
+    margin_s: float = 5.0  # after a window's end and grace, how long reports the edge admitted may take into Kafka
+    tick_s: float = 1.0
+    memory_rows: int = MEMORY_ROWS
+    spill_dir: Path | None = None
+    per_message: int = PER_MESSAGE
+
+
+@dataclass
+class Collection:
+    """One shuffled collection: its published shuffled spec versions, what is held, its state, where it is read."""
+
+    name: str
+    specs: dict[int, CollectionSpec]
+    mechanisms: dict[int, tuple[str | None, int | None]]
+    partitions: int
+    pending: Pending
+    state: ShufflerState = field(default_factory=ShufflerState)
+    read_next: dict[int, int] = field(default_factory=dict)  # raw partition -> the next offset to read
+    skipped: int = 0  # raw messages that were not reports of a published shuffled spec (logged)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one release did."""
+
+    collection: str
+    spec_version: int
+    window_ms: int
+    reports: int
+    rolled: int
+    seconds: float  # from the close to the commit
+
+
+class Shuffler:
+    """One shuffler over every published shuffled collection (module docstring). `clock` gives the time in ms."""
+
+    def __init__(self, cfg: ShufflerConfig, clock: Callable[[], int] = now_ms) -> None:
+        self.cfg, self.clock = cfg, clock
+        producer: dict[str, Any] = {"transactional.id": cfg.transactional_id, "linger.ms": 5, "compression.type": "lz4",
+                                    "queue.buffering.max.messages": 1_000_000, "transaction.timeout.ms": 120_000}
+        self.producer = producer_client(cfg.bootstrap, **producer)
+        self.producer.init_transactions(60.0)  # fences an earlier shuffler of this id and aborts what it left open
+        consumer: dict[str, Any] = {"isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                                    "fetch.max.bytes": 64 * 2**20}
+        self.consumer = consumer_client(cfg.bootstrap, cfg.group, **consumer)
+        self.redis = redis_client(cfg.redis_url, 5.0)
+        self.collections: dict[str, Collection] = {}
+        self.outcomes: list[Outcome] = []
+        self._specs_read = -float("inf")
+        self.follow_specs()
+
+    # -- specs and assignment --------------------------------------------------------------------------------------
+
+    def follow_specs(self) -> None:
+        """Take up every published shuffled collection not followed yet (its state, its committed offsets)."""
+        self._specs_read = time.monotonic()
+        specs: dict[str, dict[int, CollectionSpec]] = defaultdict(dict)
+        for spec in read_specs(self.cfg.bootstrap).values():
+            if spec.shuffle is not None:
+                specs[spec.name][spec.version] = spec
+        states = self._states() if any(name not in self.collections for name in specs) else {}
+        added = False
+        for name, versions in specs.items():
+            known = self.collections.get(name)
+            if known is not None:
+                for v, spec in versions.items():
+                    if v not in known.specs:
+                        known.specs[v], known.mechanisms[v] = spec, self._mechanism(spec)
+                continue
+            partitions = topic_partitions(self.cfg.bootstrap, raw_topic(name))
+            self.collections[name] = Collection(name, dict(versions),
+                                                {v: self._mechanism(s) for v, s in versions.items()}, partitions,
+                                                Pending(self.cfg.memory_rows, self.cfg.spill_dir),
+                                                states.get(name, ShufflerState()))
+            added = True
+        if added:
+            self._assign()
+            self._publish_figures()
+
+    def _mechanism(self, spec: CollectionSpec) -> tuple[str | None, int | None]:
+        return report_mechanism(collector_for(spec, strategies_for(spec, self.cfg.bootstrap)).mechanisms)
+
+    def _states(self) -> dict[str, ShufflerState]:
+        """The latest state of each collection from the state topic (committed transactions only)."""
+        out: dict[str, ShufflerState] = {}
+        for record in read_to_end(self.cfg.bootstrap, SHUFFLER_STATE_TOPIC):
+            if record.key is None or record.value is None:
+                continue
+            try:
+                out[record.key.decode()] = decode_state(record.value)
+            except (ValueError, UnicodeDecodeError) as exc:
+                log.error("a shuffler state record is unreadable (%s): left out", exc)
+        return out
+
+    def _assign(self) -> None:
+        """Read every followed collection's raw partitions from their committed offsets (the beginning if none)."""
+        tps = [TopicPartition(raw_topic(c.name), p) for c in self.collections.values() for p in range(c.partitions)]
+        committed = self.consumer.committed(tps, timeout=30.0)
+        for tp in committed:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING
+            c = self.collections[raw_collection(tp.topic)]
+            c.read_next[tp.partition] = max(tp.offset, 0)
+        self.consumer.assign(committed)
+        log.info("reading %s", ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in committed))
+
+    def _publish_figures(self) -> None:
+        """Every figure in the states to Redis (idempotent); a Redis outage is logged, the next release retries."""
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for c in self.collections.values():
+                for f in c.state.figures:
+                    pipe.hset(figures_key(c.name), figures_field(f.spec_version, f.window_ms), encode_figures(f))
+            pipe.execute()
+        except Exception as exc:  # noqa: BLE001 - redis errors of every kind: the figures are published again later
+            log.warning("shuffle figures not published: %s", exc)
+
+    # -- reading ---------------------------------------------------------------------------------------------------
+
+    def read(self, timeout_s: float, max_messages: int = 2000) -> int:
+        """Take what the raw topics hold (waiting up to `timeout_s` for the first message); the rows held."""
+        messages = self.consumer.consume(max_messages, timeout_s)
+        by_topic: dict[str, list[Any]] = defaultdict(list)
+        for m in messages:
+            error = m.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("reading %s: %s", m.topic(), error.str())
+                continue
+            by_topic[m.topic() or ""].append(m)
+        held = 0
+        for topic, batch in by_topic.items():
+            c = self.collections.get(raw_collection(topic)) if topic else None
+            if c is not None:
+                held += self._hold(c, batch)
+        return held
+
+    def _hold(self, c: Collection, messages: list[Any]) -> int:
+        by_version: dict[int, list[tuple[int, int, Envelope]]] = defaultdict(list)
+        for m in messages:
+            partition, offset = m.partition(), m.offset()
+            c.read_next[partition] = max(c.read_next.get(partition, 0), offset + 1)
+            env = self._envelope(c, m.value())
+            if env is None:
+                c.skipped += 1
+                continue
+            by_version[env.spec_version].append((partition, offset, env))
+        held = 0
+        for version, items in by_version.items():
+            joined = concatenate([env for _, _, env in items])
+            for i, reason in joined.rejected.items():
+                log.error("%s: raw message at %d/%d left out: %s", c.name, items[i][0], items[i][1], reason)
+            c.skipped += len(joined.rejected)
+            held += c.pending.add(c.state, version, joined, np.array([p for p, _, _ in items]),
+                                  np.array([o for _, o, _ in items]))
+        return held
+
+    def _envelope(self, c: Collection, value: bytes | None) -> Envelope | None:
+        """A raw message's envelope if it holds reports of a published shuffled version of the collection, made
+        anonymous by the edge (every device 0; times are window starts); else None (logged). The raw topic is the
+        edge's to write, but its bytes are checked as any outside bytes."""
+        try:
+            env = decode_envelope(value or b"")
+            check_envelope(env)
+        except WireError as exc:
+            log.error("%s: a raw message is malformed: %s", c.name, exc)
+            return None
+        spec = c.specs.get(env.spec_version)
+        if env.collection != c.name or spec is None:
+            log.error("%s: a raw message of %s@%d, which is no published shuffled spec", c.name, env.collection,
+                      env.spec_version)
+            return None
+        times = np.frombuffer(env.timestamps, dtype="<i8")
+        length = window_seconds(spec.windows[0]) * 1000
+        if np.frombuffer(env.devices, dtype="<u8").any() or (times % length).any():
+            log.error("%s: a raw message names devices or times within a window: not the edge's", c.name)
+            return None
+        return env
+
+    def catch_up(self, c: Collection, timeout_s: float = 60.0) -> None:
+        """Read until every raw partition of `c` is read to the end it has now; TimeoutError past `timeout_s`."""
+        ends = {}
+        for p in range(c.partitions):
+            low, ends[p] = self.consumer.get_watermark_offsets(TopicPartition(raw_topic(c.name), p), timeout=10.0,
+                                                               cached=False)
+            c.read_next[p] = max(c.read_next.get(p, 0), low)  # retention may have deleted the start
+        deadline = time.monotonic() + timeout_s
+        while any(c.read_next.get(p, 0) < end for p, end in ends.items()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{c.name}: raw partitions not read to their end within {timeout_s:g} s")
+            if self.read(0.2) == 0:
+                self._skip_markers(c, ends)
+
+    def _skip_markers(self, c: Collection, ends: dict[int, int]) -> None:
+        """A partition whose last offsets are transaction markers or aborted messages (none the consumer sees) is
+        read to its end when the consumer's position is there."""
+        tps = [TopicPartition(raw_topic(c.name), p) for p in ends]
+        for tp in self.consumer.position(tps):
+            if tp.offset >= 0:
+                c.read_next[tp.partition] = max(c.read_next.get(tp.partition, 0), tp.offset)
+
+    # -- closing windows -------------------------------------------------------------------------------------------
+
+    def due(self, spec: CollectionSpec, now: int) -> int | None:
+        """The latest window of the spec that has closed by `now` (its end, grace and the margin passed)."""
+        assert spec.shuffle is not None
+        length = window_seconds(spec.windows[0]) * 1000
+        closed_by = now - length - spec.shuffle.grace_s * 1000 - int(self.cfg.margin_s * 1000)
+        return None if closed_by < 0 else (closed_by // length) * length
+
+    def tick(self) -> list[Outcome]:
+        """Close every window due (module docstring); the releases made."""
+        if time.monotonic() - self._specs_read > SPEC_POLL_S:
+            self.follow_specs()
+        made: list[Outcome] = []
+        for c in self.collections.values():
+            now = self.clock()
+            due = {v: self.due(spec, now) for v, spec in c.specs.items()}
+            closes = {v: w for v, w in due.items() if w is not None and w > c.state.closed.get(v, -1)}
+            if not closes:
+                continue
+            self.catch_up(c)
+            made += self._close(c, closes, now)
+        return made
+
+    def _close(self, c: Collection, closes: dict[int, int], started: int) -> list[Outcome]:
+        """One transaction closing windows `closes` (spec version -> window) of a collection."""
+        plans = []
+        for v, window in sorted(closes.items()):
+            spec = c.specs[v]
+            assert spec.shuffle is not None
+            plans += [(v, at, group) for at, group in releases(c.pending, v, window, threshold(spec.shuffle.min_batch))]
+        self.producer.begin_transaction()
+        try:
+            made, figures, new_releases = [], [], []
+            for v, at, group in plans:
+                own = c.pending.count(v, at)
+                rows = c.pending.take(v, group)
+                self._produce(c.specs[v], at, rows)
+                new_releases.append(Release(v, at, dict(c.read_next)))
+                figures.append(window_figures(c.specs[v], c.mechanisms[v], at, rows.n, rows.n - own, self.clock()))
+                made.append((v, at, rows.n))
+            state = ShufflerState(c.state.releases + new_releases, {**c.state.closed, **closes},
+                                  c.state.figures + figures)
+            committed = c.pending.committed(c.read_next)
+            state = state.trimmed(committed)
+            self.producer.produce(SHUFFLER_STATE_TOPIC, encode_state(state), c.name.encode())
+            self.producer.send_offsets_to_transaction(
+                [TopicPartition(raw_topic(c.name), p, o) for p, o in sorted(committed.items())],
+                self.consumer.consumer_group_metadata(), 30.0)
+            self.producer.commit_transaction(60.0)
+        except BaseException:
+            self._abort()
+            raise
+        c.state = state
+        self._publish_figures()
+        seconds = (self.clock() - started) / 1000
+        outcomes = [Outcome(c.name, v, at, n, f.rolled, seconds) for (v, at, n), f in zip(made, figures, strict=True)]
+        for o in outcomes:
+            log.info("%s@%d: released %d reports of window %d (%d rolled in) in %.2f s", o.collection, o.spec_version,
+                     o.reports, o.window_ms, o.rolled, o.seconds)
+        self.outcomes += outcomes
+        return outcomes
+
+    def _produce(self, spec: CollectionSpec, window_ms: int, rows: WindowRows) -> None:
+        """The rows shuffled, as canonical envelopes stamped `window_ms`, round robin over the report topic's
+        partitions from a random one (inside the open transaction)."""
+        partition = secrets.randbelow(spec.partitions)
+        for part in rows.shuffled():
+            for value in part.envelopes(spec.name, spec.version, window_ms, self.cfg.per_message):
+                while True:
+                    try:
+                        self.producer.produce(spec.topic, value, partition=partition, timestamp=window_ms)
+                        break
+                    except BufferError:
+                        self.producer.poll(0.05)
+                partition = (partition + 1) % spec.partitions
+        rows.discard()
+
+    def _abort(self) -> None:
+        try:
+            self.producer.abort_transaction(30.0)
+        except KafkaException as exc:
+            log.error("cannot abort the transaction (the next shuffler's start aborts it): %s", exc)
+
+    def close(self) -> None:
+        for c in self.collections.values():
+            c.pending.discard()
+        self.consumer.close()
+        self.producer.flush(10.0)
+
+    def serve(self, stop: Event) -> None:
+        """Read and close windows until `stop` is set (between ticks: a release is whole or not at all)."""
+        next_tick = time.monotonic()
+        while not stop.is_set():
+            self.read(min(self.cfg.tick_s, max(0.0, next_tick - time.monotonic())) or 0.01)
+            if time.monotonic() >= next_tick:
+                self.tick()
+                next_tick = time.monotonic() + self.cfg.tick_s
+
+
+def run(cfg: ShufflerConfig, stop: Event, retry_s: float = 2.0) -> None:
+    """Serve until `stop`; after a failure (Kafka, Redis, a fenced producer), start over from the committed offsets
+    and state with new clients (module docstring: exactly once)."""
+    while not stop.is_set():
+        shuffler = None
+        try:
+            shuffler = Shuffler(cfg)
+            shuffler.serve(stop)
+        except Exception:
+            log.exception("the shuffler failed; starting over from its committed offsets in %.0f s", retry_s)
+            stop.wait(retry_s)
+        finally:
+            if shuffler is not None:
+                try:
+                    shuffler.close()
+                except Exception:  # noqa: BLE001 - closing after a failure: nothing more to do
+                    log.warning("closing the shuffler's clients failed", exc_info=True)
