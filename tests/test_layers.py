@@ -1,6 +1,6 @@
 """The layers of the code base: every import points down, and no module imports itself back (no cycles).
 
-    mechanisms  <-  contract  <-  {device, runtime}  <-  {simulator, edge, aggregator, shuffler, sgd}  <-  services  <-  cli
+    mechanisms <- contract <- {device, runtime} <- {simulator, edge, aggregator, shuffler, sgd} <- services <- cli
 
 Every layer is a subpackage of the one namespace `ldpstream` (src/ldpstream). A layer may import its own modules and
 any layer on a lower floor; layers on the same floor never import each other, so the device SDK never reaches the

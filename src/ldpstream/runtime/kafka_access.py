@@ -22,7 +22,15 @@ from confluent_kafka.admin import (
 )
 
 from ldpstream.contract.topics import DLQ_TOPIC, SHUFFLER_STATE_TOPIC, STRATEGIES_TOPIC
-from ldpstream.runtime.access import ADMIN, KAFKA_GRANTS, PRINCIPALS, SCRAM_ITERATIONS, Grant, password
+from ldpstream.runtime.access import (
+    ADMIN,
+    KAFKA_GRANTS,
+    PRINCIPALS,
+    SCRAM_ITERATIONS,
+    Grant,
+    generate_passwords,
+    password,
+)
 from ldpstream.runtime.dlq import DLQ_PARTITIONS
 from ldpstream.runtime.kafka import ADMIN_TIMEOUT_S, admin_client, ensure_topic
 from ldpstream.runtime.settings import Settings
@@ -85,6 +93,7 @@ def apply_access(cfg: Settings) -> None:
     """Users and ACLs (when security is on), then the shared topics: specs, strategies, the dead-letter topic, the
     shuffler's state."""
     if cfg.security:
+        generate_passwords(cfg)  # a principal an upgrade added has none yet
         apply_users(cfg)
         apply_acls(cfg)
     ensure_topic(cfg.bootstrap, cfg.specs_topic, 1, compacted=True)

@@ -95,6 +95,7 @@ class RedisService(LocalService):
 
     def apply_access(self) -> None:
         if self.cfg.security and self.users.exists():
+            generate_passwords(self.cfg)  # a principal an upgrade added has none yet
             self.users.write_text(acl_file(self.cfg))
             redis_client(self.address, 10.0).execute_command("ACL", "LOAD")
         self.upgrade_keys()

@@ -42,7 +42,7 @@ from ldpstream.contract.spec import CollectionSpec, window_seconds
 from ldpstream.contract.topics import SHUFFLER_STATE_TOPIC, raw_collection, raw_topic
 from ldpstream.contract.wire import Envelope, WireError, check_envelope, concatenate, decode_envelope
 from ldpstream.runtime.access import SHUFFLER_GROUP
-from ldpstream.runtime.kafka import consumer_client, producer_client, read_to_end, topic_partitions
+from ldpstream.runtime.kafka import TopicError, consumer_client, producer_client, read_to_end, topic_partitions
 from ldpstream.runtime.redis import redis_client
 from ldpstream.runtime.specs import read_specs
 from ldpstream.runtime.strategies import strategies_for
@@ -111,6 +111,7 @@ class Shuffler:
         self.collections: dict[str, Collection] = {}
         self.outcomes: list[Outcome] = []
         self._specs_read = -float("inf")
+        self._missing: set[str] = set()  # shuffled collections without a raw topic (logged once)
         self.follow_specs()
 
     # -- specs and assignment --------------------------------------------------------------------------------------
@@ -131,7 +132,14 @@ class Shuffler:
                     if v not in known.specs:
                         known.specs[v], known.mechanisms[v] = spec, self._mechanism(spec)
                 continue
-            partitions = topic_partitions(self.cfg.bootstrap, raw_topic(name))
+            try:
+                partitions = topic_partitions(self.cfg.bootstrap, raw_topic(name))
+            except TopicError as exc:  # deleted, or not made yet: looked for again at the next poll
+                if name not in self._missing:
+                    log.warning("%s: no raw topic to read (%s)", name, exc)
+                    self._missing.add(name)
+                continue
+            self._missing.discard(name)
             self.collections[name] = Collection(name, dict(versions),
                                                 {v: self._mechanism(s) for v, s in versions.items()}, partitions,
                                                 Pending(self.cfg.memory_rows, self.cfg.spill_dir),

@@ -1,0 +1,191 @@
+"""Devices -> edge -> ldp.raw.* -> shuffler -> ldp.reports.* -> aggregator -> Redis, with the real services: counts
+exact through a SIGKILL of the shuffler mid-window, through an aborted transaction and through one a crash left
+open; estimates within 4 standard errors; nothing on the shuffled topic that links a report to its device."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import numpy as np
+import pytest
+from confluent_kafka import KafkaException
+from edge_support import running_edge
+from pipeline_support import Collection, assert_within_stderr, read_topic
+
+from ldpstream.aggregator.processes import start_worker, stop_worker
+from ldpstream.aggregator.store import RedisStore
+from ldpstream.contract.shuffled import decode_figures, figures_key
+from ldpstream.contract.spec import Shuffle, load_spec
+from ldpstream.contract.wire import concatenate, decode_envelope, encode, encode_envelope
+from ldpstream.edge.devices import DeviceRegistry, edge_keys
+from ldpstream.edge.keyring import Keyring
+from ldpstream.runtime.kafka import ReportProducer, delete_topic
+from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.settings import PROJECT_ROOT, Settings
+from ldpstream.runtime.specs import publish_spec
+from ldpstream.shuffler.service import Shuffler, ShufflerConfig
+from ldpstream.simulator.edge_client import send_fleet
+from ldpstream.simulator.simulator import fleet
+
+pytestmark = pytest.mark.integration
+WINDOW_MS = 10_000
+
+
+@contextmanager
+def shuffled_collection(cfg: Settings, min_batch: int) -> Iterator[Collection]:
+    """examples/shuffled.yaml under a unique name with 10 s windows and 20 s of grace (the fleet's reports are made at
+    once, then sent), published; removed afterwards."""
+    spec = load_spec(PROJECT_ROOT / "examples" / "shuffled.yaml")
+    spec = spec.model_copy(update={"name": f"it-{uuid.uuid4().hex[:10]}", "windows": ["10s"],
+                                   "shuffle": Shuffle(delta=1e-6, min_batch=min_batch, grace_s=20)})
+    publish_spec(spec, cfg.bootstrap)
+    c = Collection(cfg, spec, RedisStore(cfg.redis), f"ldp-aggregator-it-{spec.name}")
+    try:
+        yield c
+    finally:
+        with suppress(Exception):
+            RedisStore(cfg.redis, timeout_s=5.0).delete_collection(spec.name)
+            redis_client(cfg.redis).delete(figures_key(spec.name))
+        for topic in (spec.topic, spec.raw_topic):
+            with suppress(Exception):
+                delete_topic(cfg.bootstrap, topic)
+
+
+def start_shuffler(log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "ldpstream", "shuffle", "--margin-s", "2"],
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def shuffled_rows(c: Collection) -> tuple[int, list[str]]:
+    """The rows a read_committed reader finds on the collection's report topic, and what links any to a device."""
+    rows, problems = 0, []
+    for msg in read_topic(c.cfg.bootstrap, c.spec.topic):
+        env = decode_envelope(msg.value())
+        times = np.frombuffer(env.timestamps, dtype="<i8")
+        rows += len(times)
+        if msg.key() is not None or msg.headers():
+            problems.append(f"key {msg.key()!r} or headers {msg.headers()!r}")
+        if np.frombuffer(env.devices, dtype="<u8").any():
+            problems.append("a device pseudonym")
+        if (times % WINDOW_MS).any() or len(set(times.tolist())) != 1 or msg.timestamp()[1] != times[0]:
+            problems.append(f"times {sorted(set(times.tolist()))[:3]}, message time {msg.timestamp()}")
+    return rows, problems
+
+
+def test_shuffled_collection_through_the_edge_exact_under_a_sigkill_mid_window(
+        live_services: Settings, tmp_path: Path) -> None:
+    devices = 3000
+    with shuffled_collection(live_services, min_batch=200) as c:
+        client = redis_client(live_services.redis)
+        credentials = list(DeviceRegistry(client, Keyring.create(live_services.edge_key)).enroll(c.spec.name, devices))
+        edge_run = running_edge(tmp_path)
+        edge = next(edge_run)
+        worker = start_worker(c.group)
+        shuffler = start_shuffler(tmp_path / "shuffler-1.log")
+        try:
+            sent: list = []
+            sender = threading.Thread(target=lambda: sent.append(
+                send_fleet(c.spec, credentials, edge.url, seed=5, concurrency=16)), daemon=True)
+            sender.start()
+            time.sleep(2.0)  # some reports held in the open window
+            shuffler.send_signal(signal.SIGKILL)
+            shuffler.wait(10)
+            shuffler = start_shuffler(tmp_path / "shuffler-2.log")
+            sender.join(120)
+            result, answers = sent[0]
+            assert answers.statuses == {200: devices}
+            # the last window closes 10 s + 2 s after it began; then the release, then the aggregator
+            assert c.wait_accepted(devices, 90, lambda: worker.poll() is None) == devices, (
+                (tmp_path / "shuffler-2.log").read_text()[-3000:])
+            time.sleep(2.0)
+            assert c.accepted() == devices
+            rows, problems = shuffled_rows(c)
+            assert rows == devices and problems == []
+            figures = [decode_figures(v) for v in client.hgetall(figures_key(c.spec.name)).values()]
+            assert sum(f.reports for f in figures if f) == devices
+            assert all(f is not None and f.epsilon < f.epsilon0 and f.reports >= 200 for f in figures)
+        finally:
+            shuffler.send_signal(signal.SIGTERM)
+            with suppress(subprocess.TimeoutExpired):
+                shuffler.wait(20)
+            shuffler.kill()
+            stop_worker(worker)
+            edge_run.close()
+            keys = list(client.scan_iter(edge_keys(c.spec.name), count=10_000))
+            if keys:
+                client.delete(*keys)
+        assert_within_stderr(c.estimates(), result.truth)
+
+
+class RefusingCommits:
+    """A transactional producer whose commits fail (as when the broker refuses one)."""
+
+    def __init__(self, producer: object) -> None:
+        self.producer = producer
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.producer, name)
+
+    def commit_transaction(self, *_: object) -> None:
+        raise KafkaException("commit refused (test)")
+
+
+def produce_raw(c: Collection, devices: int, seed: int, window_ms: int) -> None:
+    """What the edge would write for `devices` devices of the fleet `seed` in the window `window_ms`: anonymous."""
+    producer = ReportProducer(c.cfg.bootstrap)
+    for _, batch in fleet(c.spec, devices, seed=seed, chunk=250):
+        env = decode_envelope(encode(batch))
+        n = len(env.devices) // 8
+        raw = env.__class__(env.version, env.collection, env.spec_version, bytes(8 * n),
+                            np.full(n, window_ms, dtype="<i8").tobytes(), env.attributes)
+        producer.produce(c.spec.raw_topic, encode_envelope(raw), partition=seed % c.spec.partitions)
+    producer.flush()
+
+
+def test_an_aborted_and_an_abandoned_transaction_release_nothing_twice(live_services: Settings,
+                                                                         tmp_path: Path) -> None:
+    """In process: a commit that fails aborts (nothing visible; the next shuffler releases the window once); a
+    shuffler that dies inside its transaction (never committed nor aborted) is fenced by the next, which aborts it
+    and releases those reports once."""
+    with shuffled_collection(live_services, min_batch=100) as c:
+        now = int(time.time() * 1000)
+        cfg = ShufflerConfig(live_services.bootstrap, live_services.redis,
+                             transactional_id=f"ldp-shuffler-it-{c.spec.name}",
+                             group=f"ldp-shuffler-it-{c.spec.name}", margin_s=0)
+        produce_raw(c, 500, seed=1, window_ms=now - now % WINDOW_MS)
+        failing = Shuffler(cfg, clock=lambda: now + 86_400_000)
+        failing.catch_up(failing.collections[c.spec.name])
+
+        failing.producer = RefusingCommits(failing.producer)  # type: ignore[assignment]
+        with pytest.raises(KafkaException):
+            failing.tick()
+        failing.close()
+        assert shuffled_rows(c)[0] == 0
+        first = Shuffler(cfg, clock=lambda: now + 86_400_000)
+        assert [o.reports for o in first.tick()] == [500]
+        first.close()
+        assert shuffled_rows(c) == (500, [])
+
+        produce_raw(c, 300, seed=2, window_ms=now - now % WINDOW_MS + WINDOW_MS)
+        abandoned = Shuffler(cfg, clock=lambda: now + 2 * 86_400_000)
+        held = abandoned.collections[c.spec.name]
+        abandoned.catch_up(held)
+        abandoned.producer.begin_transaction()
+        window = held.pending.held(c.spec.version, now + 2 * 86_400_000)
+        abandoned._produce(c.spec, window[-1], held.pending.take(c.spec.version, window))
+        abandoned.producer.flush(10)  # written, in a transaction never ended: as a SIGKILL leaves it
+        last = Shuffler(cfg, clock=lambda: now + 2 * 86_400_000)  # fences the abandoned one, aborting its writes
+        assert [o.reports for o in last.tick()] == [300]
+        last.close()
+        rows, problems = shuffled_rows(c)
+        assert (rows, problems) == (800, [])
+        joined = concatenate([decode_envelope(m.value()) for m in read_topic(c.cfg.bootstrap, c.spec.topic)])
+        assert len(joined.devices) == 800
