@@ -54,6 +54,8 @@ def produce_raw(lib: ctypes.CDLL, config: dict[str, Any], topic: str, key: bytes
     errstr = ctypes.create_string_buffer(512)
     conf = lib.rd_kafka_conf_new()
     for name, setting in config.items():
+        if name == "logger":  # confluent-kafka's, not librdkafka's: this raw client logs to stderr
+            continue
         text = str(setting).lower() if isinstance(setting, bool) else str(setting)
         if lib.rd_kafka_conf_set(conf, name.encode(), text.encode(), errstr, len(errstr)) != 0:
             raise ValueError(f"librdkafka refuses {name}: {errstr.value.decode()}")

@@ -51,13 +51,15 @@ def handler(store: MemoryStore, marks: MemoryCrashMarks, letters: Letters, poiso
     if poison is not None:
         process = h.processor.process
 
-        def failing(topic: str, messages: Sequence[Message], seen: Any = None, quarantined: Any = ()) -> Any:
+        def failing(topic: str, messages: Sequence[Message], seen: Any = None, quarantined: Any = (),
+                    continues: Any = None) -> Any:
             if any(m.offset == poison and (m.partition, m.offset) not in quarantined for m in messages):
                 raise ZeroDivisionError("a bug met by one message")  # when it is decoded
-            return process(topic, messages, seen, quarantined)
+            return process(topic, messages, seen, quarantined, continues)
 
         h.processor.process = failing  # type: ignore[method-assign]
-    h.on_assigned(TOPIC, {p: o for p, o in ((0, store.offsets("unit").get(f"{TOPIC}:0")),) if o is not None})
+    applied = store.offsets("unit").get(f"{TOPIC}:0")
+    h.on_assigned(TOPIC, {} if applied is None else {0: applied}, {0: 0 if applied is None else applied + 1})
     return h
 
 

@@ -112,6 +112,8 @@ def test_shuffled_collection_through_the_edge_exact_under_a_sigkill_mid_window(
             figures = [decode_figures(v) for v in client.hgetall(figures_key(c.spec.name)).values()]
             assert sum(f.reports for f in figures if f) == devices
             assert all(f is not None and f.epsilon < f.epsilon0 and f.reports >= 200 for f in figures)
+            shown = c.estimates()["shuffle"]  # as `ldp estimate --json` and the read API show it
+            assert sum(b["reports"] for b in shown["batches"]) == devices and shown["max_batch_epsilon"] < 4
         finally:
             shuffler.send_signal(signal.SIGTERM)
             with suppress(subprocess.TimeoutExpired):

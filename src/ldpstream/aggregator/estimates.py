@@ -8,11 +8,18 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import msgspec
 import numpy as np
 
 from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.store import ALL_TIME, StatsStore
-from ldpstream.contract.spec import CategoricalAttribute, KeyValueAttribute, SpecError, StringAttribute
+from ldpstream.contract.spec import (
+    CategoricalAttribute,
+    KeyValueAttribute,
+    SpecError,
+    StringAttribute,
+    window_seconds,
+)
 from ldpstream.mechanisms.postprocess import clip_mean, norm_sub, project_simplex
 
 PostProcess = Literal["none", "clip", "norm_sub", "project"]
@@ -100,6 +107,23 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
                 entry["postprocessed"] = {"method": "clip", "mean": float(clip_mean(est.value, *attr.range))}
         entry["mechanism"] = plan.mechanisms[plan.spec.attribute_index(attr.name)].name
         attributes[attr.name] = entry
-    return {"collection": plan.spec.name, "version": plan.spec.version,
-            "window": name if name == ALL_TIME else f"{name}:{start}", "window_start_ms": start,
-            "reports": int(stats.devices), "attributes": attributes}
+    result = {"collection": plan.spec.name, "version": plan.spec.version,
+              "window": name if name == ALL_TIME else f"{name}:{start}", "window_start_ms": start,
+              "reports": int(stats.devices), "attributes": attributes}
+    if plan.spec.shuffle is not None:
+        result["shuffle"] = shuffle_summary(store, plan, name, start)
+    return result
+
+
+def shuffle_summary(store: StatsStore, plan: Plan, window: str, start_ms: int) -> dict[str, Any]:
+    """A shuffled collection's released batches in a window: per batch its size, eps0, the central (epsilon,
+    delta) and the bound that gave it (`ldpstream.contract.shuffled.WindowFigures`), and the largest batch epsilon.
+    A device is in at most one batch per dedupe window; one in several batches composes them (`ldp privacy shuffle
+    --windows`)."""
+    assert plan.spec.shuffle is not None
+    end = float("inf") if window == ALL_TIME else start_ms + window_seconds(window) * 1000
+    batches = [msgspec.structs.asdict(f) for f in store.shuffle_figures(plan.spec.name)
+               if f.spec_version == plan.spec.version and (window == ALL_TIME or start_ms <= f.window_ms < end)]
+    return {"delta": plan.spec.shuffle.delta, "min_batch": plan.spec.shuffle.min_batch,
+            "epsilon0": plan.spec.epsilon, "batches": batches,
+            "max_batch_epsilon": max((b["epsilon"] for b in batches), default=None)}

@@ -57,6 +57,12 @@ class StoreFamilies:
         labels=["collection", "partition"]))
     freshness: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
         "ldp_freshness_seconds", "Age of the newest report applied to the store", labels=["collection"]))
+    shuffle_epsilon: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_shuffle_central_epsilon", "A shuffled collection's newest released batch: its central epsilon at the "
+        "spec's delta", labels=["collection"]))
+    shuffle_reports: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_shuffle_batch_reports", "A shuffled collection's newest released batch: its reports",
+        labels=["collection"]))
     estimate: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
         "ldp_estimate", "Unbiased estimate: a numeric attribute's mean (value '') or a categorical value's "
         "frequency", labels=ESTIMATE_LABELS))
@@ -64,7 +70,8 @@ class StoreFamilies:
         "ldp_estimate_stderr", "Standard error of ldp_estimate", labels=ESTIMATE_LABELS))
 
     def all(self) -> list[Metric]:
-        return [self.collections, self.reports, self.lag, self.freshness, self.estimate, self.stderr]
+        return [self.collections, self.reports, self.lag, self.freshness, self.shuffle_epsilon, self.shuffle_reports,
+                self.estimate, self.stderr]
 
 
 class StoreCollector(Collector):
@@ -95,6 +102,9 @@ class StoreCollector(Collector):
             for key, n in sorted(self.store.outcomes(name).items()):
                 outcome, _, reason = key.partition(":")
                 families.reports.add_metric([name, outcome, reason], n)
+            if plan.spec.shuffle is not None and (figures := self.store.shuffle_figures(name)):
+                families.shuffle_epsilon.add_metric([name], figures[-1].epsilon)
+                families.shuffle_reports.add_metric([name], figures[-1].reports)
             newest_ms = self.store.freshness(name).get("newest_report_ms")
             if newest_ms is not None:
                 families.freshness.add_metric([name], now_s - newest_ms / 1000)

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ldpstream.contract.clock import now_ms
+from ldpstream.contract.shuffled import WindowFigures, decode_figures, figures_key
 from ldpstream.runtime.offsets import NOT_APPLIED
 from ldpstream.runtime.redis import move_applied_offset, redis_client
 
@@ -147,6 +148,11 @@ class StatsStore(ABC):
     @abstractmethod
     def freshness(self, collection: str) -> dict[str, int]:
         """{"newest_report_ms": .., "applied_ms": ..} of the last applied batch (empty if none)."""
+
+    def shuffle_figures(self, collection: str) -> list[WindowFigures]:
+        """The figures the shuffler published for a shuffled collection's released windows, oldest first (none for
+        a store without them)."""
+        return []
 
 
 def prefix(collection: str) -> str:
@@ -309,6 +315,10 @@ class RedisStore(StatsStore):
 
     def freshness(self, collection: str) -> dict[str, int]:
         return {k: int(v) for k, v in self._hash(f"{prefix(collection)}:meta").items()}
+
+    def shuffle_figures(self, collection: str) -> list[WindowFigures]:
+        figures = [decode_figures(v) for v in self._hash(figures_key(collection)).values()]
+        return sorted((f for f in figures if f is not None), key=lambda f: (f.spec_version, f.window_ms))
 
     def _hash(self, key: str) -> dict[str, bytes]:
         """A Redis hash with its field names decoded."""

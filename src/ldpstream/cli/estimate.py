@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from ldpstream.cli.errors import NotPublished, require_services
-from ldpstream.cli.output import estimates_table
+from ldpstream.cli.output import estimates_table, shuffle_table
 
 console = Console(width=None if Console().is_terminal else 120)
 
@@ -43,6 +43,8 @@ def estimate(name: str = typer.Argument(..., help="collection name"),
         typer.echo(json.dumps(result))
         return
     console.print(estimates_table(result))
+    if "shuffle" in result:
+        console.print(shuffle_table(result["shuffle"]))
 
 
 def register(app: typer.Typer) -> None:

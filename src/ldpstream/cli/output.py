@@ -47,6 +47,16 @@ def estimates_table(result: dict[str, Any], truth: dict[str, Any] | None = None)
     return table
 
 
+def shuffle_table(summary: dict[str, Any]) -> Table:
+    """A shuffled collection's released batches (`ldpstream.aggregator.estimates.shuffle_summary`)."""
+    table = Table("batch window", "reports", "rolled in", "eps0", "central epsilon", "delta", "bound",
+                  title=f"shuffled: {len(summary['batches'])} batch(es), min_batch {summary['min_batch']:,}")
+    for b in summary["batches"]:
+        table.add_row(str(b["window_ms"]), f"{b['reports']:,}", f"{b['rolled']:,}", f"{b['epsilon0']:g}",
+                      f"{b['epsilon']:.4g}", f"{b['delta']:g}", b["bound"])
+    return table
+
+
 def _fmt(x: float | None) -> str:
     import numpy as np
 
