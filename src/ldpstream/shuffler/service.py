@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.collector import collector_for
@@ -42,7 +43,14 @@ from ldpstream.contract.spec import CollectionSpec, window_seconds
 from ldpstream.contract.topics import SHUFFLER_STATE_TOPIC, raw_collection, raw_topic
 from ldpstream.contract.wire import Envelope, WireError, check_envelope, concatenate, decode_envelope
 from ldpstream.runtime.access import SHUFFLER_GROUP
-from ldpstream.runtime.kafka import TopicError, consumer_client, producer_client, read_to_end, topic_partitions
+from ldpstream.runtime.kafka import (
+    TopicError,
+    admin_client,
+    consumer_client,
+    producer_client,
+    read_to_end,
+    topic_partitions,
+)
 from ldpstream.runtime.redis import redis_client
 from ldpstream.runtime.specs import read_specs
 from ldpstream.runtime.strategies import strategies_for
@@ -107,6 +115,7 @@ class Shuffler:
         consumer: dict[str, Any] = {"isolation.level": "read_committed", "auto.offset.reset": "earliest",
                                     "fetch.max.bytes": 64 * 2**20}
         self.consumer = consumer_client(cfg.bootstrap, cfg.group, **consumer)
+        self.admin = admin_client(cfg.bootstrap)
         self.redis = redis_client(cfg.redis_url, 5.0)
         self.collections: dict[str, Collection] = {}
         self.outcomes: list[Outcome] = []
@@ -140,14 +149,24 @@ class Shuffler:
                     self._missing.add(name)
                 continue
             self._missing.discard(name)
-            self.collections[name] = Collection(name, dict(versions),
-                                                {v: self._mechanism(s) for v, s in versions.items()}, partitions,
+            mechanisms = {v: self._mechanism(spec) for v, spec in versions.items()}
+            for v, spec in versions.items():
+                self._log_floor(spec, mechanisms[v])
+            self.collections[name] = Collection(name, dict(versions), mechanisms, partitions,
                                                 Pending(self.cfg.memory_rows, self.cfg.spill_dir),
                                                 states.get(name, ShufflerState()))
             added = True
         if added:
             self._assign()
             self._publish_figures()
+
+    @staticmethod
+    def _log_floor(spec: CollectionSpec, mechanism: tuple[str | None, int | None]) -> None:
+        """Log what the smallest batch the spec allows promises (and load the accountant, once, before a close)."""
+        assert spec.shuffle is not None
+        floor = window_figures(spec, mechanism, 0, spec.shuffle.min_batch, 0, 0)
+        log.info("%s: a batch of %d reports at eps0 = %g is (%.4g, %g)-DP (%s)", spec.key, floor.reports,
+                 floor.epsilon0, floor.epsilon, floor.delta, floor.bound)
 
     def _mechanism(self, spec: CollectionSpec) -> tuple[str | None, int | None]:
         return report_mechanism(collector_for(spec, strategies_for(spec, self.cfg.bootstrap)).mechanisms)
@@ -253,11 +272,12 @@ class Shuffler:
 
     def catch_up(self, c: Collection, timeout_s: float = 60.0) -> None:
         """Read until every raw partition of `c` is read to the end it has now; TimeoutError past `timeout_s`."""
-        ends = {}
-        for p in range(c.partitions):
-            low, ends[p] = self.consumer.get_watermark_offsets(TopicPartition(raw_topic(c.name), p), timeout=10.0,
-                                                               cached=False)
-            c.read_next[p] = max(c.read_next.get(p, 0), low)  # retention may have deleted the start
+        tps = [TopicPartition(raw_topic(c.name), p) for p in range(c.partitions)]
+        latest = self.admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=10.0)
+        earliest = self.admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}, request_timeout=10.0)
+        ends = {tp.partition: f.result().offset for tp, f in latest.items()}
+        for tp, f in earliest.items():  # retention may have deleted the start
+            c.read_next[tp.partition] = max(c.read_next.get(tp.partition, 0), f.result().offset)
         deadline = time.monotonic() + timeout_s
         while any(c.read_next.get(p, 0) < end for p, end in ends.items()):
             if time.monotonic() > deadline:
