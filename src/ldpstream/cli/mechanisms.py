@@ -12,6 +12,10 @@ JSON contracts (`--json`):
   "confidence", "n", "inputs", "event", "counts", "within_epsilon"}; exit status 1 when the bound exceeds the
   claimed budget of `reports` reports of one value by one device: T eps for a mechanism with fresh noise,
   min(T eps_1, eps_lifetime) for a longitudinal one (whose --epsilon is its lifetime budget).
+- audit --shuffled-batch N: {"epsilon0", "domain", "reports", "delta", "windows", "claimed_epsilon", "claimed_bound",
+  "composed_epsilon", "composed_bound", "epsilon_lower_bound", "exact_epsilon", "threshold", "counts", "samples",
+  "confidence", "within_claim"} (`ldpstream.mechanisms.shuffle_audit`); exit status 1 when the lower bound exceeds
+  the claim for one batch.
 - privacy (longitudinal mechanisms): {"mechanism", "epsilon_lifetime", "epsilon_one_report", "parameters"}.
 """
 
@@ -232,16 +236,27 @@ def audit(
     seed: int = typer.Option(0, "--seed", "-s", help="seed"),
     confidence: float = typer.Option(0.999, "--confidence", help="confidence of the lower bound"),
     reports: int = typer.Option(1, "--reports", "-T", help="reports of one value by one device (longitudinal mode)"),
+    shuffled_batch: int | None = typer.Option(None, "--shuffled-batch", help="audit the shuffle model: batches of "
+                                                                           "this many reports (grr)"),
+    windows: int = typer.Option(1, "--windows", min=1, help="with --shuffled-batch: the batches a device is in, "
+                                                            "composed"),
+    delta: float = typer.Option(1e-6, "--delta", help="with --shuffled-batch: the central delta"),
     as_json: bool = JSON,
 ) -> None:
     """Lower-bound the epsilon a mechanism provides from samples (Clopper-Pearson); exit 1 if above the claim.
 
     With --reports T > 1 each sample is one device reporting the same value T times (`ldpstream.mechanisms.audit`,
-    longitudinal mode).
+    longitudinal mode). With --shuffled-batch N, the central epsilon of shuffled batches of N reports: the
+    accountant's claim for one batch and for --windows batches composed, beside a lower bound measured on
+    neighbouring batches (`ldpstream.mechanisms.shuffle_audit`).
     """
     from ldpstream.mechanisms.audit import audit_longitudinal, audit_mechanism
     from ldpstream.mechanisms.base import LDPError
     from ldpstream.mechanisms.longitudinal.base import Longitudinal
+
+    if shuffled_batch is not None:
+        _audit_shuffled(mechanism, epsilon, domain or 2, shuffled_batch, delta, windows, n, seed, confidence, as_json)
+        return
 
     try:
         if not 0 < confidence < 1 or n < 1 or reports < 1:
@@ -270,6 +285,23 @@ def audit(
     }
     print_fields(payload, as_json)
     if not within:
+        raise typer.Exit(1)
+
+
+def _audit_shuffled(mechanism: str, epsilon: float, domain: int, batch: int, delta: float, windows: int,
+                    samples: int, seed: int, confidence: float, as_json: bool) -> None:
+    """`ldp audit --shuffled-batch`: exit 1 if the measured lower bound exceeds the claim."""
+    from ldpstream.mechanisms.base import LDPError
+    from ldpstream.mechanisms.shuffle_audit import audit_shuffle
+
+    if mechanism != "grr":
+        _fail(LDPError(f"--shuffled-batch audits grr (generalized randomized response), not {mechanism!r}"))
+    try:
+        result = audit_shuffle(epsilon, domain, batch, delta, windows, samples, seed, confidence)
+    except LDPError as exc:
+        _fail(exc)
+    print_fields(result.to_dict(), as_json)
+    if not result.within:
         raise typer.Exit(1)
 
 
