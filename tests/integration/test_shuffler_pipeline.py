@@ -4,6 +4,7 @@ open; estimates within 4 standard errors; nothing on the shuffled topic that lin
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -191,3 +192,15 @@ def test_an_aborted_and_an_abandoned_transaction_release_nothing_twice(live_serv
         assert (rows, problems) == (800, [])
         joined = concatenate([decode_envelope(m.value()) for m in read_topic(c.cfg.bootstrap, c.spec.topic)])
         assert len(joined.devices) == 800
+
+
+def test_the_shuffled_example_runs_in_the_demo(live_services: Settings) -> None:
+    """`ldp demo --spec examples/shuffled.yaml`: joined devices, the edge, the shuffler, the aggregator, the API."""
+    out = subprocess.run([sys.executable, "-m", "ldpstream", "demo", "--spec", "examples/shuffled.yaml", "--devices",
+                          "600", "--train-devices", "0", "--json"], capture_output=True, text=True, timeout=300,
+                         cwd=PROJECT_ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    batches = result["estimates"]["shuffle"]["batches"]
+    assert result["estimates"]["reports"] == 600 == sum(b["reports"] for b in batches)
+    assert all(b["epsilon"] < b["epsilon0"] == 4.0 for b in batches) and "exceeds" in result["refusal"]

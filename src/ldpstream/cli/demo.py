@@ -4,7 +4,7 @@ Publish the smartphone-diagnostics spec (under a name of its own for this run, s
 start an aggregator worker and an ingestion edge, have a simulated fleet join like phones (enrol with a token, fetch
 and verify the signed spec, accept it under the default privacy policy) and send each device's perturbed report to
 the edge as a signed HTTP request (`--direct`: straight to Kafka in bulk instead), show one device refusing a copy of
-the collection published at epsilon 50, wait until the worker
+the collection published at epsilon 16, wait until the worker
 has applied them all in Redis, read the estimates back through the HTTP API (`ldp serve`, with a short-lived token
 of its own, revoked afterwards), and print every estimate next to the population's true value. Then train a
 logistic model over Kafka with LDP SGD and print its misclassification next to non-private SGD's on the same
@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from ldpstream.cli.errors import require_services
-from ldpstream.cli.output import estimates_table
+from ldpstream.cli.output import estimates_table, shuffle_table
 from ldpstream.runtime.settings import PROJECT_ROOT
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: in
     """Start an edge process; mint an enrolment token; have `devices` simulated devices join like phones (enrol with
     the token, fetch and verify the spec against this machine's pinned keys, accept it under the default privacy
     policy) and send their reports; then have one real SDK device try to join a copy of the collection published
-    at epsilon 50 (signed by the real key: the compromised-server case). The run, and that device's refusal
+    at epsilon 16 (signed by the real key: the compromised-server case). The run, and that device's refusal
     (RuntimeError if a device could not join or report, or the greedy spec was accepted). The devices are removed
     afterwards."""
     import asyncio
@@ -107,7 +107,7 @@ def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: in
     from ldpstream.runtime.specs import publish_spec
     from ldpstream.simulator.edge_client import join_fleet, send_fleet
 
-    greedy = spec.model_copy(update={"name": f"{spec.name}-greedy", "epsilon": 50.0})
+    greedy = spec.model_copy(update={"name": f"{spec.name}-greedy", "epsilon": 16.0})
     publish_spec(greedy, cfg.bootstrap)
     now = now_ms()
     token = mint(load_token_key(cfg), new_token([spec.name, greedy.name], devices + 1, now, now + 3_600_000))
@@ -130,7 +130,7 @@ def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: in
             except SpecRefused as refused:
                 refusal = str(refused)
             else:
-                raise RuntimeError(f"a device accepted {greedy.key} at epsilon 50: the default policy failed")
+                raise RuntimeError(f"a device accepted {greedy.key} at epsilon 16: the default policy failed")
     finally:
         stop_edge(edge)
         client = redis_client(cfg.redis, 10.0)
@@ -138,8 +138,16 @@ def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: in
     if answers.acknowledged != devices:
         raise RuntimeError(f"the edge acknowledged {answers.acknowledged:,} of {devices:,} requests: "
                            f"{answers.statuses}; see {cfg.state_dir / 'demo-edge.log'}")
-    return result, f"one device asked to join {greedy.key} (eps = 50 per report, signed by the admin's key) refused " \
-                   f"it: {refusal}; nothing charged, nothing sent"
+    return result, (f"one device asked to join {greedy.key} (eps = 16 per report, twice the default policy's most, "
+                    f"signed by the admin's key) refused it: {refusal}; nothing charged, nothing sent")
+
+
+def demo_timescale(spec: CollectionSpec, devices: int) -> CollectionSpec:
+    """A shuffled spec on the demo's timescale: 10 s windows, 3 s of grace, and a smallest batch the fleet fills."""
+    assert spec.shuffle is not None
+    shuffle = spec.shuffle.model_copy(update={"grace_s": 3, "min_batch": max(100, min(spec.shuffle.min_batch,
+                                                                                      devices // 2))})
+    return spec.model_copy(update={"windows": ["10s"], "shuffle": shuffle})
 
 
 def free_port() -> int:
@@ -172,10 +180,22 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     cfg = Settings.from_env()
     base = load_spec(spec_file)
     spec = base.model_copy(update={"name": f"{base.name}-demo-{time.strftime('%Y%m%d-%H%M%S')}"})
+    if spec.shuffle is not None:
+        if direct:
+            console.print("[red]error:[/] a shuffled collection's reports go through the edge and the shuffler: "
+                          "drop --direct")
+            raise typer.Exit(2)
+        if devices < 200:
+            console.print("[red]error:[/] a shuffled demo needs --devices 200 or more (a batch holds at least 100)")
+            raise typer.Exit(2)
+        spec = demo_timescale(spec, devices)
     publish_spec(spec, cfg.bootstrap)
     store = RedisStore(cfg.redis)
     log_file = cfg.state_dir / "demo-worker.log"
     worker = start_worker(group=f"ldp-aggregator-{spec.name}", log_file=log_file)
+    shuffler = None if spec.shuffle is None else subprocess.Popen(
+        [sys.executable, "-m", "ldpstream", "shuffle", "--margin-s", "2"],
+        stdout=(cfg.state_dir / "demo-shuffler.log").open("wb"), stderr=subprocess.STDOUT)
     try:
         started = time.perf_counter()
         refusal = ""
@@ -193,6 +213,9 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
         elapsed = time.perf_counter() - started
     finally:
         stop_worker(worker)
+        if shuffler is not None:
+            shuffler.terminate()
+            shuffler.wait(30)
     if accepted != devices:
         console.print(f"[red]error:[/] the aggregator applied {accepted:,} of {devices:,} reports; see {log_file}")
         raise typer.Exit(1)
@@ -211,6 +234,11 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
                                "training": training, "refusal": refusal}))
         return
     console.print(estimates_table(estimates, truth=result.truth["attributes"]))  # type: ignore[arg-type]
+    if "shuffle" in estimates:
+        console.print(shuffle_table(estimates["shuffle"]))
+        console.print(f"Shuffled ({spec.windows[0]} windows for the demo, {spec.shuffle.grace_s} s of grace): the "  # type: ignore[union-attr]
+                      f"analyst saw each window's reports as one anonymous batch, whose central epsilon is in the "
+                      f"table above (eps0 = {spec.epsilon} on the device).")
     path = "produced to Kafka in bulk" if direct else "each enrolled with a token, verified the signed spec against " \
         "the pinned keys and accepted it under the default privacy policy, sent its report to the ingestion edge " \
         "(signed HTTP), batched into Kafka"

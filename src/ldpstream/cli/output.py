@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import typer
@@ -49,10 +50,11 @@ def estimates_table(result: dict[str, Any], truth: dict[str, Any] | None = None)
 
 def shuffle_table(summary: dict[str, Any]) -> Table:
     """A shuffled collection's released batches (`ldpstream.aggregator.estimates.shuffle_summary`)."""
-    table = Table("batch window", "reports", "rolled in", "eps0", "central epsilon", "delta", "bound",
+    table = Table("batch window (UTC)", "reports", "rolled in", "eps0", "central epsilon", "delta", "bound",
                   title=f"shuffled: {len(summary['batches'])} batch(es), min_batch {summary['min_batch']:,}")
     for b in summary["batches"]:
-        table.add_row(str(b["window_ms"]), f"{b['reports']:,}", f"{b['rolled']:,}", f"{b['epsilon0']:g}",
+        start = datetime.fromtimestamp(b["window_ms"] / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(start, f"{b['reports']:,}", f"{b['rolled']:,}", f"{b['epsilon0']:g}",
                       f"{b['epsilon']:.4g}", f"{b['delta']:g}", b["bound"])
     return table
 

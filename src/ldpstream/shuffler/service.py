@@ -39,9 +39,10 @@ from confluent_kafka.admin import OffsetSpec
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.collector import collector_for
 from ldpstream.contract.shuffled import encode_figures, figures_field, figures_key
-from ldpstream.contract.spec import CollectionSpec, window_seconds
+from ldpstream.contract.spec import CollectionSpec, SpecError, window_seconds
 from ldpstream.contract.topics import SHUFFLER_STATE_TOPIC, raw_collection, raw_topic
 from ldpstream.contract.wire import Envelope, WireError, check_envelope, concatenate, decode_envelope
+from ldpstream.mechanisms.base import LDPError
 from ldpstream.runtime.access import SHUFFLER_GROUP
 from ldpstream.runtime.kafka import (
     TopicError,
@@ -121,25 +122,36 @@ class Shuffler:
         self.outcomes: list[Outcome] = []
         self._specs_read = -float("inf")
         self._missing: set[str] = set()  # shuffled collections without a raw topic (logged once)
+        self._left_out: set[str] = set()  # published specs that cannot be loaded (logged once)
         self.follow_specs()
 
     # -- specs and assignment --------------------------------------------------------------------------------------
 
     def follow_specs(self) -> None:
-        """Take up every published shuffled collection not followed yet (its state, its committed offsets)."""
+        """Take up every published shuffled collection not followed yet (its state, its committed offsets) and new
+        versions of those followed; a spec that cannot be loaded is logged once and left out."""
         self._specs_read = time.monotonic()
-        specs: dict[str, dict[int, CollectionSpec]] = defaultdict(dict)
+        specs: dict[str, dict[int, tuple[CollectionSpec, tuple[str | None, int | None]]]] = defaultdict(dict)
         for spec in read_specs(self.cfg.bootstrap).values():
-            if spec.shuffle is not None:
-                specs[spec.name][spec.version] = spec
+            known = self.collections.get(spec.name)
+            if spec.shuffle is None or (known is not None and spec.version in known.specs):
+                continue
+            if spec.key in self._left_out:
+                continue
+            try:
+                specs[spec.name][spec.version] = spec, self._mechanism(spec)
+            except (LDPError, SpecError, RuntimeError, KafkaException) as exc:
+                log.error("published spec %s left out: %s", spec.key, exc)
+                self._left_out.add(spec.key)
         states = self._states() if any(name not in self.collections for name in specs) else {}
         added = False
         for name, versions in specs.items():
+            for spec, mechanism in versions.values():
+                self._log_floor(spec, mechanism)
             known = self.collections.get(name)
             if known is not None:
-                for v, spec in versions.items():
-                    if v not in known.specs:
-                        known.specs[v], known.mechanisms[v] = spec, self._mechanism(spec)
+                for v, (spec, mechanism) in versions.items():
+                    known.specs[v], known.mechanisms[v] = spec, mechanism
                 continue
             try:
                 partitions = topic_partitions(self.cfg.bootstrap, raw_topic(name))
@@ -149,10 +161,8 @@ class Shuffler:
                     self._missing.add(name)
                 continue
             self._missing.discard(name)
-            mechanisms = {v: self._mechanism(spec) for v, spec in versions.items()}
-            for v, spec in versions.items():
-                self._log_floor(spec, mechanisms[v])
-            self.collections[name] = Collection(name, dict(versions), mechanisms, partitions,
+            self.collections[name] = Collection(name, {v: s for v, (s, _) in versions.items()},
+                                                {v: m for v, (_, m) in versions.items()}, partitions,
                                                 Pending(self.cfg.memory_rows, self.cfg.spill_dir),
                                                 states.get(name, ShufflerState()))
             added = True
