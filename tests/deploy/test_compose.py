@@ -12,7 +12,7 @@ import yaml
 from ldpstream.services.compose import generate
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-OURS = ("setup", "demo", "aggregator", "api", "edge")
+OURS = ("setup", "demo", "aggregator", "shuffler", "api", "edge")
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +65,9 @@ def test_nothing_is_published_but_the_edge_and_a_loopback_grafana(compose: dict[
 
 def test_each_service_holds_only_its_principals_credentials(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    expected = {"aggregator": {"aggregator"}, "api": {"api"}, "edge": {"edge"},
+    expected = {"aggregator": {"aggregator"}, "api": {"api"}, "edge": {"edge"}, "shuffler": {"shuffler"},
                 "demo": {"admin", "aggregator", "gateway"}, "setup": {"admin", "edge", "aggregator", "api",
-                                                                     "coordinator", "gateway"}}
+                                                                     "coordinator", "gateway", "shuffler"}}
     for name, principals in expected.items():
         paths = mounted(services[name]).values()
         held = {Path(p).stem for p in paths if p.startswith("/run/ldp-secrets/kafka/")}
@@ -76,7 +76,7 @@ def test_each_service_holds_only_its_principals_credentials(compose: dict[str, A
     for name in OURS:
         holds_key = "/run/ldp-secrets/spec-signing.key" in mounted(services[name]).values()
         assert holds_key == (name == "demo"), name  # only the publisher signs
-        if name in ("demo", "aggregator", "api", "edge"):
+        if name in ("demo", "aggregator", "api", "edge", "shuffler"):
             assert "/run/ldp-secrets/spec-signing.pub" in mounted(services[name]).values(), name
     assert services["aggregator"]["environment"]["LDP_PRINCIPAL"] == "aggregator"
 
