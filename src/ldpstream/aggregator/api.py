@@ -8,9 +8,16 @@ scopes include the route's:
 - `GET /collections/{name}/estimates?window=all|1h|1h:<start_ms>&version=V&postprocess=none|clip|norm_sub|project`
   (scope `read`): `ldpstream.aggregator.estimates.collection_estimates` as JSON (404: unknown collection or version;
   400: bad parameter);
+- `GET /collections/{name}/series?attribute=A&window=1h&from=T&to=T&version=V` (scope `read`): one attribute's
+  windows that start in [from, to) (ms since the epoch or ISO 8601; default the 48 newest), each with its estimates,
+  standard errors, 95% intervals, reports and privacy figures (`ldpstream.aggregator.series`; 404: unknown collection,
+  version or attribute; 400: a bad parameter, an empty range, one with no window or too many);
 - `GET /metrics` (scope `metrics`): the store-wide metrics of `ldpstream.aggregator.metrics.StoreCollector` (Prometheus
 text
   format);
+- `GET /openapi.json` (open): this API's OpenAPI document (`src/ldpstream/aggregator/openapi.json`);
+- `GET /console/` (open: pages and scripts without data, which read the routes above with the token the person
+  gives them; `ldpstream.aggregator.console`), and `GET /` redirects there;
 - `GET /healthz` (open, for liveness probes that carry no token): whether Kafka and Redis answer and, over the
   project's services, whether the pipeline is healthy (`ldpstream.aggregator.health`: workers alive, no crash loop, no
   collection stalled with messages waiting); 200, else 503 with the reasons in the body. Anyone who reaches it
@@ -32,6 +39,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from aiohttp import hdrs, web
@@ -40,11 +48,14 @@ from confluent_kafka.admin import OffsetSpec
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from redis import RedisError
 
+from ldpstream.aggregator.console import CONSOLE_ROUTES, add_console
 from ldpstream.aggregator.estimates import POSTPROCESS, collection_estimates
 from ldpstream.aggregator.health import Health, HealthPolicy, pipeline_health
 from ldpstream.aggregator.metrics import EndOffsets, StoreCollector, store_registry
 from ldpstream.aggregator.plans import Plan, PlanRegistry
+from ldpstream.aggregator.series import SeriesError, collection_series, series_query
 from ldpstream.aggregator.store import ALL_TIME, RedisStore, StatsStore
+from ldpstream.contract.clock import now_ms
 from ldpstream.contract.collector import privacy_budgets
 from ldpstream.contract.spec import (
     CategoricalAttribute,
@@ -62,8 +73,10 @@ from ldpstream.runtime.tokens import Refused, Scope, TokenVerifier
 T = TypeVar("T")
 KAFKA_TIMEOUT_S = 5.0
 NUMBER = re.compile(r"[0-9]{1,18}")  # str.isdigit() takes '²' (which int() refuses) and digits beyond int64
-OPEN_ROUTES = frozenset({"/healthz"})
-ROUTE_SCOPES = {"/collections": Scope.READ, "/collections/{name}/estimates": Scope.READ, "/metrics": Scope.METRICS}
+OPEN_ROUTES = frozenset({"/healthz", "/openapi.json", *CONSOLE_ROUTES})
+ROUTE_SCOPES = {"/collections": Scope.READ, "/collections/{name}/estimates": Scope.READ,
+                "/collections/{name}/series": Scope.READ, "/metrics": Scope.METRICS}
+OPENAPI = Path(__file__).with_name("openapi.json")
 
 
 class PublishedPlans:
@@ -139,8 +152,11 @@ def create_app(store: StatsStore, plans: PublishedPlans, end_offsets: EndOffsets
                    pipeline)
     app.router.add_get("/collections", list_collections)
     app.router.add_get("/collections/{name}/estimates", estimates)
+    app.router.add_get("/collections/{name}/series", series)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/openapi.json", openapi)
+    add_console(app.router)
     app.on_cleanup.append(close_tokens)
     return app
 
@@ -236,6 +252,22 @@ async def estimates(request: web.Request) -> web.Response:
     return web.json_response(result)
 
 
+async def series(request: web.Request) -> web.Response:
+    api = request.app[API]
+    name = request.match_info["name"]
+    plan = requested_plan(await blocking(api.plans.versions, name), name, request.query.get("version"))
+    q = request.query
+    try:
+        query = series_query(plan, q.get("attribute"), q.get("window"), q.get("from"), q.get("to"), now_ms())
+    except SeriesError as exc:
+        raise ApiError(exc.status, str(exc)) from exc
+    return web.json_response(await blocking(collection_series, api.store, plan, query))
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.Response(body=OPENAPI.read_bytes(), content_type="application/json")
+
+
 async def metrics(request: web.Request) -> web.Response:
     body = await blocking(generate_latest, request.app[API].metrics)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -309,9 +341,11 @@ def version_summary(store: StatsStore, plan: Plan, windows: list[tuple[int, str,
                   if isinstance(attr, StringAttribute) else
                   {"keys": attr.labels, "padding": attr.padding, "range": list(attr.range)}
                   if isinstance(attr, KeyValueAttribute) else {"range": list(attr.range)})
-        attributes.append({"name": attr.name, "type": attr.type, "mechanism": mechanism.name, **domain})
+        attributes.append({"name": attr.name, "type": attr.type, "description": attr.description, "unit": attr.unit,
+                           "mechanism": mechanism.name, **domain})
     return {"version": spec.version, "description": spec.description, "epsilon": spec.epsilon,
             "privacy": privacy_budgets(spec, plan.strategies),
+            "shuffle": None if spec.shuffle is None else spec.shuffle.model_dump(mode="json"),
             "sampling": spec.sampling, "attributes_per_report": plan.attributes_per_device,
             "one_report_per_window": spec.one_report_per_window, "topic": spec.topic,
             "windows": [*spec.windows, ALL_TIME],

@@ -14,12 +14,14 @@ import numpy as np
 from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.store import ALL_TIME, StatsStore
 from ldpstream.contract.spec import (
+    Attribute,
     CategoricalAttribute,
     KeyValueAttribute,
     SpecError,
     StringAttribute,
     window_seconds,
 )
+from ldpstream.mechanisms.base import Estimate
 from ldpstream.mechanisms.postprocess import clip_mean, norm_sub, project_simplex
 
 PostProcess = Literal["none", "clip", "norm_sub", "project"]
@@ -70,49 +72,52 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
     name, start = resolve_window(store, plan, window)
     stats = store.read_window(plan.spec.name, plan.spec.version, name, start, plan.sizes)
     estimates = plan.estimate(stats)
-    attributes: dict[str, Any] = {}
-    for attr in plan.spec.attributes:
-        est = estimates[attr.name]
-        entry: dict[str, Any]
-        if isinstance(attr, CategoricalAttribute) and attr.workload is not None:
-            labels = query_labels(attr.workload, attr.values, len(np.atleast_1d(est.value)))
-            entry = {"workload": attr.workload, "answers": {
-                q: {"estimate": _float(f), "stderr": _float(se)} for q, f, se in zip(labels, est.value, est.stderr,
-                                                                                     strict=True)}}
-        elif isinstance(attr, KeyValueAttribute):
-            value, stderr = np.asarray(est.value), np.asarray(est.stderr)
-            entry = {kind: {k: {"estimate": _float(x), "stderr": _float(se)}
-                            for k, x, se in zip(attr.labels, value[row], stderr[row], strict=True)}
-                     for row, kind in enumerate(("frequencies", "means"))}
-            if postprocess == "clip":
-                entry["postprocessed"] = {"method": "clip", "means": {
-                    k: float(clip_mean(x, *attr.range)) for k, x in zip(attr.labels, value[1], strict=True)
-                    if np.isfinite(x)}}
-        elif isinstance(attr, StringAttribute):  # the decoded top list, largest first, as frequencies
-            entry = {"heavy_hitters": attr.top, "frequencies": {
-                item: {"estimate": _float(f), "stderr": _float(s)}
-                for item, f, s in zip(est.items, est.value, est.stderr, strict=True)}}  # type: ignore[attr-defined]
-        elif isinstance(attr, CategoricalAttribute):
-            freqs = np.asarray(est.value, dtype=np.float64)
-            entry = {"frequencies": {
-                v: {"estimate": _float(f), "stderr": _float(s)} for v, f, s in zip(attr.values, freqs, est.stderr,
-                                                                                   strict=True)}}
-            if postprocess in ("norm_sub", "project") and np.isfinite(freqs).all():
-                consistent = norm_sub(freqs) if postprocess == "norm_sub" else project_simplex(freqs)
-                entry["postprocessed"] = {"method": postprocess,
-                                          "frequencies": dict(zip(attr.values, map(float, consistent), strict=True))}
-        else:
-            entry = {"mean": _float(est.value), "stderr": _float(est.stderr)}
-            if postprocess == "clip" and np.isfinite(est.value):
-                entry["postprocessed"] = {"method": "clip", "mean": float(clip_mean(est.value, *attr.range))}
-        entry["mechanism"] = plan.mechanisms[plan.spec.attribute_index(attr.name)].name
-        attributes[attr.name] = entry
+    attributes = {attr.name: attribute_entry(plan, attr, estimates[attr.name], postprocess)
+                  for attr in plan.spec.attributes}
     result = {"collection": plan.spec.name, "version": plan.spec.version,
               "window": name if name == ALL_TIME else f"{name}:{start}", "window_start_ms": start,
               "reports": int(stats.devices), "attributes": attributes}
     if plan.spec.shuffle is not None:
         result["shuffle"] = shuffle_summary(store, plan, name, start)
     return result
+
+
+def attribute_entry(plan: Plan, attr: Attribute, est: Estimate, postprocess: PostProcess = "none") -> dict[str, Any]:
+    """One attribute's entry of `collection_estimates` from its estimate (shapes in that function's docstring)."""
+    entry: dict[str, Any]
+    if isinstance(attr, CategoricalAttribute) and attr.workload is not None:
+        labels = query_labels(attr.workload, attr.values, len(np.atleast_1d(est.value)))
+        entry = {"workload": attr.workload, "answers": {
+            q: {"estimate": _float(f), "stderr": _float(se)} for q, f, se in zip(labels, est.value, est.stderr,
+                                                                                 strict=True)}}
+    elif isinstance(attr, KeyValueAttribute):
+        value, stderr = np.asarray(est.value), np.asarray(est.stderr)
+        entry = {kind: {k: {"estimate": _float(x), "stderr": _float(se)}
+                        for k, x, se in zip(attr.labels, value[row], stderr[row], strict=True)}
+                 for row, kind in enumerate(("frequencies", "means"))}
+        if postprocess == "clip":
+            entry["postprocessed"] = {"method": "clip", "means": {
+                k: float(clip_mean(x, *attr.range)) for k, x in zip(attr.labels, value[1], strict=True)
+                if np.isfinite(x)}}
+    elif isinstance(attr, StringAttribute):  # the decoded top list, largest first, as frequencies
+        entry = {"heavy_hitters": attr.top, "frequencies": {
+            item: {"estimate": _float(f), "stderr": _float(s)}
+            for item, f, s in zip(est.items, est.value, est.stderr, strict=True)}}  # type: ignore[attr-defined]
+    elif isinstance(attr, CategoricalAttribute):
+        freqs = np.asarray(est.value, dtype=np.float64)
+        entry = {"frequencies": {
+            v: {"estimate": _float(f), "stderr": _float(s)} for v, f, s in zip(attr.values, freqs, est.stderr,
+                                                                               strict=True)}}
+        if postprocess in ("norm_sub", "project") and np.isfinite(freqs).all():
+            consistent = norm_sub(freqs) if postprocess == "norm_sub" else project_simplex(freqs)
+            entry["postprocessed"] = {"method": postprocess,
+                                      "frequencies": dict(zip(attr.values, map(float, consistent), strict=True))}
+    else:
+        entry = {"mean": _float(est.value), "stderr": _float(est.stderr)}
+        if postprocess == "clip" and np.isfinite(est.value):
+            entry["postprocessed"] = {"method": "clip", "mean": float(clip_mean(est.value, *attr.range))}
+    entry["mechanism"] = plan.mechanisms[plan.spec.attribute_index(attr.name)].name
+    return entry
 
 
 def shuffle_summary(store: StatsStore, plan: Plan, window: str, start_ms: int) -> dict[str, Any]:

@@ -9,7 +9,8 @@ A spec is YAML or JSON, validated here. Example (see `examples/diagnostics.yaml`
     windows: [1h]                 # tumbling windows by report time; the all-time window is always kept
     one_report_per_window: true
     attributes:
-      - {name: battery_level, type: numeric, range: [0, 100], mechanism: auto}
+      - {name: battery_level, type: numeric, range: [0, 100], mechanism: auto,
+         description: Charge left, unit: "%"}     # description and unit: optional, for the analyst's catalogue
       - {name: display_mode, type: categorical, values: [light, dark], mechanism: auto}
       - {name: screen_minutes, type: keyvalue, keys: [chat, video], range: [0, 600], padding: 2}  # per-app pairs
 
@@ -108,12 +109,21 @@ def parameter_error(mechanism: str, parameters: Mapping[str, int | float], domai
     return None
 
 
+# What an analyst reads about an attribute (the console's catalogue): optional, and left out of the canonical JSON when
+# absent, so the specs published before these fields existed keep their bytes and hashes. Plain text, one line.
+Description = Annotated[str, Field(min_length=1, max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]
+Unit = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[^\x00-\x1f\x7f]*$")]
+OPTIONAL_ATTRIBUTE_FIELDS = ("description", "unit")
+
+
 class NumericAttribute(BaseModel):
     """A numeric attribute with a declared range, mapped to [-1, 1] for the mechanism."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["numeric"] = "numeric"
+    description: Description | None = None
+    unit: Unit | None = None
     range: tuple[float, float]
     mechanism: str = "auto"
     parameters: MechanismParameters = Field(default_factory=dict)
@@ -143,6 +153,8 @@ class CategoricalAttribute(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["categorical"] = "categorical"
+    description: Description | None = None
+    unit: Unit | None = None
     values: list[str] = Field(min_length=2)
     mechanism: str = "auto"
     parameters: MechanismParameters = Field(default_factory=dict)
@@ -185,6 +197,8 @@ class KeyValueAttribute(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["keyvalue"] = "keyvalue"
+    description: Description | None = None
+    unit: Unit | None = None
     keys: Annotated[list[str], Field(min_length=1)] | None = None
     buckets: Annotated[int, Field(ge=1, le=1 << 16)] | None = None
     range: tuple[float, float]
@@ -247,6 +261,8 @@ class StringAttribute(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     name: Annotated[str, Field(pattern=NAME)]
     type: Literal["string"] = "string"
+    description: Description | None = None
+    unit: Unit | None = None
     max_length: Annotated[int, Field(ge=1, le=64)]
     alphabet: Annotated[str, Field(min_length=1, max_length=95)] | None = None
     mechanism: str = "auto"
@@ -391,11 +407,16 @@ class CollectionSpec(BaseModel):
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
 
     def canonical_json(self) -> str:
-        """The spec as JSON, keys sorted, no spaces: what is signed and published (a spec without `shuffle` has no
-        such key, so the specs published before it existed keep their bytes and hashes)."""
+        """The spec as JSON, keys sorted, no spaces: what is signed and published (a spec without `shuffle`, or an
+        attribute without `description` or `unit`, has no such key, so the specs published before they existed keep
+        their bytes and hashes)."""
         data = self.model_dump(mode="json")
         if data["shuffle"] is None:
             del data["shuffle"]
+        for attribute in data["attributes"]:
+            for key in OPTIONAL_ATTRIBUTE_FIELDS:
+                if attribute[key] is None:
+                    del attribute[key]
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def attribute_index(self, name: str) -> int:

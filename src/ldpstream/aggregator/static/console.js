@@ -1,0 +1,300 @@
+// The ldpstream console (`ldpstream.aggregator.console`): the catalogue of collections (`/console/`) and a page per
+// collection (`/console/collection?name=NAME`) with each attribute's live series, its 95% band, and a histogram of the
+// newest window. Reads `/collections` and `/collections/NAME/series` with the bearer token the person gave (the
+// address's `#token=...`, or the form), kept in this tab's sessionStorage. Outside text goes into the page as text.
+"use strict";
+
+(function () {
+  const TOKEN_KEY = "ldp-console-token";
+  const REFRESH_MS = 5000;
+  const MAX_LINES = 8; // lines per chart: the largest estimates of the newest window
+  const COLORS = ["#2f6fde", "#e8590c", "#2b8a3e", "#c2255c", "#7048e8", "#0b7285", "#a61e4d", "#5c940d"];
+  // What the tests read: the series shown, points per chart, refreshes done, the page's state.
+  const state = { ready: false, refreshes: 0, series: {}, points: {}, error: null };
+  window.ldpConsole = state;
+  let token = null;
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (key === "class") node.className = value;
+      else node.setAttribute(key, value);
+    }
+    for (const child of children) {
+      if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  function status(text, isError) {
+    const node = document.getElementById("status");
+    node.textContent = text;
+    node.className = isError ? "error" : "";
+    if (isError) state.error = text;
+  }
+
+  function takeToken() {
+    const found = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+    if (found) {
+      sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(found[1]));
+      history.replaceState(null, "", location.pathname + location.search);
+    }
+    return sessionStorage.getItem(TOKEN_KEY);
+  }
+
+  function askToken(reason) {
+    const form = document.getElementById("login");
+    document.getElementById("main").hidden = true;
+    form.hidden = false;
+    if (reason) status(reason, true);
+    form.onsubmit = (event) => {
+      event.preventDefault();
+      sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value.trim());
+      location.reload();
+    };
+  }
+
+  class ApiError extends Error {
+    constructor(status, message) { super(message); this.status = status; }
+  }
+
+  async function api(path) {
+    const response = await fetch(path, { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
+    let body = null;
+    try { body = await response.json(); } catch (e) { body = { error: response.statusText }; }
+    if (!response.ok) throw new ApiError(response.status, (body && body.error) || response.statusText);
+    return body;
+  }
+
+  const number = (x, digits) => (x === null || x === undefined) ? "-" : Number(x).toPrecision(digits || 4);
+  const when = (ms) => new Date(ms).toISOString().replace("T", " ").replace(/\.000Z$/, "Z");
+
+  function facts(pairs) {
+    return el("dl", { class: "facts" }, ...pairs.map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v))));
+  }
+
+  function domainOf(a) {
+    if (a.values) return a.values.join(", ");
+    if (a.keys) return "keys " + a.keys.join(", ") + " in [" + a.range.join(", ") + "]";
+    if (a.range) return "[" + a.range.join(", ") + "]";
+    if (a.max_length) return "strings up to " + a.max_length + " bytes, top " + a.top;
+    return "";
+  }
+
+  // ---- the catalogue -------------------------------------------------------------------------------------------
+  async function catalogue() {
+    const { collections } = await api("/collections");
+    const root = document.getElementById("catalogue");
+    root.replaceChildren();
+    if (!collections.length) root.append(el("p", { class: "muted" }, "No collection is published yet (ldp spec publish)."));
+    for (const c of collections) {
+      const v = c.versions[c.versions.length - 1];
+      const link = el("a", { href: "/console/collection?name=" + encodeURIComponent(c.name) }, c.name);
+      const lifetime = v.privacy.lifetime === null ? "none (T reports cost T x eps)" : number(v.privacy.lifetime);
+      const rows = v.attributes.map((a) => el("tr", {}, el("td", {}, a.name), el("td", {}, a.type),
+        el("td", {}, a.description || ""), el("td", {}, a.unit || ""), el("td", {}, a.mechanism),
+        el("td", {}, domainOf(a))));
+      root.append(el("section", { class: "card", "data-collection": c.name },
+        el("h2", {}, link), el("p", { class: "muted" }, v.description || ""),
+        facts([["version", v.version + (c.versions.length > 1 ? " (of " + c.versions.length + ")" : "")],
+          ["eps per report", number(v.privacy.per_report)], ["lifetime budget", lifetime],
+          ["devices (all time)", v.reports.toLocaleString("en")],
+          ["accepted / rejected", c.reports.accepted.toLocaleString("en") + " / " +
+            Object.values(c.reports.rejected).reduce((s, n) => s + n, 0).toLocaleString("en")],
+          ["windows", v.windows.join(", ") + " (" + v.windows_with_data.length + " with data)"],
+          ["shuffled", v.shuffle ? "yes, delta " + v.shuffle.delta : "no"]]),
+        el("table", {}, el("thead", {}, el("tr", {}, ...["attribute", "type", "description", "unit", "mechanism",
+          "domain"].map((h) => el("th", {}, h)))), el("tbody", {}, ...rows))));
+    }
+    state.collections = collections.length;
+  }
+
+  // ---- a collection's page ---------------------------------------------------------------------------------------
+  const page = { name: null, version: null, charts: {} };
+
+  // The labelled lines of a series: [{label, group, points: [point per window]}], at most MAX_LINES of them.
+  function lines(doc) {
+    if (!doc.windows.length) return [];
+    const groups = Object.keys(doc.windows[doc.windows.length - 1].estimates);
+    const out = [];
+    for (const group of groups) {
+      if (group === "mean") { out.push({ label: "mean", group, pick: (w) => w.estimates.mean }); continue; }
+      const labels = new Set();
+      for (const w of doc.windows) for (const label of Object.keys(w.estimates[group] || {})) labels.add(label);
+      const newest = doc.windows[doc.windows.length - 1].estimates[group] || {};
+      const ranked = [...labels].sort((a, b) => ((newest[b] || {}).estimate || 0) - ((newest[a] || {}).estimate || 0));
+      for (const label of ranked) {
+        out.push({ label: group === "means" ? label + " mean" : label, group,
+          pick: (w) => (w.estimates[group] || {})[label] || null });
+      }
+    }
+    return out.slice(0, MAX_LINES);
+  }
+
+  function chartData(doc, shown) {
+    const xs = doc.windows.map((w) => w.start_ms / 1000);
+    const data = [xs];
+    for (const line of shown) {
+      for (const key of ["estimate", "low", "high"]) {
+        data.push(doc.windows.map((w) => { const p = line.pick(w); return p ? p[key] : null; }));
+      }
+    }
+    return data;
+  }
+
+  function chartOptions(doc, shown, width) {
+    const series = [{}];
+    const bands = [];
+    shown.forEach((line, i) => {
+      const color = COLORS[i % COLORS.length];
+      series.push({ label: line.label, stroke: color, width: 2, points: { size: 5 } });
+      series.push({ label: line.label + " low", stroke: color, width: 0.5, dash: [3, 3], points: { show: false } });
+      series.push({ label: line.label + " high", stroke: color, width: 0.5, dash: [3, 3], points: { show: false } });
+      bands.push({ series: [3 * i + 3, 3 * i + 2], fill: color + "22" });
+    });
+    const unit = doc.unit ? " (" + doc.unit + ")" : "";
+    const yLabel = shown.length && shown[0].group === "mean" ? "mean" + unit : "frequency";
+    return { width, height: 260, series, bands, scales: { x: { time: true } },
+      axes: [{}, { label: yLabel, size: 60 }], legend: { live: true } };
+  }
+
+  function drawChart(name, doc, holder) {
+    const shown = lines(doc);
+    const signature = shown.map((l) => l.label).join("\u0000");
+    const data = chartData(doc, shown);
+    const existing = page.charts[name];
+    if (existing && existing.signature === signature) {
+      existing.plot.setData(data);
+    } else {
+      if (existing) existing.plot.destroy();
+      holder.replaceChildren();
+      if (!shown.length) {
+        holder.append(el("p", { class: "note" }, "No window with reports in this range yet."));
+        delete page.charts[name];
+      } else {
+        const plot = new uPlot(chartOptions(doc, shown, Math.max(320, holder.clientWidth || 900)), data, holder);
+        page.charts[name] = { plot, signature };
+      }
+    }
+    state.points[name] = doc.windows.length;
+  }
+
+  // A histogram of the newest window with reports: a categorical attribute's frequencies (a string attribute's heavy
+  // hitters, a key-value attribute's key frequencies) with their 95% intervals. The hook for numeric attributes: their
+  // distribution (issue 29, part 2) is to come as the estimates' key `distribution`, drawn here the same way.
+  function histogramRows(doc) {
+    for (let i = doc.windows.length - 1; i >= 0; i--) {
+      const w = doc.windows[i];
+      if (w.reports > 0 && w.estimates.frequencies) return { window: w, rows: Object.entries(w.estimates.frequencies) };
+    }
+    return null;
+  }
+
+  function drawHistogram(doc, holder) {
+    holder.replaceChildren();
+    const found = histogramRows(doc);
+    if (!found) return;
+    const top = Math.max(1e-9, ...found.rows.map(([, p]) => Math.max(p.high || 0, p.estimate || 0)));
+    const pct = (x) => (100 * Math.min(Math.max(x || 0, 0), top) / top).toFixed(2) + "%";
+    holder.append(el("div", { class: "note" }, "Window from " + when(found.window.start_ms) + ": " +
+      found.window.sampled.toLocaleString("en") + " reports of this attribute, 95% intervals"));
+    for (const [label, p] of found.rows) {
+      const bar = el("div", { class: "bar" });
+      bar.style.width = pct(p.estimate);
+      const whisker = el("div", { class: "whisker" });
+      whisker.style.left = pct(p.low);
+      whisker.style.width = "calc(" + pct(p.high) + " - " + pct(p.low) + ")";
+      holder.append(el("div", { class: "bar-row", "data-label": label }, el("span", { class: "label", title: label }, label),
+        el("div", { class: "bar-track" }, bar, whisker),
+        el("span", { class: "value" }, number(p.estimate, 3) + " \u00b1 " + number(p.stderr && 1.96 * p.stderr, 2))));
+    }
+  }
+
+  function drawPrivacy(doc) {
+    const root = document.getElementById("privacy");
+    const recent = doc.windows.slice(-6).reverse();
+    const shuffled = doc.privacy.shuffled !== null;
+    const head = ["window start (UTC)", "reports", "eps per report", ...(shuffled ? ["central eps (delta)", "batches"] : [])];
+    const rows = recent.map((w) => el("tr", {}, el("td", {}, when(w.start_ms)), el("td", {}, w.reports.toLocaleString("en")),
+      el("td", {}, number(w.privacy.epsilon)),
+      ...(shuffled ? [el("td", {}, w.privacy.central ? number(w.privacy.central.epsilon) + " (" + w.privacy.central.delta + ")" : "not released"),
+        el("td", {}, w.privacy.central ? w.privacy.central.batches : 0)] : [])));
+    root.replaceChildren(el("div", { class: "card" }, el("h2", {}, "Windows and privacy"),
+      facts([["eps per report", number(doc.privacy.per_report)],
+        ["lifetime budget", doc.privacy.lifetime === null ? "none" : number(doc.privacy.lifetime)],
+        ["shuffled", shuffled ? "delta " + doc.privacy.shuffled.delta : "no"]]),
+      el("table", {}, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))), el("tbody", {}, ...rows))));
+  }
+
+  function query(attribute) {
+    const windowName = document.getElementById("window").value;
+    const count = Number(document.getElementById("count").value);
+    const length = page.windowMs[windowName];
+    const to = Date.now() + 1;
+    const from = (Math.ceil(to / length) - count) * length;
+    return "/collections/" + encodeURIComponent(page.name) + "/series?attribute=" + encodeURIComponent(attribute) +
+      "&window=" + encodeURIComponent(windowName) + "&version=" + page.version + "&from=" + from + "&to=" + to;
+  }
+
+  async function refresh() {
+    const docs = await Promise.all(page.attributes.map((a) => api(query(a.name))));
+    docs.forEach((doc, i) => {
+      const a = page.attributes[i];
+      state.series[a.name] = doc;
+      drawChart(a.name, doc, document.getElementById("chart-" + i));
+      drawHistogram(doc, document.getElementById("histogram-" + i));
+    });
+    if (docs.length) drawPrivacy(docs[0]);
+    state.refreshes += 1;
+    status("updated " + new Date().toLocaleTimeString("en-GB") + ", every " + REFRESH_MS / 1000 + " s");
+  }
+
+  async function collectionPage() {
+    page.name = new URLSearchParams(location.search).get("name") || "";
+    const { collections } = await api("/collections");
+    const c = collections.find((x) => x.name === page.name);
+    if (!c) throw new ApiError(404, "no published collection " + JSON.stringify(page.name));
+    const v = c.versions[c.versions.length - 1];
+    page.version = v.version;
+    page.attributes = v.attributes;
+    document.title = "ldpstream console: " + c.name;
+    document.getElementById("title").textContent = c.name + " v" + v.version;
+    document.getElementById("description").textContent = v.description || "";
+    const select = document.getElementById("window");
+    const lengths = v.windows.filter((w) => w !== "all");
+    if (!lengths.length) throw new ApiError(400, c.name + " keeps only the all-time window: it has no series");
+    page.windowMs = Object.fromEntries(lengths.map((w) => [w, Number(w.slice(0, -1)) *
+      { s: 1000, m: 60000, h: 3600000, d: 86400000 }[w.slice(-1)]]));
+    select.replaceChildren(...lengths.map((w) => el("option", { value: w }, w)));
+    const root = document.getElementById("attributes");
+    root.replaceChildren(...v.attributes.map((a, i) => el("section", { class: "card", "data-attribute": a.name },
+      el("h3", {}, a.name + (a.unit ? " (" + a.unit + ")" : "")),
+      el("p", { class: "muted" }, [a.description, a.type, a.mechanism, domainOf(a)].filter(Boolean).join(" \u00b7 ")),
+      el("div", { class: "chart", id: "chart-" + i }), el("div", { class: "histogram", id: "histogram-" + i }))));
+    for (const control of ["window", "count"]) {
+      document.getElementById(control).onchange = () => refresh().catch(failed);
+    }
+    await refresh();
+    setInterval(() => refresh().catch(failed), REFRESH_MS);
+  }
+
+  function failed(error) {
+    if (error instanceof ApiError && (error.status === 401 || error.status === 403)) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      askToken("The token was refused (" + error.status + "): " + error.message);
+      return;
+    }
+    status(error.message || String(error), true);
+  }
+
+  async function main() {
+    token = takeToken();
+    if (!token) { askToken(); return; }
+    const kind = document.body.dataset.page;
+    await (kind === "collection" ? collectionPage() : catalogue());
+    state.ready = true;
+    document.body.dataset.ready = "1";
+  }
+
+  main().catch(failed);
+})();
