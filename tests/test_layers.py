@@ -1,6 +1,7 @@
 """The layers of the code base: every import points down, and no module imports itself back (no cycles).
 
-    mechanisms <- contract <- {device, runtime} <- {simulator, edge, aggregator, shuffler, sgd} <- services <- cli
+    mechanisms <- contract <- {device, runtime, client} <- {simulator, edge, aggregator, shuffler, sgd} <- services
+        <- cli
 
 Every layer is a subpackage of the one namespace `ldpstream` (src/ldpstream). A layer may import its own modules and
 any layer on a lower floor; layers on the same floor never import each other, so the device SDK never reaches the
@@ -19,8 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PACKAGE = SRC / "ldpstream"
-FLOORS = {"mechanisms": 0, "contract": 1, "device": 2, "runtime": 2, "simulator": 3, "edge": 3, "aggregator": 3,
-          "shuffler": 3, "sgd": 3, "services": 4, "cli": 5}
+FLOORS = {"mechanisms": 0, "contract": 1, "device": 2, "runtime": 2, "client": 2, "simulator": 3, "edge": 3,
+          "aggregator": 3, "shuffler": 3, "sgd": 3, "services": 4, "cli": 5}
 TOP_MODULES = {"__init__", "__main__"}  # the namespace's own face: `ldpstream` and `python -m ldpstream`
 
 

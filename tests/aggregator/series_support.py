@@ -18,7 +18,7 @@ from typing import Any
 from ldpstream.aggregator.api import PublishedPlans, TopicEnds, create_app
 from ldpstream.aggregator.plans import Plan, PlanRegistry
 from ldpstream.aggregator.processing import Message, PartitionProcessor
-from ldpstream.aggregator.store import MemoryStore
+from ldpstream.aggregator.store import MemoryStore, StatsStore
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.spec import CollectionSpec, load_spec, window_seconds
 from ldpstream.contract.wire import encode
@@ -37,18 +37,19 @@ class Windows:
     """A store with `starts` windows of the spec's first length, and each window's exact truth (by start)."""
 
     spec: CollectionSpec
-    store: MemoryStore
+    store: StatsStore
     starts: list[int]
     truths: dict[int, dict[str, object]]
 
 
 def simulated_windows(spec: CollectionSpec, first_start_ms: int, count: int, devices: int, seed: int = 0,
-                      every: int = 1) -> Windows:
-    """`count` windows of `spec.windows[0]`, every `every`-th from `first_start_ms`, `devices` reports each."""
+                      every: int = 1, store: StatsStore | None = None) -> Windows:
+    """`count` windows of `spec.windows[0]`, every `every`-th from `first_start_ms`, `devices` reports each, in
+    `store` (default: a new MemoryStore)."""
     assert spec.partitions == 1
     plan = Plan(spec)
     length = window_seconds(spec.windows[0]) * 1000
-    store, clock = MemoryStore(), [first_start_ms]
+    store, clock = store or MemoryStore(), [first_start_ms]
     processor = PartitionProcessor(lambda n, v: plan if (n, v) == (spec.name, spec.version) else None,  # type: ignore[arg-type, return-value]
                                    lambda: clock[0])
     starts, truths = [], {}

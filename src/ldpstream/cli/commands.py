@@ -36,8 +36,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "edge": ("edge", "Serve POST /v1/collections/NAME/reports, /healthz, /readyz, /metrics, /openapi.json until "
                      "SIGINT/SIGTERM; a process that exits is started again (its spool is drained when it is back)."),
     "estimate": ("estimate", "Live estimates of a collection with their standard errors."),
-    "serve": ("serve", "Serve /collections, /collections/NAME/estimates and /metrics (bearer token with scope read, "
-                       "resp."),
+    "serve": ("serve", "Serve the read API (/collections, /collections/NAME/estimates and /series with a bearer token "
+                       "of scope read, /metrics with scope metrics, /openapi.json), its web console at /console/ and "
+                       "/healthz until SIGINT or SIGTERM."),
+    "series": ("series", "One attribute's windows in a time range: estimates, standard errors, 95% intervals, reports "
+                         "and privacy per window, as a terminal chart (or --json, --csv)."),
     "spec": ("spec", "Collection specs: validate and publish."),
     "devices": ("edge", "Enrol and revoke the devices the edge accepts reports from."),
     "tokens": ("tokens", "Issue, list and revoke the bearer tokens of the HTTP API."),

@@ -1,4 +1,5 @@
-"""`ldp serve`: the HTTP API (collections, estimates, Prometheus metrics, health) in the foreground."""
+"""`ldp serve`: the HTTP API (collections, estimates, series, Prometheus metrics, health) and the web console in the
+foreground."""
 
 from __future__ import annotations
 
@@ -34,8 +35,11 @@ def token_hint(cfg: Settings) -> str | None:
 
 def serve(host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.0.0: every interface)"),
           port: int = typer.Option(8000, min=1, max=65535, help="TCP port")) -> None:
-    """Serve /collections, /collections/NAME/estimates and /metrics (bearer token with scope read, resp. metrics:
-    `ldp tokens create`) and /healthz (open) until SIGINT or SIGTERM."""
+    """Serve the read API (/collections, /collections/NAME/estimates and /series with a bearer token of scope read,
+    /metrics with scope metrics, /openapi.json), its web console at /console/ and /healthz until SIGINT or SIGTERM.
+
+    Tokens: `ldp tokens create`. The console asks for a read token, or takes it from the address:
+    http://HOST:PORT/console/#token=TOKEN (a fragment never leaves the browser)."""
     from ldpstream.aggregator.api import serve as serve_api
     from ldpstream.runtime.access import act_as
     from ldpstream.runtime.settings import Settings
@@ -46,6 +50,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.
     hint = token_hint(cfg)
     if hint is not None:
         typer.echo(hint, err=True)
+    typer.echo(f"console: http://{host}:{port}/console/ (with a read token: ldp tokens create --scope read)")
     try:
         serve_api(cfg, host, port, on_start=typer.echo)
     except OSError as exc:

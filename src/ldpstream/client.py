@@ -1,0 +1,148 @@
+"""The read API from Python: `Client(url, token)` gives the published collections, a window's estimates, and a
+series as a pandas DataFrame, one row per window and estimate, which it can write as Parquet.
+
+    >>> from ldpstream import Client
+    >>> client = Client("http://127.0.0.1:8000", token)                  # doctest: +SKIP
+    >>> frame = client.series("diagnostics", "battery_level", window="1h", start="2024-05-01")  # doctest: +SKIP
+    >>> client.save_series("battery.parquet", "diagnostics", "battery_level")                  # doctest: +SKIP
+
+Only the standard library is needed to talk to the API (`series_document`, `series_rows`); pandas and pyarrow, for
+DataFrames and Parquet, are the `client` extra (`pip install 'ldpstream[client]'`) and are imported when used.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Time = datetime | int | str  # a datetime (naive: UTC), milliseconds since the epoch, or ISO 8601 text
+COLUMNS = ("start", "end", "reports", "sampled", "epsilon", "central_epsilon", "central_delta", "group", "label",
+           "estimate", "stderr", "low", "high")
+METADATA = ("collection", "version", "attribute", "type", "mechanism", "description", "unit", "window", "window_ms",
+            "from_ms", "to_ms", "confidence")
+
+
+class ClientError(Exception):
+    """The API refused a request (`status`: its HTTP status; the message: its error) or could not be reached
+    (`status` None)."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message if status is None else f"{status}: {message}")
+        self.status = status
+
+
+def time_parameter(value: Time) -> str:
+    """A `from`/`to` parameter: milliseconds since the epoch as digits, or ISO 8601 text as it is."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            return value.isoformat()
+        return str(int(value.timestamp() * 1000))
+    if isinstance(value, int):
+        return str(value)
+    return value
+
+
+def series_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """A series document (`GET /collections/{name}/series`) as flat rows, one per window and estimate, with COLUMNS
+    (start and end in ms since the epoch; group: mean, frequencies, means or answers; label: the value, key or query,
+    "mean" for a numeric attribute's mean)."""
+    rows = []
+    for window in document["windows"]:
+        central = window["privacy"]["central"] or {}
+        common = {"start": window["start_ms"], "end": window["end_ms"], "reports": window["reports"],
+                  "sampled": window["sampled"], "epsilon": window["privacy"]["epsilon"],
+                  "central_epsilon": central.get("epsilon"), "central_delta": central.get("delta")}
+        for group, points in window["estimates"].items():
+            labelled = {"mean": points} if group == "mean" else points
+            for label, point in labelled.items():
+                rows.append({**common, "group": group, "label": label, "estimate": point["estimate"],
+                             "stderr": point["stderr"], "low": point["low"], "high": point["high"]})
+    return rows
+
+
+class Client:
+    """The read API at `url` (e.g. http://127.0.0.1:8000, what `ldp serve` listens on) with a bearer token of scope
+    `read` (`ldp tokens create --scope read`)."""
+
+    def __init__(self, url: str, token: str, timeout_s: float = 30.0) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"the API's url is http(s)://host[:port], not {url!r}")
+        if not token or any(c.isspace() for c in token):
+            raise ValueError("the token is the text `ldp tokens create` printed, without spaces")
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+
+    def get(self, path: str, params: dict[str, str | None] | None = None) -> Any:
+        """The JSON answer to GET `path` with the query `params` (those set); ClientError if refused or unreachable."""
+        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        request = urllib.request.Request(f"{self.url}{path}{'?' + query if query else ''}",
+                                         headers={"Authorization": f"Bearer {self.token}",
+                                                  "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as exc:
+            try:
+                message = json.load(exc).get("error", exc.reason)
+            except (ValueError, AttributeError):
+                message = exc.reason
+            raise ClientError(exc.code, str(message)) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise ClientError(None, f"cannot reach {self.url}: {getattr(exc, 'reason', exc)}") from exc
+
+    def collections(self) -> list[dict[str, Any]]:
+        """Every published collection: versions, attributes, windows, report counts, privacy budgets."""
+        return list(self.get("/collections")["collections"])
+
+    def estimates(self, name: str, window: str = "all", version: int | None = None,
+                  postprocess: str = "none") -> dict[str, Any]:
+        """One window's estimates of every attribute, with standard errors (`GET /collections/{name}/estimates`)."""
+        return dict(self.get(f"/collections/{urllib.parse.quote(name, safe='')}/estimates",
+                             {"window": window, "postprocess": postprocess,
+                              "version": None if version is None else str(version)}))
+
+    def series_document(self, name: str, attribute: str | None = None, window: str | None = None,
+                        start: Time | None = None, end: Time | None = None,
+                        version: int | None = None) -> dict[str, Any]:
+        """The series as the API answers it: the windows whose start lies in [start, end) (default: the 48 newest
+        windows), each with its estimates, standard errors, 95% intervals, reports and privacy figures."""
+        return dict(self.get(f"/collections/{urllib.parse.quote(name, safe='')}/series", {
+            "attribute": attribute, "window": window, "version": None if version is None else str(version),
+            "from": None if start is None else time_parameter(start),
+            "to": None if end is None else time_parameter(end)}))
+
+    def series(self, name: str, attribute: str | None = None, window: str | None = None,
+               start: Time | None = None, end: Time | None = None, version: int | None = None) -> pd.DataFrame:
+        """The series as a DataFrame: one row per window and estimate, COLUMNS with start and end as UTC
+        timestamps; the document's METADATA in `frame.attrs` (kept in Parquet)."""
+        return series_frame(self.series_document(name, attribute, window, start, end, version))
+
+    def save_series(self, path: str | Path, name: str, attribute: str | None = None, window: str | None = None,
+                    start: Time | None = None, end: Time | None = None, version: int | None = None) -> pd.DataFrame:
+        """Write the series to a Parquet file at `path` (with its metadata); returns the DataFrame written."""
+        frame = self.series(name, attribute, window, start, end, version)
+        frame.to_parquet(path, engine="pyarrow", index=False)
+        return frame
+
+
+def series_frame(document: dict[str, Any]) -> pd.DataFrame:
+    """A series document as a DataFrame (`Client.series`)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(series_rows(document), columns=list(COLUMNS))
+    for column in ("start", "end"):
+        frame[column] = pd.to_datetime(frame[column].astype("int64"), unit="ms", utc=True)
+    for column in ("estimate", "stderr", "low", "high", "central_epsilon", "central_delta", "epsilon"):
+        frame[column] = frame[column].astype("float64")
+    frame.attrs = {key: document[key] for key in METADATA}
+    return frame
