@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # pip's own notices and the editable build's chatter stay out of the terminal; errors still show
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test check lint types test-cluster install install-test up down status bench clean compose-secrets
+.PHONY: demo test check lint types test-cluster install install-test up down status bench clean compose-secrets chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,11 +17,15 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PIP) -e '.[server,test,plots,data,dev]'
+	$(PIP) -e '.[server,test,plots,data,dev,client]'
 	touch $@
 
+# The browser tests drive Debian's Chromium (no browser download): installed when missing, as root (CI).
+chromium:
+	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }
+
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test
+install-test: $(VENV)/.installed-test chromium
 
 up: install
 	$(LDP) up

@@ -64,6 +64,9 @@ def test_the_install_adds_one_top_level_package(device_install: Path) -> None:
     in_site = {f.split("/")[0] for f in files if not f.startswith("..")}
     assert {name for name in in_site if not name.endswith(".dist-info")} == {"ldpstream"}
     assert any(f.endswith("ldpstream/edge/openapi.json") for f in files)
+    for name in ("openapi.json", "static/index.html", "static/collection.html", "static/console.js",
+                 "static/console.css", "static/vendor/uPlot.iife.min.js", "static/vendor/uPlot.LICENSE"):
+        assert any(f.endswith(f"ldpstream/aggregator/{name}") for f in files), name
     assert any(f.endswith("ldpstream/py.typed") for f in files)
 
 

@@ -173,6 +173,8 @@
         delete page.charts[name];
       } else {
         const plot = new uPlot(chartOptions(doc, shown, Math.max(320, holder.clientWidth || 900)), data, holder);
+        // the band's edges stay out of the legend (its rows: time, then estimate, low, high per line)
+        plot.root.querySelectorAll(".u-legend .u-series").forEach((row, i) => { if (i > 0 && i % 3 !== 1) row.hidden = true; });
         page.charts[name] = { plot, signature };
       }
     }

@@ -1,0 +1,187 @@
+"""The console that `ldp serve` serves, in a real headless Chromium over a running stack: a worker aggregates a
+fleet's reports from the real Kafka into the real Redis, window after window (5 s windows), while `ldp serve` runs
+as its own process. The catalogue lists the collection with its attributes' descriptions and units; the collection's
+page draws each attribute's series with its band and a histogram, shows the newest windows' figures from the API,
+and picks up a new window by itself. No page logs an error or a warning; screenshots are kept in artifacts/console/
+(git-ignored) and in the test's tmp dir."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chromium import Page, chromium_page
+
+from ldpstream.aggregator.processes import start_worker, stop_worker
+from ldpstream.aggregator.store import RedisStore
+from ldpstream.cli.demo import free_port
+from ldpstream.contract.spec import CollectionSpec, load_spec
+from ldpstream.runtime.kafka import ReportProducer, delete_topic
+from ldpstream.runtime.process import stop_pid
+from ldpstream.runtime.settings import PROJECT_ROOT, Settings
+from ldpstream.runtime.specs import publish_spec
+from ldpstream.runtime.tokens import Scope
+from ldpstream.simulator.simulator import simulate
+from tests.tokens import api_tokens
+
+WINDOW_S = 5
+DEVICES = 400  # per window
+ARTIFACTS = PROJECT_ROOT / "artifacts" / "console"
+
+
+class Stack:
+    """A published collection with 5 s windows, a worker aggregating it, and `ldp serve` on a free port."""
+
+    def __init__(self, cfg: Settings, spec: CollectionSpec, url: str, token: str) -> None:
+        self.cfg, self.spec, self.url, self.token = cfg, spec, url, token
+        self.store = RedisStore(cfg.redis)
+        self.rounds = 0
+
+    def send_window(self) -> None:
+        """One window's reports (a fresh fleet of DEVICES, stamped now), waited for until all are counted."""
+        target = (self.rounds + 1) * DEVICES
+        simulate(self.spec, DEVICES, ReportProducer(self.cfg.bootstrap), seed=self.rounds + 1)
+        self.rounds += 1
+        deadline = time.monotonic() + 60
+        while self.store.outcomes(self.spec.name).get("accepted", 0) < target:
+            assert time.monotonic() < deadline, f"the worker counted {self.store.outcomes(self.spec.name)}"
+            time.sleep(0.2)
+
+    def api(self, path: str) -> Any:
+        request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.load(response)
+
+
+@pytest.fixture
+def stack(live_services: Settings, tmp_path: Path) -> Iterator[Stack]:
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
+        update={"name": f"it-console-{uuid.uuid4().hex[:8]}", "windows": [f"{WINDOW_S}s", "1h"]})
+    publish_spec(spec, live_services.bootstrap)
+    env = {"KAFKA_BOOTSTRAP": live_services.bootstrap, "REDIS_URL": live_services.redis}
+    worker = start_worker(f"ldp-aggregator-{spec.name}", log_file=tmp_path / "worker.log", env=env)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "ldpstream", "serve", "--port", str(port)],
+                              stdout=(tmp_path / "serve.log").open("wb"), stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        with api_tokens(live_services.redis) as tokens:
+            stack = Stack(live_services, spec, f"http://127.0.0.1:{port}", tokens.issue([Scope.READ]).token)
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    stack.api("/collections")
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "serve.log").read_text()
+                    time.sleep(0.2)
+            yield stack
+    finally:
+        stop_pid(server.pid)
+        stop_worker(worker)
+        RedisStore(live_services.redis).delete_collection(spec.name)
+        delete_topic(live_services.bootstrap, spec.topic)
+
+
+async def shot(page: Page, name: str, tmp_path: Path) -> None:
+    """A screenshot in the test's tmp dir and in artifacts/console/."""
+    path = await page.screenshot(tmp_path / f"{name}.png")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / f"{name}.png").write_bytes(path.read_bytes())
+    assert path.stat().st_size > 10_000  # a page drawn, not a blank one
+
+
+async def scenario(stack: Stack, tmp_path: Path) -> None:
+    for _ in range(3):  # three windows of reports, WINDOW_S apart
+        started = time.monotonic()
+        await asyncio.to_thread(stack.send_window)
+        await asyncio.sleep(max(0.0, WINDOW_S - (time.monotonic() - started)))
+    async with chromium_page(tmp_path / "profile") as page:
+        await page.navigate(f"{stack.url}/console/#token={stack.token}")
+        await page.wait_for("document.body.dataset.ready === '1'")
+        card = f"document.querySelector('[data-collection=\"{stack.spec.name}\"]')"
+        text = await page.evaluate(f"{card}.innerText")
+        assert "Charge left" in text and "°C" in text and "MiB" in text and "Connection in use" in text
+        assert await page.evaluate("location.hash") == ""  # the token left the address bar
+        await shot(page, "catalogue", tmp_path)
+
+        await page.navigate(f"{stack.url}/console/collection?name={stack.spec.name}")
+        await page.wait_for("document.body.dataset.ready === '1'")
+        points = await page.evaluate("window.ldpConsole.points")
+        assert set(points) == {a.name for a in stack.spec.attributes}
+        assert all(n >= 3 for n in points.values()), points
+        assert await page.evaluate("document.querySelectorAll('.chart canvas').length") >= len(points)
+        shown = await page.evaluate("window.ldpConsole.series.battery_level")
+        newest = shown["windows"][-1]
+        api = stack.api(f"/collections/{stack.spec.name}/series?attribute=battery_level&window={WINDOW_S}s"
+                        f"&from={newest['start_ms']}&to={newest['end_ms']}")
+        assert api["windows"] == [newest]  # the page shows the API's figures
+        assert newest["reports"] == DEVICES and newest["estimates"]["mean"]["low"] is not None
+        bars = await page.evaluate("[...document.querySelectorAll('[data-attribute=\"network_type\"] .bar-row')]"
+                                   ".map(r => r.dataset.label)")
+        assert bars == ["wifi", "5g", "4g", "3g", "offline"]
+        await shot(page, "collection", tmp_path)
+
+        refreshes = await page.evaluate("window.ldpConsole.refreshes")
+        await asyncio.to_thread(stack.send_window)  # a fourth window: the page draws it by itself
+        await page.wait_for(f"window.ldpConsole.refreshes > {refreshes} && "
+                            "window.ldpConsole.points.battery_level >= 4", timeout_s=30)
+        assert page.problems() == []
+
+
+def test_the_console_shows_a_running_stack_live_in_chromium(stack: Stack, tmp_path: Path) -> None:
+    asyncio.run(scenario(stack, tmp_path))
+
+
+def test_the_console_asks_for_a_token_and_says_when_it_is_refused(live_services: Settings, tmp_path: Path) -> None:
+    async def run() -> None:
+        port = free_port()
+        server = subprocess.Popen([sys.executable, "-m", "ldpstream", "serve", "--port", str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            async with chromium_page(tmp_path / "profile") as page:
+                url = f"http://127.0.0.1:{port}/console/"
+                deadline = time.monotonic() + 60
+                while True:
+                    await page.navigate(url)
+                    if await page.wait_for("document.readyState === 'complete' && document.title", 10):
+                        if await page.evaluate("!!document.getElementById('login')"):
+                            break
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.3)
+                assert await page.evaluate("!document.getElementById('login').hidden")
+                assert page.problems() == []  # nothing asked without a token
+                await page.evaluate("document.getElementById('token').value = 'ldp_wrong_token'; "
+                                    "document.getElementById('login').requestSubmit(); true")
+                message = await page.wait_for("document.body.dataset.ready !== '1' && "
+                                              "document.getElementById('status').textContent")
+                assert "The token was refused (401)" in message
+        finally:
+            stop_pid(server.pid)
+
+    asyncio.run(run())
+
+
+def test_the_driver_sees_what_a_page_reports_as_wrong(tmp_path: Path) -> None:
+    """The check `page.problems() == []` above is not empty-handed: an error, a warning, an uncaught exception and a
+    failed load are all seen."""
+    async def run() -> list[str]:
+        async with chromium_page(tmp_path / "profile") as page:
+            await page.navigate("data:text/html,<img src='http://127.0.0.1:9/missing.png'><script>console.error('e');"
+                                "console.warn('w');setTimeout(() => { throw new Error('boom'); });</script>")
+            await page.wait_for("document.readyState === 'complete'")
+            await asyncio.sleep(1.0)
+            return page.problems()
+
+    problems = asyncio.run(run())
+    assert any("console.error: ['e']" in p for p in problems) and any("console.warning" in p for p in problems)
+    assert any("boom" in p for p in problems) and any("log error" in p for p in problems), problems
