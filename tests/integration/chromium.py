@@ -110,7 +110,8 @@ class Page:
         for event in self.events:
             method, params = event["method"], event.get("params", {})
             if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "warning", "assert"):
-                found.append(f"console.{params['type']}: {[a.get('value', a.get('description')) for a in params['args']]}")
+                args = [a.get("value", a.get("description")) for a in params["args"]]
+                found.append(f"console.{params['type']}: {args}")
             elif method == "Runtime.exceptionThrown":
                 details = params["exceptionDetails"]
                 found.append(f"exception: {details.get('exception', {}).get('description', details.get('text'))}")
