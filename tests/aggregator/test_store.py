@@ -171,6 +171,21 @@ def test_reading_an_unknown_window_gives_zeros(store: tuple[StatsStore, str]) ->
     assert w.devices == 0 and all(not v.any() for v in w.stats.values())
 
 
+def test_reading_many_windows_is_reading_each(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    for i in range(5):
+        s.apply(update(c, i, [i + 1], start=3_600_000 * i, scale=i + 1.0))
+    starts = [3_600_000 * i for i in (4, 0, 2, 7)]  # in any order, one without data
+    for sizes in (SIZES, {1: SIZES[1]}):  # every attribute, or one
+        many = s.read_windows(c, 1, "1h", starts, sizes)
+        for got, start in zip(many, starts, strict=True):
+            one = s.read_window(c, 1, "1h", start, sizes)
+            assert got.devices == one.devices and got.stats.keys() == one.stats.keys() == sizes.keys()
+            for attr, vector in one.stats.items():
+                np.testing.assert_array_equal(got.stats[attr], vector)
+    assert [w.devices for w in s.read_windows(c, 1, "1h", starts, SIZES)] == [1, 1, 1, 0]
+
+
 def test_large_dedupe_lists_round_trip(store: tuple[StatsStore, str]) -> None:
     s, c = store
     devices = np.random.default_rng(0).integers(0, 2**64, 200_000, dtype=np.uint64)

@@ -180,8 +180,8 @@ def collection_series(store: StatsStore, plan: Plan, query: SeriesQuery) -> dict
     # passes over at no cost (its estimate of one attribute does not depend on another's statistics)
     sizes, others = {index: plan.sizes[index]}, {j: np.zeros(n) for j, n in plan.sizes.items() if j != index}
     windows = []
-    for start in starts:
-        stats = store.read_window(spec.name, spec.version, query.window, start, sizes)
+    for start, stats in zip(starts, store.read_windows(spec.name, spec.version, query.window, starts, sizes),
+                            strict=True):
         estimate = plan.estimate(WindowStats(stats.devices, {**others, **stats.stats}))[attr.name]
         entry = attribute_entry(plan, attr, estimate)
         central = central_figures([f for f in figures if start <= f.window_ms < start + length])

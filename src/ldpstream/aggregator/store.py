@@ -52,6 +52,7 @@ from ldpstream.runtime.offsets import NOT_APPLIED
 from ldpstream.runtime.redis import move_applied_offset, redis_client
 
 ALL_TIME = "all"
+READ_CHUNK = 200  # windows per pipelined read (`RedisStore.read_windows`)
 
 WindowKey = tuple[int, str, int]  # (spec version, window, start ms)
 
@@ -132,6 +133,11 @@ class StatsStore(ABC):
     def read_window(self, collection: str, version: int, window: str, start_ms: int,
                     sizes: dict[int, int]) -> WindowStats:
         """The statistics of a window (`sizes`: statistics length per attribute index)."""
+
+    def read_windows(self, collection: str, version: int, window: str, starts: list[int],
+                     sizes: dict[int, int]) -> list[WindowStats]:
+        """The statistics of several windows of one length, in the order of `starts` (a series' reads)."""
+        return [self.read_window(collection, version, window, start, sizes) for start in starts]
 
     @abstractmethod
     def windows(self, collection: str) -> list[tuple[int, str, int]]:
@@ -302,6 +308,21 @@ class RedisStore(StatsStore):
                     sizes: dict[int, int]) -> WindowStats:
         raw = self._hash(f"{prefix(collection)}:{window_member(version, window, start_ms)}")
         return _window_from_fields({k: float(v) for k, v in raw.items()}, sizes)
+
+    def read_windows(self, collection: str, version: int, window: str, starts: list[int],
+                     sizes: dict[int, int]) -> list[WindowStats]:
+        """One pipelined round trip per READ_CHUNK windows instead of one per window, each reading only the fields
+        of the attributes in `sizes` (a series reads one attribute of many)."""
+        names = ["n", *(f"a{attr}:{i}" for attr, size in sorted(sizes.items()) for i in range(size))]
+        out = []
+        for lo in range(0, len(starts), READ_CHUNK):
+            with self.redis.pipeline(transaction=False) as pipe:
+                for start in starts[lo:lo + READ_CHUNK]:
+                    pipe.hmget(f"{prefix(collection)}:{window_member(version, window, start)}", names)
+                rows: list[list[bytes | None]] = pipe.execute()
+            out += [_window_from_fields({k: float(v) for k, v in zip(names, row, strict=True) if v is not None},
+                                        sizes) for row in rows]
+        return out
 
     def windows(self, collection: str) -> list[tuple[int, str, int]]:
         members: list[bytes] = self.redis.zrange(f"{prefix(collection)}:windows", 0, -1)  # type: ignore[assignment]
