@@ -250,7 +250,9 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
                   f"the report totals and estimates. Any time: [bold]ldp estimate {spec.name}[/], or "
                   f"[bold]ldp serve[/] and http://127.0.0.1:8000/collections/{spec.name}/estimates, "
                   f"http://127.0.0.1:8000/metrics with a token from [bold]ldp tokens create --scope read "
-                  f"--scope metrics[/] (header Authorization: Bearer TOKEN)")
+                  f"--scope metrics[/] (header Authorization: Bearer TOKEN); its series: [bold]ldp series {spec.name} "
+                  f"-a {spec.attributes[0].name}[/]; the console: "
+                  f"http://127.0.0.1:8000/console/collection?name={spec.name} (it asks for the token)")
     if training is not None:
         console.print(f"LDP SGD over Kafka ({training['devices']:,} devices, eps = {training['epsilon']}, HM, "
                       f"{training['iterations']} iterations of {training['batch_size']:,} gradients, "
