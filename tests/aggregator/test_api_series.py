@@ -24,9 +24,11 @@ from ldpstream.aggregator.series import (
     parse_time,
     series_query,
 )
-from ldpstream.contract.spec import parse_spec
-from ldpstream.runtime.settings import Settings
-from tests.aggregator.series_support import SeriesApi, series_api
+from ldpstream.aggregator.store import MemoryStore
+from ldpstream.contract.shuffled import WindowFigures
+from ldpstream.contract.spec import load_spec, parse_spec
+from ldpstream.runtime.settings import PROJECT_ROOT, Settings
+from tests.aggregator.series_support import SeriesApi, series_api, simulated_windows
 
 MINUTE = 60_000
 
@@ -137,3 +139,32 @@ def test_no_query_string_makes_the_series_fail_with_a_500(api: SeriesApi, params
     path = urllib.parse.quote(f"/collections/{name.format(name=api.name)}/series", safe="/%")
     status, _, body = api.get(f"{path}?{urllib.parse.urlencode(params)}")
     assert status in (200, 400, 404), body
+
+
+class ShuffledStore(MemoryStore):
+    """A MemoryStore with the figures a shuffler published (the Redis store reads them from `figures_key`)."""
+
+    def __init__(self, figures: list[WindowFigures]) -> None:
+        super().__init__()
+        self.figures = figures
+
+    def shuffle_figures(self, collection: str) -> list[WindowFigures]:
+        return self.figures
+
+
+def test_a_shuffled_collection_s_windows_carry_their_central_epsilon() -> None:
+    spec = load_spec(PROJECT_ROOT / "examples" / "shuffled.yaml").model_copy(update={"partitions": 1,
+                                                                                      "windows": ["1m"]})
+    start = 1_700_000_040_000 // MINUTE * MINUTE
+
+    def batch(window_ms: int, epsilon: float, version: int = 1) -> WindowFigures:
+        return WindowFigures(version, window_ms, 20_000, 0, 4.0, epsilon, 1e-8, "grr", window_ms + 70_000)
+
+    store = ShuffledStore([batch(start, 0.31), batch(start + MINUTE, 0.25), batch(start + MINUTE, 0.4, version=2)])
+    windows = simulated_windows(spec, start, 3, 200, store=store)
+    got = collection_series(windows.store, Plan(spec), SeriesQuery("category", "1m", start, start + 3 * MINUTE))
+    assert got["privacy"]["shuffled"] == {"delta": 1e-8, "min_batch": 10_000}
+    assert [w["privacy"] for w in got["windows"]] == [
+        {"epsilon": 4.0, "central": {"epsilon": 0.31, "delta": 1e-8, "batches": 1, "reports": 20_000}},
+        {"epsilon": 4.0, "central": {"epsilon": 0.25, "delta": 1e-8, "batches": 1, "reports": 20_000}},
+        {"epsilon": 4.0, "central": None}]  # not released yet; version 2's batch is another spec's
