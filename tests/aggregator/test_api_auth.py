@@ -41,7 +41,8 @@ from tests.tokens import ApiTokens, api_tokens
 REALM = 'Bearer realm="ldpstream"'
 INVALID_TOKEN = f'{REALM}, error="invalid_token"'
 ESTIMATES = "/collections/diagnostics/estimates"
-NEEDS = {"/collections": "read", ESTIMATES: "read", "/metrics": "metrics"}
+SERIES = "/collections/diagnostics/series?attribute=battery_level"
+NEEDS = {"/collections": "read", ESTIMATES: "read", SERIES: "read", "/metrics": "metrics"}
 GUARDED = list(NEEDS)
 T0 = now_ms()
 
@@ -114,7 +115,9 @@ def test_every_route_is_open_or_has_a_scope() -> None:
     app = offline_app(TokenVerifier(redis.asyncio.Redis.from_url("redis://127.0.0.1:1/0")))  # never connects
     routes = {resource.canonical for resource in app.router.resources()}
     assert routes == OPEN_ROUTES | set(ROUTE_SCOPES)
-    assert OPEN_ROUTES == {"/healthz"}
+    # the open routes hold no data: liveness, the OpenAPI document, the console's static pages and scripts
+    assert OPEN_ROUTES == {"/healthz", "/openapi.json", "/", "/console", "/console/", "/console/collection",
+                           "/console/static/{file}"}
 
 
 @pytest.mark.parametrize("path, method", [(p, "GET") for p in [*GUARDED, "/nowhere", "/collections/x"]]
@@ -166,7 +169,7 @@ def test_a_revoked_token_is_401_within_the_cache_bound(guarded: Guarded) -> None
 
 
 @pytest.mark.parametrize("scopes, allowed", [
-    ([Scope.READ], {"/collections", ESTIMATES}),
+    ([Scope.READ], {"/collections", ESTIMATES, SERIES}),
     ([Scope.METRICS], {"/metrics"}),
     ([Scope.READ, Scope.METRICS], set(GUARDED)),
     ([Scope.ADMIN], set(GUARDED)),
