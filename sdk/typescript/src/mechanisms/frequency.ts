@@ -7,7 +7,7 @@
 import { LDPError } from "../errors.js";
 import type { Random } from "../random.js";
 import { checkEpsilon, column, type FreshMechanism, type Report } from "./base.js";
-import { add, div, fraction, fromDouble, mul, sub, toDouble } from "./rational.js";
+import { fraction, sub, toDouble } from "./rational.js";
 
 export const MAX_DOMAIN_SIZE = 1 << 20;
 export const FREQUENCY_MAX_EPSILON = 30.0;
@@ -149,15 +149,14 @@ export function hashBucket(a: number, b: number, code: number, g: number): numbe
   return Number((BigInt(residue) * BigInt(g)) / BigInt(HASH_PRIME));
 }
 
-/** q* = p c + (1 - p)(1 - c) / (g - 1), c the family's exact collision probability (as Python's Fraction). */
+/** q* = p c + (1 - p)(1 - c) / (g - 1), c the family's exact collision probability. As in Python, where a float
+ * times a Fraction is a float: c and 1 - c are rounded once each, the rest is float arithmetic. */
 export function otherSupportProbability(keep: number, g: number): number {
   const prime = BigInt(HASH_PRIME), gg = BigInt(g);
   const small = prime / gg, big = prime % gg;
   const pairs = big * (small + 1n) * small + (gg - big) * small * (small - 1n);
   const c = fraction(pairs, prime * (prime - 1n));
-  const p = fromDouble(keep);
-  const one = fraction(1n);
-  return toDouble(add(mul(p, c), div(mul(sub(one, p), sub(one, c)), fraction(gg - 1n))));
+  return keep * toDouble(c) + ((1 - keep) * toDouble(sub(fraction(1n), c))) / (g - 1);
 }
 
 export function olhBuckets(epsilon: number): number {
