@@ -191,6 +191,14 @@ export function backoffS(attempt: number, retryAfterS: number, baseS: number, ca
   return Math.max(retryAfterS, u * Math.min(capS, baseS * 2 ** (attempt - 1)));
 }
 
+function reasonOf(body: Uint8Array): string {
+  try {
+    return String((JSON.parse(new TextDecoder().decode(body)) as { reason?: unknown }).reason ?? "").slice(0, 100);
+  } catch {
+    return "";
+  }
+}
+
 function retryAfterSeconds(value: string | null): number {
   const seconds = Number(value ?? 0);
   return Number.isFinite(seconds) ? Math.min(Math.max(seconds, 0), 86_400) : 0;
@@ -203,6 +211,9 @@ export class HttpTransport {
   readonly maxBackoffS: number;
   /** The edge's current spec version of the collection, when an answer said it. */
   currentVersion: number | null = null;
+  /** The status of the last answer to a report (0: no answer), and the edge's reason when it refused. */
+  lastStatus: number | null = null;
+  lastReason = "";
   private readonly sleep: (ms: number) => Promise<void>;
   private readonly clock: () => number;
   private readonly random: () => number;
@@ -257,11 +268,12 @@ export class HttpTransport {
       try {
         const answer = await this.client.request("POST", path, body, headers, 64 * 2 ** 10);
         this.noteVersion(answer.headers.get(VERSION_HEADER));
-        status = answer.status;
+        status = this.lastStatus = answer.status;
+        this.lastReason = status >= 300 ? reasonOf(answer.body) : "";
         if (!RETRYABLE.has(status)) return status;
         retryAfter = retryAfterSeconds(answer.headers.get("Retry-After"));
       } catch {
-        status = 0;
+        status = this.lastStatus = 0;
       }
       if (attempt < this.attempts) {
         await this.sleep(1000 * backoffS(attempt, retryAfter, this.baseBackoffS, this.maxBackoffS, this.random()));
