@@ -220,6 +220,14 @@ export class PrivacyLedger {
 
   /** A ledger from its JSON (format 3 or 2, as the Python SDK writes it); Error if it is not one. */
   static fromJSON(text: string, persist: Persist | null = null): PrivacyLedger {
+    try {
+      return PrivacyLedger.parse(text, persist);
+    } catch (exc) {
+      throw new Error(`not a privacy ledger: ${String(exc)}`);
+    }
+  }
+
+  private static parse(text: string, persist: Persist | null): PrivacyLedger {
     const data = JSON.parse(text) as Record<string, unknown>;
     if (typeof data !== "object" || data === null || (data.format !== 2 && data.format !== FORMAT)) {
       throw new Error(`not a privacy ledger of format ${FORMAT}`);

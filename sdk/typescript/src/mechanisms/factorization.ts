@@ -167,12 +167,15 @@ export class FactorizationMechanism implements FreshMechanism<number> {
 
   /** The strategy in .npz bytes if its content hash is `expectedHash` (and its stored one); SpecError otherwise. */
   static async fromNpz(data: Uint8Array, expectedHash: string): Promise<FactorizationMechanism> {
-    let members: Map<string, Uint8Array>;
     try {
-      members = await readZip(data);
+      return await FactorizationMechanism.read(data, expectedHash);
     } catch (exc) {
       throw exc instanceof SpecError ? exc : new SpecError(`not a factorization strategy: ${String(exc)}`);
     }
+  }
+
+  private static async read(data: Uint8Array, expectedHash: string): Promise<FactorizationMechanism> {
+    const members = await readZip(data);
     const get = (name: string) => {
       const m = members.get(`${name}.npy`);
       if (m === undefined) throw new SpecError(`the strategy has no ${name}`);
@@ -187,7 +190,8 @@ export class FactorizationMechanism implements FreshMechanism<number> {
                                          eps.data));
     if (digest !== expectedHash) throw new SpecError(`the strategy does not match its pinned hash ${expectedHash.slice(0, 12)}...`);
     if (/^<U[0-9]+$/.test(stored.descr)) {
-      const text = [...new Uint32Array(stored.data.slice().buffer)].filter((c) => c !== 0).map((c) => String.fromCodePoint(c)).join("");
+      const points = stored.data.length % 4 === 0 ? [...new Uint32Array(stored.data.slice().buffer)].filter((c) => c !== 0) : [];
+      const text = points.every((c) => c < 128) ? String.fromCharCode(...points) : "";
       if (text !== digest) throw new SpecError("the strategy does not match its stored hash");
     }
     if (w.shape[1] !== q.shape[1] || !wValues.every(Number.isFinite)) {
