@@ -15,3 +15,7 @@ export { PrivacyLedger } from "./ledger.js";
 export { type OutboxOptions, type TransportOptions } from "./outbox.js";
 export { CryptoRandom, type Random } from "./random.js";
 export { authorization, devicePseudonym, type Credential } from "./auth.js";
+// Building blocks, for tools and benchmarks that perturb without a device (tests/typescript, benchmarks/typescript).
+export { columnBytes, encodeEnvelope } from "./wire.js";
+export { FactorizationMechanism } from "./mechanisms/factorization.js";
+export { fromBase64, toBase64 } from "./bytes.js";
