@@ -108,3 +108,28 @@ test("the backoff is full jitter, capped, at least Retry-After", () => {
   assert.equal(backoffS(10, 0, 0.2, 30, 1), 30);
   assert.equal(backoffS(1, 7, 0.2, 30, 0.5), 7);
 });
+
+test("a directory keeps a device's values as 0600 files, atomically replaced, in the Python SDK's formats", async () => {
+  const { mkdtempSync, statSync, readdirSync, rmSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  const { directoryStorage } = await import("../dist/node.js");
+  const dir = mkdtempSync(join(tmpdir(), "ldp-device-"));
+  try {
+    const storage = directoryStorage(join(dir, "phone"));
+    assert.equal(await storage.get("ledger"), undefined);
+    const ledger = new PrivacyLedger((json) => storage.set("ledger", json));
+    await ledger.commit("diag", 8);
+    await ledger.charge(spec, T, [], DEFAULT_POLICY);
+    const text = await storage.get("ledger");
+    assert.equal(JSON.parse(text).format, 3);
+    assert.equal(PrivacyLedger.fromJSON(text).lifetimeSpent("diag"), 2);
+    assert.equal(statSync(join(dir, "phone", "ledger.json")).mode & 0o777, 0o600);
+    assert.deepEqual(readdirSync(join(dir, "phone")).sort(), ["ledger.json", "outbox"]); // no temporary left behind
+    await storage.set("outbox/diag", "[]");
+    assert.equal(await storage.get("outbox/diag"), "[]");
+    await assert.rejects(async () => storage.get("../escape"), /not a storage key/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
