@@ -3,15 +3,15 @@
 // JOBS: [{"name", "spec" (JSON text), "records": [record, ...], "strategy": {"hash", "npz"} | null}]
 
 export async function runBench(sdk, jobs, seconds = 0.4) {
-  const { Collector, CryptoRandom, parseSpec, fromBase64, FactorizationMechanism, encodeEnvelope, columnBytes } = sdk;
+  const { Collector, CryptoRandom, parseSpec, fromBase64, strategyFromNpz, encodeEnvelope, columnBytes, loadMechanisms,
+          needsOf } = sdk;
   const out = {};
   const rng = new CryptoRandom();
   for (const job of jobs) {
+    await loadMechanisms(needsOf(job.spec)); // what the spec names, on demand (as a device does)
     const spec = parseSpec(job.spec);
     const strategies = new Map();
-    if (job.strategy) {
-      strategies.set(job.strategy.hash, await FactorizationMechanism.fromNpz(fromBase64(job.strategy.npz), job.strategy.hash));
-    }
+    if (job.strategy) strategies.set(job.strategy.hash, await strategyFromNpz(fromBase64(job.strategy.npz), job.strategy.hash));
     const collector = new Collector(spec, strategies);
     const secret = spec.privacy === null ? null : rng.word64();
     const one = (record) => encodeEnvelope({
@@ -34,9 +34,6 @@ export async function runBench(sdk, jobs, seconds = 0.4) {
 if (typeof process !== "undefined" && process.argv[1]?.endsWith("perturb.mjs")) {
   const { readFileSync } = await import("node:fs");
   const dist = new URL("../../sdk/typescript/dist/", import.meta.url);
-  const sdk = {
-    ...(await import(new URL("index.js", dist))), ...(await import(new URL("bytes.js", dist))),
-    ...(await import(new URL("mechanisms/factorization.js", dist))), ...(await import(new URL("wire.js", dist))),
-  };
+  const sdk = await import(new URL("index.js", dist));
   console.log(JSON.stringify(await runBench(sdk, JSON.parse(readFileSync(process.argv[2], "utf8")))));
 }

@@ -4,6 +4,7 @@
 // device; a spec with a lifetime budget gets a fresh secret per device, from crypto.getRandomValues like the noise.
 import { readFileSync, writeFileSync } from "node:fs";
 
+import "../../sdk/typescript/dist/mechanisms/all.js"; // every mechanism, statically
 import { fromBase64 } from "../../sdk/typescript/dist/bytes.js";
 import { Collector } from "../../sdk/typescript/dist/collector.js";
 import { FactorizationMechanism } from "../../sdk/typescript/dist/mechanisms/factorization.js";

@@ -9,12 +9,11 @@ import { utf8 } from "./bytes.js";
 import { LDPError, RecordError, SpecError } from "./errors.js";
 import { blake2b, leU64, nameKey, sha256 } from "./hashes.js";
 import type { FreshMechanism, MemoizedMechanism, Report } from "./mechanisms/base.js";
-import { FactorizationMechanism } from "./mechanisms/factorization.js";
+import type { FactorizationMechanism } from "./mechanisms/factorization.js";
 import { checkCode, chooseFrequency, makeFrequency } from "./mechanisms/frequency.js";
-import { chooseKeyvalue, makeKeyvalue, type Pairs } from "./mechanisms/keyvalue.js";
-import { chooseLongitudinal, LONGITUDINAL_KIND, makeLongitudinal } from "./mechanisms/longitudinal.js";
+import type { Pairs } from "./mechanisms/keyvalue.js";
+import { keyvalue, longitudinal, LONGITUDINAL_KIND, strings } from "./mechanisms/optional.js";
 import { chooseSampled, makeNumeric, NUMERIC } from "./mechanisms/numeric.js";
-import { chooseHeavyHitters, makeHeavyHitters, StringDomain } from "./mechanisms/strings.js";
 import type { Random } from "./random.js";
 import {
   attributeDomain, type Attribute, type CollectionSpec, FACTORIZATION, HEAVY_HITTER_NAMES, specKey,
@@ -127,11 +126,13 @@ export class Collector {
     if (a.type === "keyvalue") {
       if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': key-value mechanisms have no memo`);
       const d = attributeDomain(a);
+      const { chooseKeyvalue, makeKeyvalue } = keyvalue();
       const name = a.mechanism === "auto" ? chooseKeyvalue(eps, d, a.padding) : a.mechanism;
       return { fresh: makeKeyvalue(name, eps, d, a.padding) as FreshMechanism<unknown> };
     }
     if (a.type === "string") {
       if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': no memoized mechanism reports strings`);
+      const { chooseHeavyHitters, makeHeavyHitters, StringDomain } = strings();
       const name = a.mechanism === "auto" ? chooseHeavyHitters(eps) : a.mechanism;
       if (!HEAVY_HITTER_NAMES.includes(name)) throw new LDPError(`attribute '${a.name}': '${name}' is not a heavy-hitter mechanism`);
       const domain = new StringDomain(a.max_length, a.alphabet);
@@ -150,6 +151,7 @@ export class Collector {
       const lifetime = this.lifetime / this.k;
       const kind = a.type === "numeric" ? "numeric" : "frequency";
       const domain = a.type === "categorical" ? a.values.length : null;
+      const { chooseLongitudinal, makeLongitudinal } = longitudinal();
       const name = a.mechanism === "auto" ? chooseLongitudinal(kind, lifetime, eps, domain) : a.mechanism;
       if (LONGITUDINAL_KIND[name] !== kind) {
         throw new LDPError(`attribute '${a.name}': with a lifetime budget a ${kind} attribute is reported by a memoized mechanism, not '${name}'`);
@@ -277,7 +279,7 @@ export function trueValue(a: Attribute, value: unknown): unknown {
   }
   if (a.type === "string") {
     try {
-      return new StringDomain(a.max_length, a.alphabet).encode(value as string) && value;
+      return new (strings().StringDomain)(a.max_length, a.alphabet).encode(value as string) && value;
     } catch (exc) {
       throw new RecordError(`attribute '${a.name}': ${(exc as Error).message}`);
     }

@@ -22,7 +22,8 @@ import { Collector, pinnedStrategies, type Strategies, type TrueRecord } from ".
 import { EdgeClient, type Fetch } from "./edge.js";
 import { EdgeError, SpecError, SpecRefused, StateError, TrustError } from "./errors.js";
 import { PrivacyLedger } from "./ledger.js";
-import { FactorizationMechanism } from "./mechanisms/factorization.js";
+import type { FactorizationMechanism } from "./mechanisms/factorization.js";
+import { factorization, loadMechanisms } from "./mechanisms/optional.js";
 import { HttpTransport, Outbox, type TransportOptions } from "./outbox.js";
 import { type Pointer, POINTER_PERIOD_MS, parsePointer, pointerExpired } from "./pointer.js";
 import { judge, makePolicy, type PolicyOptions, type PrivacyPolicy } from "./policy.js";
@@ -118,7 +119,8 @@ class Link {
     const out = new Map<string, FactorizationMechanism>();
     try {
       for (const hash of pinnedStrategies(spec)) {
-        out.set(hash, await FactorizationMechanism.fromNpz(await this.client.strategy(hash), hash));
+        await loadMechanisms({ factorization: true });
+        out.set(hash, await factorization().FactorizationMechanism.fromNpz(await this.client.strategy(hash), hash));
       }
     } catch (exc) {
       if (exc instanceof SpecError) throw new SpecRefused("malformed_strategy", exc.message);

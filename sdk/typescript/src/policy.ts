@@ -15,7 +15,7 @@
 import { Collector, type Strategies } from "./collector.js";
 import { LDPError, PolicyError, SpecError } from "./errors.js";
 import { FREQUENCY } from "./mechanisms/frequency.js";
-import { LONGITUDINAL_KIND } from "./mechanisms/longitudinal.js";
+import { LONGITUDINAL_KIND } from "./mechanisms/optional.js";
 import { NUMERIC } from "./mechanisms/numeric.js";
 import { type CollectionSpec, FACTORIZATION, HEAVY_HITTER_NAMES, KEYVALUE_NAMES } from "./spec.js";
 

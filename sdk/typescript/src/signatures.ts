@@ -8,7 +8,6 @@
  * @noble/ed25519 (strict RFC 8032 rules) where it does not.
  */
 
-import * as ed from "@noble/ed25519";
 import { concatBytes, fromBase64, toHex, utf8 } from "./bytes.js";
 import { SignatureError } from "./errors.js";
 import { sha256 } from "./hashes.js";
@@ -100,6 +99,7 @@ async function ed25519Verify(publicKey: Uint8Array, signature: Uint8Array, messa
     }
   }
   try {
+    const ed = await import("@noble/ed25519"); // loaded only on a platform whose WebCrypto lacks Ed25519
     return await ed.verifyAsync(signature, message, publicKey, { zip215: false });
   } catch {
     return false;

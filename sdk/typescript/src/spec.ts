@@ -7,7 +7,7 @@
 import { fromUtf8 } from "./bytes.js";
 import { LDPError, SpecError } from "./errors.js";
 import { FREQUENCY } from "./mechanisms/frequency.js";
-import { LONGITUDINAL_KIND, makeLongitudinal } from "./mechanisms/longitudinal.js";
+import { longitudinal, LONGITUDINAL_KIND } from "./mechanisms/optional.js";
 import { NUMERIC } from "./mechanisms/numeric.js";
 
 export const NAME = /^[a-z][a-z0-9_\-]{0,62}$/;
@@ -328,7 +328,7 @@ function parameterError(mechanism: string, parameters: Record<string, number>, d
     return `parameters go with a named memoized mechanism (${Object.keys(LONGITUDINAL_KIND).sort().join(", ")}), not '${mechanism}'`;
   }
   try {
-    makeLongitudinal(mechanism, ...NOMINAL_BUDGETS, domain, parameters);
+    longitudinal().makeLongitudinal(mechanism, ...NOMINAL_BUDGETS, domain, parameters);
   } catch (exc) {
     if (exc instanceof LDPError) return exc.message;
     throw exc;

@@ -12,6 +12,7 @@
 import { utf8 } from "./bytes.js";
 import { SignatureError, SpecError, TrustError } from "./errors.js";
 import { sha256Hex } from "./hashes.js";
+import { loadMechanisms, needsOf } from "./mechanisms/optional.js";
 import { type Pointer, PointerError, parsePointer, pointerExpired, pointerNewerThan } from "./pointer.js";
 import { pointerMessage, specMessage, type TrustedKeys, verifyBlock } from "./signatures.js";
 import { type CollectionSpec, parseSpec, specKey } from "./spec.js";
@@ -61,6 +62,7 @@ export async function checkSpec(data: Uint8Array, block: Uint8Array | null, keys
   if (sha256Hex(data) !== pointer.content_hash) throw new TrustError("hash_mismatch", `spec ${key}: its bytes are not those the pointer names`);
   let spec: CollectionSpec;
   try {
+    await loadMechanisms(needsOf(new TextDecoder().decode(data))); // the mechanisms it names, before it is validated
     spec = parseSpec(data, key);
   } catch (exc) {
     if (exc instanceof SpecError) throw new TrustError("malformed_spec", exc.message);

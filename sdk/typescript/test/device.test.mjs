@@ -1,5 +1,6 @@
 // The ledger's rules (windows, clock jumps, the day and lifetime caps, memos), the policy's fields, the outbox's
 // bounds and backoff: the Python SDK's rules (tests/device/test_ledger*.py, test_outbox_bounds.py), here in TypeScript.
+import "../dist/mechanisms/all.js"; // every mechanism, statically
 import { test } from "node:test";
 import assert from "node:assert/strict";
 

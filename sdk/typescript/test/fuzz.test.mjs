@@ -1,5 +1,6 @@
 // The decoders of outside bytes, fuzzed: whatever the bytes, each returns or throws its own error, nothing else
 // (no TypeError, RangeError or hang from a hostile pointer, spec, strategy, signature header or stored state).
+import "../dist/mechanisms/all.js"; // every mechanism, statically
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";

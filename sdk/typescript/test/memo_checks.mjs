@@ -1,4 +1,5 @@
 // The checks of memo.json, collectors.json and hashes.json: the deterministic parts of perturbation, bit for bit.
+import "../dist/mechanisms/all.js"; // every mechanism, statically
 import assert from "node:assert/strict";
 
 import { fromBase64 } from "../dist/bytes.js";

@@ -1,4 +1,5 @@
 // Every file under tests/vectors/ (written by tests/vectors/generate.py): the same verdicts and bytes as Python.
+import "../dist/mechanisms/all.js"; // every mechanism, statically
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, readdirSync } from "node:fs";

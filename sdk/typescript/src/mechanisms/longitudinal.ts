@@ -16,6 +16,8 @@ import {
 } from "./frequency.js";
 import { checkNumericEpsilon, checkUnit, duchiBound } from "./numeric.js";
 import { symmetricSmallestEigenvalueRatioAbove } from "./linalg.js";
+import { LONGITUDINAL_PARAMETERS } from "./optional.js";
+export { LONGITUDINAL_KIND, LONGITUDINAL_PARAMETERS } from "./optional.js";
 
 export function checkBudgets(lifetime: number, first: number): [number, number] {
   checkEpsilon(lifetime);
@@ -497,17 +499,6 @@ export class DBitFlip implements MemoizedMechanism<number> {
       + `sampled=${this.sampled}, gamma=${formatG(this.gamma)})`;
   }
 }
-
-/** The parameters a spec may set per memoized mechanism (`registry.longitudinal_parameters`). */
-export const LONGITUDINAL_PARAMETERS: Record<string, readonly string[]> = {
-  "l-grr": [], "l-oue": [], "l-osue": [], "l-sue": [], rappor: ["hashes", "bloom_bits", "cohorts"],
-  "1bitmean": ["buckets"], dbitflip: ["sampled"],
-};
-
-export const LONGITUDINAL_KIND: Record<string, "frequency" | "numeric"> = {
-  "l-grr": "frequency", "l-oue": "frequency", "l-osue": "frequency", "l-sue": "frequency", rappor: "frequency",
-  "1bitmean": "numeric", dbitflip: "frequency",
-};
 
 /** The memoized mechanism `name` for budgets (eps_inf, eps_1) (`registry.make_longitudinal`). */
 export function makeLongitudinal(name: string, lifetime: number, first: number, domainSize: number | null,
