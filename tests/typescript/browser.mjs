@@ -30,6 +30,24 @@ async function visit(page, name) {
     pseudonym: document.body.dataset.pseudonym ?? null, spent: document.body.dataset.spent ?? null,
     pending: document.body.dataset.pending ?? null,
   }));
+  // the memo table is the ledger's secret (kept in IndexedDB): its digest, never the secret itself, and the memos paid
+  seen.memo = await page.evaluate(async () => {
+    const db = await new Promise((resolve, reject) => {
+      const open = indexedDB.open("ldpstream-device");
+      open.onsuccess = () => resolve(open.result);
+      open.onerror = () => reject(open.error);
+    });
+    const text = await new Promise((resolve) => {
+      const get = db.transaction("state").objectStore("state").get("ledger");
+      get.onsuccess = () => resolve(get.result);
+    });
+    db.close();
+    const ledger = JSON.parse(text);
+    const [name, account] = Object.entries(ledger.collections)[0];
+    const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(account.secret ?? ""));
+    return { collection: name, secret_sha256: [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join(""),
+             memos: Object.keys(account.memos).sort(), lifetime_spent: account.lifetime_spent };
+  });
   await page.screenshot({ path: join(artifacts, `${name}.png`), fullPage: true });
   return seen;
 }

@@ -1,7 +1,8 @@
 """A real browser: Debian's Chromium, headless (playwright-core; no browser download), loads the example page
 (examples/web/), which joins a collection through the real edge (CORS for the page's origin), reports and sends; the
 aggregator counts its report. Reloaded, the page is the same device (its credential, ledger and outbox in IndexedDB):
-it enrols nothing new, and its spent budget stands, so a second report in the window is refused. Screenshots of both
+it enrols nothing new, its spent budget stands (a second report in the window is refused), and its secret, from which
+its memoized answers are read, is the same. Screenshots of both
 visits are kept under tests/typescript/artifacts/ (git-ignored). CI gets Chromium from Debian (`make install-test`
 runs `apt-get install -y chromium` when /usr/bin/chromium is missing)."""
 
@@ -37,7 +38,9 @@ pytestmark = pytest.mark.integration
 
 ARTIFACTS = HERE / "artifacts"
 CHROMIUM = Path("/usr/bin/chromium")
-SPEC = {"version": 1, "epsilon": 2.0, "windows": ["1h"], "one_report_per_window": True,
+# A lifetime budget: its attributes are memoized (1BitMean and a two-stage oracle, loaded by the page on demand) and
+# their permanent answers are read from the device's secret, which must survive the reload.
+SPEC = {"version": 1, "privacy": {"per_report": 1.0, "lifetime": 2.0}, "windows": ["1h"], "one_report_per_window": True,
         "attributes": [{"name": "battery_level", "type": "numeric", "range": [0, 100]},
                        {"name": "network_type", "type": "categorical", "values": ["wifi", "5g", "4g", "offline"]}]}
 
@@ -111,10 +114,12 @@ def test_a_page_in_chromium_joins_reports_and_survives_a_reload(collection: Coll
         seen = json.loads(run_node(HERE / "browser.mjs", url, str(ARTIFACTS), timeout=300).stdout)
         first, reloaded = seen["first"], seen["reloaded"]
         assert first["state"] == "sent", seen
-        assert first["pending"] == "0" and float(first["spent"]) == pytest.approx(2.0), seen
+        assert first["pending"] == "0" and float(first["spent"]) == pytest.approx(1.0), seen
+        assert first["memo"]["memos"] and first["memo"]["lifetime_spent"] > 0, seen
         # the same device after a reload: its credential (no new enrolment), its ledger (the window's budget spent)
         assert reloaded["state"] == "budget" and "BudgetExceeded" in reloaded["text"], seen
         assert reloaded["pseudonym"] == first["pseudonym"] and reloaded["spent"] == first["spent"], seen
+        assert reloaded["memo"] == first["memo"], seen  # the same secret (memo table), the same memos paid for
         assert collection.wait_accepted(1, timeout_s=60) == 1
         assert collection.store.outcomes(name) == {"accepted": 1}
         client = redis_client(cfg.redis)
