@@ -8,7 +8,7 @@ import { join } from "node:path";
 const require = createRequire(new URL("../../sdk/typescript/package.json", import.meta.url));
 const { chromium } = require("playwright-core");
 const jobs = readFileSync(process.argv[2], "utf8");
-const bundle = readFileSync(new URL("../../sdk/typescript/dist/browser/ldpstream-device.js", import.meta.url), "utf8");
+const dist = new URL("../../sdk/typescript/dist/browser/", import.meta.url); // the core and its chunks
 const bench = readFileSync(new URL("./perturb.mjs", import.meta.url), "utf8");
 const FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync"];
@@ -17,14 +17,17 @@ const context = await chromium.launchPersistentContext(profile, { executablePath
 try {
   const page = await context.newPage();
   const files = {
-    "/sdk.js": bundle, "/bench.js": bench, "/jobs.json": jobs,
+    "/bench.js": bench, "/jobs.json": jobs,
     "/index.html": `<!doctype html><script type="module">
-      import * as sdk from "./sdk.js"; import { runBench } from "./bench.js";
+      import * as sdk from "./sdk/ldpstream-device.js"; import { runBench } from "./bench.js";
       const jobs = await (await fetch("./jobs.json")).json();
       window.result = await runBench(sdk, jobs);</script>`,
   };
   await page.route("http://bench.invalid/**", (route) => {
     const path = new URL(route.request().url()).pathname;
+    if (path.startsWith("/sdk/") && !path.includes("..")) {
+      return route.fulfill({ status: 200, contentType: "text/javascript", body: readFileSync(new URL(path.slice(5), dist), "utf8") });
+    }
     const type = path.endsWith(".html") ? "text/html" : path.endsWith(".json") ? "application/json" : "text/javascript";
     return files[path] === undefined ? route.abort() : route.fulfill({ status: 200, contentType: type, body: files[path] });
   });
