@@ -10,6 +10,7 @@
  */
 
 import { BudgetExceeded } from "./errors.js";
+import { fsum } from "./fsum.js";
 import type { Memo } from "./collector.js";
 import type { PrivacyPolicy } from "./policy.js";
 import { type CollectionSpec, windowSeconds } from "./spec.js";
@@ -178,7 +179,7 @@ export class PrivacyLedger {
     }
     const fresh = new Map<string, number>();
     for (const m of memos) if (!current.memos.has(m.key)) fresh.set(m.key, m.epsilon);
-    const lifetime = current.lifetimeSpent + (spec.privacy === null ? epsilon : sum([...fresh.values()]));
+    const lifetime = current.lifetimeSpent + (spec.privacy === null ? epsilon : fsum([...fresh.values()]));
     checkLifetime(spec, memos, fresh, current, lifetime);
     const day = Math.floor(timestampMs / DAY_MS);
     if (policy !== null) this.checkPolicy(spec, policy, epsilon, day, lifetime);
@@ -257,12 +258,6 @@ export class PrivacyLedger {
     if (!numbers.every((x) => Number.isFinite(x) && x >= 0)) throw new Error("a spend that is not a finite number >= 0");
     return new PrivacyLedger(persist, accounts, days, commitments);
   }
-}
-
-function sum(values: number[]): number {
-  let s = 0;
-  for (const v of [...values].sort((a, b) => a - b)) s += v;
-  return s;
 }
 
 function checkLifetime(spec: CollectionSpec, memos: Memo[], fresh: Map<string, number>, current: Account,

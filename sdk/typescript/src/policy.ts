@@ -14,6 +14,7 @@
 
 import { Collector, type Strategies } from "./collector.js";
 import { LDPError, PolicyError, SpecError } from "./errors.js";
+import { fsum } from "./fsum.js";
 import { FREQUENCY } from "./mechanisms/frequency.js";
 import { LONGITUDINAL_KIND } from "./mechanisms/optional.js";
 import { NUMERIC } from "./mechanisms/numeric.js";
@@ -103,24 +104,6 @@ function refuse(code: string, reason: string): Verdict {
 /** What accepting the spec reserves: its lifetime budget, or the policy's per-collection cap for a spec without one. */
 export function commitment(spec: CollectionSpec, policy: PrivacyPolicy): number {
   return spec.privacy !== null ? spec.privacy.lifetime : policy.maxLifetimePerCollection;
-}
-
-function fsum(values: number[]): number {
-  // exact summation (Shewchuk), as Python's math.fsum
-  const partials: number[] = [];
-  for (let x of values) {
-    let i = 0;
-    for (let y of partials) {
-      if (Math.abs(x) < Math.abs(y)) [x, y] = [y, x];
-      const hi = x + y;
-      const lo = y - (hi - x);
-      if (lo) partials[i++] = lo;
-      x = hi;
-    }
-    partials.length = i;
-    partials.push(x);
-  }
-  return partials.reduce((a, b) => a + b, 0);
 }
 
 /** Accept the spec under the policy, given the lifetimes committed by collection name; or refuse it (first rule). */

@@ -21,39 +21,8 @@ export function fraction(num: bigint, den: bigint = 1n): Fraction {
   return { num: num / g, den: den / g };
 }
 
-/** The exact value of a finite double. */
-export function fromDouble(x: number): Fraction {
-  if (!Number.isFinite(x)) throw new RangeError("not finite");
-  if (x === 0) return { num: 0n, den: 1n };
-  const view = new DataView(new ArrayBuffer(8));
-  view.setFloat64(0, x);
-  const bits = view.getBigUint64(0);
-  const sign = bits >> 63n ? -1n : 1n;
-  const exponent = Number((bits >> 52n) & 0x7ffn);
-  let mantissa = bits & ((1n << 52n) - 1n);
-  let power: number;
-  if (exponent === 0) power = -1074;
-  else {
-    mantissa |= 1n << 52n;
-    power = exponent - 1075;
-  }
-  return power >= 0 ? fraction(sign * mantissa * (1n << BigInt(power))) : fraction(sign * mantissa, 1n << BigInt(-power));
-}
-
-export function add(a: Fraction, b: Fraction): Fraction {
-  return fraction(a.num * b.den + b.num * a.den, a.den * b.den);
-}
-
 export function sub(a: Fraction, b: Fraction): Fraction {
   return fraction(a.num * b.den - b.num * a.den, a.den * b.den);
-}
-
-export function mul(a: Fraction, b: Fraction): Fraction {
-  return fraction(a.num * b.num, a.den * b.den);
-}
-
-export function div(a: Fraction, b: Fraction): Fraction {
-  return fraction(a.num * b.den, a.den * b.num);
 }
 
 function bitLength(x: bigint): number {
