@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # pip's own notices and the editable build's chatter stay out of the terminal; errors still show
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test check lint types test-cluster install install-test up down status bench clean compose-secrets
+.PHONY: demo test check lint types test-cluster install install-test up down status bench clean compose-secrets chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,24 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 	$(PIP) -e '.[server,test,plots,data,dev]'
 	touch $@
 
+# The TypeScript device SDK (sdk/typescript): its npm dependencies (the lock file's versions), then tsc and the
+# browser bundle; node_modules and dist are git-ignored. Node.js 20+ and npm come with the machine.
+TS_SDK := sdk/typescript
+$(TS_SDK)/node_modules/.installed: $(TS_SDK)/package.json $(TS_SDK)/package-lock.json
+	cd $(TS_SDK) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(TS_SDK)/dist/.built: $(TS_SDK)/node_modules/.installed $(TS_SDK)/tsconfig.json $(TS_SDK)/scripts/bundle.mjs \
+		$(wildcard $(TS_SDK)/src/*.ts $(TS_SDK)/src/*/*.ts)
+	cd $(TS_SDK) && npm run --silent build
+	touch $@
+
+# The browser tests drive Debian's Chromium (no browser download): installed when missing, as root (CI).
+chromium:
+	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }
+
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test
+install-test: $(VENV)/.installed-test $(TS_SDK)/dist/.built chromium
 
 up: install
 	$(LDP) up
@@ -71,4 +87,4 @@ bench: install
 
 clean:
 	-$(LDP) down
-	rm -rf $(VENV) .local
+	rm -rf $(VENV) .local $(TS_SDK)/node_modules $(TS_SDK)/dist

@@ -14,6 +14,21 @@ the protocol does. Bytes are base64 (standard alphabet, padded); 64-bit integers
 - `wire.json`: batches of mechanism output and the exact envelope bytes (`ldpstream.contract.wire.encode`).
 - `auth.json`: request signatures (`ldpstream.contract.auth.authorization`) and device pseudonyms
   (`ldpstream.contract.pseudonym.device_pseudonym`).
+
+The deterministic parts of perturbation, which every SDK must compute bit for bit (its noise is its own, drawn from
+the platform's cryptographic generator, and only its distribution must agree). Here the outcome is the reference
+implementation's (the Python mechanisms define these functions), recorded for fixed inputs;
+`tests/device/test_vectors_perturb.py` holds the Python SDK to them through its public paths:
+
+- `memo.json`: the keyed 64-bit streams (`ldpstream.mechanisms.longitudinal.memo`), the attribute secrets, and every
+  memoized mechanism's parameters, repr (it names the ledger's memos) and permanent responses for fixed secrets and
+  values (L-GRR's code, unary and RAPPOR bits with the cohort, 1BitMean's rounding and bit, dBitFlip's buckets and
+  bits).
+- `collectors.json`: specs and how their collector resolves "auto", k and the budgets (`privacy_budgets`), which k
+  attributes a secret fixes, and the memo keys a record reads (`ldpstream.device.perturb.report_memos`).
+- `hashes.json`: local hashing's buckets and exact q*, Hadamard bits, string fingerprints, salts and buckets, the
+  heavy-hitter trees' levels and seeds, SFP's puzzle pieces and records, open-domain key codes, and a factorization
+  strategy's .npz bytes (stored and deflated) with its content hash.
 """
 
 from __future__ import annotations
@@ -30,6 +45,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ldpstream.contract.auth import authorization  # noqa: E402
 from ldpstream.contract.pointer import Pointer  # noqa: E402
@@ -220,8 +236,11 @@ def auth_vectors() -> dict[str, Any]:
                                         ("diagnostics", "k2.0a1b2c3d4e5f6a7b8c9d0e1f"), ("a", "x")]]}
 
 
+from perturb_vectors import collector_vectors, hash_vectors, memo_vectors  # noqa: E402
+
 VECTORS = {"trust.json": trust_vectors, "policy.json": policy_vectors, "wire.json": wire_vectors,
-           "auth.json": auth_vectors}
+           "auth.json": auth_vectors, "memo.json": memo_vectors, "collectors.json": collector_vectors,
+           "hashes.json": hash_vectors}
 
 
 def render(name: str) -> str:
