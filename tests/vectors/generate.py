@@ -172,6 +172,8 @@ def policy_vectors() -> dict[str, Any]:
          False, "policy_epsilon_per_report", 0.0),
         ("epsilon 8: the largest per-report budget the defaults allow", defaults, spec_text(epsilon=8.0), {}, True,
          "", 8.0),
+        ("a shuffled spec: judged as any other (the device's budget is eps0)", defaults,
+         spec_text(epsilon=4.0, shuffle={"delta": 1e-8, "min_batch": 1000, "grace_s": 30}), {}, True, "", 8.0),
         ("a spec with a lifetime budget commits it", defaults,
          spec_text(privacy=lifetime, attributes=memoized, epsilon=1.0), {}, True, "", 4.0),
         ("a lifetime budget above the per-collection cap", defaults,

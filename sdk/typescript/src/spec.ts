@@ -72,12 +72,20 @@ export interface CollectionSpec {
   epsilon: number;
   attributes: Attribute[];
   privacy: Privacy | null;
+  /** A shuffled collection: the edge forwards its reports anonymous to the shuffler (nothing changes on the device). */
+  shuffle: Shuffle | null;
   sampling: "auto" | "one" | "split" | number;
   /** Tumbling windows, shortest first ("all" dropped: the all-time window is always kept). */
   windows: string[];
   one_report_per_window: boolean;
   partitions: number;
   description: string;
+}
+
+export interface Shuffle {
+  delta: number;
+  min_batch: number;
+  grace_s: number;
 }
 
 export function specKey(spec: CollectionSpec): string {
@@ -347,8 +355,8 @@ function validated(data: Record<string, Json>): CollectionSpec {
       throw new SpecError(`<root>: epsilon ${String(data.epsilon)} and privacy.per_report ${String(perReport)} differ: state one`);
     }
   }
-  const r = new Reader(data, [], problems, ["name", "version", "epsilon", "attributes", "privacy", "sampling", "windows",
-                                            "one_report_per_window", "partitions", "description"]);
+  const r = new Reader(data, [], problems, ["name", "version", "epsilon", "attributes", "privacy", "shuffle", "sampling",
+                                            "windows", "one_report_per_window", "partitions", "description"]);
   const name = r.string("name", { pattern: NAME });
   const version = r.number("version", { integer: true, ge: 1 });
   const epsilon = r.number("epsilon", { gt: 0, le: 50 });
@@ -374,6 +382,18 @@ function validated(data: Record<string, Json>): CollectionSpec {
       }
     }
   }
+  let shuffle: Shuffle | null = null;
+  if (data.shuffle !== undefined && data.shuffle !== null) {
+    if (!isObject(data.shuffle)) problems.add(["shuffle"], "Input should be a valid dictionary");
+    else {
+      const h = new Reader(data.shuffle, ["shuffle"], problems, ["delta", "min_batch", "grace_s"]);
+      const delta = h.number("delta", { gt: 0 });
+      const minBatch = h.number("min_batch", { integer: true, ge: 100, le: 100_000_000, fallback: 10_000 });
+      const grace = h.number("grace_s", { integer: true, ge: 0, le: 3600, fallback: 60 });
+      if (delta != null && delta >= 1e-3) problems.add(["shuffle", "delta"], "Input should be less than 0.001");
+      else if (delta != null && minBatch != null && grace != null) shuffle = { delta, min_batch: minBatch, grace_s: grace };
+    }
+  }
   let sampling: CollectionSpec["sampling"] = "auto";
   if (data.sampling !== undefined) {
     const s = data.sampling;
@@ -396,7 +416,7 @@ function validated(data: Record<string, Json>): CollectionSpec {
   const description = r.string("description", { fallback: "" });
   if (problems.list.length) throw new SpecError(problems.list.join("; "));
   const spec: CollectionSpec = {
-    name: name as string, version: version as number, epsilon: epsilon as number, attributes: attributes!, privacy,
+    name: name as string, version: version as number, epsilon: epsilon as number, attributes: attributes!, privacy, shuffle,
     sampling, windows, one_report_per_window: oneReport, partitions: partitions as number, description: description as string,
   };
   const error = consistency(spec);
@@ -414,6 +434,9 @@ function consistency(spec: CollectionSpec): string | null {
   if (spec.privacy !== null && keyvalue.length) return `keyvalue attributes ${keyvalue.join(", ")} cannot keep a lifetime budget`;
   const strings = spec.attributes.filter((a) => a.type === "string").map((a) => a.name);
   if (spec.privacy !== null && strings.length) return `string attributes ${strings.join(", ")} have no memoized mechanism`;
+  if (spec.shuffle !== null && !(spec.windows.length && spec.one_report_per_window)) {
+    return "a shuffled collection needs windows and one report per device per window";
+  }
   const memoized = spec.attributes.filter((a) => a.mechanism in LONGITUDINAL_KIND).map((a) => a.name);
   if (spec.privacy === null && memoized.length) {
     return `attributes ${memoized.join(", ")} name memoized mechanisms, which need a privacy block {per_report, lifetime}`;
