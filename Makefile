@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # pip's own notices and the editable build's chatter stay out of the terminal; errors still show
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test check lint types test-cluster install install-test up down status bench clean compose-secrets chromium
+.PHONY: demo test check lint types docs test-cluster install install-test up down status bench clean compose-secrets chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,19 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PIP) -e '.[server,test,plots,data,dev,client]'
+	$(PIP) -e '.[server,test,plots,data,dev,docs,client]'
+	touch $@
+
+# The TypeScript device SDK (sdk/typescript): its npm dependencies (the lock file's versions), then tsc and the
+# browser bundle; node_modules and dist are git-ignored. Node.js 20+ and npm come with the machine.
+TS_SDK := sdk/typescript
+$(TS_SDK)/node_modules/.installed: $(TS_SDK)/package.json $(TS_SDK)/package-lock.json
+	cd $(TS_SDK) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(TS_SDK)/dist/.built: $(TS_SDK)/node_modules/.installed $(TS_SDK)/tsconfig.json $(TS_SDK)/scripts/bundle.mjs \
+		$(wildcard $(TS_SDK)/src/*.ts $(TS_SDK)/src/*/*.ts)
+	cd $(TS_SDK) && npm run --silent build
 	touch $@
 
 # The browser tests drive Debian's Chromium (no browser download): installed when missing, as root (CI).
@@ -25,7 +37,7 @@ chromium:
 	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }
 
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test chromium
+install-test: $(VENV)/.installed-test $(TS_SDK)/dist/.built chromium
 
 up: install
 	$(LDP) up
@@ -52,7 +64,11 @@ types: install-test
 
 # Runs the whole suite against real services (stopped afterwards only if this target started them), then the
 # cluster tests.
-test: install-test
+# The docs site (docs/, mkdocs.yml) into site/, every warning an error (a broken link, a stale reference).
+docs: install-test
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+test: install-test docs
 	@if $(LDP) status --services-only >/dev/null 2>&1; then started=no; else started=yes; fi; \
 	$(LDP) up || exit 1; \
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
@@ -75,4 +91,4 @@ bench: install
 
 clean:
 	-$(LDP) down
-	rm -rf $(VENV) .local
+	rm -rf $(VENV) .local site $(TS_SDK)/node_modules $(TS_SDK)/dist

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from ldpstream.mechanisms.base import Column, LDPError, ReportSchema
+from ldpstream.mechanisms.base import FLOAT_RTOL, Column, LDPError, ReportSchema
 
 SCHEMA = ReportSchema((
     Column("bucket", "<u4", 0, 7),
@@ -30,7 +30,9 @@ def rule_reasons(schema: ReportSchema, reports: dict[str, np.ndarray]) -> list[s
         reason = ""
         for col in schema.columns:
             values = [float(v) for v in np.asarray(reports[col.name]).reshape(n, col.width)[row]]
-            if any(not np.isfinite(v) or v < col.low or v > col.high for v in values):
+            slack = FLOAT_RTOL if np.dtype(col.dtype).kind == "f" else 0.0  # a float column's bounds, within rtol
+            low, high = col.low - slack * abs(col.low), col.high + slack * abs(col.high)
+            if any(not np.isfinite(v) or v < low or v > high for v in values):
                 reason = f"{col.name} outside [{col.low}, {col.high}]"
             elif col.allowed is not None and any(v not in col.allowed for v in values):
                 reason = f"{col.name} not in the allowed set of values"
@@ -77,3 +79,16 @@ def test_a_valid_batch_has_no_reason_and_bools_count_as_numbers() -> None:
 def test_malformed_batches_raise(reports: dict[str, np.ndarray]) -> None:
     with pytest.raises(LDPError):
         ReportSchema((Column("bucket", "<u4", 0, 7),)).violations(reports)
+
+
+def test_a_float_column_takes_its_bounds_and_allowed_values_within_an_ulp_of_another_libm() -> None:
+    """Duchi's +-B computed by another platform's tanh (V8's for the TypeScript SDK) may be an ulp off the
+    aggregator's: such a report is valid, one off by a relative 1e-6 is not."""
+    bound = 2.1639534137386525
+    schema = ReportSchema((Column("value", "float64", -bound, bound, allowed=(-bound, bound)),))
+    near = [np.nextafter(bound, 3.0), np.nextafter(-bound, -3.0), bound * (1 - 1e-12), -bound]
+    far = [bound * (1 + 1e-6), bound * (1 - 1e-6), 0.0]
+    reasons = schema.violations({"value": np.array(near + far)}).tolist()
+    assert reasons[:4] == [""] * 4
+    assert reasons[4] == f"value outside [{-bound}, {bound}]"
+    assert reasons[5:] == ["value not in the allowed set of values"] * 2

@@ -14,6 +14,21 @@ the protocol does. Bytes are base64 (standard alphabet, padded); 64-bit integers
 - `wire.json`: batches of mechanism output and the exact envelope bytes (`ldpstream.contract.wire.encode`).
 - `auth.json`: request signatures (`ldpstream.contract.auth.authorization`) and device pseudonyms
   (`ldpstream.contract.pseudonym.device_pseudonym`).
+
+The deterministic parts of perturbation, which every SDK must compute bit for bit (its noise is its own, drawn from
+the platform's cryptographic generator, and only its distribution must agree). Here the outcome is the reference
+implementation's (the Python mechanisms define these functions), recorded for fixed inputs;
+`tests/device/test_vectors_perturb.py` holds the Python SDK to them through its public paths:
+
+- `memo.json`: the keyed 64-bit streams (`ldpstream.mechanisms.longitudinal.memo`), the attribute secrets, and every
+  memoized mechanism's parameters, repr (it names the ledger's memos) and permanent responses for fixed secrets and
+  values (L-GRR's code, unary and RAPPOR bits with the cohort, 1BitMean's rounding and bit, dBitFlip's buckets and
+  bits).
+- `collectors.json`: specs and how their collector resolves "auto", k and the budgets (`privacy_budgets`), which k
+  attributes a secret fixes, and the memo keys a record reads (`ldpstream.device.perturb.report_memos`).
+- `hashes.json`: local hashing's buckets and exact q*, Hadamard bits, string fingerprints, salts and buckets, the
+  heavy-hitter trees' levels and seeds, SFP's puzzle pieces and records, open-domain key codes, and a factorization
+  strategy's .npz bytes (stored and deflated) with its content hash.
 """
 
 from __future__ import annotations
@@ -30,6 +45,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ldpstream.contract.auth import authorization  # noqa: E402
 from ldpstream.contract.pointer import Pointer  # noqa: E402
@@ -105,6 +121,12 @@ def trust_vectors() -> dict[str, Any]:
     for name, body, block, seen, outcome in pointer_cases_signed(pointers):
         pointer_cases.append({"name": name, "collection": "diag", "seen": seen, "now_ms": NOW, "pointer": b64(body),
                               "signature": b64(block), "expected": verdict(outcome)})
+    annotated = spec_text(attributes=[
+        {"name": "battery", "type": "numeric", "range": [0, 100], "mechanism": "pm", "unit": "%",
+         "description": "Charge left"},
+        {"name": "network", "type": "categorical", "values": ["wifi", "4g", "5g"], "mechanism": "grr",
+         "description": "Connection in use"}])
+    bad_unit = annotated.replace(b'"unit":"%"', b'"unit":"%\\n"')
     specs = [
         ("the spec the pointer names, signed by the spec key", spec, signed_spec, good_pointer, "accept"),
         ("signed by the next spec key", spec, sign_block(SPEC_NEXT, spec_message(b"diag@3", spec)), good_pointer,
@@ -124,6 +146,10 @@ def trust_vectors() -> dict[str, Any]:
         ("validly signed and named, but the spec is diag@4", spec_text(version=4),
          sign_block(SPEC_KEY, spec_message(b"diag@3", spec_text(version=4))), pointer_bytes(spec_text(version=4)),
          "wrong_version"),
+        ("attributes with a description and a unit (for the analyst: a device takes them as any field)", annotated,
+         sign_block(SPEC_KEY, spec_message(b"diag@3", annotated)), pointer_bytes(annotated), "accept"),
+        ("a unit with a control character", bad_unit, sign_block(SPEC_KEY, spec_message(b"diag@3", bad_unit)),
+         pointer_bytes(bad_unit), "malformed_spec"),
     ]
     spec_cases = [{"name": name, "pointer": b64(ptr), "spec": b64(body), "signature": b64(block),
                    "expected": verdict(outcome)} for name, body, block, ptr, outcome in specs]
@@ -156,6 +182,8 @@ def policy_vectors() -> dict[str, Any]:
          False, "policy_epsilon_per_report", 0.0),
         ("epsilon 8: the largest per-report budget the defaults allow", defaults, spec_text(epsilon=8.0), {}, True,
          "", 8.0),
+        ("a shuffled spec: judged as any other (the device's budget is eps0)", defaults,
+         spec_text(epsilon=4.0, shuffle={"delta": 1e-8, "min_batch": 1000, "grace_s": 30}), {}, True, "", 8.0),
         ("a spec with a lifetime budget commits it", defaults,
          spec_text(privacy=lifetime, attributes=memoized, epsilon=1.0), {}, True, "", 4.0),
         ("a lifetime budget above the per-collection cap", defaults,
@@ -220,8 +248,11 @@ def auth_vectors() -> dict[str, Any]:
                                         ("diagnostics", "k2.0a1b2c3d4e5f6a7b8c9d0e1f"), ("a", "x")]]}
 
 
+from perturb_vectors import collector_vectors, hash_vectors, memo_vectors  # noqa: E402
+
 VECTORS = {"trust.json": trust_vectors, "policy.json": policy_vectors, "wire.json": wire_vectors,
-           "auth.json": auth_vectors}
+           "auth.json": auth_vectors, "memo.json": memo_vectors, "collectors.json": collector_vectors,
+           "hashes.json": hash_vectors}
 
 
 def render(name: str) -> str:

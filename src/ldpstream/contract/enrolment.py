@@ -96,6 +96,21 @@ def mint(private: Ed25519PrivateKey, token: EnrolmentToken) -> str:
 def read_token(text: str, keys: KeysById, collection: str, now_ms: int) -> EnrolmentToken:
     """The token in `text` if it is signed by one of `keys`, unexpired at `now_ms` and names `collection`;
     TokenError (saying which) otherwise, whatever the text."""
+    return usable(verified_token(text, keys), collection, now_ms)
+
+
+def usable(token: EnrolmentToken, collection: str, now_ms: int) -> EnrolmentToken:
+    """The verified token if it is unexpired at `now_ms` and names `collection`; TokenError otherwise."""
+    if now_ms >= token.expires_ms:
+        raise TokenError("the enrolment token has expired")
+    if collection not in token.collections:
+        raise TokenError(f"the enrolment token is not for collection {collection!r}")
+    return token
+
+
+def verified_token(text: str, keys: KeysById) -> EnrolmentToken:
+    """The token in `text` if it is well formed and signed by one of `keys` (whatever the time or collection: what
+    a verifier may cache by the exact text); TokenError otherwise, whatever the text."""
     if not isinstance(text, str) or len(text) > MAX_TOKEN_CHARS:
         raise TokenError(f"a token is text of at most {MAX_TOKEN_CHARS} characters")
     parts = text.split(".")
@@ -106,12 +121,7 @@ def read_token(text: str, keys: KeysById, collection: str, now_ms: int) -> Enrol
         verify_block(keys, block, ENROL_DOMAIN + payload, "enrolment token")
     except SignatureError as exc:
         raise TokenError(str(exc)) from None
-    token = _parse(payload)
-    if now_ms >= token.expires_ms:
-        raise TokenError("the enrolment token has expired")
-    if collection not in token.collections:
-        raise TokenError(f"the enrolment token is not for collection {collection!r}")
-    return token
+    return _parse(payload)
 
 
 def _parse(payload: bytes) -> EnrolmentToken:

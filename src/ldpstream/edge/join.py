@@ -30,7 +30,7 @@ import redis.asyncio.cluster
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ldpstream.contract.auth import AuthError, Credential, parse_authorization, verify
-from ldpstream.contract.enrolment import TokenError, read_token
+from ldpstream.contract.enrolment import EnrolmentToken, TokenError, usable, verified_token
 from ldpstream.contract.pointer import POINTER_PERIOD_MS, Pointer, issue
 from ldpstream.contract.signatures import KeysById, pointer_message, sign_block
 from ldpstream.edge.devices import devices_key
@@ -98,6 +98,9 @@ class SignedPointer:
     etag: str
 
 
+TOKENS_KEPT = 4096  # verified enrolment tokens kept in memory (`Join._verified`)
+
+
 class Join:
     """The join endpoints' logic, apart from HTTP (module docstring). A missing pointer key or token keys turn the
     endpoints that need them into 503 refusals, not a failed start."""
@@ -116,6 +119,19 @@ class Join:
         self._address = client.register_script(ADDRESS)
         self._token = client.register_script(TOKEN)
         self._pointers: dict[str, SignedPointer] = {}
+        # tokens whose signature checked out, by their exact text: one token enrols a whole fleet, and its Ed25519
+        # check was a fifth of an enrolment's CPU (py-spy during benchmarks/bench_join.py); bounded, oldest out
+        self._tokens: dict[str, EnrolmentToken] = {}
+
+    def _verified(self, text: str) -> EnrolmentToken:
+        """The token in `text`, its signature checked once per distinct text (`verified_token`); TokenError."""
+        token = self._tokens.get(text)
+        if token is None:
+            token = verified_token(text, self.token_keys or {})
+            if len(self._tokens) >= TOKENS_KEPT:
+                del self._tokens[next(iter(self._tokens))]
+            self._tokens[text] = token
+        return token
 
     def pointer(self, name: str, now_ms: int) -> SignedPointer | None:
         """The signed pointer to the collection's newest version (None: not published); Refusal(503) without a
@@ -165,7 +181,7 @@ class Join:
 
     async def _enroll(self, text: str, collection: str, address: str, now_ms: int) -> Credential:
         try:
-            token = read_token(text, self.token_keys or {}, collection, now_ms)
+            token = usable(self._verified(text), collection, now_ms)
         except TokenError as exc:
             token, refusal = None, Refusal(403, BAD_TOKEN, str(exc))
         address_key = f"ldp:edge:enrol:addr:{{{address}}}:{now_ms // 60_000}"

@@ -99,17 +99,29 @@ class ReportSchema:
 _NUMERIC_KINDS = frozenset("biufc")  # bool and np.number's kinds
 
 
+# Relative slack on the bounds and allowed values of a floating-point column. They are closed forms of exp, log and
+# tanh (Duchi's +-B, PM's C), which two libms may round an ulp or two apart (V8's and glibc's, say), so a device on
+# another platform computes them that far from the aggregator's: exact equality would refuse every report of such a
+# device. 1e-9 is far above those ulps and far below anything that could move an estimate.
+FLOAT_RTOL = 1e-9
+
+
 def _column_problems(col: Column, values: np.ndarray) -> list[tuple[np.ndarray, str]]:
     """Per problem of one column, in order, its rows (bool) and its reason. Integers (and bools) are finite and
     whole, so only their range is compared; floating values are also checked finite and, for an integer column,
-    whole."""
+    whole. A floating-point column's bounds and allowed values hold within FLOAT_RTOL."""
     exact = values.dtype.kind in "biu"
     flat = values if exact else values.astype(np.float64, copy=False)
-    out_of_range = (flat < col.low) | (flat > col.high)
+    slack = FLOAT_RTOL if np.dtype(col.dtype).kind == "f" else 0.0
+    out_of_range = (flat < col.low - slack * abs(col.low)) | (flat > col.high + slack * abs(col.high))
     if not exact:
         out_of_range |= ~np.isfinite(flat)
     problems = [(_per_row(out_of_range.any(axis=1)), f"{col.name} outside [{col.low}, {col.high}]")]
-    if col.allowed is not None:
+    if col.allowed is not None and slack:
+        allowed_values = np.asarray(col.allowed, dtype=np.float64)
+        allowed = np.asarray((np.abs(flat[..., None] - allowed_values) <= slack * np.abs(allowed_values)).any(axis=-1))
+        problems.append((_per_row(~allowed.all(axis=1)), f"{col.name} not in the allowed set of values"))
+    elif col.allowed is not None:
         allowed = np.isin(flat.astype(np.float64, copy=False), np.asarray(col.allowed, dtype=np.float64))
         problems.append((_per_row(~allowed.all(axis=1)), f"{col.name} not in the allowed set of values"))
     if not exact and np.dtype(col.dtype).kind in "iu":

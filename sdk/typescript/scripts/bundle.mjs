@@ -1,0 +1,28 @@
+// The browser bundle: dist/index.js and its dependencies as minified ES modules in dist/browser/: the core
+// (ldpstream-device.js: join, trust, policy, ledger, outbox, wire, the numeric mechanisms and frequency oracles) and
+// chunks the core imports on demand (the memoized, key-value, heavy-hitter and factorization mechanisms, and
+// @noble/ed25519 for a platform whose WebCrypto lacks Ed25519), for pages that load the SDK without a bundler of
+// their own (examples/web/). Prints the sizes, minified and minified+gzipped: the core's, and every file's together.
+import { build } from "esbuild";
+import { gzipSync } from "node:zlib";
+import { readFileSync, rmSync } from "node:fs";
+
+const outdir = "dist/browser";
+rmSync(outdir, { recursive: true, force: true });
+const result = await build({
+  entryPoints: { "ldpstream-device": "dist/index.js" }, bundle: true, splitting: true, format: "esm", minify: true,
+  platform: "browser", target: "es2022", outdir, chunkNames: "chunks/[name]-[hash]", external: ["node:*"],
+  legalComments: "eof", logLevel: "warning", metafile: true,
+});
+const size = (file) => {
+  const code = readFileSync(file);
+  return [code.length, gzipSync(code, { level: 9 }).length];
+};
+const entry = `${outdir}/ldpstream-device.js`;
+const statics = [entry, ...result.metafile.outputs[entry].imports.filter((i) => i.kind === "import-statement").map((i) => i.path)];
+const files = Object.keys(result.metafile.outputs).filter((f) => f.endsWith(".js"));
+const sum = (list) => list.map(size).reduce((a, b) => [a[0] + b[0], a[1] + b[1]], [0, 0]);
+const [coreMin, coreGzip] = sum(statics);
+const [allMin, allGzip] = sum(files);
+console.log(JSON.stringify({ bundle: entry, core_min_bytes: coreMin, core_min_gzip_bytes: coreGzip,
+                             all_files: files.length, all_min_bytes: allMin, all_min_gzip_bytes: allGzip }));

@@ -1,0 +1,310 @@
+/**
+ * A spec's collector on the device (`ldpstream.contract.collector`, `ldpstream.mechanisms.mixed`): k of the d
+ * attributes per report (fresh from the device's randomness, or fixed by its secret when the spec has a lifetime
+ * budget), each perturbed at eps / k by the mechanism the spec names or "auto" resolves to, exactly as the Python
+ * collector resolves it; and `privacyBudgets`, what a device spends, which the policy judges.
+ */
+
+import { utf8 } from "./bytes.js";
+import { LDPError, RecordError, SpecError } from "./errors.js";
+import { blake2b, leU64, nameKey, sha256 } from "./hashes.js";
+import type { FreshMechanism, MemoizedMechanism, Report } from "./mechanisms/base.js";
+import type { FactorizationMechanism } from "./mechanisms/factorization.js";
+import { checkCode, chooseFrequency, makeFrequency } from "./mechanisms/frequency.js";
+import type { Pairs } from "./mechanisms/keyvalue.js";
+import { keyvalue, longitudinal, LONGITUDINAL_KIND, strings } from "./mechanisms/optional.js";
+import { chooseSampled, makeNumeric, NUMERIC } from "./mechanisms/numeric.js";
+import type { Random } from "./random.js";
+import {
+  attributeDomain, type Attribute, type CollectionSpec, FACTORIZATION, HEAVY_HITTER_NAMES, specKey,
+} from "./spec.js";
+import { attributeSecret, keyedUniform, TAG_ATTRIBUTE_SAMPLE } from "./u64.js";
+
+const BUDGET_RTOL = 1e-9;
+
+/** Factorization strategies by content hash. */
+export type Strategies = ReadonlyMap<string, FactorizationMechanism>;
+
+/** A true record: each attribute's value (a number, a category name or code, a string, or {key: value} pairs). */
+export type TrueRecord = Record<string, unknown>;
+
+/** A memo a report reads (`ldpstream.device.ledger.Memo`): its key, and the eps_inf its first read costs. */
+export interface Memo {
+  key: string;
+  epsilon: number;
+}
+
+interface Plan {
+  index: number;
+  attribute: Attribute;
+  nameKey: bigint;
+  fresh?: FreshMechanism<unknown>;
+  memoized?: MemoizedMechanism<number>;
+}
+
+export interface AttributeBudget {
+  mechanism: string;
+  one_report: number;
+  per_value: number | null;
+  parameters: Record<string, number> | null;
+}
+
+export interface PrivacyBudgets {
+  per_report: number;
+  lifetime: number | null;
+  values: number | null;
+  attributes: Record<string, AttributeBudget>;
+}
+
+/** One attribute's perturbed report. */
+export interface AttributeReport {
+  attribute: number;
+  report: Report;
+}
+
+export function sampledAttributes(epsilon: number, dims: number): number {
+  return Math.max(1, Math.min(dims, Math.floor(epsilon / 2.5)));
+}
+
+/** k: how many of the spec's attributes each report carries. */
+export function sampledCount(spec: CollectionSpec): number {
+  const d = spec.attributes.length;
+  if (spec.sampling === "auto") return sampledAttributes(spec.epsilon, d);
+  if (spec.sampling === "one") return 1;
+  if (spec.sampling === "split") return d;
+  return spec.sampling;
+}
+
+/** The content hashes of the strategies the spec's factorization attributes pin. */
+export function pinnedStrategies(spec: CollectionSpec): string[] {
+  const hashes: string[] = [];
+  for (const a of spec.attributes) {
+    if (a.type === "categorical" && a.mechanism === FACTORIZATION) {
+      if (a.strategy === null) throw new SpecError(`${specKey(spec)}: attribute '${a.name}' pins no strategy yet`);
+      hashes.push(a.strategy);
+    }
+  }
+  return hashes;
+}
+
+/** The public seed of a string attribute's hashes: sha256("collection/attribute")[:8], little-endian. */
+export function hashSeed(collection: string, attribute: string): bigint {
+  return leU64(sha256(utf8(`${collection}/${attribute}`)));
+}
+
+/** The code of a key of a key-value attribute: its index in `keys`, or its bucket (keyed BLAKE2b of the name). */
+export function keyCode(a: Attribute & { type: "keyvalue" }, key: string): number {
+  if (a.keys !== null) {
+    const code = a.keys.indexOf(key);
+    if (code < 0) throw new RecordError(`attribute '${a.name}': unknown key ${JSON.stringify(key)}`);
+    return code;
+  }
+  const digest = blake2b(utf8(key), { digestSize: 8, key: utf8(a.name) });
+  return Number(leU64(digest) % BigInt(a.buckets as number));
+}
+
+export class Collector {
+  readonly k: number;
+  readonly dims: number;
+  readonly lifetime: number | null;
+  readonly plans: Plan[];
+
+  constructor(readonly spec: CollectionSpec, strategies: Strategies = new Map()) {
+    const missing = pinnedStrategies(spec).filter((h) => !strategies.has(h));
+    if (missing.length) throw new SpecError(`${specKey(spec)}: strategies ${missing.map((h) => h.slice(0, 12) + "...").join(", ")} are not loaded`);
+    this.dims = spec.attributes.length;
+    this.k = sampledCount(spec);
+    if (this.k < 1 || this.k > this.dims) throw new LDPError(`cannot sample k = ${this.k} of d = ${this.dims} attributes`);
+    this.lifetime = spec.privacy === null ? null : spec.privacy.lifetime / spec.privacy.values;
+    this.plans = spec.attributes.map((a, index) => ({ index, attribute: a, nameKey: nameKey(a.name),
+                                                      ...this.mechanism(a, strategies) }));
+  }
+
+  private mechanism(a: Attribute, strategies: Strategies): Pick<Plan, "fresh" | "memoized"> {
+    const spec = this.spec;
+    const eps = spec.epsilon / this.k;
+    if (a.type === "keyvalue") {
+      if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': key-value mechanisms have no memo`);
+      const d = attributeDomain(a);
+      const { chooseKeyvalue, makeKeyvalue } = keyvalue();
+      const name = a.mechanism === "auto" ? chooseKeyvalue(eps, d, a.padding) : a.mechanism;
+      return { fresh: makeKeyvalue(name, eps, d, a.padding) as FreshMechanism<unknown> };
+    }
+    if (a.type === "string") {
+      if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': no memoized mechanism reports strings`);
+      const { chooseHeavyHitters, makeHeavyHitters, StringDomain } = strings();
+      const name = a.mechanism === "auto" ? chooseHeavyHitters(eps) : a.mechanism;
+      if (!HEAVY_HITTER_NAMES.includes(name)) throw new LDPError(`attribute '${a.name}': '${name}' is not a heavy-hitter mechanism`);
+      const domain = new StringDomain(a.max_length, a.alphabet);
+      return { fresh: makeHeavyHitters(name, eps, domain, hashSeed(spec.name, a.name), a.top) as FreshMechanism<unknown> };
+    }
+    if (a.type === "categorical" && a.mechanism === FACTORIZATION) {
+      if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': a given mechanism has no memo`);
+      const mech = strategies.get(a.strategy as string) as FactorizationMechanism;
+      if (!(Math.abs(mech.epsilon - eps) <= 1e-12 * Math.abs(eps))) {
+        throw new LDPError(`attribute '${a.name}': its strategy is built for eps = ${mech.epsilon}, but the collector gives each attribute eps / k = ${eps}`);
+      }
+      if (mech.types !== a.values.length) throw new LDPError(`attribute '${a.name}': its strategy has ${mech.types} types, not ${a.values.length}`);
+      return { fresh: mech as FreshMechanism<unknown> };
+    }
+    if (this.lifetime !== null) {
+      const lifetime = this.lifetime / this.k;
+      const kind = a.type === "numeric" ? "numeric" : "frequency";
+      const domain = a.type === "categorical" ? a.values.length : null;
+      const { chooseLongitudinal, makeLongitudinal } = longitudinal();
+      const name = a.mechanism === "auto" ? chooseLongitudinal(kind, lifetime, eps, domain) : a.mechanism;
+      if (LONGITUDINAL_KIND[name] !== kind) {
+        throw new LDPError(`attribute '${a.name}': with a lifetime budget a ${kind} attribute is reported by a memoized mechanism, not '${name}'`);
+      }
+      return { memoized: makeLongitudinal(name, lifetime, eps, domain, a.parameters) };
+    }
+    if (a.mechanism in LONGITUDINAL_KIND) throw new LDPError(`attribute '${a.name}': the memoized '${a.mechanism}' needs a lifetime budget`);
+    if (Object.keys(a.parameters).length) throw new LDPError(`attribute '${a.name}': parameters go with memoized mechanisms`);
+    if (a.type === "categorical") {
+      const oracle = a.mechanism === "auto" ? chooseFrequency(eps, a.values.length) : a.mechanism;
+      return { fresh: makeFrequency(oracle, eps, a.values.length) as FreshMechanism<unknown> };
+    }
+    const name = a.mechanism === "auto" ? chooseSampled(spec.epsilon, this.dims, this.k) : a.mechanism;
+    if (!(name in NUMERIC)) throw new LDPError(`attribute '${a.name}': '${name}' is not a numeric mechanism`);
+    return { fresh: makeNumeric(name, eps) as FreshMechanism<unknown> };
+  }
+
+  /** Per attribute, the name of the mechanism its reports use ("auto" resolved). */
+  resolved(): Record<string, string> {
+    const out: Record<string, string> = {};
+    for (const p of this.plans) out[p.attribute.name] = (p.fresh ?? p.memoized)!.name;
+    return out;
+  }
+
+  /** What a device spends (`ldpstream.contract.collector.privacy_budgets`); SpecError if a mechanism spends more. */
+  privacyBudgets(): PrivacyBudgets {
+    const spec = this.spec, k = this.k;
+    const attributes: Record<string, AttributeBudget> = {};
+    for (const p of this.plans) {
+      const mech = (p.fresh ?? p.memoized)!;
+      const perValue = spec.privacy !== null && p.memoized ? p.memoized.epsilonLifetime : null;
+      const parameters = p.memoized ? (p.memoized as unknown as { parameters(): Record<string, number> }).parameters() : null;
+      attributes[p.attribute.name] = { mechanism: mech.name, one_report: mech.epsilon, per_value: perValue, parameters };
+      if (mech.epsilon > (spec.epsilon / k) * (1 + BUDGET_RTOL)) {
+        throw new SpecError(`${specKey(spec)}: ${p.attribute.name}'s ${mech.name} spends ${mech.epsilon} per report > eps / k`);
+      }
+      if (spec.privacy !== null && !(perValue !== null && perValue <= (spec.privacy.lifetime / spec.privacy.values / k) * (1 + BUDGET_RTOL))) {
+        throw new SpecError(`${specKey(spec)}: ${p.attribute.name}'s ${mech.name} cannot keep the lifetime bound`);
+      }
+    }
+    return { per_report: spec.epsilon, lifetime: spec.privacy?.lifetime ?? null, values: spec.privacy?.values ?? null,
+             attributes };
+  }
+
+  /** The record as the mechanisms take it, every attribute validated (RecordError) before any is sampled. */
+  inputs(record: TrueRecord): unknown[] {
+    const names = new Set(this.plans.map((p) => p.attribute.name));
+    const missing = this.plans.filter((p) => !(p.attribute.name in record)).map((p) => p.attribute.name);
+    const unknown = Object.keys(record).filter((n) => !names.has(n)).sort();
+    if (missing.length || unknown.length) {
+      throw new RecordError(`${specKey(this.spec)}: records lack attributes [${missing.join(", ")}] or have unknown ones [${unknown.join(", ")}]`);
+    }
+    return this.plans.map((p) => trueValue(p.attribute, record[p.attribute.name]));
+  }
+
+  /** The k attributes this device reports: fresh, or fixed by its collection secret (keyed by the names). */
+  sampled(rng: Random, secret: bigint | null): number[] {
+    const d = this.dims, k = this.k;
+    if (k === d) return this.plans.map((p) => p.index);
+    if (secret === null) {
+      const pool = this.plans.map((p) => p.index);
+      for (let i = 0; i < k; i++) {
+        const j = i + rng.below(d - i);
+        [pool[i], pool[j]] = [pool[j], pool[i]];
+      }
+      return pool.slice(0, k).sort((a, b) => a - b);
+    }
+    const scores = this.plans.map((p) => keyedUniform(secret, TAG_ATTRIBUTE_SAMPLE, p.nameKey));
+    return this.plans.map((p) => p.index).sort((a, b) => scores[a] - scores[b] || a - b).slice(0, k).sort((a, b) => a - b);
+  }
+
+  /** The memos a report of `record` reads (a spec with a privacy block), as the Python ledger keys them. */
+  memos(record: TrueRecord, secret: bigint): Memo[] {
+    const inputs = this.inputs(record);
+    return this.sampled(null as unknown as Random, secret).map((i) => {
+      const p = this.plans[i], mech = p.memoized!;
+      const key = mech.memoKey(inputs[i] as number, attributeSecret(secret, p.nameKey));
+      return { key: `${p.attribute.name}/${mech.repr()}/${key}`, epsilon: mech.epsilonLifetime };
+    });
+  }
+
+  /** One report of `record`: the sampled attributes' reports (with the collection secret when memoized). */
+  perturb(record: TrueRecord, rng: Random, secret: bigint | null): AttributeReport[] {
+    if ((secret === null) !== (this.lifetime === null)) {
+      throw new RecordError(`${specKey(this.spec)}: device secrets go with a privacy block, and a privacy block needs them`);
+    }
+    const inputs = this.inputs(record);
+    return this.sampled(rng, secret).map((i) => {
+      const p = this.plans[i];
+      const report = p.memoized
+        ? p.memoized.perturb(inputs[i] as number, rng, attributeSecret(secret as bigint, p.nameKey))
+        : p.fresh!.perturb(inputs[i], rng);
+      return { attribute: i, report };
+    });
+  }
+}
+
+function unit(lo: number, hi: number, x: number): number {
+  return Math.min(Math.max((x - lo) / ((hi - lo) / 2.0) - 1.0, -1.0), 1.0);
+}
+
+/** One attribute's true value as its mechanism takes it (`ldpstream.device.perturb.true_columns`). */
+export function trueValue(a: Attribute, value: unknown): unknown {
+  if (a.type === "numeric") {
+    if (typeof value !== "number") throw new RecordError(`attribute '${a.name}': numeric values expected, got ${typeof value}`);
+    const [lo, hi] = a.range;
+    if (Number.isNaN(value)) throw new RecordError(`attribute '${a.name}': NaN value`);
+    if (!(value >= lo && value <= hi)) throw new RecordError(`attribute '${a.name}': value ${value} outside its range [${lo}, ${hi}]`);
+    return unit(lo, hi, value);
+  }
+  if (a.type === "categorical") {
+    if (typeof value === "string") {
+      const code = a.values.indexOf(value);
+      if (code < 0) throw new RecordError(`attribute '${a.name}': unknown category ${JSON.stringify(value)}; known: ${a.values.join(", ")}`);
+      return code;
+    }
+    if (typeof value === "number" && Number.isInteger(value)) {
+      try {
+        return checkCode(value, a.values.length);
+      } catch {
+        throw new RecordError(`attribute '${a.name}': unknown category code ${value} (codes are 0..${a.values.length - 1})`);
+      }
+    }
+    throw new RecordError(`attribute '${a.name}': categories are value strings or integer codes`);
+  }
+  if (a.type === "string") {
+    try {
+      return new (strings().StringDomain)(a.max_length, a.alphabet).encode(value as string) && value;
+    } catch (exc) {
+      throw new RecordError(`attribute '${a.name}': ${(exc as Error).message}`);
+    }
+  }
+  return truePairs(a, value);
+}
+
+function truePairs(a: Attribute & { type: "keyvalue" }, value: unknown): Pairs {
+  let entries: [unknown, unknown][];
+  if (value instanceof Map) entries = [...value.entries()];
+  else if (typeof value === "object" && value !== null && !Array.isArray(value)) entries = Object.entries(value);
+  else throw new RecordError(`attribute '${a.name}': pairs {key: value} expected`);
+  const d = attributeDomain(a);
+  const [lo, hi] = a.range;
+  const keys: number[] = [], values: number[] = [];
+  for (const [key, v] of entries) {
+    const code = typeof key === "string" ? keyCode(a, key) : key;
+    if (typeof code !== "number" || !Number.isInteger(code) || typeof v !== "number") {
+      throw new RecordError(`attribute '${a.name}': pairs are {key: number}, got ${String(key)}: ${String(v)}`);
+    }
+    if (code < 0 || code >= d) throw new RecordError(`attribute '${a.name}': unknown key code ${code}`);
+    if (keys.includes(code)) continue; // a second key of a bucket already held is dropped
+    if (!(v >= lo && v <= hi)) throw new RecordError(`attribute '${a.name}': a value outside its range [${lo}, ${hi}] (or NaN)`);
+    keys.push(code);
+    values.push(unit(lo, hi, v));
+  }
+  return { keys, values };
+}

@@ -1,0 +1,156 @@
+/**
+ * The device's side of the edge's HTTP API (`ldpstream.device.edge_api`, src/ldpstream/edge/openapi.json), over the
+ * platform's `fetch`: enrolment, the signed pointer (If-None-Match, 304), the signed spec, a factorization strategy,
+ * leaving, and posting reports. Every answer is read up to a size bound (a hostile server cannot fill the device's
+ * memory) within a timeout; what fails is an `EdgeError` with the status (0: no answer) and the edge's reason.
+ */
+
+import { fromHex, fromUtf8, utf8 } from "./bytes.js";
+import { authorization, type Credential } from "./auth.js";
+import { EdgeError } from "./errors.js";
+import { blockFromHeader } from "./signatures.js";
+
+const MAX_POINTER_BYTES = 4 * 2 ** 10;
+const MAX_SPEC_BYTES = 256 * 2 ** 10;
+const MAX_STRATEGY_BYTES = 64 * 2 ** 20;
+const MAX_ANSWER_BYTES = 64 * 2 ** 10;
+
+export type Fetch = typeof fetch;
+
+/** A signed document as served: its exact bytes, its signature block and its ETag. */
+export interface Signed {
+  body: Uint8Array;
+  block: Uint8Array | null;
+  etag: string | null;
+}
+
+export interface Answer {
+  status: number;
+  headers: Headers;
+  body: Uint8Array;
+}
+
+async function bounded(response: Response, limit: number): Promise<Uint8Array> {
+  if (response.body === null) return new Uint8Array(0);
+  const reader = response.body.getReader();
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.length;
+    if (size > limit) {
+      await reader.cancel();
+      throw new EdgeError(response.status, "too_large", `the edge's answer exceeds ${limit} bytes`);
+    }
+    parts.push(value);
+  }
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+function refusal(body: Uint8Array): [string, string] {
+  try {
+    const value = JSON.parse(fromUtf8(body)) as { reason?: unknown; error?: unknown };
+    return [String(value.reason ?? ""), String(value.error ?? "").slice(0, 200)];
+  } catch {
+    return ["", ""];
+  }
+}
+
+export class EdgeClient {
+  readonly url: string;
+
+  constructor(baseUrl: string, private readonly fetcher: Fetch = globalThis.fetch.bind(globalThis),
+              readonly timeoutMs = 30_000) {
+    this.url = baseUrl.replace(/\/+$/, "");
+  }
+
+  /** One request: its status, headers and body (bounded); EdgeError(0) when there is no answer. */
+  async request(method: string, path: string, body: Uint8Array | null, headers: Record<string, string>,
+                limit: number): Promise<Answer> {
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(), this.timeoutMs);
+    try {
+      const response = await this.fetcher(this.url + path, {
+        method, headers, body: body as BodyInit | null, cache: "no-store", redirect: "error", signal: controller.signal,
+      });
+      return { status: response.status, headers: response.headers, body: await bounded(response, limit) };
+    } catch (exc) {
+      if (exc instanceof EdgeError) throw exc;
+      throw new EdgeError(0, "unreachable", `${method} ${path}: no answer from ${this.url} (${String(exc)})`);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async call(method: string, path: string, body: Uint8Array | null, headers: Record<string, string>,
+                     limit: number, notModified = false): Promise<Answer | null> {
+    const answer = await this.request(method, path, body, headers, limit);
+    if (answer.status === 304 && notModified) return null;
+    if (answer.status < 200 || answer.status > 299) {
+      const [reason, detail] = refusal(answer.body);
+      throw new EdgeError(answer.status, reason, `${method} ${path}: ${answer.status} ${reason}: ${detail}`);
+    }
+    return answer;
+  }
+
+  /** Exchange an enrolment token for a credential of `collection`. */
+  async enroll(token: string, collection: string): Promise<Credential> {
+    const body = utf8(JSON.stringify({ token, collection }));
+    const answer = (await this.call("POST", "/v1/enroll", body, { "Content-Type": "application/json" }, MAX_ANSWER_BYTES))!;
+    let credential: Credential;
+    try {
+      const value = JSON.parse(fromUtf8(answer.body)) as Record<string, unknown>;
+      if (typeof value.collection !== "string" || typeof value.device !== "string" || typeof value.key !== "string"
+          || !/^[A-Za-z0-9._-]{1,64}$/.test(value.device)) throw new Error("fields");
+      credential = { collection: value.collection, device: value.device, key: fromHex(value.key) };
+    } catch {
+      throw new EdgeError(answer.status, "bad_answer", "the edge's enrolment answer is not a credential");
+    }
+    if (credential.collection !== collection) {
+      throw new EdgeError(answer.status, "bad_answer", `the edge enrolled the device in '${credential.collection}'`);
+    }
+    return credential;
+  }
+
+  /** The collection's signed pointer, or null if it is still the one of `etag` (304). */
+  async pointer(collection: string, etag: string | null): Promise<Signed | null> {
+    const headers: Record<string, string> = etag === null ? {} : { "If-None-Match": etag };
+    const answer = await this.call("GET", `/v1/collections/${encodeURIComponent(collection)}`, null, headers,
+                                   MAX_POINTER_BYTES, true);
+    return answer === null ? null : signedOf(answer);
+  }
+
+  async spec(collection: string, version: number): Promise<Signed> {
+    const path = `/v1/collections/${encodeURIComponent(collection)}/specs/${Math.trunc(version)}`;
+    return signedOf((await this.call("GET", path, null, {}, MAX_SPEC_BYTES))!);
+  }
+
+  /** A strategy's .npz bytes (unchecked: the caller checks them against the hash). */
+  async strategy(contentHash: string): Promise<Uint8Array> {
+    return (await this.call("GET", `/v1/strategies/${encodeURIComponent(contentHash)}`, null, {}, MAX_STRATEGY_BYTES))!.body;
+  }
+
+  /** Delete the device's enrolment (its credential stops working). */
+  async leave(credential: Credential, nowMs: number): Promise<void> {
+    const path = `/v1/collections/${encodeURIComponent(credential.collection)}/devices/${encodeURIComponent(credential.device)}`;
+    const auth = authorization(credential.device, credential.key, "DELETE", path, new Uint8Array(0), nowMs);
+    await this.call("DELETE", path, new Uint8Array(0), { Authorization: auth }, MAX_ANSWER_BYTES);
+  }
+}
+
+function signedOf(answer: Answer): Signed {
+  let block: Uint8Array | null;
+  try {
+    block = blockFromHeader(answer.headers.get("ldp-signature"));
+  } catch {
+    block = new Uint8Array(0); // not base64: verification refuses it as a malformed signature
+  }
+  return { body: answer.body, block, etag: answer.headers.get("etag") };
+}

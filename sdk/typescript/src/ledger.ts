@@ -1,0 +1,276 @@
+/**
+ * A device's privacy-budget ledger (`ldpstream.device.ledger`), the same rules and the same JSON (format 3) as the
+ * Python SDK's: per collection the spend of its last 64 windows (the spec's smallest tumbling window; one all-time
+ * window without windows), its odometer, the memos it paid for and its 64-bit secret; device-wide the spend of the last
+ * 8 UTC days and the lifetime committed to each collection. A report in a window (or day) at or before one whose
+ * spend was dropped is refused, so a clock jump neither locks the device out nor forgets a spend.
+ *
+ * `charge` writes the ledger (through the device's storage) before it returns: a report is charged whether or not it
+ * is ever sent, and if the write fails (storage full) nothing is charged and the report is not made.
+ */
+
+import { BudgetExceeded } from "./errors.js";
+import { fsum } from "./fsum.js";
+import type { Memo } from "./collector.js";
+import type { PrivacyPolicy } from "./policy.js";
+import { type CollectionSpec, windowSeconds } from "./spec.js";
+
+export const ALL_TIME_WINDOW = -1;
+const EPSILON_SLACK = 1e-9;
+const FORMAT = 3;
+const WINDOWS_KEPT = 64;
+const DAYS_KEPT = 8;
+export const DAY_MS = 86_400_000;
+
+export class Spends {
+  constructor(readonly kept: number, readonly spent: ReadonlyMap<number, number> = new Map(),
+              readonly dropped: number | null = null) {}
+
+  of(period: number): number {
+    return this.spent.get(period) ?? 0.0;
+  }
+
+  forgotten(period: number): boolean {
+    return !this.spent.has(period) && this.dropped !== null && period <= this.dropped;
+  }
+
+  plus(period: number, epsilon: number): Spends {
+    const spent = new Map(this.spent);
+    spent.set(period, this.of(period) + epsilon);
+    let dropped = this.dropped;
+    const order = [...spent.keys()].sort((a, b) => a - b);
+    for (const old of order.slice(0, Math.max(0, order.length - this.kept))) {
+      spent.delete(old);
+      dropped = dropped === null ? old : Math.max(dropped, old);
+    }
+    return new Spends(this.kept, spent, dropped);
+  }
+
+  toJSON(): Record<string, unknown> {
+    const spent: Record<string, number> = {};
+    for (const k of [...this.spent.keys()].sort((a, b) => a - b)) spent[String(k)] = this.spent.get(k) as number;
+    return { spent, dropped: this.dropped };
+  }
+
+  static fromJSON(d: unknown, kept: number): Spends {
+    const o = d as { spent: Record<string, unknown>; dropped: unknown };
+    if (typeof o !== "object" || o === null || typeof o.spent !== "object" || o.spent === null) throw new Error("spends");
+    const spent = new Map<number, number>();
+    for (const [k, v] of Object.entries(o.spent)) {
+      if (!/^-?[0-9]+$/.test(k) || typeof v !== "number") throw new Error("spends");
+      spent.set(Number(k), v);
+    }
+    if (o.dropped !== null && !Number.isInteger(o.dropped)) throw new Error("dropped");
+    return new Spends(kept, spent, o.dropped as number | null);
+  }
+}
+
+export interface Account {
+  windows: Spends;
+  lifetimeSpent: number;
+  memos: Map<string, number>;
+  secret: bigint | null;
+}
+
+function newAccount(): Account {
+  return { windows: new Spends(WINDOWS_KEPT), lifetimeSpent: 0.0, memos: new Map(), secret: null };
+}
+
+export function windowOf(spec: CollectionSpec, timestampMs: number): number {
+  if (!spec.windows.length) return ALL_TIME_WINDOW;
+  return Math.floor(timestampMs / (windowSeconds(spec.windows[0]) * 1000));
+}
+
+export type Persist = (json: string) => Promise<void>;
+
+export class PrivacyLedger {
+  private accounts: Map<string, Account>;
+  private days: Spends;
+  private commitments: Map<string, number>;
+
+  constructor(private readonly persist: Persist | null = null, accounts = new Map<string, Account>(),
+              days = new Spends(DAYS_KEPT), commitments = new Map<string, number>()) {
+    this.accounts = accounts;
+    this.days = days;
+    this.commitments = commitments;
+  }
+
+  spent(spec: CollectionSpec, timestampMs: number): number {
+    return this.accounts.get(spec.name)?.windows.of(windowOf(spec, timestampMs)) ?? 0.0;
+  }
+
+  spentOnDay(timestampMs: number): number {
+    return this.days.of(Math.floor(timestampMs / DAY_MS));
+  }
+
+  lifetimeSpent(collection: string): number {
+    return this.accounts.get(collection)?.lifetimeSpent ?? 0.0;
+  }
+
+  memos(collection: string): Map<string, number> {
+    return new Map(this.accounts.get(collection)?.memos ?? []);
+  }
+
+  committed(): Record<string, number> {
+    return Object.fromEntries(this.commitments);
+  }
+
+  /** The device's secret for the collection, drawn (with `draw`) and saved on first use. */
+  async secret(collection: string, draw: () => bigint): Promise<bigint> {
+    const current = this.accounts.get(collection) ?? newAccount();
+    if (current.secret !== null) return current.secret;
+    const next = { ...current, secret: draw() };
+    await this.replace(() => this.accounts.set(collection, next));
+    return next.secret;
+  }
+
+  /** Reserve `lifetime` for the collection (a commitment never shrinks). */
+  async commit(collection: string, lifetime: number): Promise<void> {
+    if (!(Number.isFinite(lifetime) && lifetime > 0)) throw new RangeError(`a commitment must be finite and > 0, got ${lifetime}`);
+    if (lifetime > (this.commitments.get(collection) ?? 0.0)) {
+      await this.replace(() => this.commitments.set(collection, lifetime));
+    }
+  }
+
+  /** BudgetExceeded if a report costing `epsilon` (default: the spec's) and reading `memos` would exceed a budget. */
+  check(spec: CollectionSpec, timestampMs: number, memos: Memo[] = [], policy: PrivacyPolicy | null = null,
+        epsilon?: number): void {
+    this.next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy);
+  }
+
+  /** Record a report (kept in storage before this resolves); the budget left in its window. */
+  async charge(spec: CollectionSpec, timestampMs: number, memos: Memo[] = [], policy: PrivacyPolicy | null = null,
+               epsilon?: number): Promise<number> {
+    const [account, days] = this.next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy);
+    await this.replace(() => {
+      this.accounts.set(spec.name, account);
+      this.days = days;
+    });
+    return Math.max(spec.epsilon - account.windows.of(windowOf(spec, timestampMs)), 0.0);
+  }
+
+  /** Apply `change` and persist; on a failed write the ledger is as it was (nothing charged) and the error thrown. */
+  private async replace(change: () => void): Promise<void> {
+    const saved = [new Map(this.accounts), this.days, new Map(this.commitments)] as const;
+    change();
+    try {
+      if (this.persist !== null) await this.persist(this.toJSON());
+    } catch (exc) {
+      [this.accounts, this.days, this.commitments] = [saved[0], saved[1], saved[2]];
+      throw exc;
+    }
+  }
+
+  private next(spec: CollectionSpec, timestampMs: number, epsilon: number, memos: Memo[],
+               policy: PrivacyPolicy | null): [Account, Spends] {
+    if (!(Number.isFinite(epsilon) && epsilon > 0)) throw new RangeError(`a report's epsilon must be finite and > 0, got ${epsilon}`);
+    const current = this.accounts.get(spec.name) ?? newAccount();
+    const window = windowOf(spec, timestampMs);
+    if (current.windows.forgotten(window)) {
+      throw new BudgetExceeded(`${spec.name}: report time ${timestampMs} ms falls in window ${window}, at or before window `
+                               + `${current.windows.dropped}, whose spend the ledger no longer keeps`);
+    }
+    const before = current.windows.of(window);
+    const total = before + epsilon;
+    if (total > spec.epsilon * (1 + EPSILON_SLACK)) {
+      const where = window === ALL_TIME_WINDOW ? "all time" : `window ${window} (${spec.windows[0]})`;
+      throw new BudgetExceeded(`${spec.name}: a report costing eps = ${epsilon} would bring the spend in ${where} to `
+                               + `${total} > the collection's budget eps = ${spec.epsilon} (already spent ${before})`);
+    }
+    const fresh = new Map<string, number>();
+    for (const m of memos) if (!current.memos.has(m.key)) fresh.set(m.key, m.epsilon);
+    const lifetime = current.lifetimeSpent + (spec.privacy === null ? epsilon : fsum([...fresh.values()]));
+    checkLifetime(spec, memos, fresh, current, lifetime);
+    const day = Math.floor(timestampMs / DAY_MS);
+    if (policy !== null) this.checkPolicy(spec, policy, epsilon, day, lifetime);
+    const account: Account = { windows: current.windows.plus(window, epsilon), lifetimeSpent: lifetime,
+                               memos: new Map([...current.memos, ...fresh]), secret: current.secret };
+    return [account, this.days.plus(day, epsilon)];
+  }
+
+  private checkPolicy(spec: CollectionSpec, policy: PrivacyPolicy, epsilon: number, day: number, lifetime: number): void {
+    if (this.days.forgotten(day)) {
+      throw new BudgetExceeded(`day ${day} is at or before day ${this.days.dropped}, whose device-wide spend the ledger no longer keeps`);
+    }
+    const today = this.days.of(day) + epsilon;
+    if (today > policy.maxEpsilonPerDay * (1 + EPSILON_SLACK)) {
+      throw new BudgetExceeded(`${spec.name}: a report costing eps = ${epsilon} would bring the device's spend on day ${day} `
+                               + `to ${today} > the policy's maxEpsilonPerDay ${policy.maxEpsilonPerDay}`);
+    }
+    const committed = this.commitments.get(spec.name);
+    if (committed === undefined) throw new BudgetExceeded(`${spec.name}: the device has not accepted this collection (no lifetime committed)`);
+    if (lifetime > committed * (1 + EPSILON_SLACK)) {
+      throw new BudgetExceeded(`${spec.name}: a report would bring the collection's lifetime spend to ${lifetime} > the `
+                               + `${committed} the device committed to it (its policy's cap)`);
+    }
+  }
+
+  toJSON(): string {
+    const collections: Record<string, unknown> = {};
+    for (const name of [...this.accounts.keys()].sort()) {
+      const a = this.accounts.get(name) as Account;
+      const memos: Record<string, number> = {};
+      for (const k of [...a.memos.keys()].sort()) memos[k] = a.memos.get(k) as number;
+      collections[name] = { windows: a.windows.toJSON(), lifetime_spent: a.lifetimeSpent, memos,
+                            secret: a.secret === null ? null : a.secret.toString(16).padStart(16, "0") };
+    }
+    const commitments: Record<string, number> = {};
+    for (const k of [...this.commitments.keys()].sort()) commitments[k] = this.commitments.get(k) as number;
+    return JSON.stringify({ format: FORMAT, collections, days: this.days.toJSON(), commitments });
+  }
+
+  /** A ledger from its JSON (format 3 or 2, as the Python SDK writes it); Error if it is not one. */
+  static fromJSON(text: string, persist: Persist | null = null): PrivacyLedger {
+    try {
+      return PrivacyLedger.parse(text, persist);
+    } catch (exc) {
+      throw new Error(`not a privacy ledger: ${String(exc)}`);
+    }
+  }
+
+  private static parse(text: string, persist: Persist | null): PrivacyLedger {
+    const data = JSON.parse(text) as Record<string, unknown>;
+    if (typeof data !== "object" || data === null || (data.format !== 2 && data.format !== FORMAT)) {
+      throw new Error(`not a privacy ledger of format ${FORMAT}`);
+    }
+    const accounts = new Map<string, Account>();
+    for (const [name, raw] of Object.entries(data.collections as Record<string, Record<string, unknown>>)) {
+      const windows = Spends.fromJSON(raw.windows, WINDOWS_KEPT);
+      const memos = new Map<string, number>();
+      for (const [k, v] of Object.entries(raw.memos as Record<string, unknown>)) {
+        if (typeof v !== "number") throw new Error("memo");
+        memos.set(k, v);
+      }
+      const secret = raw.secret;
+      if (secret !== null && (typeof secret !== "string" || !/^[0-9a-f]{1,16}$/.test(secret))) throw new Error("secret");
+      if (typeof raw.lifetime_spent !== "number") throw new Error("lifetime_spent");
+      accounts.set(name, { windows, lifetimeSpent: raw.lifetime_spent, memos,
+                           secret: secret === null ? null : BigInt(`0x${secret}`) });
+    }
+    const days = data.days === undefined ? new Spends(DAYS_KEPT) : Spends.fromJSON(data.days, DAYS_KEPT);
+    const commitments = new Map<string, number>();
+    for (const [k, v] of Object.entries((data.commitments ?? {}) as Record<string, unknown>)) {
+      if (typeof v !== "number") throw new Error("commitment");
+      commitments.set(k, v);
+    }
+    const numbers = [...days.spent.values(), ...commitments.values()];
+    for (const a of accounts.values()) numbers.push(...a.windows.spent.values(), a.lifetimeSpent, ...a.memos.values());
+    if (!numbers.every((x) => Number.isFinite(x) && x >= 0)) throw new Error("a spend that is not a finite number >= 0");
+    return new PrivacyLedger(persist, accounts, days, commitments);
+  }
+}
+
+function checkLifetime(spec: CollectionSpec, memos: Memo[], fresh: Map<string, number>, current: Account,
+                       lifetime: number): void {
+  if (spec.privacy === null) {
+    if (memos.length) throw new RangeError(`${spec.name}: a spec without a privacy block has no memos to charge`);
+    return;
+  }
+  if (!memos.length) throw new RangeError(`${spec.name}: a report of a collection with a lifetime budget names the memos it reads`);
+  if (!memos.every((m) => Number.isFinite(m.epsilon) && m.epsilon > 0)) throw new RangeError(`${spec.name}: a memo's epsilon must be finite and > 0`);
+  if (lifetime > spec.privacy.lifetime * (1 + EPSILON_SLACK)) {
+    throw new BudgetExceeded(`${spec.name}: ${fresh.size} new memo(s) (${[...fresh.keys()].sort().join(", ")}) would bring the `
+                             + `lifetime spend to ${lifetime} > the collection's lifetime budget ${spec.privacy.lifetime} `
+                             + `(already spent ${current.lifetimeSpent} on ${current.memos.size} memo(s))`);
+  }
+}

@@ -1,0 +1,9 @@
+/** Every mechanism registered at once, statically (tools, tests, and apps that would rather not load on demand). */
+
+import * as factorization from "./factorization.js";
+import * as keyvalue from "./keyvalue.js";
+import * as longitudinal from "./longitudinal.js";
+import { modules } from "./optional.js";
+import * as strings from "./strings.js";
+
+Object.assign(modules, { factorization, keyvalue, longitudinal, strings });

@@ -1,0 +1,79 @@
+/**
+ * The mechanisms most specs never name load on demand, so a page loads only what its collection needs: the memoized
+ * (longitudinal) ones, the key-value ones, the heavy-hitter ones over strings, and the factorization strategies.
+ * `loadMechanisms(needsOf(specBytes))` brings in what a spec names (the device does it when it has verified a spec,
+ * before it parses it); `mechanisms/all.js` registers every one at once (tools and tests). Their names and the
+ * parameters a spec may give them are here, in the core, for validation and the policy.
+ */
+
+import { LDPError } from "../errors.js";
+import type * as Factorization from "./factorization.js";
+import type * as KeyValue from "./keyvalue.js";
+import type * as Longitudinal from "./longitudinal.js";
+import type * as Strings from "./strings.js";
+
+/** The parameters a spec may set per memoized mechanism (`registry.longitudinal_parameters`). */
+export const LONGITUDINAL_PARAMETERS: Record<string, readonly string[]> = {
+  "l-grr": [], "l-oue": [], "l-osue": [], "l-sue": [], rappor: ["hashes", "bloom_bits", "cohorts"],
+  "1bitmean": ["buckets"], dbitflip: ["sampled"],
+};
+
+export const LONGITUDINAL_KIND: Record<string, "frequency" | "numeric"> = {
+  "l-grr": "frequency", "l-oue": "frequency", "l-osue": "frequency", "l-sue": "frequency", rappor: "frequency",
+  "1bitmean": "numeric", dbitflip: "frequency",
+};
+
+export interface Needs {
+  longitudinal?: boolean;
+  keyvalue?: boolean;
+  strings?: boolean;
+  factorization?: boolean;
+}
+
+interface Modules {
+  longitudinal?: typeof Longitudinal;
+  keyvalue?: typeof KeyValue;
+  strings?: typeof Strings;
+  factorization?: typeof Factorization;
+}
+
+export const modules: Modules = {};
+
+function need<K extends keyof Modules>(name: K): NonNullable<Modules[K]> {
+  const m = modules[name];
+  if (m === undefined) throw new LDPError(`the ${name} mechanisms are not loaded: await loadMechanisms(...) first`);
+  return m as NonNullable<Modules[K]>;
+}
+
+export const longitudinal = (): typeof Longitudinal => need("longitudinal");
+export const keyvalue = (): typeof KeyValue => need("keyvalue");
+export const strings = (): typeof Strings => need("strings");
+export const factorization = (): typeof Factorization => need("factorization");
+
+/** Load the modules `needs` names (each once). */
+export async function loadMechanisms(needs: Needs): Promise<void> {
+  if (needs.longitudinal && !modules.longitudinal) modules.longitudinal = await import("./longitudinal.js");
+  if (needs.keyvalue && !modules.keyvalue) modules.keyvalue = await import("./keyvalue.js");
+  if (needs.strings && !modules.strings) modules.strings = await import("./strings.js");
+  if (needs.factorization && !modules.factorization) modules.factorization = await import("./factorization.js");
+}
+
+/** What a spec's text names (a guess that errs towards loading: the text is parsed for this only). */
+export function needsOf(text: string): Needs {
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch {
+    return {};
+  }
+  const spec = (typeof data === "object" && data !== null ? data : {}) as { privacy?: unknown; attributes?: unknown };
+  const attributes = (Array.isArray(spec.attributes) ? spec.attributes : []) as Record<string, unknown>[];
+  const named = (m: unknown) => typeof m === "string" && m in LONGITUDINAL_KIND;
+  return {
+    longitudinal: (spec.privacy !== undefined && spec.privacy !== null)
+      || attributes.some((a) => a !== null && (named(a.mechanism) || a.parameters !== undefined)),
+    keyvalue: attributes.some((a) => a?.type === "keyvalue"),
+    strings: attributes.some((a) => a?.type === "string"),
+    factorization: attributes.some((a) => a?.mechanism === "factorization"),
+  };
+}

@@ -1,0 +1,111 @@
+// Every file under tests/vectors/ (written by tests/vectors/generate.py): the same verdicts and bytes as Python.
+import "../dist/mechanisms/all.js"; // every mechanism, statically
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync, readdirSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+import { authorization, devicePseudonym } from "../dist/auth.js";
+import { fromBase64, toBase64, utf8 } from "../dist/bytes.js";
+import { TrustError } from "../dist/errors.js";
+import { parsePointer } from "../dist/pointer.js";
+import { judge, makePolicy, DEFAULT_POLICY } from "../dist/policy.js";
+import { trustedKeysFromJson } from "../dist/signatures.js";
+import { parseSpec } from "../dist/spec.js";
+import { checkPointer, checkSpec } from "../dist/trust.js";
+import { columnBytes, encodeEnvelope } from "../dist/wire.js";
+import { checkMemoCase, checkCollectorCase, checkHashCase } from "./memo_checks.mjs";
+
+const DIR = fileURLToPath(new URL("../../../tests/vectors/", import.meta.url));
+const load = (name) => JSON.parse(readFileSync(DIR + name, "utf8"));
+const unb64 = (text) => (text === null ? null : fromBase64(text));
+
+async function outcome(check) {
+  try {
+    await check();
+  } catch (exc) {
+    if (exc instanceof TrustError) return { verdict: "refuse", code: exc.code };
+    throw exc;
+  }
+  return { verdict: "accept" };
+}
+
+const KNOWN = new Set(["trust.json", "policy.json", "wire.json", "auth.json", "memo.json", "collectors.json", "hashes.json"]);
+
+test("every vector file is one this suite checks", () => {
+  const files = readdirSync(DIR).filter((f) => f.endsWith(".json"));
+  assert.ok(files.length >= 4);
+  for (const f of files) assert.ok(KNOWN.has(f), `${f} is not checked by the TypeScript SDK's tests`);
+});
+
+const TRUST = load("trust.json");
+const KEYS = trustedKeysFromJson(TRUST.pinned_keys);
+
+for (const c of TRUST.pointers) {
+  test(`trust.json pointer: ${c.name}`, async () => {
+    const seen = { version: c.seen[0], sequence: c.seen[1] };
+    const got = await outcome(() => checkPointer(unb64(c.pointer), unb64(c.signature), KEYS, c.collection, seen, c.now_ms));
+    assert.deepEqual(got, c.expected);
+  });
+}
+
+for (const c of TRUST.specs) {
+  test(`trust.json spec: ${c.name}`, async () => {
+    const got = await outcome(() => checkSpec(unb64(c.spec), unb64(c.signature), KEYS, parsePointer(unb64(c.pointer))));
+    assert.deepEqual(got, c.expected);
+  });
+}
+
+const POLICY = load("policy.json");
+
+test("policy.json: the default policy is the vectors' defaults", () => {
+  const d = POLICY.defaults;
+  assert.deepEqual([DEFAULT_POLICY.maxEpsilonPerReport, DEFAULT_POLICY.maxEpsilonPerDay, DEFAULT_POLICY.maxLifetimePerCollection,
+                    DEFAULT_POLICY.maxLifetimePerDevice],
+                   [d.max_epsilon_per_report, d.max_epsilon_per_day, d.max_lifetime_per_collection, d.max_lifetime_per_device]);
+});
+
+for (const c of POLICY.cases) {
+  test(`policy.json: ${c.name}`, () => {
+    const policy = c.policy === null ? DEFAULT_POLICY : makePolicy(c.policy);
+    const v = judge(parseSpec(c.spec), policy, c.committed);
+    assert.deepEqual({ accepted: v.accepted, code: v.code, commitment: v.commitment }, c.expected, v.reason);
+  });
+}
+
+for (const c of load("wire.json").cases) {
+  test(`wire.json: ${c.name}`, () => {
+    const blocks = c.attributes.map((a) => ({
+      attribute: a.attribute, rows: a.rows,
+      columns: a.columns.map((col) => ({ name: col.name, dtype: col.dtype, data: columnBytes({ dtype: col.dtype, values: col.values }) })),
+    }));
+    const bytes = encodeEnvelope({ collection: c.collection, specVersion: c.spec_version, devices: c.devices.map(BigInt),
+                                   timestampsMs: c.timestamps_ms, blocks });
+    assert.equal(toBase64(bytes), c.envelope);
+  });
+}
+
+const AUTH = load("auth.json");
+for (const c of AUTH.signatures) {
+  test(`auth.json signature: ${c.method} ${c.path}`, () => {
+    const key = Uint8Array.from(c.key.match(/../g).map((h) => parseInt(h, 16)));
+    assert.equal(authorization(c.device, key, c.method, c.path, unb64(c.body), c.timestamp_ms), c.authorization);
+  });
+}
+for (const c of AUTH.pseudonyms) {
+  test(`auth.json pseudonym: ${c.device}`, () => {
+    assert.equal(devicePseudonym(c.collection, c.device).toString(), c.pseudonym);
+  });
+}
+
+// The deterministic parts of perturbation (tests/vectors/memo.json, collectors.json, hashes.json).
+for (const [file, check] of [["memo.json", checkMemoCase], ["collectors.json", checkCollectorCase], ["hashes.json", checkHashCase]]) {
+  let cases = [];
+  try {
+    cases = load(file).cases;
+  } catch {
+    test(`${file} exists`, () => assert.fail(`tests/vectors/${file} is missing`));
+  }
+  for (const c of cases) test(`${file}: ${c.name}`, async () => check(c));
+}
+void utf8;
