@@ -134,7 +134,8 @@ def _minus(stats: WindowStats, removed: Mapping[int, np.ndarray]) -> WindowStats
     return WindowStats(float(math.floor(stats.devices * (1.0 - min(share, 1.0)))), blocks)
 
 
-def _records(store: StatsStore, plan: Plan) -> dict[WindowKey, Record]:
+def audit_records(store: StatsStore, plan: Plan) -> dict[WindowKey, Record]:
+    """The readable audit records of the plan's spec version, by window."""
     out = {}
     for key, data in store.poisoning(plan.spec.name).items():
         record = decode_record(data)
@@ -170,7 +171,7 @@ def window_defence(store: StatsStore, plan: Plan, window: str, start_ms: int, st
     name = plan.spec.name
     if stats is None:
         stats = store.read_window(name, plan.spec.version, window, start_ms, plan.sizes)
-    records = _records(store, plan)
+    records = audit_records(store, plan)
     key = (plan.spec.version, window, start_ms)
     reference, count = reference_stats(store, plan, window, start_ms, records)
     attributes: dict[int, Defence] = {}
