@@ -48,10 +48,12 @@ from ldpstream.contract.validation import (
     window_starts,
 )
 from ldpstream.contract.wire import AttributeColumns, Envelope, WireError, check_envelope, concatenate, decode_envelope
-from ldpstream.mechanisms.base import Reports
-from ldpstream.mechanisms.mixed import attribute_block
+from ldpstream.mechanisms.base import Mechanism, Reports
+from ldpstream.mechanisms.frequency.base import FrequencyOracle
+from ldpstream.mechanisms.numeric.base import NumericMechanism
 from ldpstream.mechanisms.poisoning.attribute import PER_REPORT, Defence, defend
 from ldpstream.mechanisms.poisoning.base import Policy
+from ldpstream.mechanisms.poisoning.frequency import supports_itemsets_apply
 from ldpstream.runtime.access import READER_GROUP
 from ldpstream.runtime.dlq import DeadLetter, DeadLetterProducer, Message
 from ldpstream.runtime.kafka import consumer_client, topic_partitions
@@ -97,8 +99,14 @@ def collect(plan: Plan, messages: Sequence[Message], window: str, start_ms: int)
     bases = np.cumsum(joined.sizes) - joined.sizes
     local = np.arange(len(joined.devices)) - np.repeat(bases, joined.sizes)
     columns = {a: AttributeColumns(c.rows, c.columns) for a, c in joined.attributes.items()}
-    problems = row_problems(spec, columns, plan.schemas, len(joined.devices), plan.attributes_per_device)
-    accepted = ~problems.out_of_range & ~problems.wrong_count
+    if all(_in_range(plan, a, c.columns) for a, c in columns.items()):  # the usual case: no row to look at
+        counts = np.zeros(len(joined.devices), dtype=np.int64)
+        for c in columns.values():
+            counts[c.rows] += 1
+        accepted = counts == plan.attributes_per_device
+    else:
+        problems = row_problems(spec, columns, plan.schemas, len(joined.devices), plan.attributes_per_device)
+        accepted = ~problems.out_of_range & ~problems.wrong_count
     if window != ALL_TIME:
         accepted &= window_starts(window, joined.timestamps_ms) == start_ms
     if spec.one_report_per_window and spec.shuffle is None:
@@ -109,10 +117,25 @@ def collect(plan: Plan, messages: Sequence[Message], window: str, start_ms: int)
         take = accepted[c.rows]
         schema = plan.schemas[a]
         cols = shaped(c.columns, schema, len(c.rows))
-        rows = c.rows[take]
+        every = bool(take.all())  # the usual case: no copy of the columns
+        rows = c.rows if every else c.rows[take]
         attributes[a] = (message[rows], local[rows],
-                         {k: v[take].astype(schema.dtypes[k], copy=False) for k, v in cols.items()})
+                         {k: (v if every else v[take]).astype(schema.dtypes[k], copy=False) for k, v in cols.items()})
     return WindowReports([m for m, _ in kept], int(accepted.sum()), attributes)
+
+
+def _in_range(plan: Plan, attribute: int, columns: dict[str, np.ndarray]) -> bool:
+    """Whether every entry of an attribute's columns lies in its declared range and allowed set (one min and max
+    per column; per-row checks only when this fails)."""
+    for col in plan.schemas[attribute].columns:
+        values = columns.get(col.name)
+        if values is None or not values.size:
+            continue
+        if values.dtype.kind not in "iu" or col.allowed is not None:
+            return False  # floats (NaN) and sets of allowed values: the per-row checks
+        if values.min() < col.low or values.max() > col.high:
+            return False
+    return True
 
 
 def _first_per_device(devices: np.ndarray, starts: np.ndarray, accepted: np.ndarray) -> np.ndarray:
@@ -136,18 +159,20 @@ class Audit:
     reference_windows: int
 
 
-def audit_reports(plan: Plan, reports: WindowReports, reference: WindowStats | None, reference_windows: int = 0,
-                  policy: Policy = DEFAULT_POLICY) -> Audit:
-    """Step 3 and the set-aside reports of step 4 (pure)."""
+def audit_reports(plan: Plan, live: WindowStats, reports: WindowReports, reference: WindowStats | None,
+                  reference_windows: int = 0, policy: Policy = DEFAULT_POLICY) -> Audit:
+    """Step 3 and the set-aside reports of step 4 (pure). The tests on sums, and the choice of the items the
+    per-report tests examine, read the window's `live` statistics (the worker's; the audit does not add the
+    reports up again); the per-report tests read the reports."""
     defences: dict[int, Defence] = {}
     flagged_rows: dict[tuple[int, str], list[int]] = defaultdict(list)  # (message, detector) -> rows
     for j, mech in enumerate(plan.mechanisms):
+        ref = None if reference is None else reference.stats[j]
         if j not in reports.attributes:
+            defences[j] = defend(mech, live.stats[j], ref, policy=policy)
             continue
         msg_index, local, cols = reports.attributes[j]
-        block = attribute_block(len(msg_index), mech.accumulate(cols))
-        ref = None if reference is None else reference.stats[j]
-        defence = defend(mech, block, ref, reports=cols, policy=policy)
+        defence = defend(mech, live.stats[j], ref, reports=cols, policy=policy)
         defences[j] = defence
         for f in defence.findings:
             if f.detector in PER_REPORT and f.flagged is not None:
@@ -157,6 +182,11 @@ def audit_reports(plan: Plan, reports: WindowReports, reference: WindowStats | N
                           tuple(sorted(rows)), reports.messages[m].partition)
                for (m, detail), rows in sorted(flagged_rows.items())]
     return Audit(defences, letters, reports.reports, reference_windows)
+
+
+def has_per_report_test(mech: Mechanism) -> bool:
+    """Whether a mechanism's reports have a test of individual reports (UE, local hashing, numeric means)."""
+    return (isinstance(mech, FrequencyOracle) and supports_itemsets_apply(mech)) or isinstance(mech, NumericMechanism)
 
 
 # --- I/O -----------------------------------------------------------------------------------------------------------
@@ -244,12 +274,16 @@ def audit_window(bootstrap: str, store: StatsStore, plan: Plan, window: str, sta
     """Audit one window (module docstring, steps 1-4); AuditError if it is still open (unless `force`)."""
     if not force and not window_closed(plan, window, start_ms, now_ms()):
         raise AuditError(f"{plan.spec.key} window {window}:{start_ms} is not closed yet (reports can still come)")
-    messages = read_window(bootstrap, plan, window, start_ms)
+    if any(has_per_report_test(m) for m in plan.mechanisms):
+        messages = read_window(bootstrap, plan, window, start_ms)
+    else:  # every test this collection has reads the sums: nothing to read again
+        messages = []
     reports = collect(plan, messages, window, start_ms)
     if reports.reports > MAX_AUDIT_REPORTS:
         raise AuditError(f"{reports.reports} reports: too many to audit in memory (at most {MAX_AUDIT_REPORTS})")
+    live = store.read_window(plan.spec.name, plan.spec.version, window, start_ms, plan.sizes)
     reference, count = reference_stats(store, plan, window, start_ms, audit_records(store, plan))
-    result = audit_reports(plan, reports, reference, count, policy)
+    result = audit_reports(plan, live, reports, reference, count, policy)
     if result.set_aside:
         (setaside or DeadLetterProducer(bootstrap, SETASIDE_TOPIC)).send(plan.spec.topic, result.set_aside)
     store.put_poisoning(plan.spec.name, (plan.spec.version, window, start_ms),

@@ -33,6 +33,7 @@ from ldpstream.mechanisms.frequency.unary import UnaryEncoding
 from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
 from ldpstream.mechanisms.keyvalue.pckv import PCKVGRR, PCKVUE
 from ldpstream.mechanisms.numeric.base import NumericMechanism
+from ldpstream.mechanisms.open_domain.tree import PrefixTree
 
 ATTACKS = ("maximal_gain", "random_item", "random_value", "input", "adaptive")
 HASH_TRIES = 1000  # seeds an MGA fake of local hashing tries (Cao et al.)
@@ -207,3 +208,41 @@ def fake_keyvalue_reports(mech: KeyValueMechanism, targets: Sequence[int] | np.n
         y[np.arange(m), keys] = 1
         return {"bits": y}
     raise AttackError(f"no key-value attack on {mech.name}")
+
+
+# --- heavy hitters --------------------------------------------------------------------------------------------------
+def fake_tree_reports(tree: PrefixTree, attack: str, targets: Sequence[str], m: int, rng: np.random.Generator,
+                      carriers: int | None = None, decoys: Sequence[str] = ()) -> Reports:
+    """m fake reports of a prefix tree promoting the target strings (Cao et al. Sec. 5): `maximal_gain` reports, at
+    a level drawn uniformly, a target's prefix bucket under a hash drawn uniformly (what a holder sends unperturbed);
+    `random_item`/`input` a target perturbed honestly; `random_value` a uniform report; `adaptive` only `carriers`
+    crafted reports (under the rise bound) and honest reports of the `decoys` (strings that gain nothing) for the
+    rest."""
+    rows = tree.domain.encode(list(targets))
+    pick = rng.integers(0, len(rows), size=m)
+    if attack in ("random_item", "input"):
+        return tree.perturb(rows[pick if attack == "random_item" else np.arange(m) % len(rows)], rng)
+    if attack == "random_value":
+        first = tree.oracles[0]
+        return {"level": rng.integers(0, tree.levels, size=m).astype(np.uint8),
+                "hash": rng.integers(0, first.hashes, size=m).astype(np.uint32),
+                "y": rng.integers(0, first.width, size=m).astype(np.uint32)}
+    if attack not in ("maximal_gain", "adaptive"):
+        raise AttackError(f"unknown attack {attack!r}; one of {ATTACKS}")
+    crafted = m if attack == "maximal_gain" or carriers is None else min(m, carriers)
+    if crafted < m and not len(decoys):
+        raise AttackError("an adaptive attack on heavy hitters needs decoy strings for its other fakes")
+    level = rng.integers(0, tree.levels, size=crafted).astype(np.uint8)
+    out: dict[str, np.ndarray] = {"level": level, "hash": np.zeros(crafted, dtype=np.uint32),
+                                  "y": np.zeros(crafted, dtype=np.uint32)}
+    for t, oracle in enumerate(tree.oracles):
+        mine = np.flatnonzero(level == t)
+        buckets = oracle.candidate_buckets(rows)  # (targets, hashes)
+        j = rng.integers(0, oracle.hashes, size=len(mine))
+        out["hash"][mine] = j
+        out["y"][mine] = buckets[pick[mine], j]
+    if crafted == m:
+        return out
+    decoy_rows = tree.domain.encode(list(decoys))
+    honest = tree.perturb(decoy_rows[rng.integers(0, len(decoy_rows), size=m - crafted)], rng)
+    return {k: np.concatenate([v, np.asarray(honest[k]).astype(v.dtype)]) for k, v in out.items()}

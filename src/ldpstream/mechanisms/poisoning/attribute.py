@@ -113,8 +113,8 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
             step(output_density(mech, np.asarray(reports["value"]), policy))
         step(mean_bound(mech, (block - removed)[1:], ref_estimate(), policy=policy))
     elif isinstance(mech, KeyValueMechanism):
-        step(keyvalue_disagreement(mech, (block - removed)[1:], policy))
         step(key_frequency_bound(mech, (block - removed)[1:], ref_estimate(), policy))
+        step(keyvalue_disagreement(mech, (block - removed)[1:], policy))
     elif isinstance(mech, PrefixTree):
         return _tree_defence(mech, block, ref, policy)
     else:

@@ -71,7 +71,7 @@ from ldpstream.mechanisms.poisoning.base import (
 EXCESS = "excess_claims"
 ITEMSETS = "support_itemsets"
 MAX_SET_ASIDE = 0.5  # a test on sums sets aside at most this fraction of a window
-PAIR_SAMPLE = 200_000  # reports whose candidate co-supports are counted (evenly spaced over the window)
+PAIR_SAMPLE = 50_000  # reports whose candidate co-supports are counted (evenly spaced over the window)
 PAIR_MARGIN = 0.05  # a linked pair's co-support must also exceed the model's by this fraction (model error)
 SEED_SAMPLES = 1 << 17  # seeds of the Monte Carlo bound of local hashing's report threshold
 SEED_RNG = 0x5EED  # fixed: the same window gives the same threshold

@@ -62,42 +62,55 @@ def _removal(mech: PCKV, keys: np.ndarray, counts: np.ndarray, signs: np.ndarray
 
 
 def keyvalue_disagreement(mech: KeyValueMechanism, stats: np.ndarray, policy: Policy = Policy()) -> Finding:
-    """Keys whose value reports say more than their key reports allow (|s| > f), brought back (module docstring)."""
+    """Keys whose value reports say more than their key reports allow (|s| > f), brought back (module docstring).
+
+    One key at a time, the most disagreeing first: a PCKV-GRR fake also lowers every other key's frequency (by b /
+    c_f per report), which can make an honest key disagree until the fakes are set aside."""
     _, n = split_count(stats, mech.stats_size)
     if not isinstance(mech, PCKV):
         return _untested(DISAGREEMENT, mech, n)
     if n < policy.min_reports:
         return too_few(DISAGREEMENT, n, policy)
-    est = mech.estimate(stats)
-    f, s = np.asarray(est.value)
-    var_f, var_s, cov = mech.plugin_covariance(f, s)
     z = bonferroni_z(policy.alpha_window, 2 * mech.domain_size)
     c_f, c_s, b, _ = _constants(mech)
-    keys, counts, signs = [], [], []
-    for sigma, sd in ((1.0, np.sqrt(np.maximum(var_s + var_f - 2 * cov, 0) / n)),
-                      (-1.0, np.sqrt(np.maximum(var_s + var_f + 2 * cov, 0) / n))):
-        gap = sigma * s - f
-        delta = z * sd
-        for k in np.flatnonzero(gap > delta):
-            denominator = delta[k] + (1 - b) / c_f - 1 / c_s
-            x = n * (delta[k] - gap[k]) / denominator if denominator < 0 else 0.0
-            keys.append(int(k))
-            counts.append(float(math.ceil(min(max(x, 0.0), MAX_SET_ASIDE * n))))
-            signs.append(sigma)
+    removed = np.zeros(mech.stats_size)
+    keys: list[int] = []
+    total = 0.0
+    for _ in range(2 * mech.domain_size):
+        left = np.asarray(stats, dtype=np.float64) - removed
+        count = n - total
+        est = mech.estimate(left)
+        f, s = np.asarray(est.value)
+        var_f, var_s, cov = mech.plugin_covariance(f, s)
+        candidates = []
+        for sigma, var in ((1.0, var_s + var_f - 2 * cov), (-1.0, var_s + var_f + 2 * cov)):
+            sd = np.sqrt(np.maximum(var, 1e-300) / count)
+            gap = sigma * s - f
+            over = np.flatnonzero(gap > z * sd)
+            if len(over):  # the largest disagreement first (in frequency units: the fakes' own key)
+                k = int(over[np.argmax(gap[over])])
+                candidates.append((float(gap[k]), k, sigma, float(z * sd[k])))
+        if not candidates:
+            break
+        gap, k, sigma, delta = max(candidates)
+        denominator = delta + (1 - b) / c_f - 1 / c_s
+        x = count * (delta - gap) / denominator if denominator < 0 else 0.0
+        x = float(math.ceil(min(max(x, 0.0), MAX_SET_ASIDE * n - total)))
+        keys.append(k)
+        if x <= 0:  # no number of fake reports of this key explains it: suspected, nothing to set aside
+            break
+        removed += _removal(mech, np.array([k]), np.array([x]), np.array([sigma]))
+        total += x
     if not keys:
         return clean(DISAGREEMENT, n, policy.alpha_window, math.inf)
-    total = sum(counts)
-    if total > MAX_SET_ASIDE * n:  # several keys: keep the total within the cap, in proportion
-        counts = [math.floor(c * MAX_SET_ASIDE * n / total) for c in counts]
-    removed = _removal(mech, np.array(keys), np.array(counts), np.array(signs))
-    return Finding(DISAGREEMENT, SUSPECTED, n, float(sum(counts)), removed, tuple(sorted(set(keys))),
-                   policy.alpha_window, 0.0, f"{len(keys)} key(s) whose value reports exceed what their key reports "
-                                             f"allow")
+    return Finding(DISAGREEMENT, SUSPECTED, n, total, removed, tuple(sorted(set(keys))), policy.alpha_window, 0.0,
+                   f"{len(set(keys))} key(s) whose value reports exceed what their key reports allow")
 
 
 def key_frequency_bound(mech: KeyValueMechanism, stats: np.ndarray, reference: Estimate | None,
-                        policy: Policy = Policy()) -> Finding:
-    """Keys whose frequency rose above their reference's bound, brought back to it (module docstring)."""
+                        policy: Policy = Policy(), rounds: int = 8) -> Finding:
+    """Keys whose frequency rose above their reference's bound, brought back to it (module docstring); in rounds,
+    as a PCKV-GRR fake of one key lowers the others' support (which setting it aside restores)."""
     support, n = split_count(stats, mech.stats_size)
     if not isinstance(mech, PCKV):
         return _untested(KEY_FREQUENCY, mech, n)
@@ -105,27 +118,40 @@ def key_frequency_bound(mech: KeyValueMechanism, stats: np.ndarray, reference: E
         return too_few(KEY_FREQUENCY, n, policy)
     if reference is None or reference.n < policy.min_reports or not np.isfinite(reference.value[0]).all():
         return Finding(KEY_FREQUENCY, UNTESTED, n, detail="no reference window to compare with")
-    est = mech.estimate(stats)
-    f, s = np.asarray(est.value)
     f_ref = np.clip(np.asarray(reference.value)[0], 0.0, 1.0)
     var = mech.frequency_variance(f_ref)
     z = bonferroni_z(policy.alpha_window, mech.domain_size)
-    spread = z * np.sqrt(var / n + var / reference.n)
-    bound = np.minimum(1.0, f_ref + policy.drift) + spread
-    suspects = np.flatnonzero(f > bound)
-    allowance = float(np.max(bound - f_ref))
-    if not len(suspects):
-        return clean(KEY_FREQUENCY, n, policy.alpha_window, allowance)
     c_f, _, b, _ = _constants(mech)
-    big_f = support[suspects]
-    x = (big_f - c_f * bound[suspects] * n) / ((1 - b) - c_f * bound[suspects])
-    counts = np.ceil(np.clip(x, 0.0, MAX_SET_ASIDE * n / len(suspects)))
-    ref_total = np.asarray(reference.value)[1][suspects]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        moved = np.where(f[suspects] > 0, s[suspects] / f[suspects], 0.0) - np.where(
-            f_ref[suspects] > 0, ref_total / np.maximum(f_ref[suspects], 1e-12), 0.0)
-    signs = np.where(moved >= 0, 1.0, -1.0)
-    removed = _removal(mech, suspects, counts, signs)
-    return Finding(KEY_FREQUENCY, SUSPECTED, n, float(counts.sum()), removed, tuple(int(k) for k in suspects),
-                   policy.alpha_window, allowance, f"{len(suspects)} key(s) above the largest frequency an honest "
-                                                   f"window shows given the reference")
+    ref_mean = np.where(f_ref > 0, np.asarray(reference.value)[1] / np.maximum(f_ref, 1e-12), 0.0)
+    removed = np.zeros(mech.stats_size)
+    suspects: set[int] = set()
+    total = 0.0
+    allowance = 0.0
+    for _ in range(rounds):
+        left = np.asarray(stats, dtype=np.float64) - removed
+        count = n - total
+        f, s = np.asarray(mech.estimate(left).value)
+        spread = z * np.sqrt(var / count + var / reference.n)
+        bound = np.minimum(1.0, f_ref + policy.drift) + spread
+        allowance = float(np.max(bound - f_ref))
+        over = np.flatnonzero(f > bound)
+        if not len(over):
+            break
+        suspects.update(int(k) for k in over)
+        x = (left[over] - c_f * bound[over] * count) / ((1 - b) - c_f * bound[over])
+        counts = np.ceil(np.clip(x, 0.0, None))
+        room = MAX_SET_ASIDE * n - total
+        if counts.sum() > room:
+            counts = np.floor(counts * room / counts.sum())
+        if counts.sum() <= 0:
+            break
+        mean = np.where(f[over] > 0, s[over] / np.maximum(f[over], 1e-12), 0.0)
+        signs = np.where(mean >= ref_mean[over], 1.0, -1.0)
+        removed += _removal(mech, over, counts, signs)
+        total += float(counts.sum())
+    del support
+    if not suspects:
+        return clean(KEY_FREQUENCY, n, policy.alpha_window, allowance)
+    return Finding(KEY_FREQUENCY, SUSPECTED, n, total, removed, tuple(sorted(suspects)), policy.alpha_window,
+                   allowance, f"{len(suspects)} key(s) above the largest frequency an honest window shows given the "
+                              f"reference")
