@@ -111,7 +111,7 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     elif isinstance(mech, NumericMechanism):
         if reports is not None and not prior:
             step(output_density(mech, np.asarray(reports["value"]), policy))
-        step(mean_bound(mech, (block - removed)[1:], ref_estimate(), policy=policy))
+        step(mean_bound(mech, (block - removed)[1:], ref_estimate(), None if ref is None else ref[1:], policy))
     elif isinstance(mech, KeyValueMechanism):
         step(key_frequency_bound(mech, (block - removed)[1:], ref_estimate(), policy))
         step(keyvalue_disagreement(mech, (block - removed)[1:], policy))

@@ -10,8 +10,11 @@ stationary population, the reference window's (the collection's previous window)
 
     f_hat(v) > min(1, f_ref(v) + drift) + z sqrt(se(v)^2 + se_ref(v)^2),    z = Phi^-1(1 - alpha_window / K),
 
-with both standard errors at the reference's frequency (the null's), Bonferroni over the K items: an honest window
-is flagged with probability <= alpha_window. The bound b(v) is what an attacker who knows the detector can keep:
+with both standard errors at the reference's frequency (the null's) and counting the sampling of devices (two windows
+are two samples of a population: `window_variance`), Bonferroni over the K items: an honest window
+is flagged with probability <= alpha_window. Where an item expects fewer than NORMAL_COUNT supports the normal tail is
+too light, and its bound is also at least the exact Binomial quantile at the reference's upper confidence limit.
+The bound b(v) is what an attacker who knows the detector can keep:
 each suspected item is brought back to b(v), so the gain left is at most sum over targets of (b(v) - f_ref(v)).
 
 Recovery (derived here; LDPRecover's model of fake reports that support the targets and blend elsewhere). Setting
@@ -76,6 +79,19 @@ PAIR_MARGIN = 0.05  # a linked pair's co-support must also exceed the model's by
 SEED_SAMPLES = 1 << 17  # seeds of the Monte Carlo bound of local hashing's report threshold
 SEED_RNG = 0x5EED  # fixed: the same window gives the same threshold
 MIN_SET = 2
+NORMAL_COUNT = 30  # expected supports under the reference below which an item's bound is the exact binomial's
+
+
+def usable_reference(reference: Estimate | None, policy: Policy) -> bool:
+    """Whether a reference can be compared with: finite estimates from at least the policy's minimum of reports."""
+    return reference is not None and reference.n >= policy.min_reports and bool(np.isfinite(reference.value).all())
+
+
+def window_variance(oracle: FrequencyOracle, f: np.ndarray) -> np.ndarray:
+    """n Var[f_hat(v)] of a window whose n devices are drawn from a population with frequencies f: the oracle's
+    (fixed devices) plus the sampling of the devices, f (1 - f). Derived here: a report's support indicator of v is
+    then Bernoulli(pi), pi = q + (p - q) f, and pi (1 - pi) / (p - q)^2 is exactly the sum."""
+    return oracle.variance(f) + f * (1.0 - f)
 
 
 def item_bounds(oracle: FrequencyOracle, est: Estimate, reference: Estimate | None,
@@ -83,15 +99,23 @@ def item_bounds(oracle: FrequencyOracle, est: Estimate, reference: Estimate | No
     """(b(v), the reference frequency each bound rises from) per item (module docstring): the largest estimate an
     honest window shows with probability 1 - alpha_window / K; without a usable reference, 1 + z se."""
     z = bonferroni_z(policy.alpha_window, oracle.domain_size)
-    if reference is None or not np.isfinite(reference.value).all() or reference.n < policy.min_reports:
+    if not usable_reference(reference, policy):
         f0 = np.clip(np.nan_to_num(est.value), 0.0, 1.0)
         se = np.sqrt(oracle.variance(f0) / est.n)
         return 1.0 + z * se, np.ones_like(f0)
+    assert reference is not None
     f0 = np.clip(reference.value, 0.0, 1.0)
-    var = oracle.variance(f0)
+    var = window_variance(oracle, f0)
     spread = z * np.sqrt(var / est.n + var / reference.n)
     base = np.minimum(1.0, f0 + policy.drift)
-    return base + spread, f0
+    bound = base + spread
+    s, p, q = oracle.supports_per_report, oracle.p, oracle.q
+    small = s * est.n * (q + (p - q) * f0) < NORMAL_COUNT
+    if small.any():  # few expected supports: the normal approximation's tail is too light; the exact binomial's
+        f_up = np.clip(base[small] + z * np.sqrt(var[small] / reference.n), 0.0, 1.0)
+        limit = binom.isf(policy.alpha_window / (2 * oracle.domain_size), s * est.n, q + (p - q) * f_up)
+        bound[small] = np.maximum(bound[small], (limit / (s * est.n) - q) / (p - q))
+    return bound, f0
 
 
 def excess_claims(oracle: FrequencyOracle, stats: np.ndarray, reference: Estimate | None = None,
@@ -104,7 +128,7 @@ def excess_claims(oracle: FrequencyOracle, stats: np.ndarray, reference: Estimat
         return too_few(EXCESS, n, policy)
     est = oracle.estimate(stats)
     bound, base = item_bounds(oracle, est, reference, policy)
-    allowance = float(np.max(bound - base)) if reference is not None else math.inf
+    allowance = float(np.max(bound - base)) if usable_reference(reference, policy) else math.inf
     suspects = np.flatnonzero(np.asarray(est.value) > bound)
     if not len(suspects):
         return clean(EXCESS, n, policy.alpha_window, allowance)
@@ -124,7 +148,7 @@ def excess_claims(oracle: FrequencyOracle, stats: np.ndarray, reference: Estimat
     removed[-1] = x
     return Finding(EXCESS, SUSPECTED, n, x, removed, tuple(int(v) for v in suspects), policy.alpha_window,
                    allowance, f"{len(suspects)} item(s) above the largest estimate an honest window shows"
-                              f"{' given the reference' if reference is not None else ' (f > 1)'}")
+                              f"{' given the reference' if usable_reference(reference, policy) else ' (f > 1)'}")
 
 
 # --- support itemsets ---------------------------------------------------------------------------------------------
@@ -133,7 +157,7 @@ def candidate_items(est: Estimate, reference: Estimate | None, count: int) -> np
     reference (in standard errors), sorted."""
     value = np.nan_to_num(np.asarray(est.value, dtype=np.float64), nan=-np.inf)
     picks = [np.argsort(-value, kind="stable")[:count]]
-    if reference is not None and np.isfinite(reference.value).all():
+    if reference is not None and np.isfinite(reference.value).all() and reference.n > 0:
         rise = (value - reference.value) / np.sqrt(np.asarray(est.stderr) ** 2 + np.asarray(reference.stderr) ** 2)
         picks.append(np.argsort(-np.nan_to_num(rise, nan=-np.inf), kind="stable")[:count])
     return np.unique(np.concatenate(picks))

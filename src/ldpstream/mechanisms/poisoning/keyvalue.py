@@ -119,7 +119,7 @@ def key_frequency_bound(mech: KeyValueMechanism, stats: np.ndarray, reference: E
     if reference is None or reference.n < policy.min_reports or not np.isfinite(reference.value[0]).all():
         return Finding(KEY_FREQUENCY, UNTESTED, n, detail="no reference window to compare with")
     f_ref = np.clip(np.asarray(reference.value)[0], 0.0, 1.0)
-    var = mech.frequency_variance(f_ref)
+    var = mech.frequency_variance(f_ref) + f_ref * (1.0 - f_ref)  # and the sampling of devices
     z = bonferroni_z(policy.alpha_window, mech.domain_size)
     c_f, _, b, _ = _constants(mech)
     ref_mean = np.where(f_ref > 0, np.asarray(reference.value)[1] / np.maximum(f_ref, 1e-12), 0.0)

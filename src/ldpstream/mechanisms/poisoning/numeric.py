@@ -8,8 +8,9 @@ typically the largest output, to move the mean. Two detectors:
 honest reports that fall in an interval I is a mixture over true values t of P[report in I | t], so it is at most
 cap(I) = max_t P[report in I | t] (evaluated on a grid of t with the mechanism's exact CDF, `output_cdf`). The
 output range is cut into bins at several resolutions (a spike is best seen in a narrow bin, a spread excess in a wide
-one); a bin is suspected when its count exceeds n cap + z sqrt(n cap (1 - cap)), z Bonferroni over all bins at
-alpha_window, so an honest window is flagged with probability <= alpha_window. Of the resolution with the largest
+one); a bin is suspected when its count exceeds the upper alpha_window / B quantile of Binomial(n, cap) (exact, as
+the caps of tail bins are tiny; Bonferroni over all B bins), so an honest window is flagged with probability <=
+alpha_window. Of the resolution with the largest
 total excess, each suspected bin's excess count, c - n cap, is set aside: its reports farthest from 0 (an attack's
 extreme values first). Reports spread under every cap (an attacker who knows it) are not set aside: the mean's bound
 below limits them.
@@ -17,10 +18,11 @@ below limits them.
 **Mean bound** (`mean_bound`, on the sums alone: count, sum, sum of squares). An honest window's mean is within z
 standard errors of the truth, which lies in [-1, 1] and, for a stationary population, is the reference window's;
 the standard errors are the reference's per-report variance over each window's count (the null's, which an attacker
-cannot inflate), z two-sided at alpha_window. A mean beyond its bound is brought back to it by setting aside the
-fewest reports at the output's extreme that explain the shift (derived here: X = n (mean - U) / (y_max - U) for an
-upper bound U and largest output y_max); for an unbounded output (Laplace, staircase) no count explains it, so only
-the sum is corrected.
+cannot inflate): the variance of its reports, which counts the sampling of devices as well as the noise (two windows
+are two samples of a population), z two-sided at alpha_window. A mean beyond its bound is brought back to it by
+setting aside the fewest reports at the output's extreme that explain the shift (derived here: X = n (mean - U) /
+(y_max - U) for an upper bound U and largest output y_max); for an unbounded output (Laplace, staircase) no count
+explains it, so only the sum is corrected.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.stats import binom
 
 from ldpstream.mechanisms.base import Estimate
 from ldpstream.mechanisms.numeric.base import NumericMechanism
@@ -36,7 +39,6 @@ from ldpstream.mechanisms.poisoning.base import (
     UNTESTED,
     Finding,
     Policy,
-    binomial_sd,
     bonferroni_z,
     clean,
     too_few,
@@ -64,7 +66,10 @@ def mean_bound(mech: NumericMechanism, stats: np.ndarray, reference: Estimate | 
     usable = reference is not None and reference.n >= policy.min_reports and np.isfinite(reference.value)
     if usable:
         assert reference is not None
-        per_report = float(reference.stderr) ** 2 * reference.n  # the reference's variance of one report
+        per_report = float(reference.stderr) ** 2 * reference.n  # the mechanism's variance of one report...
+        if reference_stats is not None:  # ...or, better, the reports' own: it counts the sampling of devices too
+            count_ref, total_ref, squares_ref = (float(x) for x in reference_stats)
+            per_report = max(per_report, squares_ref / count_ref - (total_ref / count_ref) ** 2)
         spread = z * math.sqrt(per_report / n + per_report / reference.n)
         low = max(-1.0, float(reference.value) - policy.drift) - spread
         high = min(1.0, float(reference.value) + policy.drift) + spread
@@ -94,8 +99,13 @@ def bin_caps(mech: NumericMechanism, edges: np.ndarray) -> np.ndarray:
     """cap(I) = max over t of P[report in I | t] for the bins between consecutive `edges` (module docstring); the
     outer edges may be infinite."""
     grid = np.linspace(-1.0, 1.0, T_GRID)
-    cdf = np.stack([mech.output_cdf(float(t), edges) for t in grid])  # type: ignore[attr-defined]
-    return np.clip(np.max(np.diff(cdf, axis=1), axis=0), 0.0, 1.0)
+    # bins as np.histogram cuts them, [a, b) but the last [a, b]: P = F(b-) - F(a-), F(x-) the mass below x, so
+    # that an atom on an edge (Duchi's +-B, HM's) counts in the bin it is histogrammed in
+    below = np.nextafter(edges, -np.inf)
+    points = np.concatenate([below, edges[-1:]])
+    cdf = np.stack([mech.output_cdf(float(t), points) for t in grid])  # type: ignore[attr-defined]
+    upper = np.concatenate([cdf[:, 1:-2], cdf[:, -1:]], axis=1)
+    return np.clip(np.max(upper - cdf[:, :-2], axis=0), 0.0, 1.0)
 
 
 def bin_edges(mech: NumericMechanism, bins: int) -> np.ndarray:
@@ -116,13 +126,13 @@ def output_density(mech: NumericMechanism, values: np.ndarray, policy: Policy = 
         return Finding(DENSITY, UNTESTED, n, detail=f"{mech.name} declares no output distribution")
     if n < policy.min_reports:
         return too_few(DENSITY, n, policy)
-    z = bonferroni_z(policy.alpha_window, sum(RESOLUTIONS))
+    tail = policy.alpha_window / sum(RESOLUTIONS)  # Bonferroni over every bin of every resolution
     best: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
     for bins in RESOLUTIONS:
         edges = bin_edges(mech, bins)
         caps = bin_caps(mech, edges)
         counts = np.histogram(x, bins=np.clip(edges, -1e300, 1e300))[0].astype(np.float64)
-        limit = n * caps + z * binomial_sd(n, caps)
+        limit = binom.isf(tail, n, caps)  # exact: bins whose caps are tiny hold a few reports by chance
         over = counts > limit
         if over.any():
             excess = np.where(over, np.ceil(counts - n * caps), 0.0)
