@@ -134,14 +134,17 @@ def _tree_defence(tree: PrefixTree, block: np.ndarray, reference: np.ndarray | N
         return Defence((Finding(HEAVY, UNTESTED, n, detail="no reference window with enough reports: a fake "
                                                            "string looks like a popular one"),), removed)
     tree.heavy_hitters(block[1:], cap=cap)
-    last = cap.capped.get(tree.levels - 1, [])
-    capped_levels = sum(1 for rows in cap.capped.values() if rows)
+    capped_levels = [level for level, rows in sorted(cap.capped.items()) if rows]
     if not capped_levels:
         return Defence((Finding(HEAVY, CLEAN, n, false_positive=policy.alpha_window),), removed, cap)
-    excess = sum(value - bound for _, value, bound in last)
-    strings = tuple(tree.domain.decode(np.stack([row for row, _, _ in last]))) if last else ()
-    detail = (f"{len(last)} string(s) of the top list and prefixes at {capped_levels} level(s) capped at the most "
-              f"an honest window shows given the reference")
+    deepest = capped_levels[-1]  # the last level's strings, else the longest prefixes capped on the way
+    rows = cap.capped[deepest]
+    excess = sum(value - bound for _, value, bound in rows)
+    strings = tuple(tree.domain.decode(np.stack([row for row, _, _ in rows])))
+    if deepest < tree.levels - 1:
+        strings = tuple(f"{s}..." for s in strings)
+    detail = (f"{len(rows)} {'string(s) of the top list' if deepest == tree.levels - 1 else 'prefix(es)'} capped at "
+              f"the most an honest window shows given the reference (levels capped: {len(capped_levels)})")
     # no statistics are removed (the sketches keep them); the reports set aside are estimated from the excess
     return Defence((Finding(HEAVY, SUSPECTED, n, excess * n, None, (), policy.alpha_window, 0.0, detail),),
                    removed, cap, strings)
