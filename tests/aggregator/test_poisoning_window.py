@@ -22,11 +22,12 @@ from ldpstream.aggregator.poisoning import (
     window_defence,
 )
 from ldpstream.aggregator.processing import Message, PartitionProcessor
-from ldpstream.aggregator.store import ALL_TIME, MemoryStore
+from ldpstream.aggregator.store import ALL_TIME, MemoryStore, WindowStats
 from ldpstream.cli.output import poisoning_table
 from ldpstream.contract.spec import parse_spec
 from ldpstream.contract.wire import AttributeColumns, encode_envelope, envelope_of
 from ldpstream.mechanisms.frequency.base import FrequencyOracle
+from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.simulator.poisoning import fake_frequency_reports
 from ldpstream.simulator.population import zipf_probabilities
 
@@ -160,3 +161,25 @@ def test_the_metrics_carry_the_suspected_poisoning(filled: tuple[MemoryStore, Pl
     assert samples[("ldp_poisoning_alert_threshold", (("collection", SPEC.name),))] == pytest.approx(0.005)
     assert ("ldp_poisoning_alert", (("collection", SPEC.name), ("window", "1m"))) in samples
     assert any(name == "ldp_poisoning_gain_removed" for name, _ in samples)
+
+
+def test_a_shuffled_collections_anonymous_reports_are_all_tested() -> None:
+    """The shuffler's batches carry device 0 and the window's start: no dedupe, every report in the window kept, and
+    the itemset test needs no device to find the fakes."""
+    raw = {**json.loads(SPEC.canonical_json()), "name": "poison-shuffled",
+           "shuffle": {"delta": 1e-8, "min_batch": 1000, "grace_s": 5}}
+    plan = Plan(parse_spec(json.dumps(raw)))
+    oracle = plan.mechanisms[0]
+    assert isinstance(oracle, FrequencyOracle)
+    rng = np.random.default_rng(2)
+    reports = oracle.perturb(rng.choice(D, size=N - M, p=zipf_probabilities(D, 1.0)), rng)
+    fakes = fake_frequency_reports(oracle, "maximal_gain", TARGETS, M, rng)
+    reports = {k: np.concatenate([reports[k], fakes[k].astype(reports[k].dtype)]) for k in reports}
+    env = envelope_of(plan.spec.name, 1, np.zeros(N, dtype=np.uint64), np.full(N, START),
+                      {0: AttributeColumns(np.arange(N, dtype=np.uint32), reports)})
+    window = collect(plan, [Message(0, encode_envelope(env))], "1m", START)
+    assert window.reports == N
+    live = WindowStats(float(N), {0: attribute_block(N, oracle.accumulate(reports))})
+    audit = audit_reports(plan, live, window, None)
+    flagged = {r for letter in audit.set_aside for r in letter.rows or ()}
+    assert set(range(N - M, N)) <= flagged
