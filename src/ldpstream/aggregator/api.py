@@ -6,7 +6,8 @@ scopes include the route's:
   resolved), windows, report counts and privacy guarantees (`ldpstream.contract.collector.privacy_budgets`: per report
   and, with a privacy block, over a device's lifetime);
 - `GET /collections/{name}/estimates?window=all|1h|1h:<start_ms>&version=V&postprocess=none|clip|norm_sub|project`
-  (scope `read`): `ldpstream.aggregator.estimates.collection_estimates` as JSON (404: unknown collection or version;
+  (scope `read`): `ldpstream.aggregator.estimates.collection_estimates` as JSON, the live estimates and, under
+  "poisoning", the window's suspected poisoning with its defended estimates (404: unknown collection or version;
   400: bad parameter);
 - `GET /collections/{name}/series?attribute=A&window=1h&from=T&to=T&version=V` (scope `read`): one attribute's
   windows that start in [from, to) (ms since the epoch or ISO 8601; default the 48 newest), each with its estimates,

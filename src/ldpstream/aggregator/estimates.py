@@ -12,6 +12,7 @@ import msgspec
 import numpy as np
 
 from ldpstream.aggregator.plans import Plan
+from ldpstream.aggregator.poisoning import DEFAULT_POLICY, WindowDefence, window_defence
 from ldpstream.aggregator.store import ALL_TIME, StatsStore
 from ldpstream.contract.spec import (
     Attribute,
@@ -66,20 +67,82 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
     "answers": {query: {"estimate", "stderr"}}} (a factorization attribute's workload answers), or {"frequencies":
     {key: ...}, "means": {key: {"estimate", "stderr"}}} (keyvalue: how many devices hold each key, and the mean of
     their values; a mean is null where no holder is estimated).
+
+    "poisoning": the window's suspected poisoning and its defended estimates (`poisoning_summary`); the estimates
+    above are the live ones, from every report counted.
     """
     if postprocess not in POSTPROCESS:
         raise ValueError(f"postprocess must be one of {POSTPROCESS}, got {postprocess!r}")
     name, start = resolve_window(store, plan, window)
     stats = store.read_window(plan.spec.name, plan.spec.version, name, start, plan.sizes)
-    estimates = plan.estimate(stats)
-    attributes = {attr.name: attribute_entry(plan, attr, estimates[attr.name], postprocess)
-                  for attr in plan.spec.attributes}
+    attributes = attribute_entries(plan, plan.estimate(stats), postprocess)
     result = {"collection": plan.spec.name, "version": plan.spec.version,
               "window": name if name == ALL_TIME else f"{name}:{start}", "window_start_ms": start,
               "reports": int(stats.devices), "attributes": attributes}
     if plan.spec.shuffle is not None:
         result["shuffle"] = shuffle_summary(store, plan, name, start)
+    result["poisoning"] = poisoning_summary(plan, attributes, window_defence(store, plan, name, start, stats),
+                                            int(stats.devices), postprocess)
     return result
+
+
+def attribute_entries(plan: Plan, estimates: dict[str, Estimate], postprocess: PostProcess) -> dict[str, Any]:
+    """Per attribute, its entry of `collection_estimates` (`attribute_entry`)."""
+    return {attr.name: attribute_entry(plan, attr, estimates[attr.name], postprocess) for attr in plan.spec.attributes}
+
+
+def poisoning_summary(plan: Plan, raw: dict[str, Any], defence: WindowDefence, reports: int,
+                      postprocess: PostProcess) -> dict[str, Any]:
+    """The window's "suspected poisoning" figure (README, "Fake devices"): where it comes from, the reference, the
+    reports set aside (fraction of the window's), whether that is above the alert threshold, and per attribute the
+    detectors' findings, the suspects, the gain removed and the defended estimate."""
+    policy = DEFAULT_POLICY
+    defended = attribute_entries(plan, plan.estimate(defence.defended, defence.caps), postprocess)
+    attributes: dict[str, Any] = {}
+    for j, attr in enumerate(plan.spec.attributes):
+        d = defence.attributes[j]
+        labels = _suspect_labels(attr, d)
+        attributes[attr.name] = {
+            "status": d.status, "set_aside": round(d.set_aside, 3), "suspects": labels,
+            "gain_removed": _gain_removed(raw[attr.name], defended[attr.name], labels),
+            "findings": [{"detector": f.detector, "status": f.status, "set_aside": round(f.set_aside, 3),
+                          "detail": f.detail} for f in d.findings],
+            "estimate": defended[attr.name]}
+    fraction = defence.set_aside / reports if reports else 0.0
+    return {"source": defence.source, "audited_ms": defence.audited_ms,
+            "reference": {"windows": defence.reference_windows, "reports": defence.reference_reports}
+            if defence.reference_windows else None,
+            "set_aside": round(defence.set_aside, 3), "set_aside_fraction": fraction,
+            "alert": fraction > policy.alert_fraction, "alert_threshold": policy.alert_fraction,
+            "false_positive": {"per_report": policy.alpha_report, "per_window": policy.alpha_window},
+            "attributes": attributes}
+
+
+def _suspect_labels(attr: Any, defence: Any) -> list[str]:
+    """The suspects of an attribute by name: its values or keys (strings: the capped ones), else bins/indices."""
+    if isinstance(attr, StringAttribute):
+        return list(defence.strings)
+    names = attr.labels if isinstance(attr, KeyValueAttribute) else (
+        attr.values if isinstance(attr, CategoricalAttribute) and attr.workload is None else None)
+    codes = defence.suspects()
+    if names is None:
+        return [] if isinstance(attr, CategoricalAttribute) or not codes else [f"bin {c}" for c in codes]
+    return [names[c] for c in codes if 0 <= c < len(names)]
+
+
+def _gain_removed(raw: dict[str, Any], defended: dict[str, Any], suspects: list[str]) -> float:
+    """What the defence took off the suspects' estimates (frequencies: summed; a mean: the distance moved)."""
+    if "mean" in raw:
+        before, after = raw.get("mean"), defended.get("mean")
+        return abs(before - after) if before is not None and after is not None else 0.0
+    total = 0.0
+    for kind in ("frequencies", "means"):
+        before, after = raw.get(kind, {}), defended.get(kind, {})
+        for label in suspects:
+            x, y = before.get(label, {}).get("estimate"), after.get(label, {}).get("estimate")
+            if x is not None and y is not None:
+                total += abs(x - y)
+    return total
 
 
 def attribute_entry(plan: Plan, attr: Attribute, est: Estimate, postprocess: PostProcess = "none") -> dict[str, Any]:

@@ -18,7 +18,10 @@ Redis and Kafka at scrape time, for the newest published version of each collect
 
 Series per collection of the store-wide metrics: reports 1 + (reasons seen, <= 9); lag one per partition;
 freshness 1; estimates and their standard errors (1 + tumbling windows) x (numeric attributes + categorical
-values) each. The diagnostics example: 9 reports, 8 lag, 1 freshness, 2 x 2 x 25 = 100 estimate series.
+values) each; suspected poisoning (`ldpstream.aggregator.poisoning`): the set-aside ratio and the alert per window
+shown, the alert threshold 1, the gain removed per attribute and window, and a defended estimate per suspected value
+(none in a window with no suspect). The diagnostics example: 9 reports, 8 lag, 1 freshness, 2 x 2 x 25 = 100
+estimate series, 2 + 2 + 1 + 6 poisoning series.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -68,10 +72,27 @@ class StoreFamilies:
         "frequency", labels=ESTIMATE_LABELS))
     stderr: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
         "ldp_estimate_stderr", "Standard error of ldp_estimate", labels=ESTIMATE_LABELS))
+    set_aside: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_poisoning_set_aside_ratio", "Suspected poisoning: the fraction of a window's reports its detectors set "
+        "aside (from its audit, or the tests on its sums)", labels=["collection", "window"]))
+    alert: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_poisoning_alert", "1 when ldp_poisoning_set_aside_ratio is above ldp_poisoning_alert_threshold",
+        labels=["collection", "window"]))
+    threshold: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_poisoning_alert_threshold", "The set-aside fraction above which a window raises the poisoning alert",
+        labels=["collection"]))
+    gain_removed: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_poisoning_gain_removed", "What the poisoning defence took off an attribute's suspected estimates "
+        "(frequencies summed over the suspects; a mean: the distance moved)", labels=["collection", "attribute",
+                                                                                     "window"]))
+    defended: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_estimate_defended", "A suspected value's estimate without the reports set aside (beside ldp_estimate)",
+        labels=ESTIMATE_LABELS))
 
     def all(self) -> list[Metric]:
         return [self.collections, self.reports, self.lag, self.freshness, self.shuffle_epsilon, self.shuffle_reports,
-                self.estimate, self.stderr]
+                self.estimate, self.stderr, self.set_aside, self.alert, self.threshold, self.gain_removed,
+                self.defended]
 
 
 class StoreCollector(Collector):
@@ -108,7 +129,7 @@ class StoreCollector(Collector):
             newest_ms = self.store.freshness(name).get("newest_report_ms")
             if newest_ms is not None:
                 families.freshness.add_metric([name], now_s - newest_ms / 1000)
-            self._estimates(families.estimate, families.stderr, plan)
+            self._estimates(families, plan)
         return families.all()
 
     def _lag(self, family: GaugeMetricFamily, plans: list[Plan]) -> None:
@@ -122,12 +143,15 @@ class StoreCollector(Collector):
                                                         {p.spec.name for p in plans if p.spec.shuffle}).items():
             family.add_metric([name, str(partition)], waiting)
 
-    def _estimates(self, estimate: GaugeMetricFamily, stderr: GaugeMetricFamily, plan: Plan) -> None:
-        """All-time and newest-tumbling-window estimates of windows with reports (unbiased, no post-processing)."""
+    def _estimates(self, families: StoreFamilies, plan: Plan) -> None:
+        """All-time and newest-tumbling-window estimates of windows with reports (unbiased, no post-processing), and
+        their suspected poisoning."""
+        estimate, stderr = families.estimate, families.stderr
         for window in [ALL_TIME, *plan.spec.windows]:
             result = collection_estimates(self.store, plan, window)
             if not result["reports"]:
                 continue
+            self._poisoning(families, plan.spec.name, window, result)
             for attribute, entry in result["attributes"].items():
                 values = entry.get("frequencies") or entry.get("answers") or {}
                 series = ([("", entry["mean"], entry["stderr"])] if "mean" in entry else
@@ -139,6 +163,25 @@ class StoreCollector(Collector):
                         estimate.add_metric(labels, x)
                     if s is not None:
                         stderr.add_metric(labels, s)
+
+
+    @staticmethod
+    def _poisoning(families: StoreFamilies, name: str, window: str, result: dict[str, Any]) -> None:
+        """A window's suspected poisoning (`ldpstream.aggregator.estimates.poisoning_summary`)."""
+        p = result["poisoning"]
+        families.set_aside.add_metric([name, window], p["set_aside_fraction"])
+        families.alert.add_metric([name, window], 1.0 if p["alert"] else 0.0)
+        if window == ALL_TIME:
+            families.threshold.add_metric([name], p["alert_threshold"])
+        for attribute, entry in p["attributes"].items():
+            families.gain_removed.add_metric([name, attribute, window], entry["gain_removed"])
+            defended = entry["estimate"]
+            if "mean" in defended and entry["status"] == "suspected" and defended["mean"] is not None:
+                families.defended.add_metric([name, attribute, "", window], defended["mean"])
+            for label in entry["suspects"]:
+                x = defended.get("frequencies", {}).get(label, {}).get("estimate")
+                if x is not None:
+                    families.defended.add_metric([name, attribute, label, window], x)
 
 
 def store_registry(collector: StoreCollector) -> CollectorRegistry:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -18,6 +19,7 @@ from ldpstream.contract.collector import Strategies, collector_for
 from ldpstream.contract.spec import CollectionSpec, SpecError
 from ldpstream.mechanisms.base import Estimate, Mechanism, ReportSchema
 from ldpstream.mechanisms.mixed import MixedCollector, block_size, joined_stats
+from ldpstream.mechanisms.open_domain.tree import LevelCap
 from ldpstream.runtime.specs import log_refused, read_specs
 from ldpstream.runtime.strategies import strategies_for
 
@@ -58,10 +60,11 @@ class Plan:
         """Statistics length per attribute index in the store: [devices that sampled it, mechanism statistics]."""
         return {j: block_size(m) for j, m in enumerate(self.mechanisms)}
 
-    def estimate(self, window: WindowStats) -> dict[str, Estimate]:
-        """Per attribute, the collector's unbiased estimate from a window's statistics."""
+    def estimate(self, window: WindowStats, caps: Mapping[str, LevelCap] | None = None) -> dict[str, Estimate]:
+        """Per attribute, the collector's unbiased estimate from a window's statistics (`caps`: per string
+        attribute, a cap of its heavy-hitter decode)."""
         blocks = [window.stats[j] for j in range(len(self.spec.attributes))]
-        return self.collector.estimate(joined_stats(window.devices, blocks))
+        return self.collector.estimate(joined_stats(window.devices, blocks), caps)
 
 
 class PlanRegistry:

@@ -160,6 +160,15 @@ class StatsStore(ABC):
         a store without them)."""
         return []
 
+    @abstractmethod
+    def put_poisoning(self, collection: str, key: WindowKey, record: bytes) -> None:
+        """Keep a closed window's poisoning audit (`ldpstream.aggregator.audit`), replacing an earlier one; apart
+        from the statistics, which it never changes."""
+
+    @abstractmethod
+    def poisoning(self, collection: str) -> dict[WindowKey, bytes]:
+        """The poisoning audits of a collection's windows, by (version, window, start ms)."""
+
 
 def prefix(collection: str) -> str:
     """The key prefix of a collection, with its Redis Cluster hash tag."""
@@ -168,6 +177,11 @@ def prefix(collection: str) -> str:
 
 def window_member(version: int, window: str, start_ms: int) -> str:
     return f"v{version}:{window}:{start_ms}"
+
+
+def poisoning_key(collection: str) -> str:
+    """The hash of a collection's poisoning audits, one field per audited window (`window_member`)."""
+    return f"{prefix(collection)}:poisoning"
 
 
 def seen_member(key: WindowKey, partition: int) -> str:
@@ -341,6 +355,12 @@ class RedisStore(StatsStore):
         figures = [decode_figures(v) for v in self._hash(figures_key(collection)).values()]
         return sorted((f for f in figures if f is not None), key=lambda f: (f.spec_version, f.window_ms))
 
+    def put_poisoning(self, collection: str, key: WindowKey, record: bytes) -> None:
+        self.redis.hset(poisoning_key(collection), window_member(*key), record)
+
+    def poisoning(self, collection: str) -> dict[WindowKey, bytes]:
+        return {parse_window_member(k): v for k, v in self._hash(poisoning_key(collection)).items()}
+
     def _hash(self, key: str) -> dict[str, bytes]:
         """A Redis hash with its field names decoded."""
         raw: dict[bytes, bytes] = self.redis.hgetall(key)  # type: ignore[assignment]
@@ -375,6 +395,7 @@ class MemoryStore(StatsStore):
         self._fields: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._windows: dict[str, set[str]] = defaultdict(set)
         self._meta: dict[str, dict[str, int]] = defaultdict(dict)
+        self._poisoning: dict[str, dict[WindowKey, bytes]] = defaultdict(dict)
 
     def apply(self, update: BatchUpdate) -> ApplyResult:
         c = update.collection
@@ -438,3 +459,11 @@ class MemoryStore(StatsStore):
 
     def freshness(self, collection: str) -> dict[str, int]:
         return dict(self._meta[collection])
+
+    def put_poisoning(self, collection: str, key: WindowKey, record: bytes) -> None:
+        with self._lock:
+            self._poisoning[collection][key] = bytes(record)
+
+    def poisoning(self, collection: str) -> dict[WindowKey, bytes]:
+        with self._lock:
+            return dict(self._poisoning[collection])

@@ -33,6 +33,8 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
                                                                     "(more: 429)")] = 300,
          enrol_per_token: Annotated[int, typer.Option(min=1, help="enrolments a second with one token "
                                                                   "(more: 429)")] = 2000,
+         enrol_per_address_day: Annotated[int, typer.Option(min=0, help="enrolments a day from one client address "
+                                                                        "(more: 429; 0: no daily cap)")] = 0,
          cors_origin: Annotated[list[str] | None, typer.Option(help="an origin whose browser pages may call the edge "
                                                                     "(repeatable; none by default)")] = None,
          tls_cert: Annotated[Path | None, typer.Option(help="serve HTTPS with this certificate chain (PEM)")] = None,
@@ -52,6 +54,7 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
     args = ["--max-reports", str(max_reports), "--rate", str(rate), "--max-connections", str(max_connections),
             "--idle-timeout-s", str(idle_timeout_s), "--body-timeout-s", str(body_timeout_s),
             "--enrol-per-address", str(enrol_per_address), "--enrol-per-token", str(enrol_per_token),
+            "--enrol-per-address-day", str(enrol_per_address_day),
             *[a for origin in cors_origin or [] for a in ("--cors-origin", origin)],
             *(["--reuse-port"] if workers > 1 else []), *tls]
     metrics_dir = state / "metrics" / str(port)  # the processes' summed metrics: this group's, from zero
@@ -165,6 +168,43 @@ def retire_key(generation: Annotated[int, typer.Argument(help="the generation to
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"master key generation {generation} retired; generations in service: {keyring.generations}")
+
+
+@devices_app.command("tokens")
+def tokens(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """The record of enrolment tokens: how many devices each enrolled (never which), and whether it is revoked."""
+    from ldpstream.edge.join import token_usage
+    from ldpstream.runtime.redis import redis_client
+    from ldpstream.runtime.settings import Settings
+
+    require_services(kafka=False)
+    usage = token_usage(redis_client(Settings.from_env().redis, 10.0))
+    if as_json:
+        typer.echo(json.dumps([u.__dict__ for u in usage]))
+        return
+    for u in usage:
+        kept = "-" if u.kept_s is None else f"{u.kept_s // 86400} d"
+        typer.echo(f"{u.token}  {u.enrolled:>10,} device(s)  {'REVOKED' if u.revoked else 'active':<8}  record kept "
+                   f"{kept}")
+    if not usage:
+        typer.echo("no enrolment token has enrolled a device")
+
+
+@devices_app.command("revoke-token")
+def revoke_token(token_id: Annotated[str, typer.Argument(metavar="ID", help="the token's id (`ldp devices "
+                                                                           "tokens`)")]) -> None:
+    """Refuse further enrolments with an enrolment token (its devices keep their credentials: `ldp devices revoke`)."""
+    from ldpstream.edge.join import revoke_token as revoke
+    from ldpstream.runtime.redis import redis_client
+    from ldpstream.runtime.settings import Settings
+
+    require_services(kafka=False)
+    try:
+        fresh = revoke(redis_client(Settings.from_env().redis, 10.0), token_id)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"token {token_id} {'revoked' if fresh else 'was revoked already'}: further enrolments are refused")
 
 
 def register(app: typer.Typer) -> None:

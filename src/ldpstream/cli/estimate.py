@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from ldpstream.cli.errors import NotPublished, require_services
-from ldpstream.cli.output import estimates_table, shuffle_table
+from ldpstream.cli.output import estimates_table, poisoning_table, shuffle_table
 
 console = Console(width=None if Console().is_terminal else 120)
 
@@ -18,7 +18,10 @@ def estimate(name: str = typer.Argument(..., help="collection name"),
              version: int = typer.Option(None, help="spec version (default: the newest published)"),
              postprocess: str = typer.Option("none", help="none | clip | norm_sub | project"),
              as_json: bool = typer.Option(False, "--json")) -> None:
-    """Live estimates of a collection with their standard errors."""
+    """Live estimates of a collection with their standard errors.
+
+    Below them, the window's suspected poisoning: the reports its detectors set aside (from the window's audit, or
+    the tests on its sums) and the suspects' defended estimates beside the live ones (README, "Fake devices")."""
     from ldpstream.aggregator.estimates import POSTPROCESS, collection_estimates
     from ldpstream.aggregator.plans import PlanRegistry
     from ldpstream.aggregator.store import RedisStore
@@ -43,6 +46,7 @@ def estimate(name: str = typer.Argument(..., help="collection name"),
         typer.echo(json.dumps(result))
         return
     console.print(estimates_table(result))
+    console.print(poisoning_table(result))
     if "shuffle" in result:
         console.print(shuffle_table(result["shuffle"]))
 

@@ -48,6 +48,39 @@ def estimates_table(result: dict[str, Any], truth: dict[str, Any] | None = None)
     return table
 
 
+def poisoning_table(result: dict[str, Any]) -> Table:
+    """A window's suspected poisoning (`ldpstream.aggregator.estimates.poisoning_summary`): per attribute the
+    detectors' verdict, the reports set aside, the suspects, the gain removed and, where something was set aside,
+    the defended estimates of the suspects beside the live ones."""
+    p = result["poisoning"]
+    reference = f"{p['reference']['windows']} earlier window(s), {p['reference']['reports']:,} reports" \
+        if p["reference"] else "none"
+    alert = " [red]ALERT[/]" if p["alert"] else ""
+    title = (f"suspected poisoning ({p['source']}; reference: {reference}): {p['set_aside']:,.0f} report(s) set "
+             f"aside, {100 * p['set_aside_fraction']:.3f}% (alert above {100 * p['alert_threshold']:.2f}%){alert}")
+    table = Table("attribute", "status", "set aside", "gain removed", "suspect", "live", "defended", title=title)
+    for name, entry in p["attributes"].items():
+        live = result["attributes"][name]
+        shown = entry["suspects"][:10] or [""]
+        for i, label in enumerate(shown):
+            before, after = _suspect_estimates(live, entry["estimate"], label)
+            table.add_row(name if i == 0 else "", entry["status"] if i == 0 else "",
+                          f"{entry['set_aside']:,.0f}" if i == 0 else "",
+                          _fmt(entry["gain_removed"]) if i == 0 else "", str(label), before, after)
+    return table
+
+
+def _suspect_estimates(live: dict[str, Any], defended: dict[str, Any], label: str) -> tuple[str, str]:
+    """The live and defended estimates of one suspect (a mean: the attribute's)."""
+    if "mean" in live:
+        return _fmt(live.get("mean")), _fmt(defended.get("mean"))
+    if not label:
+        return "", ""
+    before = live.get("frequencies", {}).get(label, {}).get("estimate")
+    after = defended.get("frequencies", {}).get(label, {}).get("estimate")
+    return _fmt(before), _fmt(after)
+
+
 def shuffle_table(summary: dict[str, Any]) -> Table:
     """A shuffled collection's released batches (`ldpstream.aggregator.estimates.shuffle_summary`)."""
     table = Table("batch window (UTC)", "reports", "rolled in", "eps0", "central epsilon", "delta", "bound",

@@ -8,6 +8,7 @@ SHUFFLER_STATE_TOPIC = "ldp.shuffler.state"  # compacted, keyed by collection: t
 SPECS_TOPIC = "ldp.collections"  # the default; `Settings.specs_topic` (LDP_SPECS_TOPIC) names another
 STRATEGIES_TOPIC = "ldp.strategies"
 DLQ_TOPIC = "ldp.dlq"
+SETASIDE_TOPIC = "ldp.setaside"  # reports a poisoning audit set aside, kept with the detector's reason
 GRADIENTS_TOPIC = "ldp.sgd.gradients"  # devices' noisy gradients for the SGD coordinator
 MODELS_TOPIC = "ldp.sgd.models"  # compacted, keyed by job id
 

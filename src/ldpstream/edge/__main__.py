@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="enrolments a minute from one client address (more are answered 429)")
     parser.add_argument("--enrol-per-token", type=int, default=defaults.enrol_limits.per_token_per_second,
                         help="enrolments a second with one token (more are answered 429)")
+    parser.add_argument("--enrol-per-address-day", type=int, default=defaults.enrol_limits.per_address_per_day,
+                        help="enrolments a day from one client address (more are answered 429; 0: no daily cap)")
     parser.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                         help="an origin (https://app.example) whose browser pages may call the edge (repeatable; "
                              "none by default)")
@@ -60,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
                         delivery_timeout_ms=args.delivery_timeout_ms, idle_timeout_s=args.idle_timeout_s,
                         body_timeout_s=args.body_timeout_s, max_connections=args.max_connections,
                         pointer_key=cfg.pointer_signing_key, enrolment_keys=cfg.enrolment_trusted_keys,
-                        enrol_limits=EnrolLimits(args.enrol_per_address, args.enrol_per_token),
+                        enrol_limits=EnrolLimits(args.enrol_per_address, args.enrol_per_token,
+                                                 args.enrol_per_address_day),
                         cors_origins=frozenset(args.cors_origin))
     serve(config, args.host, args.port, reuse_port=args.reuse_port, loop=args.loop,
           ssl_context=None if args.tls_cert is None else server_tls(args.tls_cert, args.tls_key))

@@ -9,9 +9,11 @@ token, and a device deleting itself (`ldpstream.device.sdk.Device.join` is the o
 - `GET /v1/strategies/HASH`: a factorization strategy a published spec pins (devices check it against the hash).
 - `POST /v1/enroll` {"token", "collection"}: a device credential of the usual kind (`ldpstream.contract.auth`), if
   the token (`ldpstream.contract.enrolment`) is signed by a trusted token key, unexpired, names the collection and
-  has uses left. Redis counts a token's uses (an atomic script on the token's key: uses never go over, under any
-  concurrency) and keeps the count after the token expires, as the record of how many devices a token enrolled; it
-  never stores which device ids a token produced. Rate limits: per client address per minute and per token per
+  has uses left and is not revoked. Redis counts a token's uses (an atomic script on the token's key: uses never go
+  over, under any concurrency) and keeps the count after the token expires, as the record of how many devices a
+  token enrolled (`token_usage`, `ldp devices tokens`); it never stores which device ids a token produced. An operator
+  revokes a token (`revoke_token`, `ldp devices revoke-token`) whose devices are suspected of poisoning: further
+  enrolments with it are 403. Rate limits: per client address per minute and (optionally) per day, and per token per
   second (429 with Retry-After).
 - `DELETE /v1/collections/NAME/devices/ID`, signed with the device's credential: its enrolment is revoked (204).
 """
@@ -37,7 +39,7 @@ from ldpstream.edge.devices import devices_key
 from ldpstream.edge.intake import MALFORMED, RATE_LIMITED, TOO_LARGE, UNAUTHORIZED, WRONG_DEVICE, Refusal
 from ldpstream.edge.keyring import Keyring, new_device_id
 from ldpstream.edge.plans import EdgePlan, EdgePlans
-from ldpstream.runtime.redis import AsyncRedis
+from ldpstream.runtime.redis import AsyncRedis, SyncRedis
 from ldpstream.runtime.strategies import strategy_path
 
 MAX_ENROL_BODY = 8 * 2**10
@@ -50,29 +52,37 @@ _HASH = re.compile(r"[0-9a-f]{64}")
 
 # The three steps of an enrolment in Redis. On one server they run as one script (ENROL: one round trip); on a Redis
 # Cluster their keys lie in different slots, so one call each.
-# ADDRESS: KEYS 1 the address's requests this minute; ARGV 1 the limit. Out: 0 allowed, -3 over the limit.
-ADDRESS = """
-if redis.call('INCR', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], 120000) end
-if tonumber(redis.call('GET', KEYS[1])) > tonumber(ARGV[1]) then return -3 end
-return 0
+# ADDRESS: KEYS 1 the address's requests this minute, 2 this day; ARGV 1 the minute's limit, 2 the day's (0: none).
+# Out: 0 allowed, -3 over the minute's limit, -4 over the day's.
+_ADDRESS = """
+if redis.call('INCR', KEYS[{minute}]) == 1 then redis.call('PEXPIRE', KEYS[{minute}], 120000) end
+if tonumber(redis.call('GET', KEYS[{minute}])) > tonumber(ARGV[{minute_limit}]) then return -3 end
+if tonumber(ARGV[{day_limit}]) > 0 then
+  if redis.call('INCR', KEYS[{day}]) == 1 then redis.call('PEXPIRE', KEYS[{day}], 172800000) end
+  if tonumber(redis.call('GET', KEYS[{day}])) > tonumber(ARGV[{day_limit}]) then return -4 end
+end
 """
-# TOKEN: KEYS 1 the token's use count, 2 its requests this second; ARGV 1 its uses, 2 when the count expires (ms),
-# 3 the per-second limit. Out: the count after this use, -1 used up, -2 rate limited (nothing counted then).
-TOKEN = """
-if redis.call('INCR', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], 2000) end
-if tonumber(redis.call('GET', KEYS[2])) > tonumber(ARGV[3]) then return -2 end
-local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-if n >= tonumber(ARGV[1]) then return -1 end
-redis.call('INCR', KEYS[1])
-redis.call('PEXPIREAT', KEYS[1], ARGV[2])
-return n + 1
+# TOKEN: KEYS 1 the token's use count, 2 its requests this second, 3 its revocation mark; ARGV 1 its uses, 2 when the
+# count expires (ms), 3 the per-second limit. Out: the count after this use, -1 used up, -2 rate limited, -5 revoked
+# (nothing counted then).
+_TOKEN = """
+if redis.call('EXISTS', KEYS[{revoked}]) == 1 then return -5 end
+if redis.call('INCR', KEYS[{second}]) == 1 then redis.call('PEXPIRE', KEYS[{second}], 2000) end
+if tonumber(redis.call('GET', KEYS[{second}])) > tonumber(ARGV[{second_limit}]) then return -2 end
+local n = tonumber(redis.call('GET', KEYS[{uses}]) or '0')
+if n >= tonumber(ARGV[{allowed}]) then return -1 end
+redis.call('INCR', KEYS[{uses}])
+redis.call('PEXPIREAT', KEYS[{uses}], ARGV[{expires}])
 """
-# ENROL: KEYS 1-2 TOKEN's, 3 ADDRESS's, 4 the devices hash of the new device; ARGV 1-3 TOKEN's, 4 ADDRESS's limit,
-# 5 the device id. Out: as TOKEN's, or -3.
-ENROL = """
-if redis.call('INCR', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], 120000) end
-if tonumber(redis.call('GET', KEYS[3])) > tonumber(ARGV[4]) then return -3 end
-""" + TOKEN.replace("return n + 1", "redis.call('HSET', KEYS[4], ARGV[5], 1)\nreturn n + 1")
+ADDRESS = _ADDRESS.format(minute=1, day=2, minute_limit=1, day_limit=2) + "return 0\n"
+TOKEN = _TOKEN.format(uses=1, second=2, revoked=3, allowed=1, expires=2, second_limit=3) + "return n + 1\n"
+# ENROL: KEYS 1-3 TOKEN's, 4-5 ADDRESS's, 6 the devices hash of the new device; ARGV 1-3 TOKEN's, 4-5 ADDRESS's, 6 the
+# device id. Out: as TOKEN's, or -3, -4.
+ENROL = (_ADDRESS.format(minute=4, day=5, minute_limit=4, day_limit=5)
+         + _TOKEN.format(uses=1, second=2, revoked=3, allowed=1, expires=2, second_limit=3)
+         + "redis.call('HSET', KEYS[6], ARGV[6], 1)\nreturn n + 1\n")
+REVOKED_TOKEN = "token_revoked"
+TOKEN_REVOCATION_MS = 400 * 86_400_000  # a revoked token's mark outlives any token's lifetime of use
 
 
 def uses_key(token_id: str) -> str:
@@ -80,12 +90,24 @@ def uses_key(token_id: str) -> str:
     return f"ldp:edge:enrol:{{tok:{token_id}}}:uses"
 
 
+def revoked_key(token_id: str) -> str:
+    """The Redis key marking a token revoked (same slot as its count)."""
+    return f"ldp:edge:enrol:{{tok:{token_id}}}:revoked"
+
+
+def address_keys(address: str, now_ms: int) -> list[str]:
+    """The keys counting an address's enrolments this minute and this day (one slot: the address's hash tag)."""
+    return [f"ldp:edge:enrol:addr:{{{address}}}:{now_ms // 60_000}",
+            f"ldp:edge:enrol:addr:{{{address}}}:d{now_ms // 86_400_000}"]
+
+
 @dataclass(frozen=True)
 class EnrolLimits:
-    """Enrolments allowed per client address per minute and per token per second."""
+    """Enrolments allowed per client address per minute and per day (0: no daily cap), and per token per second."""
 
     per_address_per_minute: int = 300
     per_token_per_second: int = 2000
+    per_address_per_day: int = 0
 
 
 @dataclass(frozen=True)
@@ -184,28 +206,22 @@ class Join:
             token = usable(self._verified(text), collection, now_ms)
         except TokenError as exc:
             token, refusal = None, Refusal(403, BAD_TOKEN, str(exc))
-        address_key = f"ldp:edge:enrol:addr:{{{address}}}:{now_ms // 60_000}"
-        address_limit = self.limits.per_address_per_minute
+        counters = address_keys(address, now_ms)
+        address_args = [self.limits.per_address_per_minute, self.limits.per_address_per_day]
         if token is None or self._clustered:  # the address is counted first, whatever the token
-            if int(await self._address(keys=[address_key], args=[address_limit])) < 0:
-                raise Refusal(429, RATE_LIMITED, f"more than {address_limit} enrolments a minute from this address")
+            self._refuse(int(await self._address(keys=counters, args=address_args)), token)
             if token is None:
                 raise refusal
         device = new_device_id(self.keyring.current)
-        token_keys = [uses_key(token.id), f"ldp:edge:enrol:{{tok:{token.id}}}:s:{now_ms // 1000}"]
+        token_keys = [uses_key(token.id), f"ldp:edge:enrol:{{tok:{token.id}}}:s:{now_ms // 1000}",
+                      revoked_key(token.id)]
         token_args = [token.uses, token.expires_ms + TOKEN_RECORD_MS, self.limits.per_token_per_second]
         if self._clustered:
             used = int(await self._token(keys=token_keys, args=token_args))
         else:
-            used = int(await self._enrol(keys=[*token_keys, address_key, devices_key(collection, device)],
-                                         args=[*token_args, address_limit, device]))
-        if used == -3:
-            raise Refusal(429, RATE_LIMITED, f"more than {address_limit} enrolments a minute from this address")
-        if used == -2:
-            raise Refusal(429, RATE_LIMITED, f"more than {self.limits.per_token_per_second} enrolments a second "
-                                             f"with this token")
-        if used == -1:
-            raise Refusal(403, USED_UP, f"the enrolment token has been used {token.uses} times, all it allows")
+            used = int(await self._enrol(keys=[*token_keys, *counters, devices_key(collection, device)],
+                                         args=[*token_args, *address_args, device]))
+        self._refuse(used, token)
         if self._clustered:
             try:
                 await self.redis.hset(devices_key(collection, device), device, 1)
@@ -213,6 +229,23 @@ class Join:
                 await self.redis.decr(uses_key(token.id))  # the use was not spent on a device
                 raise
         return Credential(collection, device, self.keyring.device_key(collection, device))
+
+    def _refuse(self, answer: int, token: Any) -> None:
+        """Refusal for a script's negative answer (module docstring; nothing was counted or enrolled then)."""
+        limits = self.limits
+        if answer == -3:
+            raise Refusal(429, RATE_LIMITED, f"more than {limits.per_address_per_minute} enrolments a minute from "
+                                             f"this address")
+        if answer == -4:
+            raise Refusal(429, RATE_LIMITED, f"more than {limits.per_address_per_day} enrolments a day from this "
+                                             f"address")
+        if answer == -2:
+            raise Refusal(429, RATE_LIMITED, f"more than {limits.per_token_per_second} enrolments a second with this "
+                                             f"token")
+        if answer == -1:
+            raise Refusal(403, USED_UP, f"the enrolment token has been used {token.uses} times, all it allows")
+        if answer == -5:
+            raise Refusal(403, REVOKED_TOKEN, "the enrolment token was revoked")
 
     async def leave(self, name: str, device: str, authorization: str | None, path: str, now_ms: int) -> None:
         """Revoke the device, if the request is signed with its own credential; Refusal otherwise."""
@@ -224,6 +257,44 @@ class Join:
         if signed.device != device:
             raise Refusal(403, WRONG_DEVICE, "a device may delete only itself")
         await self.redis.hset(devices_key(name, device), device, 0)
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """The record of one enrolment token: how many devices it enrolled (never which), whether it is revoked, and
+    how long the record is kept (seconds; None: no expiry set)."""
+
+    token: str
+    enrolled: int
+    revoked: bool
+    kept_s: int | None
+
+
+_USES = re.compile(r"ldp:edge:enrol:\{tok:([0-9a-f]{32})\}:uses")
+
+
+def token_usage(client: SyncRedis) -> list[TokenUsage]:
+    """Every enrolment token the edge has counted, most devices first (an operator's view: a token whose devices
+    are suspected of poisoning, `ldp poisoning status`, can then be revoked)."""
+    found = []
+    for raw in client.scan_iter(match="ldp:edge:enrol:{tok:*}:uses", count=1000):
+        key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        match = _USES.fullmatch(key)
+        if match is None:
+            continue
+        token = match.group(1)
+        count, ttl_ms, revoked = client.get(key), client.pttl(key), client.exists(revoked_key(token))
+        found.append(TokenUsage(token, int(count or 0), bool(revoked), int(ttl_ms) // 1000 if int(ttl_ms) > 0
+                                else None))
+    return sorted(found, key=lambda u: (-u.enrolled, u.token))
+
+
+def revoke_token(client: SyncRedis, token_id: str) -> bool:
+    """Refuse every further enrolment with the token (403 token_revoked; the devices it enrolled keep their
+    credentials: revoke those with `ldp devices revoke`); False if it was revoked already."""
+    if not re.fullmatch(r"[0-9a-f]{32}", token_id):
+        raise ValueError(f"a token id is 32 hex digits, got {token_id!r}")
+    return bool(client.set(revoked_key(token_id), 1, nx=True, px=TOKEN_REVOCATION_MS))
 
 
 def _enrolment(body: bytes) -> tuple[str, str]:

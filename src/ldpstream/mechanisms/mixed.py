@@ -74,7 +74,7 @@ from ldpstream.mechanisms.numeric.auto import choose_sampled
 from ldpstream.mechanisms.numeric.base import NumericMechanism, second_moment_plugin
 from ldpstream.mechanisms.numeric.scaling import RangeScaler
 from ldpstream.mechanisms.open_domain.strings import StringDomain
-from ldpstream.mechanisms.open_domain.tree import HeavyHitters, choose_heavy_hitters
+from ldpstream.mechanisms.open_domain.tree import HeavyHitters, LevelCap, choose_heavy_hitters
 from ldpstream.mechanisms.workload.mechanism import FactorizationMechanism
 
 
@@ -374,8 +374,11 @@ class MixedCollector:
         return joined_stats(batch.n, [attribute_block(len(batch.rows[name]), mech.accumulate(batch.reports[name]))
                                       for name, mech in self.mechanisms.items()])
 
-    def estimate(self, stats: np.ndarray) -> dict[str, Estimate]:
-        """Per attribute: the mean on its [lo, hi], or the frequency vector; unbiased, with standard errors."""
+    def estimate(self, stats: np.ndarray, caps: Mapping[str, LevelCap] | None = None) -> dict[str, Estimate]:
+        """Per attribute: the mean on its [lo, hi], or the frequency vector; unbiased, with standard errors.
+
+        `caps`: per string attribute, a cap of its heavy-hitter decode (a poisoning defence,
+        `ldpstream.mechanisms.poisoning.heavy`)."""
         stats = np.asarray(stats, dtype=np.float64)
         if stats.shape != (self.stats_size,):
             raise LDPError(f"statistics must have shape ({self.stats_size},), got {stats.shape}")
@@ -386,14 +389,18 @@ class MixedCollector:
             if isinstance(attr, KeyValueAttribute):
                 out[attr.name] = self._keyvalue_estimate(attr, total, int(block[0]), block[1:])
                 continue
-            est = self._unit_estimate(attr, total, int(block[0]), block[1:])
+            est = self._unit_estimate(attr, total, int(block[0]), block[1:], (caps or {}).get(attr.name))
             out[attr.name] = self.scalers[attr.name].estimate_from_unit(est) if attr.name in self.scalers else est
         return out
 
-    def _unit_estimate(self, attr: Attribute, total: int, sampled: int, sub_stats: np.ndarray) -> Estimate:
+    def _unit_estimate(self, attr: Attribute, total: int, sampled: int, sub_stats: np.ndarray,
+                       cap: LevelCap | None = None) -> Estimate:
         mech = self.mechanisms[attr.name]
         if isinstance(attr, StringAttribute):
-            found = mech.estimate(sub_stats) if sampled else None
+            found = None
+            if sampled:
+                found = mech.estimate(sub_stats) if cap is None else mech.heavy_hitters(  # type: ignore[attr-defined]
+                    sub_stats, cap=cap)
             assert found is None or isinstance(found, HeavyHitters)  # what every HEAVY_HITTERS mechanism estimates
             return _heavy_hitters(found, self.scale, sampled, total)
         width = _answers(mech, attr)

@@ -23,6 +23,7 @@ from ldpstream.contract.topics import (
     MODELS_TOPIC,
     RAW_PREFIX,
     REPORTS_PREFIX,
+    SETASIDE_TOPIC,
     SHUFFLER_STATE_TOPIC,
     SPECS_TOPIC,
     STRATEGIES_TOPIC,
@@ -80,6 +81,7 @@ KAFKA_GRANTS: Mapping[str, list[Grant]] = {
                     Grant("transactional_id", SHUFFLER_GROUP, "write", True),
                     Grant("transactional_id", SHUFFLER_GROUP, "describe", True)]),
     "aggregator": (_topic(REPORTS_PREFIX, "read", "describe", prefixed=True) + _topic(DLQ_TOPIC, "write", "describe")
+                   + _topic(SETASIDE_TOPIC, "write", "describe")
                    + _reads_specs() + [Grant("group", AGGREGATOR_GROUPS, "read", True)]
                    # faust's internal topics (its assignor's), named after the group
                    + _topic(AGGREGATOR_GROUPS, "read", "write", "create", "describe", prefixed=True)),

@@ -51,10 +51,12 @@ class DeliveryTimeout(RuntimeError):
 
 class DeadLetterProducer:
     """Sends dead letters: value = the original message bytes (cut at MAX_DEAD_LETTER_BYTES, with its length and
-    sha256 in headers); headers = reason, detail, source, offset, rows."""
+    sha256 in headers); headers = reason, detail, source, offset, rows. To `ldp.dlq`, or to `topic` (the
+    set-aside topic keeps reports a poisoning audit set aside in the same form)."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, topic: str = DLQ_TOPIC) -> None:
         self._producer = producer_client(bootstrap, principal=None, **{"linger.ms": 20, "compression.type": "lz4"})
+        self.topic = topic
         self.failed = 0
 
     def send(self, topic: str, letters: list[DeadLetter], timeout_s: float = 30.0) -> None:
@@ -70,13 +72,13 @@ class DeadLetterProducer:
             if len(value) > MAX_DEAD_LETTER_BYTES:
                 headers |= {"original_bytes": str(len(value)), "original_sha256": hashlib.sha256(value).hexdigest()}
                 value = value[:MAX_DEAD_LETTER_BYTES]
-            self._producer.produce(DLQ_TOPIC, value, key=f"{topic}:{d.partition}:{d.offset}".encode(),
+            self._producer.produce(self.topic, value, key=f"{topic}:{d.partition}:{d.offset}".encode(),
                                    headers=list(headers.items()), on_delivery=self._on_delivery)
         failed_before = self.failed
         remaining = self._producer.flush(timeout_s)
         if remaining or self.failed > failed_before:
             lost = remaining + self.failed - failed_before
-            raise DeliveryTimeout(f"{lost} dead letters not delivered to {DLQ_TOPIC}")
+            raise DeliveryTimeout(f"{lost} dead letters not delivered to {self.topic}")
 
     def _on_delivery(self, err: object, _msg: object) -> None:
         if err is not None:

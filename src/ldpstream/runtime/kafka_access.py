@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from ldpstream.contract.topics import DLQ_TOPIC, SHUFFLER_STATE_TOPIC, STRATEGIES_TOPIC
+from ldpstream.contract.topics import DLQ_TOPIC, SETASIDE_TOPIC, SHUFFLER_STATE_TOPIC, STRATEGIES_TOPIC
 from ldpstream.runtime.access import (
     ADMIN,
     KAFKA_GRANTS,
@@ -90,8 +90,8 @@ def apply_acls(cfg: Settings) -> int:
 
 
 def apply_access(cfg: Settings) -> None:
-    """Users and ACLs (when security is on), then the shared topics: specs, strategies, the dead-letter topic, the
-    shuffler's state."""
+    """Users and ACLs (when security is on), then the shared topics: specs, strategies, the dead-letter and set-aside
+    topics, the shuffler's state."""
     if cfg.security:
         generate_passwords(cfg)  # a principal an upgrade added has none yet
         apply_users(cfg)
@@ -99,4 +99,5 @@ def apply_access(cfg: Settings) -> None:
     ensure_topic(cfg.bootstrap, cfg.specs_topic, 1, compacted=True)
     ensure_topic(cfg.bootstrap, STRATEGIES_TOPIC, 1, compacted=True)
     ensure_topic(cfg.bootstrap, DLQ_TOPIC, DLQ_PARTITIONS, exact=False)
+    ensure_topic(cfg.bootstrap, SETASIDE_TOPIC, DLQ_PARTITIONS, exact=False)
     ensure_topic(cfg.bootstrap, SHUFFLER_STATE_TOPIC, 1, compacted=True)

@@ -253,6 +253,11 @@ class KeyValueMechanism(Mechanism):
         var_f, var_s, cov = self._mixture(f, m, m**2)
         return (var_s - 2 * m * cov + m**2 * var_f) / f**2
 
+    def plugin_covariance(self, freq: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """n * (Var[f_hat], Var[s_hat], Cov[f_hat, s_hat]) per key, plugging in estimates of f and s = f m (clipped
+        into their ranges; the standard errors of `estimate` are these)."""
+        return self._plugin_covariance(freq, total)
+
     def _plugin_covariance(self, freq: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         f = np.clip(freq, 0.0, 1.0)
         m = np.clip(np.divide(total, f, out=np.zeros_like(f), where=f > 0), -1.0, 1.0)

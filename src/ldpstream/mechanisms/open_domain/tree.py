@@ -32,7 +32,7 @@ import math
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -65,6 +65,16 @@ class HeavyHitters(Estimate):
             {"item": item, "estimate": float(v), "stderr": float(s)}
             for item, v, s in zip(self.items, self.value, self.stderr, strict=True)
         ]
+
+
+class LevelCap(Protocol):
+    """An upper bound on the candidates' estimates at a level of the decode (a poisoning defence: the most an
+    honest window shows, `ldpstream.mechanisms.poisoning.heavy`); the decoder ranks by min(estimate, bound)."""
+
+    def __call__(self, level: int, candidates: np.ndarray, value: np.ndarray, n: int, keep: int) -> np.ndarray:
+        """The candidates' (rows) estimates `value` at `level` (from n reports, `keep` of them to be kept),
+        capped."""
+        ...
 
 
 def default_step(domain: StringDomain) -> int:
@@ -197,8 +207,9 @@ class PrefixTree(Mechanism):
         grown[:, start:end] = np.tile(tails, (open_rows.shape[0], 1))
         return np.concatenate([grown, rows[ended]])  # an ended string's only extension is more terminators
 
-    def heavy_hitters(self, stats: np.ndarray, top: int | None = None) -> HeavyHitters:
-        """The `top` strings with the largest estimates, decoded breadth-first (module docstring)."""
+    def heavy_hitters(self, stats: np.ndarray, top: int | None = None, cap: LevelCap | None = None) -> HeavyHitters:
+        """The `top` strings with the largest estimates, decoded breadth-first (module docstring); with `cap`, every
+        level ranks (and the last reports) the candidates' estimates capped by it."""
         top = self.top if top is None else top
         cand = self.first_candidates()
         for t, oracle in enumerate(self.oracles):
@@ -207,6 +218,8 @@ class PrefixTree(Mechanism):
                 return HeavyHitters(n=0, value=np.zeros(0), stderr=np.zeros(0))
             keep = top if t == self.levels - 1 else self.beam
             value, stderr = peeled_estimates(oracle, table, n, cand, keep)
+            if cap is not None:
+                value = np.minimum(value, cap(t, cand, value, n, keep))
             order = np.argsort(-value, kind="stable")[:keep]
             if t < self.levels - 1:
                 cand = self.extend(cand[order], t)

@@ -1,0 +1,230 @@
+"""A window's suspected poisoning, on read: which reports are set aside, the defended statistics, the figures the
+surfaces show (`ldp estimate`, the read API and the metrics through `ldpstream.aggregator.estimates`).
+
+Two sources, the better one used (`window_defence`):
+- **audit**: a closed window whose reports were read again from Kafka (`ldpstream.aggregator.audit`) has a record in
+  the store: per attribute, what its tests of individual reports and of the sums set aside (exact statistics of the
+  reports set aside, those reports kept in the set-aside topic). The defended estimate is the window's statistics
+  minus that.
+- **live**: any other window (the open one, or a closed one not audited yet) gets the tests the sums carry
+  (`ldpstream.mechanisms.poisoning.attribute.defend` without reports), computed on read.
+The reference of a window is the sum of up to REFERENCE_WINDOWS earlier windows of the same length and spec version
+that have reports, each as defended as it was recorded (raw where not audited): a population's recent past, which
+the attack, if it started later, did not reach. The all-time window has no reference: it is defended by the audits of
+its windows of the spec's first length (their removals summed) and the tests that need none.
+
+Devices: the defended window counts N (1 - max over attributes of the share of its reports set aside) devices (a fake
+device reports k attributes; each attribute's estimate weighs its reports by n_j / N, which this keeps).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ldpstream.aggregator.plans import Plan
+from ldpstream.aggregator.store import ALL_TIME, StatsStore, WindowKey, WindowStats
+from ldpstream.contract.spec import window_seconds
+from ldpstream.mechanisms.open_domain.tree import LevelCap, PrefixTree
+from ldpstream.mechanisms.poisoning.attribute import Defence, defend
+from ldpstream.mechanisms.poisoning.base import STATUSES, SUSPECTED, Finding, Policy
+
+REFERENCE_WINDOWS = 4
+RECORD_VERSION = 1
+DEFAULT_POLICY = Policy()
+
+
+@dataclass
+class WindowDefence:
+    """A window's defence: per attribute index its `Defence`, the defended statistics, the caps of string
+    attributes' decodes, where the figures come from and the reference used."""
+
+    source: str  # "audit" | "live"
+    attributes: dict[int, Defence]
+    defended: WindowStats
+    reference_windows: int = 0
+    reference_reports: int = 0
+    audited_ms: int | None = None
+    caps: dict[str, LevelCap] = field(default_factory=dict)
+
+    @property
+    def set_aside(self) -> float:
+        """The largest number of reports set aside from one attribute (see the module docstring on devices)."""
+        return max((d.set_aside for d in self.attributes.values()), default=0.0)
+
+
+# --- records -------------------------------------------------------------------------------------------------------
+def finding_json(f: Finding) -> dict[str, Any]:
+    """A finding as the audit record keeps it (no per-row flags: the set-aside topic keeps those reports)."""
+    return {"detector": f.detector, "status": f.status, "reports": f.reports, "set_aside": f.set_aside,
+            "removed": None if f.removed is None else [float(x) for x in f.removed],
+            "suspects": list(f.suspects), "false_positive": f.false_positive,
+            "bound": f.bound if math.isfinite(f.bound) else None, "detail": f.detail}
+
+
+def finding_from(raw: Mapping[str, Any]) -> Finding:
+    """A finding from its record; ValueError if it is not one."""
+    status = raw["status"]
+    if status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}")
+    removed = raw.get("removed")
+    bound = raw.get("bound")
+    return Finding(str(raw["detector"]), status, int(raw["reports"]), float(raw["set_aside"]),
+                   None if removed is None else np.asarray(removed, dtype=np.float64),
+                   tuple(int(s) for s in raw.get("suspects", ())), float(raw.get("false_positive", 0.0)),
+                   math.inf if bound is None else float(bound), str(raw.get("detail", "")))
+
+
+def encode_record(key: WindowKey, attributes: Mapping[int, Defence], audited_ms: int, reports: int,
+                  set_aside_messages: int, reference_windows: int) -> bytes:
+    """The audit record of a window (module docstring)."""
+    return json.dumps({
+        "record": RECORD_VERSION, "version": key[0], "window": key[1], "start_ms": key[2], "audited_ms": audited_ms,
+        "reports": reports, "set_aside_messages": set_aside_messages, "reference_windows": reference_windows,
+        "attributes": {str(j): [finding_json(f) for f in d.findings] for j, d in attributes.items()},
+    }).encode()
+
+
+@dataclass(frozen=True)
+class Record:
+    """A decoded audit record."""
+
+    audited_ms: int
+    reports: int
+    reference_windows: int
+    findings: dict[int, tuple[Finding, ...]]
+
+
+def decode_record(data: bytes) -> Record | None:
+    """The record, or None if it is not one this version reads (an unreadable record is ignored, not fatal)."""
+    try:
+        raw = json.loads(data)
+        if raw.get("record") != RECORD_VERSION:
+            return None
+        findings = {int(j): tuple(finding_from(f) for f in fs) for j, fs in raw["attributes"].items()}
+        return Record(int(raw["audited_ms"]), int(raw["reports"]), int(raw.get("reference_windows", 0)), findings)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def removed_blocks(plan: Plan, findings: Mapping[int, tuple[Finding, ...]]) -> dict[int, np.ndarray]:
+    """Per attribute index, the block [n_j, statistics] its recorded findings remove."""
+    out = {}
+    for j, size in plan.sizes.items():
+        block = np.zeros(size)
+        for f in findings.get(j, ()):
+            if f.removed is not None and f.removed.shape == (size - 1,):
+                block[0] += f.set_aside
+                block[1:] += f.removed
+        out[j] = block
+    return out
+
+
+# --- windows -------------------------------------------------------------------------------------------------------
+def _minus(stats: WindowStats, removed: Mapping[int, np.ndarray]) -> WindowStats:
+    """Statistics minus removed blocks; devices scaled by the largest share of an attribute's reports removed."""
+    share = max((float(r[0]) / float(stats.stats[j][0]) for j, r in removed.items()
+                 if j in stats.stats and stats.stats[j][0] > 0), default=0.0)
+    blocks = {j: np.maximum(v - removed.get(j, 0.0), 0.0) for j, v in stats.stats.items()}
+    return WindowStats(float(math.floor(stats.devices * (1.0 - min(share, 1.0)))), blocks)
+
+
+def audit_records(store: StatsStore, plan: Plan) -> dict[WindowKey, Record]:
+    """The readable audit records of the plan's spec version, by window."""
+    out = {}
+    for key, data in store.poisoning(plan.spec.name).items():
+        record = decode_record(data)
+        if record is not None and key[0] == plan.spec.version:
+            out[key] = record
+    return out
+
+
+def reference_stats(store: StatsStore, plan: Plan, window: str, start_ms: int,
+                    records: Mapping[WindowKey, Record]) -> tuple[WindowStats | None, int]:
+    """The reference of a window (module docstring): its statistics and how many windows it sums; (None, 0) for
+    the all-time window or when no earlier window has reports."""
+    if window == ALL_TIME:
+        return None, 0
+    length = window_seconds(window) * 1000
+    have = {s for v, w, s in store.windows(plan.spec.name) if v == plan.spec.version and w == window}
+    starts = [start_ms - i * length for i in range(1, REFERENCE_WINDOWS + 1) if start_ms - i * length in have]
+    if not starts:
+        return None, 0
+    total = WindowStats(0.0, {j: np.zeros(size) for j, size in plan.sizes.items()})
+    for s in starts:
+        stats = store.read_window(plan.spec.name, plan.spec.version, window, s, plan.sizes)
+        record = records.get((plan.spec.version, window, s))
+        if record is not None:
+            stats = _minus(stats, removed_blocks(plan, record.findings))
+        total = WindowStats(total.devices + stats.devices, {j: total.stats[j] + stats.stats[j] for j in total.stats})
+    return total, len(starts)
+
+
+def window_defence(store: StatsStore, plan: Plan, window: str, start_ms: int, stats: WindowStats | None = None,
+                   policy: Policy = DEFAULT_POLICY) -> WindowDefence:
+    """The defence of one window (module docstring); `stats`: the window's statistics if already read."""
+    name = plan.spec.name
+    if stats is None:
+        stats = store.read_window(name, plan.spec.version, window, start_ms, plan.sizes)
+    records = audit_records(store, plan)
+    key = (plan.spec.version, window, start_ms)
+    reference, count = reference_stats(store, plan, window, start_ms, records)
+    attributes: dict[int, Defence] = {}
+    if window == ALL_TIME:  # the audits of the first window length, summed, then the tests that need no reference
+        first = plan.spec.windows[0] if plan.spec.windows else None
+        audited = {k: r for k, r in records.items() if k[1] == first}
+        prior: dict[int, list[Finding]] = {}
+        for record in audited.values():
+            for j, fs in record.findings.items():
+                prior.setdefault(j, []).extend(fs)
+        for j, mech in enumerate(plan.mechanisms):
+            attributes[j] = defend(mech, stats.stats[j], None, prior=_summed(prior.get(j, []), plan.sizes[j]),
+                                   policy=policy)
+        source = "audit" if audited else "live"
+        audited_ms = max((r.audited_ms for r in audited.values()), default=None)
+    elif key in records:
+        record = records[key]
+        for j, mech in enumerate(plan.mechanisms):
+            found = record.findings.get(j, ())
+            ref = None if reference is None else reference.stats[j]
+            attributes[j] = (defend(mech, stats.stats[j], ref, policy=policy) if _is_tree(mech) else
+                             Defence(tuple(found), removed_blocks(plan, {j: tuple(found)})[j]))
+        source, audited_ms, count = "audit", record.audited_ms, record.reference_windows or count
+    else:
+        for j, mech in enumerate(plan.mechanisms):
+            ref = None if reference is None else reference.stats[j]
+            attributes[j] = defend(mech, stats.stats[j], ref, policy=policy)
+        source, audited_ms = "live", None
+    defended = _minus(stats, {j: d.removed for j, d in attributes.items()})
+    caps: dict[str, LevelCap] = {plan.spec.attributes[j].name: d.cap for j, d in attributes.items()
+                                 if d.cap is not None}
+    return WindowDefence(source, attributes, defended, count, int(reference.devices) if reference else 0,
+                         audited_ms, caps)
+
+
+def _is_tree(mech: object) -> bool:
+    return isinstance(mech, PrefixTree)
+
+
+def _summed(findings: list[Finding], size: int) -> tuple[Finding, ...]:
+    """Several windows' findings of an attribute as one per detector (their removals and set-asides summed)."""
+    by: dict[str, list[Finding]] = {}
+    for f in findings:
+        by.setdefault(f.detector, []).append(f)
+    out = []
+    for detector, fs in by.items():
+        removed = np.zeros(size - 1)
+        for f in fs:
+            if f.removed is not None and f.removed.shape == removed.shape:
+                removed += f.removed
+        status = SUSPECTED if any(f.status == SUSPECTED for f in fs) else fs[-1].status
+        suspects = tuple(sorted({s for f in fs for s in f.suspects}))
+        out.append(Finding(detector, status, sum(f.reports for f in fs), sum(f.set_aside for f in fs),
+                           removed if status == SUSPECTED else None, suspects, fs[-1].false_positive, fs[-1].bound,
+                           f"{len(fs)} audited window(s)"))
+    return tuple(out)

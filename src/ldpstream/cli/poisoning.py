@@ -1,0 +1,105 @@
+"""`ldp poisoning`: audit closed windows for fake devices' reports, and show what each window set aside."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ldpstream.cli.errors import CliError, NotPublished, client_logs, require_services
+
+console = Console(width=None if Console().is_terminal else 120)
+poisoning_app = typer.Typer(help="Suspected poisoning: audit closed windows, show what was set aside.",
+                            no_args_is_help=True)
+FOLLOW_S = 30.0
+
+
+@poisoning_app.command("audit")
+def audit(name: str = typer.Argument(..., help="collection name"),
+          window: str = typer.Option(None, help="1h:<start_ms> (one window); default: every closed window not "
+                                                "audited yet"),
+          version: int = typer.Option(None, help="spec version (default: the newest published)"),
+          follow: bool = typer.Option(False, help="keep auditing each window as it closes (until SIGINT)"),
+          force: bool = typer.Option(False, help="audit --window even if it is still open (a partial audit)")) -> None:
+    """Read closed windows' reports again from Kafka, run every poisoning detector on them, keep the reports they set
+    aside in ldp.setaside and the window's record beside its live statistics."""
+    from ldpstream.aggregator.audit import AuditError, audit_window, closed_windows
+    from ldpstream.aggregator.plans import PlanRegistry
+    from ldpstream.aggregator.store import RedisStore
+    from ldpstream.contract.clock import now_ms
+    from ldpstream.runtime.settings import Settings
+
+    require_services()
+    logging.basicConfig(level=logging.INFO if follow else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(message)s")
+    client_logs(verbose=follow)
+    cfg = Settings.from_env()
+    plans = PlanRegistry(cfg.bootstrap)
+    plan = plans.latest(name) if version is None else plans.get(name, version)
+    if plan is None:
+        raise NotPublished(name, version)
+    store = RedisStore(cfg.redis)
+    while True:
+        if window is not None:
+            length, _, start = window.partition(":")
+            if length not in plan.spec.windows or not start.isdigit():
+                raise CliError(f"--window is <length>:<start_ms> with a length of {plan.spec.windows}")
+            todo = [(length, int(start))]
+        else:
+            todo = closed_windows(store, plan, now_ms())
+        for length, start_ms in todo:
+            try:
+                result = audit_window(cfg.bootstrap, store, plan, length, start_ms, force=force)
+            except AuditError as exc:
+                raise CliError(str(exc)) from exc
+            set_aside = sum(d.set_aside for d in result.attributes.values())
+            typer.echo(f"{plan.spec.key} {length}:{start_ms}: {result.reports:,} reports audited, "
+                       f"{set_aside:,.0f} set aside ({len(result.set_aside)} message(s) to ldp.setaside)")
+        if not follow or window is not None:
+            return
+        time.sleep(FOLLOW_S)
+
+
+@poisoning_app.command("status")
+def status(name: str = typer.Argument(..., help="collection name"),
+           version: int = typer.Option(None, help="spec version (default: the newest published)"),
+           as_json: bool = typer.Option(False, "--json")) -> None:
+    """Each window's suspected poisoning: where the figure comes from, the reports set aside and the alert."""
+    from ldpstream.aggregator.estimates import collection_estimates
+    from ldpstream.aggregator.plans import PlanRegistry
+    from ldpstream.aggregator.store import ALL_TIME, RedisStore
+    from ldpstream.runtime.settings import Settings
+
+    require_services()
+    cfg = Settings.from_env()
+    plans = PlanRegistry(cfg.bootstrap)
+    plan = plans.latest(name) if version is None else plans.get(name, version)
+    if plan is None:
+        raise NotPublished(name, version)
+    store = RedisStore(cfg.redis)
+    windows = [(w, s) for v, w, s in store.windows(name) if v == plan.spec.version and w != ALL_TIME]
+    rows = []
+    for w, s in [*windows, (ALL_TIME, 0)]:
+        result = collection_estimates(store, plan, f"{w}:{s}" if w != ALL_TIME else ALL_TIME)
+        rows.append({"window": result["window"], "reports": result["reports"], **result["poisoning"]})
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    table = Table("window", "reports", "source", "reference", "set aside", "fraction", "alert", "suspects",
+                  title=f"{plan.spec.key}: suspected poisoning")
+    for r in rows:
+        suspects = "; ".join(f"{a}: {', '.join(map(str, e['suspects'][:8]))}"
+                             for a, e in r["attributes"].items() if e["suspects"])
+        reference = f"{r['reference']['windows']} window(s)" if r["reference"] else "-"
+        table.add_row(r["window"], f"{r['reports']:,}", r["source"], reference, f"{r['set_aside']:,.0f}",
+                      f"{100 * r['set_aside_fraction']:.3f}%", "[red]ALERT[/]" if r["alert"] else "", suspects)
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `ldp poisoning`."""
+    app.add_typer(poisoning_app, name="poisoning")

@@ -1,0 +1,150 @@
+"""One attribute's defence in one window: the detectors that apply to its mechanism, in order, each on what the
+previous ones kept.
+
+1. Tests of individual reports, when the window's reports are at hand (a closed window read again, or the
+   simulator): support itemsets (UE, local hashing), output density (numeric means). Their findings can also be
+   given (`prior`, as an audit recorded them) instead of the reports.
+2. Tests of the sums on what is left: excess claims (every frequency oracle), the mean's bound (numeric),
+   disagreement then key frequency (PCKV), against the reference window when there is one.
+3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`), nothing removed from the sums.
+
+The statistics are an attribute's block of the collector's ([n_j, the mechanism's statistics],
+`ldpstream.mechanisms.mixed.attribute_block`); `removed` is in the same layout, so the defended block is
+`block - removed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ldpstream.mechanisms.base import Estimate, Mechanism, Reports
+from ldpstream.mechanisms.frequency.base import FrequencyOracle
+from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
+from ldpstream.mechanisms.numeric.base import NumericMechanism
+from ldpstream.mechanisms.open_domain.tree import PrefixTree
+from ldpstream.mechanisms.poisoning.base import (
+    CLEAN,
+    SUSPECTED,
+    TOO_FEW,
+    UNTESTED,
+    Finding,
+    Policy,
+)
+from ldpstream.mechanisms.poisoning.frequency import excess_claims, support_itemsets, supports_itemsets_apply
+from ldpstream.mechanisms.poisoning.heavy import HEAVY, ReferenceCap
+from ldpstream.mechanisms.poisoning.keyvalue import key_frequency_bound, keyvalue_disagreement
+from ldpstream.mechanisms.poisoning.numeric import mean_bound, output_density
+
+PER_REPORT = frozenset({"support_itemsets", "output_density"})  # detectors that flag individual reports
+
+
+@dataclass(frozen=True)
+class Defence:
+    """The findings of an attribute's detectors, what they remove from its block, and the heavy-hitter cap."""
+
+    findings: tuple[Finding, ...]
+    removed: np.ndarray
+    cap: ReferenceCap | None = None
+    strings: tuple[str, ...] = ()  # a tree's suspected strings (its top list's capped ones)
+
+    @property
+    def set_aside(self) -> float:
+        """Reports set aside (counted, or estimated by the tests on sums) from the attribute's block."""
+        return float(sum(f.set_aside for f in self.findings))
+
+    @property
+    def status(self) -> str:
+        """suspected if any detector is; else clean if any tested; else too few reports; else untested."""
+        statuses = {f.status for f in self.findings}
+        for status in (SUSPECTED, CLEAN, TOO_FEW):
+            if status in statuses:
+                return status
+        return UNTESTED
+
+    def suspects(self) -> tuple[int, ...]:
+        """Item codes (keys, bins) any detector suspects, sorted."""
+        return tuple(sorted({s for f in self.findings for s in f.suspects}))
+
+
+def _usable(block: np.ndarray | None, policy: Policy) -> bool:
+    return block is not None and float(block[0]) >= policy.min_reports
+
+
+def _block(finding: Finding, size: int) -> np.ndarray:
+    """A finding's removed statistics as a block [n_j, mechanism statistics]."""
+    out = np.zeros(size)
+    if finding.removed is not None:
+        out[0] = finding.set_aside
+        out[1:] = finding.removed
+    return out
+
+
+def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = None, reports: Reports | None = None,
+           prior: Sequence[Finding] = (), policy: Policy = Policy()) -> Defence:
+    """The attribute's defence (module docstring). `reference`: the reference window's block (None: none);
+    `reports`: the window's reports of this attribute (per-report tests); `prior`: per-report findings recorded
+    before (used instead of running them)."""
+    block = np.asarray(block, dtype=np.float64)
+    size = block.shape[0]
+    removed = np.zeros(size)
+    findings: list[Finding] = []
+    for finding in prior:
+        findings.append(finding)
+        removed += _block(finding, size)
+    ref = np.asarray(reference, dtype=np.float64) if _usable(reference, policy) else None
+
+    def step(finding: Finding) -> None:
+        nonlocal removed
+        findings.append(finding)
+        removed = removed + _block(finding, size)
+
+    def ref_estimate() -> Estimate | None:
+        return mech.estimate(ref[1:]) if ref is not None else None
+
+    if isinstance(mech, FrequencyOracle):
+        if reports is not None and not prior and supports_itemsets_apply(mech):
+            step(support_itemsets(mech, reports, ref_estimate(), policy))
+        step(excess_claims(mech, (block - removed)[1:], ref_estimate(), policy))
+    elif isinstance(mech, NumericMechanism):
+        if reports is not None and not prior:
+            step(output_density(mech, np.asarray(reports["value"]), policy))
+        step(mean_bound(mech, (block - removed)[1:], ref_estimate(), None if ref is None else ref[1:], policy))
+    elif isinstance(mech, KeyValueMechanism):
+        step(key_frequency_bound(mech, (block - removed)[1:], ref_estimate(), policy))
+        step(keyvalue_disagreement(mech, (block - removed)[1:], policy))
+    elif isinstance(mech, PrefixTree):
+        return _tree_defence(mech, block, ref, policy)
+    else:
+        findings.append(Finding("none", UNTESTED, int(block[0]), detail=f"no poisoning detector for {mech.name}"))
+    return Defence(tuple(findings), removed)
+
+
+def _tree_defence(tree: PrefixTree, block: np.ndarray, reference: np.ndarray | None, policy: Policy) -> Defence:
+    """Heavy hitters: the decode capped by the reference; the capped strings of the last level are the suspects."""
+    n = int(block[0])
+    removed = np.zeros(block.shape[0])
+    if n < policy.min_reports:
+        return Defence((Finding(HEAVY, TOO_FEW, n, detail=f"{n} report(s): fewer than {policy.min_reports}"),),
+                       removed)
+    cap = ReferenceCap(tree, reference[1:], policy) if reference is not None else None
+    if cap is None or not cap.usable():
+        return Defence((Finding(HEAVY, UNTESTED, n, detail="no reference window with enough reports: a fake "
+                                                           "string looks like a popular one"),), removed)
+    tree.heavy_hitters(block[1:], cap=cap)
+    capped_levels = [level for level, rows in sorted(cap.capped.items()) if rows]
+    if not capped_levels:
+        return Defence((Finding(HEAVY, CLEAN, n, false_positive=policy.alpha_window),), removed, cap)
+    deepest = capped_levels[-1]  # the last level's strings, else the longest prefixes capped on the way
+    rows = cap.capped[deepest]
+    excess = sum(value - bound for _, value, bound in rows)
+    strings = tuple(tree.domain.decode(np.stack([row for row, _, _ in rows])))
+    if deepest < tree.levels - 1:
+        strings = tuple(f"{s}..." for s in strings)
+    detail = (f"{len(rows)} {'string(s) of the top list' if deepest == tree.levels - 1 else 'prefix(es)'} capped at "
+              f"the most an honest window shows given the reference (levels capped: {len(capped_levels)})")
+    # no statistics are removed (the sketches keep them); the reports set aside are estimated from the excess
+    return Defence((Finding(HEAVY, SUSPECTED, n, excess * n, None, (), policy.alpha_window, 0.0, detail),),
+                   removed, cap, strings)

@@ -1,0 +1,59 @@
+"""Poisoning defence for heavy hitters (the prefix trees of `ldpstream.mechanisms.open_domain.tree`).
+
+Cao, Jia and Gong (USENIX Security 2021, Sec. 5) promote fake strings into the top list: fake devices report the
+targets' prefixes at every level. A report of a sketch oracle names one hashed bucket, so a fake report is what a
+holder of the target would send; what honest perturbation makes improbable is the *rise*: a stationary population's
+string frequency moves between a window and the collection's previous window only by noise. At each level of the
+decode, every candidate prefix is estimated in the reference window as in this one (`peeled_estimates`, the same
+joint estimation, so the collision bias of the fixed hash family is the same in both) and capped at
+
+    b(x) = min(1, f_ref(x) + drift) + z sqrt(V(f_ref(x)) (1 / n_T + 1 / n_ref)),  z = Phi^-1(1 - alpha_window / C),
+
+C the candidates scored at that level, V the level oracle's n Var at the reference frequency (the null's) plus the
+sampling of devices f (1 - f) (`ldpstream.mechanisms.poisoning.frequency.window_variance`). The
+decoder ranks by the capped estimate, so a fake prefix cannot push a genuine one out of the beam, and the last level
+reports capped frequencies. A string that did not exist in the reference (f_ref ~ 0) keeps at most z sqrt(V(0) (1 / n_T
++ 1 / n_ref)): the bound an attacker who knows the detector can keep. Without a reference nothing can be tested (a fake
+string looks like a popular one): `ReferenceCap` is then not built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ldpstream.mechanisms.open_domain.tree import PrefixTree, peeled_estimates
+from ldpstream.mechanisms.poisoning.base import Policy, bonferroni_z
+
+HEAVY = "heavy_hitter_rise"
+
+
+@dataclass
+class ReferenceCap:
+    """The cap of a tree's decode by a reference window's statistics (module docstring); it records, per level,
+    the candidates it capped: `capped[level]` = list of (candidate row, estimate, bound)."""
+
+    tree: PrefixTree
+    reference: np.ndarray
+    policy: Policy = field(default_factory=Policy)
+    capped: dict[int, list[tuple[np.ndarray, float, float]]] = field(default_factory=dict)
+
+    def usable(self) -> bool:
+        """Whether every level of the reference has enough reports to compare with."""
+        return all(oracle.z_table(self.tree.level_stats(self.reference, t))[1] >= self.policy.min_reports
+                   for t, oracle in enumerate(self.tree.oracles))
+
+    def __call__(self, level: int, candidates: np.ndarray, value: np.ndarray, n: int, keep: int) -> np.ndarray:
+        oracle = self.tree.oracles[level]
+        table, n_ref = oracle.z_table(self.tree.level_stats(self.reference, level))
+        if n_ref < self.policy.min_reports or n < self.policy.min_reports:
+            return value
+        ref_value, _ = peeled_estimates(oracle, table, n_ref, candidates, keep)
+        f0 = np.clip(ref_value, 0.0, 1.0)
+        var = oracle.variance(f0) + f0 * (1.0 - f0)  # and the sampling of devices (`window_variance`)
+        z = bonferroni_z(self.policy.alpha_window, len(candidates))
+        bound = np.minimum(1.0, f0 + self.policy.drift) + z * np.sqrt(var / n + var / n_ref)
+        over = np.flatnonzero(value > bound)
+        self.capped[level] = [(candidates[i], float(value[i]), float(bound[i])) for i in over]
+        return bound

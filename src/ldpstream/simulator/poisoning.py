@@ -1,0 +1,248 @@
+"""Fake devices: the published poisoning attacks, as reports crafted in vectorised batches (the attack harness
+`benchmarks/bench_poisoning.py` and the detectors' tests use them; nothing here is sent anywhere by itself).
+
+Frequency oracles (Cao, Jia and Gong, USENIX Security 2021, Sec. 3-4), r target items T:
+- `maximal_gain` (MGA): GRR reports a target picked uniformly; UE sets every target bit and l - r random others, l =
+  floor(p + (d - 1) q) the expected ones of an honest report (so a count of ones does not tell); local hashing draws
+  `HASH_TRIES` seeds and keeps the one whose bucket holds the most targets, reporting that bucket.
+- `random_item` (RIA): a target picked uniformly, perturbed by the protocol.
+- `random_value` (RPA): a uniformly random report of the protocol's output space.
+- `input`: input poisoning (Cheu, Smith, Ullman, IEEE S&P 2021): the devices hold the targets (target i mod r for
+  fake i) and perturb honestly; for a frequency oracle it is RIA with the targets dealt out evenly.
+- `adaptive`: an attacker who knows the detectors (`Adaptive`): each report supports at most `per_report` targets
+  (one less than the itemset detector's threshold), and only enough fakes carry targets to raise each target by
+  `rise` (under the excess-claims bound); the other fakes report a random non-target item honestly.
+Numeric means (Li et al., "Fine-grained poisoning attacks to LDP protocols for mean and variance estimation",
+USENIX Security 2023): `maximal_gain` reports the largest output; `random_value` a uniform output; `input` the
+largest input (1) perturbed honestly; `adaptive` spreads reports under the detectors' caps (`adaptive_numeric`).
+Key-value (Wu et al., USENIX Security 2022, M2GA): a target key with value +1, the report crafted like the oracle's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ldpstream.mechanisms.base import Reports
+from ldpstream.mechanisms.frequency.base import FrequencyOracle
+from ldpstream.mechanisms.frequency.grr import GRR
+from ldpstream.mechanisms.frequency.local_hash import HASH_PRIME, LocalHash, hash_buckets
+from ldpstream.mechanisms.frequency.unary import UnaryEncoding
+from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
+from ldpstream.mechanisms.keyvalue.pckv import PCKVGRR, PCKVUE
+from ldpstream.mechanisms.numeric.base import NumericMechanism
+from ldpstream.mechanisms.open_domain.tree import PrefixTree
+
+ATTACKS = ("maximal_gain", "random_item", "random_value", "input", "adaptive")
+HASH_TRIES = 1000  # seeds an MGA fake of local hashing tries (Cao et al.)
+SEED_POOL = 1 << 16  # the seeds the fakes draw their tries from (each fake tries HASH_TRIES of them)
+
+
+class AttackError(ValueError):
+    """An attack that does not apply to the mechanism, or bad attack arguments."""
+
+
+@dataclass(frozen=True)
+class Adaptive:
+    """What the adaptive attacker knows of the detectors: a report may support at most `per_report` targets (None:
+    any number), and each target may rise by at most `rise` (estimated frequency; None: no limit) in a window of
+    about `population` reports (the published report counts tell it)."""
+
+    per_report: int | None = None
+    rise: float | None = None
+    population: int = 0
+
+
+def check_targets(targets: Sequence[int] | np.ndarray, domain: int) -> np.ndarray:
+    """The target items as distinct int64 codes in 0..domain-1."""
+    t = np.unique(np.asarray(targets, dtype=np.int64))
+    if not len(t) or t.min() < 0 or t.max() >= domain or len(t) != len(np.asarray(targets)):
+        raise AttackError(f"targets must be distinct codes in 0..{domain - 1}")
+    return t
+
+
+def fake_frequency_reports(oracle: FrequencyOracle, attack: str, targets: Sequence[int] | np.ndarray, m: int,
+                           rng: np.random.Generator, adaptive: Adaptive = Adaptive()) -> Reports:
+    """m fake reports of `attack` (module docstring) promoting `targets`."""
+    t = check_targets(targets, oracle.domain_size)
+    if attack == "maximal_gain":
+        return _maximal(oracle, t, m, rng, None)
+    if attack == "random_item":
+        return oracle.perturb(t[rng.integers(0, len(t), size=m)], rng)
+    if attack == "input":
+        return oracle.perturb(t[np.arange(m) % len(t)], rng)
+    if attack == "random_value":
+        return _uniform_output(oracle, m, rng)
+    if attack == "adaptive":
+        carriers = m if adaptive.rise is None else min(m, _carriers(oracle, t, adaptive, rng))
+        crafted = _maximal(oracle, t, carriers, rng, adaptive.per_report)
+        others = np.setdiff1d(np.arange(oracle.domain_size), t)
+        honest = oracle.perturb(others[rng.integers(0, len(others), size=m - carriers)], rng)
+        return {k: np.concatenate([np.asarray(crafted[k]), np.asarray(honest[k])]).astype(honest[k].dtype)
+                for k in honest}
+    raise AttackError(f"unknown attack {attack!r}; one of {ATTACKS}")
+
+
+def _carriers(oracle: FrequencyOracle, targets: np.ndarray, adaptive: Adaptive, rng: np.random.Generator) -> int:
+    """How many crafted reports raise each target by about `rise`: a crafted report supports a given target with
+    probability rate, raising its count by (rate - q) / (p - q) reports' worth (measured on a sample)."""
+    sample = _maximal(oracle, targets, 4096, rng, adaptive.per_report)
+    rate = float(oracle.support_matrix(sample)[:, targets].mean())
+    gain = max(rate - oracle.q, 1e-12) / (oracle.p - oracle.q)
+    if adaptive.population < 1:
+        raise AttackError("the adaptive attacker needs the window's size (Adaptive.population)")
+    return int(adaptive.rise / gain * adaptive.population) if adaptive.rise is not None else 0
+
+
+def _maximal(oracle: FrequencyOracle, targets: np.ndarray, m: int, rng: np.random.Generator,
+             per_report: int | None) -> Reports:
+    """Maximal gain reports, each supporting at most `per_report` targets (None: all it can)."""
+    r = len(targets)
+    cap = r if per_report is None else max(1, min(r, per_report))
+    if isinstance(oracle, GRR):
+        return {"value": targets[rng.integers(0, r, size=m)].astype(np.uint32)}
+    if isinstance(oracle, UnaryEncoding):
+        d = oracle.domain_size
+        ones = max(cap, int(np.floor(oracle.p + (d - 1) * oracle.q)))
+        bits = np.zeros((m, d), dtype=np.uint8)
+        # each fake: `cap` targets (a random subset when fewer than all), then random non-targets up to `ones`
+        keys = rng.random((m, r))
+        chosen = np.argsort(keys, axis=1)[:, :cap]
+        bits[np.arange(m)[:, None], targets[chosen]] = 1
+        others = np.setdiff1d(np.arange(d), targets)
+        extra = min(ones - cap, len(others))
+        if extra > 0:
+            picks = np.argsort(rng.random((m, len(others))), axis=1)[:, :extra] if m * len(others) <= 1 << 26 \
+                else _sample_rows(len(others), extra, m, rng)
+            bits[np.arange(m)[:, None], others[picks]] = 1
+        return {"bits": bits}
+    if isinstance(oracle, LocalHash):
+        return _hash_maximal(oracle, targets, m, rng, cap)
+    raise AttackError(f"no maximal gain attack on {oracle.name}")
+
+
+def _sample_rows(size: int, k: int, m: int, rng: np.random.Generator) -> np.ndarray:
+    """(m, k) indices in 0..size-1, distinct within each row (chunked argsort of uniforms)."""
+    out = np.empty((m, k), dtype=np.int64)
+    step = max(1, (1 << 24) // size)
+    for lo in range(0, m, step):
+        hi = min(m, lo + step)
+        out[lo:hi] = np.argsort(rng.random((hi - lo, size)), axis=1)[:, :k]
+    return out
+
+
+def best_buckets(oracle: LocalHash, targets: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray,
+                                                                                                 np.ndarray]:
+    """Per seed (a, b): the most targets one bucket holds, and that bucket."""
+    buckets = hash_buckets(a[:, None], b[:, None], targets[None, :], oracle.g)
+    same = (buckets[:, :, None] == buckets[:, None, :]).sum(axis=2)  # per target, the targets in its bucket
+    best = same.argmax(axis=1)
+    rows = np.arange(len(a))
+    return same[rows, best], buckets[rows, best]
+
+
+def _hash_maximal(oracle: LocalHash, targets: np.ndarray, m: int, rng: np.random.Generator,
+                  cap: int) -> Reports:
+    """Each fake tries HASH_TRIES seeds of a common pool and keeps the one whose fullest bucket holds the most
+    targets, at most `cap` (an adaptive attacker's limit; a seed over it is not taken)."""
+    a = rng.integers(1, HASH_PRIME, size=SEED_POOL)
+    b = rng.integers(0, HASH_PRIME, size=SEED_POOL)
+    load, bucket = best_buckets(oracle, targets, a, b)
+    score = np.where(load <= cap, load, -1).astype(np.float64) + rng.random(SEED_POOL) * 0.5  # ties: random
+    chosen = np.empty(m, dtype=np.int64)
+    step = max(1, (1 << 22) // HASH_TRIES)
+    for lo in range(0, m, step):
+        hi = min(m, lo + step)
+        tries = rng.integers(0, SEED_POOL, size=(hi - lo, HASH_TRIES))
+        chosen[lo:hi] = tries[np.arange(hi - lo), np.argmax(score[tries], axis=1)]
+    return {"a": a[chosen].astype(np.uint32), "b": b[chosen].astype(np.uint32), "y": bucket[chosen].astype(np.uint32)}
+
+
+def _uniform_output(oracle: FrequencyOracle, m: int, rng: np.random.Generator) -> Reports:
+    if isinstance(oracle, GRR):
+        return {"value": rng.integers(0, oracle.domain_size, size=m).astype(np.uint32)}
+    if isinstance(oracle, UnaryEncoding):
+        return {"bits": rng.integers(0, 2, size=(m, oracle.domain_size)).astype(np.uint8)}
+    if isinstance(oracle, LocalHash):
+        return {"a": rng.integers(1, HASH_PRIME, size=m).astype(np.uint32),
+                "b": rng.integers(0, HASH_PRIME, size=m).astype(np.uint32),
+                "y": rng.integers(0, oracle.g, size=m).astype(np.uint32)}
+    raise AttackError(f"no random value attack on {oracle.name}")
+
+
+# --- numeric means ---------------------------------------------------------------------------------------------------
+def fake_numeric_reports(mech: NumericMechanism, attack: str, m: int, rng: np.random.Generator,
+                         adaptive_low: float | None = None) -> Reports:
+    """m fake reports pushing a numeric mean up (module docstring). `adaptive_low`: the adaptive attacker's reports
+    are uniform on [adaptive_low, the largest output] (spread out under the density caps)."""
+    lo, hi = mech.output_range
+    top = hi if np.isfinite(hi) else 1.0 + 10 * np.sqrt(mech.worst_case_variance())
+    bottom = lo if np.isfinite(lo) else -top
+    if attack == "maximal_gain":
+        return {"value": np.full(m, top)}
+    if attack == "random_value":
+        return {"value": rng.uniform(bottom, top, size=m)}
+    if attack in ("input", "random_item"):
+        return mech.perturb(np.ones(m), rng)
+    if attack == "adaptive":
+        start = 1.0 if adaptive_low is None else adaptive_low
+        return {"value": rng.uniform(start, top, size=m)}
+    raise AttackError(f"unknown attack {attack!r}; one of {ATTACKS}")
+
+
+# --- key-value ------------------------------------------------------------------------------------------------------
+def fake_keyvalue_reports(mech: KeyValueMechanism, targets: Sequence[int] | np.ndarray, m: int,
+                          rng: np.random.Generator) -> Reports:
+    """M2GA (Wu et al. 2022) on PCKV: each fake reports a target key (uniformly) with value +1; a PCKV-UE report's
+    other entries are a fair +-1 with the honest rate b (to pass a count of non-zero entries)."""
+    t = check_targets(targets, mech.domain_size)
+    keys = t[rng.integers(0, len(t), size=m)]
+    if isinstance(mech, PCKVGRR):
+        return {"key": keys.astype(np.uint32), "value": np.ones(m, dtype=np.int8)}
+    if isinstance(mech, PCKVUE):
+        d = mech.domain_size
+        nonzero = rng.random((m, d)) < mech.b
+        y = np.where(nonzero, np.where(rng.random((m, d)) < 0.5, 1, -1), 0).astype(np.int8)
+        y[np.arange(m), keys] = 1
+        return {"bits": y}
+    raise AttackError(f"no key-value attack on {mech.name}")
+
+
+# --- heavy hitters --------------------------------------------------------------------------------------------------
+def fake_tree_reports(tree: PrefixTree, attack: str, targets: Sequence[str], m: int, rng: np.random.Generator,
+                      carriers: int | None = None, decoys: Sequence[str] = ()) -> Reports:
+    """m fake reports of a prefix tree promoting the target strings (Cao et al. Sec. 5): `maximal_gain` reports, at
+    a level drawn uniformly, a target's prefix bucket under a hash drawn uniformly (what a holder sends unperturbed);
+    `random_item`/`input` a target perturbed honestly; `random_value` a uniform report; `adaptive` only `carriers`
+    crafted reports (under the rise bound) and honest reports of the `decoys` (strings that gain nothing) for the
+    rest."""
+    rows = tree.domain.encode(list(targets))
+    pick = rng.integers(0, len(rows), size=m)
+    if attack in ("random_item", "input"):
+        return tree.perturb(rows[pick if attack == "random_item" else np.arange(m) % len(rows)], rng)
+    if attack == "random_value":
+        first = tree.oracles[0]
+        return {"level": rng.integers(0, tree.levels, size=m).astype(np.uint8),
+                "hash": rng.integers(0, first.hashes, size=m).astype(np.uint32),
+                "y": rng.integers(0, first.width, size=m).astype(np.uint32)}
+    if attack not in ("maximal_gain", "adaptive"):
+        raise AttackError(f"unknown attack {attack!r}; one of {ATTACKS}")
+    crafted = m if attack == "maximal_gain" or carriers is None else min(m, carriers)
+    if crafted < m and not len(decoys):
+        raise AttackError("an adaptive attack on heavy hitters needs decoy strings for its other fakes")
+    level = rng.integers(0, tree.levels, size=crafted).astype(np.uint8)
+    out: dict[str, np.ndarray] = {"level": level, "hash": np.zeros(crafted, dtype=np.uint32),
+                                  "y": np.zeros(crafted, dtype=np.uint32)}
+    for t, oracle in enumerate(tree.oracles):
+        mine = np.flatnonzero(level == t)
+        buckets = oracle.candidate_buckets(rows)  # (targets, hashes)
+        j = rng.integers(0, oracle.hashes, size=len(mine))
+        out["hash"][mine] = j
+        out["y"][mine] = buckets[pick[mine], j]
+    if crafted == m:
+        return out
+    decoy_rows = tree.domain.encode(list(decoys))
+    honest = tree.perturb(decoy_rows[rng.integers(0, len(decoy_rows), size=m - crafted)], rng)
+    return {k: np.concatenate([v, np.asarray(honest[k]).astype(v.dtype)]) for k, v in out.items()}

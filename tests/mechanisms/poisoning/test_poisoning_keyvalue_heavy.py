@@ -1,0 +1,115 @@
+"""Poisoning detectors of key-value collection (PCKV) and heavy hitters (PEM): honest windows keep their reports,
+M2GA's keys and fake strings are held to the bounds the detectors state. Every simulation is seeded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ldpstream.mechanisms import registry
+from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
+from ldpstream.mechanisms.mixed import attribute_block
+from ldpstream.mechanisms.open_domain.strings import StringDomain
+from ldpstream.mechanisms.open_domain.tree import PEM
+from ldpstream.mechanisms.poisoning.attribute import defend
+from ldpstream.mechanisms.poisoning.base import CLEAN, SUSPECTED, UNTESTED, Policy
+from ldpstream.mechanisms.poisoning.heavy import ReferenceCap
+from ldpstream.simulator.poisoning import fake_keyvalue_reports, fake_tree_reports
+from ldpstream.simulator.population import random_words, zipf_probabilities
+
+POLICY = Policy()
+KEYS = 16
+
+
+def pairs(n: int, rng: np.random.Generator, shape: str) -> np.ndarray:
+    keys = (np.zeros(n, dtype=int) if shape == "one_key" else
+            rng.choice(KEYS, size=n, p=zipf_probabilities(KEYS, 1.5)))
+    out = np.full((n, 1, 2), -1.0)
+    out[:, 0, 0] = keys
+    out[:, 0, 1] = 1.0 if shape == "one_key" else np.clip(0.3 + 0.2 * rng.standard_normal(n), -1, 1)
+    return out
+
+
+def kv(name: str, eps: float) -> KeyValueMechanism:
+    mech = registry.make_keyvalue(name, eps, KEYS)
+    assert isinstance(mech, KeyValueMechanism)
+    return mech
+
+
+@pytest.mark.parametrize("shape", ["zipf", "one_key"])
+@pytest.mark.parametrize("name,eps", [("pckv-grr", 1.0), ("pckv-ue", 1.0), ("pckv-grr", 4.0)])
+def test_honest_keyvalue_windows_keep_their_reports(name: str, eps: float, shape: str) -> None:
+    rng = np.random.default_rng(len(name) + int(eps) + len(shape))
+    mech = kv(name, eps)
+    reference = attribute_block(200_000, mech.accumulate(mech.perturb(pairs(200_000, rng, shape), rng)))
+    block = attribute_block(50_000, mech.accumulate(mech.perturb(pairs(50_000, rng, shape), rng)))
+    defence = defend(mech, block, reference, policy=POLICY)
+    assert defence.status == CLEAN, defence.findings
+    assert not defence.removed.any()
+
+
+@pytest.mark.parametrize("name,eps", [("pckv-grr", 1.0), ("pckv-ue", 1.0), ("pckv-grr", 4.0)])
+def test_m2ga_keys_are_held_to_the_key_frequency_bound(name: str, eps: float) -> None:
+    rng = np.random.default_rng(9)
+    mech = kv(name, eps)
+    n, m = 200_000, 10_000
+    targets = np.array([5, 9, 13])
+    reference = attribute_block(4 * n, mech.accumulate(mech.perturb(pairs(4 * n, rng, "zipf"), rng)))
+    genuine = mech.perturb(pairs(n - m, rng, "zipf"), rng)
+    fakes = fake_keyvalue_reports(mech, targets, m, rng)
+    attacked = {k: np.concatenate([genuine[k], fakes[k].astype(genuine[k].dtype)]) for k in genuine}
+    block = attribute_block(n, mech.accumulate(attacked))
+    defence = defend(mech, block, reference, policy=POLICY)
+    assert defence.status == SUSPECTED and set(targets) <= set(defence.suspects())
+    clean = np.asarray(mech.estimate(mech.accumulate(genuine)).value)[0]
+    raw = np.asarray(mech.estimate(block[1:]).value)[0]
+    defended = np.asarray(mech.estimate((block - defence.removed)[1:]).value)[0]
+    frequency = next(f for f in defence.findings if f.detector == "key_frequency")
+    # each target keeps at most its allowance over the reference (plus the clean window's own noise)
+    se = np.asarray(mech.estimate(mech.accumulate(genuine)).stderr)[0]
+    assert ((defended - clean)[targets] <= frequency.bound + 4 * se[targets]).all()
+    assert (defended - clean)[targets].sum() < (raw - clean)[targets].sum()
+
+
+def test_privkv_is_untested_not_misjudged() -> None:
+    mech = kv("privkv", 2.0)
+    rng = np.random.default_rng(1)
+    block = attribute_block(5000, mech.accumulate(mech.perturb(pairs(5000, rng, "zipf"), rng)))
+    assert defend(mech, block, block, policy=POLICY).status == UNTESTED
+
+
+@pytest.fixture(scope="module")
+def strings() -> tuple[PEM, list[str], np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(4)
+    domain = StringDomain(6, "abcdefghij")
+    tree = PEM(4.0, domain, seed=3, top=10)
+    words = [w.decode() for w in random_words(520, rng, alphabet="abcdefghij", max_length=6)]
+    rows = domain.encode(words[:500])
+    probs = zipf_probabilities(500, 1.2)
+    reference = attribute_block(800_000, tree.accumulate(tree.perturb(rows[rng.choice(500, 800_000, p=probs)], rng)))
+    genuine = tree.perturb(rows[rng.choice(500, 200_000, p=probs)], rng)
+    return tree, words, reference, genuine
+
+
+def test_an_honest_window_of_strings_caps_nothing(strings: tuple[PEM, list[str], np.ndarray, np.ndarray]) -> None:
+    tree, _, reference, genuine = strings
+    defence = defend(tree, attribute_block(200_000, tree.accumulate(genuine)), reference, policy=POLICY)
+    assert defence.status == CLEAN and defence.strings == ()
+
+
+def test_fake_strings_are_kept_out_of_the_top_list(strings: tuple[PEM, list[str], np.ndarray, np.ndarray]) -> None:
+    tree, words, reference, genuine = strings
+    rng = np.random.default_rng(5)
+    fakes_of = words[500:503]  # strings no genuine device holds
+    fakes = fake_tree_reports(tree, "maximal_gain", fakes_of, 10_000, rng)
+    stats = tree.accumulate(genuine) + tree.accumulate(fakes)
+    assert set(fakes_of) & set(tree.heavy_hitters(stats).items)  # no defence: they are heavy hitters
+    defence = defend(tree, attribute_block(210_000, stats), reference, policy=POLICY)
+    assert defence.status == SUSPECTED and defence.strings  # the fake strings, or their prefixes, capped
+    capped = tree.heavy_hitters(stats, cap=ReferenceCap(tree, reference[1:], POLICY))
+    assert not set(fakes_of) & set(capped.items)
+
+
+def test_without_a_reference_strings_are_untested(strings: tuple[PEM, list[str], np.ndarray, np.ndarray]) -> None:
+    tree, _, _, genuine = strings
+    assert defend(tree, attribute_block(200_000, tree.accumulate(genuine)), None, policy=POLICY).status == UNTESTED
