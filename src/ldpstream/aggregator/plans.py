@@ -11,12 +11,14 @@ import time
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
 from confluent_kafka import KafkaException
 
 from ldpstream.aggregator.store import WindowStats
 from ldpstream.contract.collector import Strategies, collector_for
 from ldpstream.contract.spec import CollectionSpec, SpecError
 from ldpstream.mechanisms.base import Estimate, Mechanism, ReportSchema
+from ldpstream.mechanisms.distribution.base import Distribution
 from ldpstream.mechanisms.mixed import MixedCollector, block_size, joined_stats
 from ldpstream.runtime.specs import log_refused, read_specs
 from ldpstream.runtime.strategies import strategies_for
@@ -60,8 +62,14 @@ class Plan:
 
     def estimate(self, window: WindowStats) -> dict[str, Estimate]:
         """Per attribute, the collector's unbiased estimate from a window's statistics."""
-        blocks = [window.stats[j] for j in range(len(self.spec.attributes))]
-        return self.collector.estimate(joined_stats(window.devices, blocks))
+        return self.collector.estimate(self._joined(window))
+
+    def distributions(self, window: WindowStats) -> dict[str, Distribution | None]:
+        """Per numeric attribute with a distribution mechanism, its distribution in a window (None: no reports)."""
+        return self.collector.distributions(self._joined(window))
+
+    def _joined(self, window: WindowStats) -> np.ndarray:
+        return joined_stats(window.devices, [window.stats[j] for j in range(len(self.spec.attributes))])
 
 
 class PlanRegistry:
