@@ -65,8 +65,9 @@ def test_the_distribution_entry_is_on_the_attribute_scale_and_near_the_truth(agg
     assert 0.4 * values.size < dist["reports"] < 0.6 * values.size
     assert abs(entry["mean"] - values.mean()) <= 4 * entry["stderr"]
     console = Console(width=200, record=True)
-    console.print(estimates_table(collection_estimates(store, plan)))
-    assert "request_ms" in console.export_text()
+    console.print(estimates_table(collection_estimates(store, plan), {"attributes": {"request_ms": {}}}))
+    text = console.export_text()
+    assert "request_ms" in text and "quantile 0.5" in text
 
 
 def test_one_attribute_s_distribution_with_chosen_quantiles(aggregated) -> None:
