@@ -9,7 +9,7 @@ import pytest
 
 from ldpstream.contract.collector import collector_for
 from ldpstream.contract.spec import SpecError, load_spec, parse_spec
-from ldpstream.mechanisms.distribution import SquareWave
+from ldpstream.mechanisms.distribution import HierarchicalHistogram, SquareWave
 from ldpstream.runtime.settings import PROJECT_ROOT
 
 SPEC = """
@@ -29,6 +29,15 @@ def test_sw_is_built_with_its_bins_at_eps_over_k() -> None:
     assert isinstance(mech, SquareWave) and mech.bins == 32 and mech.epsilon == pytest.approx(1.0)
     default = collector_for(parse_spec(SPEC.format(parameters=""))).mechanisms["request_ms"]
     assert isinstance(default, SquareWave) and default.bins == 64
+
+
+def test_hh_is_built_with_its_tree() -> None:
+    hh = SPEC.replace("mechanism: sw", "mechanism: hh")
+    spec = parse_spec(hh.format(parameters=", parameters: {bins: 27, fanout: 3}"))
+    mech = collector_for(spec).mechanisms["request_ms"]
+    assert isinstance(mech, HierarchicalHistogram) and (mech.bins, mech.fanout, mech.height) == (27, 3, 3)
+    with pytest.raises(SpecError, match="bins must be a power of the fanout 4"):
+        parse_spec(hh.format(parameters=", parameters: {bins: 32}"))
 
 
 @pytest.mark.parametrize(("parameters", "message"), [

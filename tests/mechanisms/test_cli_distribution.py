@@ -43,6 +43,14 @@ def test_json_contract(app: typer.Typer, values: Path) -> None:
     assert again == result  # seeded
 
 
+def test_hierarchical_histogram(app: typer.Typer, values: Path) -> None:
+    code, out = invoke(app, "mechanisms", "distribution", "--values", str(values), "--range", "100", "150",
+                       "--epsilon", "2", "--mechanism", "hh", "--bins", "27", "--fanout", "3", "--json")
+    assert code == 0, out
+    result = json.loads(out)
+    assert result["method"] == "hh" and len(result["grid"]) == 28 and result["details"]["levels"] == 3
+
+
 def test_table(app: typer.Typer, values: Path) -> None:
     code, out = invoke(app, "mechanisms", "distribution", "--values", str(values), "--range", "100", "150",
                        "--epsilon", "1", "--smoothing", "1")
@@ -60,6 +68,8 @@ def test_table(app: typer.Typer, values: Path) -> None:
     ("1\n2\n", ("--ranges", "5-6"), "'5-6' is not LOW:HIGH"),
     ("1\n2\n", ("--ranges", "6:5"), "a range needs low <= high"),
     ("1\n2\n", ("--epsilon", "0"), "epsilon must be finite and > 0"),
+    ("1\n2\n", ("--fanout", "3"), "'sw' has no parameter 'fanout'"),
+    ("1\n2\n", ("--mechanism", "hh", "--bins", "32"), "bins must be a power of the fanout 4"),
 ])
 def test_bad_input_is_one_line_with_exit_2(app: typer.Typer, tmp_path: Path, content: str, args: tuple[str, ...],
                                            message: str) -> None:

@@ -391,10 +391,12 @@ def distribution(
     values_file: Path = typer.Option(..., "--values", help="text file, one value per line"),
     value_range: tuple[float, float] = typer.Option(..., "--range", help="LO HI: the values' declared range"),
     epsilon: float = EPSILON,
-    mechanism: str = typer.Option("sw", "--mechanism", "-m", help="distribution mechanism: sw"),
-    bins: int = typer.Option(64, "--bins", "-b", help="bins of the grid over the range"),
+    mechanism: str = typer.Option("sw", "--mechanism", "-m", help="sw (Square Wave + EMS) or hh (hierarchical "
+                                                                  "histogram)"),
+    bins: int = typer.Option(64, "--bins", "-b", help="bins of the grid over the range (hh: a power of --fanout)"),
     smoothing: float | None = typer.Option(None, "--smoothing", help="sw: EMS smoothing level (1: the paper's "
                                                                       "kernel); default: chosen by cross-validation"),
+    fanout: int | None = typer.Option(None, "--fanout", help="hh: the tree's fan-out (default 4)"),
     quantiles: str = typer.Option(",".join(f"{q:g}" for q in (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)),
                                   "--quantiles", help="comma-separated quantile levels in (0, 1)"),
     ranges: list[str] = typer.Option([], "--ranges", help="LOW:HIGH, a range whose fraction to estimate "
@@ -418,7 +420,8 @@ def distribution(
         lo, hi = value_range
         scaler = RangeScaler(lo, hi)
         asked = [_parse_range(text) for text in ranges]
-        parameters: dict[str, Any] = {"bins": bins} | ({} if smoothing is None else {"smoothing": smoothing})
+        given = {"bins": bins, "smoothing": smoothing, "fanout": fanout}
+        parameters = {key: value for key, value in given.items() if value is not None}
         mech = registry.make_distribution(mechanism, epsilon, **parameters)
         values = read_values(values_file)
         outside = np.flatnonzero((values < lo) | (values > hi))

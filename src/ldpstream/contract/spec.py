@@ -15,8 +15,9 @@ A spec is YAML or JSON, validated here. Example (see `examples/diagnostics.yaml`
       - {name: latency_ms, type: numeric, range: [0, 2000], mechanism: sw, parameters: {bins: 128}}
 
 A numeric attribute asks for its distribution (density, CDF, quantiles, range probabilities, beside its mean) by
-naming a distribution mechanism of `ldpstream.mechanisms.distribution` (`sw`: Square Wave with EMS), whose
-`parameters` (e.g. bins) are checked here by building it; nothing else of the spec changes, so specs without one keep
+naming a distribution mechanism of `ldpstream.mechanisms.distribution` (`sw`: Square Wave with EMS, parameters bins and
+smoothing; `hh`: hierarchical histograms for range queries, parameters bins and fanout), whose `parameters` are checked
+here by building it; nothing else of the spec changes, so specs without one keep
 their canonical JSON.
 
 Privacy over time: instead of `epsilon`, a spec may state both guarantees of a device that reports every window,

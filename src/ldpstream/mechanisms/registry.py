@@ -81,6 +81,7 @@ HEAVY_HITTERS = ("hcms_tree", "pem", "sfp")
 # `auto` and the vector mechanisms must not pick them: a numeric attribute names one to ask for its distribution.
 DISTRIBUTION: dict[str, str] = {
     "sw": "ldpstream.mechanisms.distribution.square_wave:SquareWave",
+    "hh": "ldpstream.mechanisms.distribution.hierarchy:HierarchicalHistogram",
 }
 
 

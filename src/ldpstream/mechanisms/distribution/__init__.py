@@ -7,6 +7,7 @@ probabilities, with standard errors.
 """
 
 from ldpstream.mechanisms.distribution.base import DEFAULT_QUANTILES, Distribution, DistributionMechanism
+from ldpstream.mechanisms.distribution.hierarchy import HierarchicalHistogram
 from ldpstream.mechanisms.distribution.square_wave import SquareWave
 
-__all__ = ["DEFAULT_QUANTILES", "Distribution", "DistributionMechanism", "SquareWave"]
+__all__ = ["DEFAULT_QUANTILES", "Distribution", "DistributionMechanism", "HierarchicalHistogram", "SquareWave"]
