@@ -122,11 +122,17 @@ class HierarchicalHistogram(DistributionMechanism):
 
     def perturb(self, values: np.ndarray | float | list[float], rng: np.random.Generator) -> Reports:
         t = check_unit_values(values)
-        level = rng.integers(1, self.height + 1, size=t.shape, dtype=np.uint8)
-        node = self.leaves(t) // self.fanout ** (self.height - level.astype(np.int64))
-        row = rng.integers(0, self.rows, size=t.shape, dtype=np.uint32)
-        flip = (rng.random(t.shape) >= self.p).astype(np.uint8)
-        return {"level": level, "row": row, "bit": hadamard_bit(row, node) ^ flip}
+        return self.from_uniforms(t, rng.random((3, t.shape[0])))
+
+    def from_uniforms(self, t: np.ndarray, u: np.ndarray) -> Reports:
+        """The reports of values t in [-1, 1] from three uniforms in [0, 1) each, u (3, n) (what another SDK
+        reproduces, tests/vectors/distribution.json): level 1 + floor(u_0 h), row floor(u_1 m), and the bit
+        H[row, node] kept when u_2 < p."""
+        level = 1 + np.minimum(np.floor(u[0] * self.height), self.height - 1).astype(np.int64)
+        row = np.minimum(np.floor(u[1] * self.rows), self.rows - 1).astype(np.uint32)
+        node = self.leaves(np.asarray(t, dtype=np.float64)) // self.fanout ** (self.height - level)
+        flip = (u[2] >= self.p).astype(np.uint8)
+        return {"level": level.astype(np.uint8), "row": row, "bit": hadamard_bit(row, node) ^ flip}
 
     def log_pmf(self, reports: Reports, values: np.ndarray | float | list[float]) -> np.ndarray:
         """(n, len(values)): log Pr[report j | true value values[i]], exact (epsilon-LDP: max - min <= eps)."""

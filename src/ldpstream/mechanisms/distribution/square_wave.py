@@ -157,11 +157,14 @@ class SquareWave(NumericMechanism, DistributionMechanism):
         return -bound, bound
 
     def _sample(self, t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """One uniform U per value through the inverse CDF of v~ on [0, 1]: the left piece [-b, v - b) has mass q v,
-        the window p 2 b, the right piece q (1 - v)."""
+        return self.from_uniform(t, rng.random(t.shape))
+
+    def from_uniform(self, t: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """The reports t* of values t in [-1, 1] from one uniform u in [0, 1) each (what another SDK reproduces,
+        tests/vectors/distribution.json): through the inverse CDF of v~ on [0, 1], whose left piece [-b, v - b) has
+        mass q v, the window p 2 b, the right piece q (1 - v)."""
         b, p, q = self.half_width, self.p, self.q
-        v = (t + 1.0) / 2.0
-        u = rng.random(t.shape[0])
+        v = (np.asarray(t, dtype=np.float64) + 1.0) / 2.0
         left, window = q * v, 2.0 * b * p
         y = np.where(u < left, u / q - b,
                      np.where(u < left + window, v - b + (u - left) / p, v + b + (u - left - window) / q))
