@@ -82,6 +82,17 @@ def test_bad_input_is_one_line_with_exit_2(app: typer.Typer, tmp_path: Path, con
     assert message in out and out.count("\n") == 1
 
 
+@pytest.mark.parametrize("name", ["sw", "hh"])
+def test_the_auditor_finds_no_violation(app: typer.Typer, name: str) -> None:
+    """`ldp audit` on the distribution mechanisms (sw: thresholds on t*; hh: log-likelihood-ratio events, inputs 0
+    and 1): the lower bound stays below eps and comes close to it."""
+    code, out = invoke(app, "audit", "--mechanism", name, "--epsilon", "2", "--n", "300000", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["within_epsilon"] and 1.6 < result["epsilon_lower_bound"] <= 2.0
+    code, out = invoke(app, "audit", "--mechanism", name, "--epsilon", "2", "--dims", "3")
+    assert code == 2 and "do not apply" in out
+
+
 def test_an_unreadable_file_and_a_bad_range(app: typer.Typer, tmp_path: Path) -> None:
     code, out = invoke(app, "mechanisms", "distribution", "--values", str(tmp_path / "none.txt"), "--range", "0", "1",
                        "--epsilon", "1")

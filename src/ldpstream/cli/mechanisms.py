@@ -53,12 +53,17 @@ JSON = typer.Option(False, "--json", help="print JSON")
 
 
 def build_mechanism(name: str, epsilon: float, dims: int = 1, domain: int | None = None) -> Mechanism:
-    """The mechanism a command line names: 1-D numeric, d-dimensional numeric, a frequency oracle, or a longitudinal
-    mechanism (epsilon its lifetime budget, its other parameters at their defaults)."""
+    """The mechanism a command line names: 1-D numeric, d-dimensional numeric, a frequency oracle, a longitudinal
+    mechanism (epsilon its lifetime budget, its other parameters at their defaults) or a distribution mechanism (its
+    parameters at their defaults)."""
     from ldpstream.mechanisms import registry
     from ldpstream.mechanisms.base import LDPError
     from ldpstream.mechanisms.multidim import make_vector_mechanism
 
+    if name in registry.DISTRIBUTION:
+        if dims != 1 or domain is not None:
+            raise LDPError(f"--dims and --domain do not apply to the distribution mechanism {name!r}")
+        return registry.make_distribution(name, epsilon)
     registry.mechanism_class(name)  # LDPError naming the known ones, for an unknown name
     if registry.takes_domain(name):
         if dims != 1:
