@@ -27,7 +27,8 @@ smoothing choice where it is chosen, without standard errors); with_stderr_s: `d
 calls it, standard errors included.
 
 Prints {"n", "epsilon", "bins", "seeds", "load_average", "runs": [...], "summary": {method: {input: {"w1", "ks",
-"estimate_s"}}}, "mean_over_inputs": {method: {"w1", "ks"}}}: means over the seeds. Timings on a shared machine are
+"estimate_s"}}}, "mean_over_inputs": {method: {"w1", "ks"}}}: means over the seeds. BLAS runs on one thread (a
+multi-threaded matrix-vector product was 8 times slower on this loaded 2-core machine). Timings on a shared machine are
 noisy: `load_average` says how shared it was.
 """
 
@@ -41,13 +42,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # one core each, before numpy loads
+    os.environ.setdefault(var, "1")
 
-from ldpstream.mechanisms import registry
-from ldpstream.mechanisms.distribution import HierarchicalHistogram, SquareWave
-from ldpstream.mechanisms.distribution.ems import choose_smoothing, ems
-from ldpstream.mechanisms.distribution.square_wave import window_overlap
-from ldpstream.mechanisms.postprocess import norm_sub
+import numpy as np  # noqa: E402
+
+from ldpstream.mechanisms import registry  # noqa: E402
+from ldpstream.mechanisms.distribution import HierarchicalHistogram, SquareWave  # noqa: E402
+from ldpstream.mechanisms.distribution.ems import choose_smoothing, ems  # noqa: E402
+from ldpstream.mechanisms.distribution.square_wave import window_overlap  # noqa: E402
+from ldpstream.mechanisms.postprocess import norm_sub  # noqa: E402
 
 BINS = 1024
 ORACLE_BINS = (16, 32, 64, 128, 256)

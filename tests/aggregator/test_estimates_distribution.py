@@ -15,7 +15,7 @@ from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.processing import Message, PartitionProcessor
 from ldpstream.aggregator.store import MemoryStore
 from ldpstream.cli.output import estimates_table
-from ldpstream.contract.spec import SpecError, load_spec
+from ldpstream.contract.spec import SpecError, load_spec, parse_spec
 from ldpstream.contract.wire import encode
 from ldpstream.device.perturb import by_partition
 from ldpstream.mechanisms.distribution.base import DEFAULT_QUANTILES
@@ -94,3 +94,23 @@ def test_no_reports_no_distribution() -> None:
     plan = Plan(SPEC)
     assert collection_estimates(MemoryStore(), plan)["attributes"]["request_ms"]["distribution"] is None
     assert attribute_distribution(MemoryStore(), plan, "request_ms")["distribution"] is None
+
+
+def test_a_hierarchical_histogram_attribute_through_the_worker() -> None:
+    """The same path with `mechanism: hh`: the CDF at every edge within 4 of its standard errors of the truth."""
+    text = (PROJECT_ROOT / "examples" / "request_latency.yaml").read_text()
+    spec = parse_spec(text.replace("mechanism: sw, parameters: {bins: 64}", "mechanism: hh, parameters: {bins: 16}"))
+    plan, store = Plan(spec), MemoryStore()
+    processor = PartitionProcessor(lambda n, v: plan, lambda: int(time.time() * 1000))
+    seen, values = SeenDevices(store), []
+    for offset, (records, batch) in enumerate(fleet(spec, 40_000, seed=8, chunk=40_000)):
+        values.append(np.asarray(records["request_ms"], dtype=np.float64))
+        for partition, part in by_partition(batch, spec.partitions):
+            result = processor.process(spec.topic, [Message(offset, encode(part), partition=partition)], seen)
+            assert result.update is not None and store.apply(result.update).status == "applied"
+    entry = collection_estimates(store, plan)["attributes"]["request_ms"]
+    dist, truth_values = entry["distribution"], np.concatenate(values)
+    assert entry["mechanism"] == "hh" and dist["method"] == "hh" and len(dist["grid"]) == 17
+    truth = np.searchsorted(np.sort(truth_values), dist["grid"], side="right") / truth_values.size
+    gap = np.abs(np.array(dist["cdf"]) - truth)[1:-1]
+    assert np.all(gap <= 4 * np.array(dist["cdf_stderr"])[1:-1]), gap
