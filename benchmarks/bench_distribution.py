@@ -3,6 +3,7 @@ histograms, and the best binned frequency oracle with Norm-Sub (`ldpstream.mecha
 
     python benchmarks/bench_distribution.py                 # n = 1e6, eps = 1, 1024 bins, 5 inputs x 2 seeds
     python benchmarks/bench_distribution.py --n 100000 --seeds 1 --datasets beta
+    python benchmarks/bench_distribution.py --grids       # the smoothing level on coarse grids (below)
 
 Inputs on [0, 1] (the paper's unit domain), n values each: Beta(5, 2) (Li et al.'s synthetic data), a bimodal mixture
 0.3 N(0.25, 0.05) + 0.7 N(0.7, 0.1), a skewed income-like lognormal(0, 0.8) / 10, a latency-like power law peaked at
@@ -26,10 +27,15 @@ inside its bins: Wasserstein-1 = sum |F_hat - F| / 1024 (the integral on [0, 1])
 smoothing choice where it is chosen, without standard errors); with_stderr_s: `distribution()` as the aggregator
 calls it, standard errors included.
 
-Prints {"n", "epsilon", "bins", "seeds", "load_average", "runs": [...], "summary": {method: {input: {"w1", "ks",
-"estimate_s"}}}, "mean_over_inputs": {method: {"w1", "ks"}}}: means over the seeds. BLAS runs on one thread (a
-multi-threaded matrix-vector product was 8 times slower on this loaded 2-core machine). Timings on a shared machine are
-noisy: `load_average` says how shared it was.
+With --grids it measures instead why ours chooses EMS's smoothing level: on grids of 32, 64 and 256 bins, n = 1e4 and
+1e5, the same inputs and seeds, Square Wave + EMS with the paper's kernel (smoothing 1) against the level chosen by
+cross-validation, and prints {"epsilon", "seeds", "grids": [{"bins", "n", "dataset", "seed", "kernel1": {"w1", "ks"},
+"chosen": {"w1", "ks", "smoothing"}}], "mean": {"bins/n": {"kernel1": {"w1", "ks"}, "chosen": {...}}}}.
+
+Otherwise it prints {"n", "epsilon", "bins", "seeds", "load_average", "runs": [...], "summary": {method: {input:
+{"w1", "ks", "estimate_s"}}}, "mean_over_inputs": {method: {"w1", "ks"}}}: means over the seeds. BLAS runs on one
+thread (a multi-threaded matrix-vector product was 8 times slower on this loaded 2-core machine). Timings on a shared
+machine are noisy: `load_average` says how shared it was.
 """
 
 from __future__ import annotations
@@ -180,13 +186,45 @@ def one_run(dataset: str, seed: int, n: int, epsilon: float) -> list[dict[str, A
     return out
 
 
+def grid_study(epsilon: float, seeds: int, datasets: list[str]) -> dict[str, Any]:
+    """The --grids measurements (module docstring)."""
+    rows = []
+    for bins in (32, 64, 256):
+        for n in (10_000, 100_000):
+            kernel1, chosen = SquareWave(epsilon, bins=bins, smoothing=1.0), SquareWave(epsilon, bins=bins)
+            edges = np.linspace(0.0, 1.0, bins + 1)
+            for dataset in datasets:
+                for seed in range(seeds):
+                    rng = np.random.default_rng(seed)
+                    values = inputs(dataset, n, rng)
+                    truth = np.searchsorted(np.sort(values), edges, side="right") / n
+                    counts = chosen.accumulate(chosen.perturb(2.0 * values - 1.0, rng))[3:]
+                    level = choose_smoothing(chosen.channel, counts)
+                    row: dict[str, Any] = {"bins": bins, "n": n, "dataset": dataset, "seed": seed}
+                    for name, mech, lam in (("kernel1", kernel1, 1.0), ("chosen", chosen, level)):
+                        cdf = np.concatenate([[0.0], np.cumsum(ems(mech.channel, counts, lam).theta)])
+                        gap = np.abs(cdf - truth)
+                        row[name] = {"w1": float(gap[1:].sum() / bins), "ks": float(gap.max()), "smoothing": lam}
+                    print(f"{bins} bins, n {n}, {dataset} seed {seed}: KS {row['kernel1']['ks']:.4f} with the "
+                          f"paper's kernel, {row['chosen']['ks']:.4f} at {level:g}", file=sys.stderr)
+                    rows.append(row)
+    mean = {f"{bins}/{n}": {name: {key: float(np.mean([r[name][key] for r in rows if (r["bins"], r["n"]) == (bins, n)]))
+                                   for key in ("w1", "ks")} for name in ("kernel1", "chosen")}
+            for bins in (32, 64, 256) for n in (10_000, 100_000)}
+    return {"epsilon": epsilon, "seeds": seeds, "grids": rows, "mean": mean}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    parser.add_argument("--grids", action="store_true", help="the smoothing level on coarse grids instead")
     args = parser.parse_args()
+    if args.grids:
+        print(json.dumps(grid_study(args.epsilon, args.seeds, args.datasets)))
+        return
     runs = [r for dataset in args.datasets for seed in range(args.seeds)
             for r in one_run(dataset, seed, args.n, args.epsilon)]
     methods = list(dict.fromkeys(r["method"] for r in runs))
