@@ -20,6 +20,7 @@ from ldpstream.contract.spec import parse_spec
 from ldpstream.contract.wire import AttributeReports, encode, perturbed_batch
 from ldpstream.device.policy import PrivacyPolicy, judge
 from ldpstream.device.trust import Seen, TrustError, check_pointer, check_spec
+from ldpstream.mechanisms.distribution import HierarchicalHistogram, SquareWave
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 
@@ -102,6 +103,26 @@ def test_request_signatures(case: dict[str, Any]) -> None:
 @pytest.mark.parametrize("case", AUTH["pseudonyms"], ids=lambda c: c["device"])
 def test_pseudonyms(case: dict[str, Any]) -> None:
     assert str(device_pseudonym(case["collection"], case["device"])) == case["pseudonym"]
+
+
+DISTRIBUTION = load("distribution.json")
+
+
+@pytest.mark.parametrize("case", DISTRIBUTION["square_wave"], ids=lambda c: f"eps{c['epsilon']}-t{c['t']}-u{c['u']}")
+def test_square_wave_reports_from_uniforms(case: dict[str, Any]) -> None:
+    mech = SquareWave(case["epsilon"])
+    assert (mech.half_width, mech.p, mech.q, mech.scale) == pytest.approx(
+        (case["half_width"], case["p"], case["q"], case["scale"]), rel=1e-12)
+    report = mech.from_uniform(np.array([case["t"]]), np.array([case["u"]]))[0]
+    assert report == pytest.approx(case["report"], rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("case", DISTRIBUTION["hierarchical_histogram"],
+                         ids=lambda c: f"{c['bins']}-{c['fanout']}-t{c['t']}-{c['uniforms']}")
+def test_hierarchical_histogram_reports_from_uniforms(case: dict[str, Any]) -> None:
+    mech = HierarchicalHistogram(case["epsilon"], bins=case["bins"], fanout=case["fanout"])
+    reports = mech.from_uniforms(np.array([case["t"]]), np.array(case["uniforms"])[:, None])
+    assert {name: int(column[0]) for name, column in reports.items()} == case["report"]
 
 
 def test_the_committed_vectors_are_what_the_generator_writes() -> None:

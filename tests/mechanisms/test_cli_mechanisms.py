@@ -24,7 +24,10 @@ def test_list(app: typer.Typer) -> None:
     code, out = invoke(app, "mechanisms", "list", "--epsilon", "2", "--json")
     rows = {r["mechanism"]: r for r in json.loads(out)["mechanisms"]}
     assert rows["pm"]["worst_case_variance"] == pytest.approx(Piecewise(2.0).worst_case_variance())
-    assert set(rows) == set(registry.known_names()) | set(registry.KEYVALUE) | set(registry.OPEN_DOMAIN)
+    assert set(rows) == (set(registry.known_names()) | set(registry.KEYVALUE) | set(registry.OPEN_DOMAIN)
+                         | set(registry.DISTRIBUTION))
+    assert rows["sw"]["kind"] == rows["hh"]["kind"] == "distribution"
+    assert rows["sw"]["worst_case_variance"] > rows["pm"]["worst_case_variance"]
     # key-value: a rare key's n Var f_hat among --domain keys; open domain: a rare string's, over all devices
     assert rows["pckv-ue"]["worst_case_variance"] == pytest.approx(
         float(registry.make_keyvalue("pckv-ue", 2.0, 64).frequency_variance(0.0)))

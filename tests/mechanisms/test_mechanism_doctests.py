@@ -22,9 +22,12 @@ def test_doctests(name: str) -> None:
     assert result.failed == 0
 
 
-@pytest.mark.parametrize("name", [*registry.NUMERIC, *registry.FREQUENCY, *registry.LONGITUDINAL, *registry.KEYVALUE])
+@pytest.mark.parametrize("name", [*registry.NUMERIC, *registry.FREQUENCY, *registry.LONGITUDINAL, *registry.KEYVALUE,
+                                  *registry.DISTRIBUTION])
 def test_every_registered_mechanism_has_examples(name: str) -> None:
     """The class's own docstring carries a seeded example (and its module is in MODULES, so the example runs)."""
-    cls = registry.keyvalue_class(name) if name in registry.KEYVALUE else registry.mechanism_class(name)
+    cls: type = (registry.keyvalue_class(name) if name in registry.KEYVALUE
+                 else registry.distribution_class(name) if name in registry.DISTRIBUTION
+                 else registry.mechanism_class(name))
     assert cls.__module__ in MODULES
     assert any(test.examples for test in doctest.DocTestFinder(recurse=False).find(cls)), f"{cls.__name__}"

@@ -26,6 +26,7 @@ from ldpstream.mechanisms.numeric.base import VectorScheme
 from ldpstream.mechanisms.numeric.laplace import Laplace
 from tests.mechanisms import (
     test_audit,
+    test_distribution,
     test_frequency,
     test_keyvalue,
     test_longitudinal,
@@ -65,6 +66,11 @@ def test_the_suite_checks_every_registered_mechanism() -> None:
     keyvalue = set(registry.KEYVALUE)
     assert set(test_keyvalue.NAMES) == keyvalue and not keyvalue & (numeric | frequency | longitudinal)
     assert {registry.keyvalue_class(name).__module__ for name in keyvalue} <= set(test_mechanism_doctests.MODULES)
+    distribution = set(registry.DISTRIBUTION)
+    assert set(test_distribution.NAMES) == set(test_distribution.CASES) == distribution
+    assert not distribution & (numeric | frequency | longitudinal | keyvalue)
+    modules = {registry.distribution_class(name).__module__ for name in distribution}
+    assert modules <= set(test_mechanism_doctests.MODULES)
     assert set(vector_candidates()) == numeric
     assert set(frequency_candidates()) == frequency
     left_out = {name for name in numeric if not registry.numeric_class(name).auto_one_dimensional}

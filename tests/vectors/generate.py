@@ -14,6 +14,9 @@ the protocol does. Bytes are base64 (standard alphabet, padded); 64-bit integers
 - `wire.json`: batches of mechanism output and the exact envelope bytes (`ldpstream.contract.wire.encode`).
 - `auth.json`: request signatures (`ldpstream.contract.auth.authorization`) and device pseudonyms
   (`ldpstream.contract.pseudonym.device_pseudonym`).
+- `distribution.json`: the distribution mechanisms' reports from given uniforms (`SquareWave.from_uniform`,
+  `HierarchicalHistogram.from_uniforms`), computed here from the formulas, scalar by scalar: a device SDK draws its
+  own uniforms and must turn them into the same reports (to 1e-12 for Square Wave's float).
 
 The deterministic parts of perturbation, which every SDK must compute bit for bit (its noise is its own, drawn from
 the platform's cryptographic generator, and only its distribution must agree). Here the outcome is the reference
@@ -36,6 +39,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -248,11 +252,53 @@ def auth_vectors() -> dict[str, Any]:
                                         ("diagnostics", "k2.0a1b2c3d4e5f6a7b8c9d0e1f"), ("a", "x")]]}
 
 
+def square_wave_report(epsilon: float, t: float, u: float) -> dict[str, float]:
+    """Square Wave (Li et al. SIGMOD 2020, Sec. 4) on [-1, 1]: b, p, q, s = 2 b (p - q) and the report (2 y - 1) / s,
+    y the inverse CDF of the output on [-b, 1 + b] at u (pieces of mass q v, 2 b p, q (1 - v))."""
+    e = math.exp(epsilon)
+    b = (epsilon * e - math.expm1(epsilon)) / (2 * e * (math.expm1(epsilon) - epsilon))
+    p, q = e / (2 * b * e + 1), 1 / (2 * b * e + 1)
+    s, v = 2 * b * (p - q), (t + 1) / 2
+    if u < q * v:
+        y = u / q - b
+    elif u < q * v + 2 * b * p:
+        y = v - b + (u - q * v) / p
+    else:
+        y = v + b + (u - q * v - 2 * b * p) / q
+    return {"half_width": b, "p": p, "q": q, "scale": s, "report": (2 * min(max(y, -b), 1 + b) - 1) / s}
+
+
+def hierarchy_report(epsilon: float, bins: int, fanout: int, t: float, u: tuple[float, float, float]) -> dict[str, int]:
+    """Hierarchical histogram (Cormode et al. VLDB 2019) with HRR: level 1 + floor(u0 h), row floor(u1 m) (m the power
+    of two >= bins), bit = 1 - parity(row & node) kept when u2 < e^eps / (e^eps + 1)."""
+    height = round(math.log(bins, fanout))
+    rows = 1 << (bins - 1).bit_length()
+    leaf = min(math.floor((t + 1) / 2 * bins), bins - 1)
+    level = 1 + min(math.floor(u[0] * height), height - 1)
+    row = min(math.floor(u[1] * rows), rows - 1)
+    node = leaf // fanout ** (height - level)
+    bit = 1 - bin(row & node).count("1") % 2
+    keep = u[2] < math.exp(epsilon) / (math.exp(epsilon) + 1)
+    return {"level": level, "row": row, "bit": bit if keep else 1 - bit}
+
+
+def distribution_vectors() -> dict[str, Any]:
+    values = (-1.0, -0.7, 0.0, 0.3125, 1.0)
+    uniforms = (0.0, 0.05, 0.31, 0.5, 0.77, 0.999)
+    square_wave = [{"epsilon": eps, "t": t, "u": u, **square_wave_report(eps, t, u)}
+                   for eps in (0.5, 1.0, 4.0) for t in values for u in uniforms]
+    triples = ((0.0, 0.0, 0.0), (0.1, 0.42, 0.9), (0.55, 0.999, 0.3), (0.99, 0.25, 0.73))
+    hierarchy = [{"epsilon": eps, "bins": bins, "fanout": fanout, "t": t, "uniforms": list(u),
+                  "report": hierarchy_report(eps, bins, fanout, t, u)}
+                 for eps, bins, fanout in ((1.0, 64, 4), (2.0, 27, 3)) for t in values for u in triples]
+    return {"square_wave": square_wave, "hierarchical_histogram": hierarchy}
+
+
 from perturb_vectors import collector_vectors, hash_vectors, memo_vectors  # noqa: E402
 
 VECTORS = {"trust.json": trust_vectors, "policy.json": policy_vectors, "wire.json": wire_vectors,
            "auth.json": auth_vectors, "memo.json": memo_vectors, "collectors.json": collector_vectors,
-           "hashes.json": hash_vectors}
+           "hashes.json": hash_vectors, "distribution.json": distribution_vectors}
 
 
 def render(name: str) -> str:

@@ -2,6 +2,16 @@
 
 The raw unbiased estimate is always there; post-processing (clip a mean into its range, make frequencies
 consistent by Norm-Sub or least-squares projection) is biased and is added beside it, never instead of it.
+
+A numeric attribute reported by a distribution mechanism (`mechanism: sw` in its spec) also has its "distribution"
+(`ldpstream.mechanisms.distribution.base.Distribution.to_dict`, on the attribute's own scale), a stable contract:
+
+    {"method": "sw-ems", "reports": n_j, "grid": [d + 1 bin edges], "density": [d, per unit of the attribute],
+     "probabilities": [d bin masses], "cdf": [at the d + 1 edges], "cdf_stderr": [d + 1],
+     "quantiles": {"0.5": {"estimate", "stderr"}, ... at DEFAULT_QUANTILES}, "mean": {"estimate", "stderr"},
+     "stderr_method": "...", "details": {...}}
+
+or null while no device has reported the attribute. Non-finite numbers are null.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from ldpstream.contract.spec import (
     window_seconds,
 )
 from ldpstream.mechanisms.base import Estimate
+from ldpstream.mechanisms.distribution.base import DEFAULT_QUANTILES, Distribution, DistributionMechanism
 from ldpstream.mechanisms.postprocess import clip_mean, norm_sub, project_simplex
 
 PostProcess = Literal["none", "clip", "norm_sub", "project"]
@@ -62,7 +73,8 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
                          postprocess: PostProcess = "none") -> dict[str, Any]:
     """{"collection", "version", "window", "window_start_ms", "reports", "attributes": {...}} for one window.
 
-    Per attribute: {"mean", "stderr"} (numeric), {"frequencies": {value: {"estimate", "stderr"}}} (categorical; a
+    Per attribute: {"mean", "stderr"} (numeric; with a distribution mechanism also "distribution", module
+    docstring), {"frequencies": {value: {"estimate", "stderr"}}} (categorical; a
     string attribute's are its decoded heavy hitters, largest first, with "heavy_hitters": top), {"workload",
     "answers": {query: {"estimate", "stderr"}}} (a factorization attribute's workload answers), or {"frequencies":
     {key: ...}, "means": {key: {"estimate", "stderr"}}} (keyvalue: how many devices hold each key, and the mean of
@@ -75,7 +87,9 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
         raise ValueError(f"postprocess must be one of {POSTPROCESS}, got {postprocess!r}")
     name, start = resolve_window(store, plan, window)
     stats = store.read_window(plan.spec.name, plan.spec.version, name, start, plan.sizes)
-    attributes = attribute_entries(plan, plan.estimate(stats), postprocess)
+    distributions = (plan.distributions(stats) if any(isinstance(m, DistributionMechanism) for m in plan.mechanisms)
+                     else {})
+    attributes = attribute_entries(plan, plan.estimate(stats), postprocess, distributions)
     result = {"collection": plan.spec.name, "version": plan.spec.version,
               "window": name if name == ALL_TIME else f"{name}:{start}", "window_start_ms": start,
               "reports": int(stats.devices), "attributes": attributes}
@@ -86,9 +100,13 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
     return result
 
 
-def attribute_entries(plan: Plan, estimates: dict[str, Estimate], postprocess: PostProcess) -> dict[str, Any]:
-    """Per attribute, its entry of `collection_estimates` (`attribute_entry`)."""
-    return {attr.name: attribute_entry(plan, attr, estimates[attr.name], postprocess) for attr in plan.spec.attributes}
+def attribute_entries(plan: Plan, estimates: dict[str, Estimate], postprocess: PostProcess,
+                      distributions: dict[str, Distribution | None] | None = None) -> dict[str, Any]:
+    """Per attribute, its entry of `collection_estimates` (`attribute_entry`); `distributions`: per numeric attribute
+    with a distribution mechanism, its distribution (None while no device has reported it)."""
+    distributions = distributions or {}
+    return {attr.name: attribute_entry(plan, attr, estimates[attr.name], postprocess, attr.name in distributions,
+                                       distributions.get(attr.name)) for attr in plan.spec.attributes}
 
 
 def poisoning_summary(plan: Plan, raw: dict[str, Any], defence: WindowDefence, reports: int,
@@ -145,8 +163,10 @@ def _gain_removed(raw: dict[str, Any], defended: dict[str, Any], suspects: list[
     return total
 
 
-def attribute_entry(plan: Plan, attr: Attribute, est: Estimate, postprocess: PostProcess = "none") -> dict[str, Any]:
-    """One attribute's entry of `collection_estimates` from its estimate (shapes in that function's docstring)."""
+def attribute_entry(plan: Plan, attr: Attribute, est: Estimate, postprocess: PostProcess = "none",
+                    has_distribution: bool = False, distribution: Distribution | None = None) -> dict[str, Any]:
+    """One attribute's entry of `collection_estimates` from its estimate (shapes in that function's docstring); a
+    numeric attribute with a distribution mechanism (`has_distribution`) also carries its distribution's figures."""
     entry: dict[str, Any]
     if isinstance(attr, CategoricalAttribute) and attr.workload is not None:
         labels = query_labels(attr.workload, attr.values, len(np.atleast_1d(est.value)))
@@ -179,8 +199,33 @@ def attribute_entry(plan: Plan, attr: Attribute, est: Estimate, postprocess: Pos
         entry = {"mean": _float(est.value), "stderr": _float(est.stderr)}
         if postprocess == "clip" and np.isfinite(est.value):
             entry["postprocessed"] = {"method": "clip", "mean": float(clip_mean(est.value, *attr.range))}
+        if has_distribution:
+            entry["distribution"] = None if distribution is None else distribution.to_dict()
     entry["mechanism"] = plan.mechanisms[plan.spec.attribute_index(attr.name)].name
     return entry
+
+
+def attribute_distribution(store: StatsStore, plan: Plan, attribute: str, window: str = ALL_TIME,
+                           levels: tuple[float, ...] = DEFAULT_QUANTILES) -> dict[str, Any]:
+    """{"collection", "version", "window", "window_start_ms", "attribute", "distribution"} for one attribute: the
+    "distribution" entry of `collection_estimates` (null while no device has reported it), quantiles at `levels`.
+
+    SpecError (a 4xx for the read API, exit 2 for the CLI) for an unknown attribute, one that is not numeric, or a
+    numeric one whose mechanism gives its mean only; LDPError for levels outside (0, 1).
+    """
+    attr = plan.spec.attributes[plan.spec.attribute_index(attribute)]
+    mech = plan.mechanisms[plan.spec.attribute_index(attribute)]
+    if attr.type != "numeric":
+        raise SpecError(f"{plan.spec.key}: attribute {attribute!r} is {attr.type}: distributions and quantiles are "
+                        "estimated for numeric attributes only")
+    if not isinstance(mech, DistributionMechanism):
+        raise SpecError(f"{plan.spec.key}: attribute {attribute!r} is reported by {mech.name!r}, which gives its mean "
+                        "only; a spec asks for a distribution with a distribution mechanism (mechanism: sw)")
+    name, start = resolve_window(store, plan, window)
+    dist = plan.distributions(store.read_window(plan.spec.name, plan.spec.version, name, start, plan.sizes))[attribute]
+    return {"collection": plan.spec.name, "version": plan.spec.version,
+            "window": name if name == ALL_TIME else f"{name}:{start}", "window_start_ms": start,
+            "attribute": attribute, "distribution": None if dist is None else dist.to_dict(levels)}
 
 
 def shuffle_summary(store: StatsStore, plan: Plan, window: str, start_ms: int) -> dict[str, Any]:

@@ -12,12 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
 from confluent_kafka import KafkaException
 
 from ldpstream.aggregator.store import WindowStats
 from ldpstream.contract.collector import Strategies, collector_for
 from ldpstream.contract.spec import CollectionSpec, SpecError
 from ldpstream.mechanisms.base import Estimate, Mechanism, ReportSchema
+from ldpstream.mechanisms.distribution.base import Distribution
 from ldpstream.mechanisms.mixed import MixedCollector, block_size, joined_stats
 from ldpstream.mechanisms.open_domain.tree import LevelCap
 from ldpstream.runtime.specs import log_refused, read_specs
@@ -63,8 +65,14 @@ class Plan:
     def estimate(self, window: WindowStats, caps: Mapping[str, LevelCap] | None = None) -> dict[str, Estimate]:
         """Per attribute, the collector's unbiased estimate from a window's statistics (`caps`: per string
         attribute, a cap of its heavy-hitter decode)."""
-        blocks = [window.stats[j] for j in range(len(self.spec.attributes))]
-        return self.collector.estimate(joined_stats(window.devices, blocks), caps)
+        return self.collector.estimate(self._joined(window), caps)
+
+    def distributions(self, window: WindowStats) -> dict[str, Distribution | None]:
+        """Per numeric attribute with a distribution mechanism, its distribution in a window (None: no reports)."""
+        return self.collector.distributions(self._joined(window))
+
+    def _joined(self, window: WindowStats) -> np.ndarray:
+        return joined_stats(window.devices, [window.stats[j] for j in range(len(self.spec.attributes))])
 
 
 class PlanRegistry:

@@ -1,5 +1,5 @@
-"""`ldp mechanisms list|variance|simulate` and `ldp audit`: the mechanisms of `src/ldpstream/mechanisms/` from the
-command line.
+"""`ldp mechanisms list|variance|simulate|distribution` and `ldp audit`: the mechanisms of `src/ldpstream/mechanisms/`
+from the command line.
 
 JSON contracts (`--json`):
 - variance: {"mechanism", "epsilon", "dims", "domain", "worst_case_variance"}: for a numeric mechanism the
@@ -17,12 +17,17 @@ JSON contracts (`--json`):
   "confidence", "within_claim"} (`ldpstream.mechanisms.shuffle_audit`); exit status 1 when the lower bound exceeds
   the claim for one batch.
 - privacy (longitudinal mechanisms): {"mechanism", "epsilon_lifetime", "epsilon_one_report", "parameters"}.
+- distribution: {"mechanism", "epsilon", "range", "seed", "report_mean" {"estimate", "stderr"} (the mechanism's
+  unbiased mean), then the `Distribution.to_dict` keys: "method", "reports", "grid" (the bins' edges), "density",
+  "probabilities", "cdf" and "cdf_stderr" (at the edges), "quantiles" {level: {"estimate", "stderr"}}, "mean",
+  "stderr_method", "details"}; with --ranges also "ranges": [{"low", "high", "estimate", "stderr"}] (fractions).
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
@@ -32,6 +37,7 @@ from rich.table import Table
 from ldpstream.cli.output import print_fields
 
 if TYPE_CHECKING:
+    import numpy as np
 
     from ldpstream.mechanisms.base import Mechanism
     from ldpstream.mechanisms.longitudinal.base import Longitudinal
@@ -47,12 +53,17 @@ JSON = typer.Option(False, "--json", help="print JSON")
 
 
 def build_mechanism(name: str, epsilon: float, dims: int = 1, domain: int | None = None) -> Mechanism:
-    """The mechanism a command line names: 1-D numeric, d-dimensional numeric, a frequency oracle, or a longitudinal
-    mechanism (epsilon its lifetime budget, its other parameters at their defaults)."""
+    """The mechanism a command line names: 1-D numeric, d-dimensional numeric, a frequency oracle, a longitudinal
+    mechanism (epsilon its lifetime budget, its other parameters at their defaults) or a distribution mechanism (its
+    parameters at their defaults)."""
     from ldpstream.mechanisms import registry
     from ldpstream.mechanisms.base import LDPError
     from ldpstream.mechanisms.multidim import make_vector_mechanism
 
+    if name in registry.DISTRIBUTION:
+        if dims != 1 or domain is not None:
+            raise LDPError(f"--dims and --domain do not apply to the distribution mechanism {name!r}")
+        return registry.make_distribution(name, epsilon)
     registry.mechanism_class(name)  # LDPError naming the known ones, for an unknown name
     if registry.takes_domain(name):
         if dims != 1:
@@ -105,6 +116,8 @@ def _worst_case_variance(name: str, epsilon: float, domain: int) -> float:
 
     if name in registry.KEYVALUE:
         return float(registry.make_keyvalue(name, epsilon, domain).frequency_variance(0.0))
+    if name in registry.DISTRIBUTION:
+        return float(registry.make_distribution(name, epsilon).worst_case_variance())
     if name in registry.OPEN_DOMAIN:
         # a type[Mechanism] says nothing of its constructor: each open-domain class takes (epsilon, domain, options)
         cls: Any = registry.open_domain_class(name)
@@ -122,13 +135,15 @@ def list_mechanisms(
 ) -> None:
     """Every registered mechanism with its worst-case variance at --epsilon (oracles at --domain): n Var of a mean,
     or of a rare value's frequency; key-value mechanisms: of a rare key's frequency among --domain keys (padding 1);
-    open-domain ones: of a rare string's frequency, strings of up to 8 lowercase letters."""
+    open-domain ones: of a rare string's frequency, strings of up to 8 lowercase letters; distribution ones: of the
+    mean."""
     from ldpstream.mechanisms import registry
     from ldpstream.mechanisms.base import LDPError
 
     rows = []
     tables = (("numeric", registry.NUMERIC), ("frequency", registry.FREQUENCY), ("longitudinal", registry.LONGITUDINAL),
-              ("keyvalue", registry.KEYVALUE), ("open domain", registry.OPEN_DOMAIN))
+              ("keyvalue", registry.KEYVALUE), ("open domain", registry.OPEN_DOMAIN),
+              ("distribution", registry.DISTRIBUTION))
     for kind, names in tables:
         for name, target in names.items():
             try:
@@ -336,6 +351,116 @@ def privacy(
     except LDPError as exc:
         _fail(exc)
     print_fields({"mechanism": mechanism, **mech.privacy()}, as_json)
+
+
+def read_values(path: Path) -> np.ndarray:
+    """One number per line of a text file (blank lines skipped) as float64; LDPError naming the first bad line."""
+    import numpy as np
+
+    from ldpstream.mechanisms.base import LDPError
+
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LDPError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+    try:
+        values = np.array(text.split(), dtype=np.float64)
+    except ValueError:
+        for number, line in enumerate(text.splitlines(), start=1):
+            for word in line.split():
+                try:
+                    float(word)
+                except ValueError:
+                    raise LDPError(f"{path}, line {number}: {word[:40]!r} is not a number (a distribution is "
+                                   "estimated for numeric values; categories have frequencies)") from None
+        raise LDPError(f"{path}: expected one number per line") from None
+    if values.size == 0:
+        raise LDPError(f"{path} holds no values")
+    if not np.isfinite(values).all():
+        raise LDPError(f"{path}, line {int(np.argmin(np.isfinite(values))) + 1}: not a finite number")
+    return values
+
+
+def _parse_range(text: str) -> tuple[float, float]:
+    low, sep, high = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return float(low), float(high)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not LOW:HIGH") from None
+
+
+@mechanisms_app.command("distribution")
+def distribution(
+    values_file: Path = typer.Option(..., "--values", help="text file, one value per line"),
+    value_range: tuple[float, float] = typer.Option(..., "--range", help="LO HI: the values' declared range"),
+    epsilon: float = EPSILON,
+    mechanism: str = typer.Option("sw", "--mechanism", "-m", help="sw (Square Wave + EMS) or hh (hierarchical "
+                                                                  "histogram)"),
+    bins: int = typer.Option(64, "--bins", "-b", help="bins of the grid over the range (hh: a power of --fanout)"),
+    smoothing: float | None = typer.Option(None, "--smoothing", help="sw: EMS smoothing level (1: the paper's "
+                                                                      "kernel); default: chosen by cross-validation"),
+    fanout: int | None = typer.Option(None, "--fanout", help="hh: the tree's fan-out (default 4)"),
+    quantiles: str = typer.Option(",".join(f"{q:g}" for q in (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)),
+                                  "--quantiles", help="comma-separated quantile levels in (0, 1)"),
+    ranges: list[str] = typer.Option([], "--ranges", help="LOW:HIGH, a range whose fraction to estimate "
+                                                          "(repeatable)"),
+    seed: int = typer.Option(0, "--seed", "-s", help="seed of the perturbation"),
+    as_json: bool = JSON,
+) -> None:
+    """Perturb the values of a file in process (one device per line) and estimate their distribution: the density on
+    the grid, the CDF at its edges, quantiles and range fractions, each with its standard error."""
+    import numpy as np
+
+    from ldpstream.mechanisms import registry
+    from ldpstream.mechanisms.base import LDPError
+    from ldpstream.mechanisms.numeric.scaling import RangeScaler
+
+    try:
+        levels = [float(q) for q in quantiles.split(",") if q.strip()]
+    except ValueError:
+        _fail(LDPError(f"--quantiles must be comma-separated numbers, got {quantiles!r}"))
+    try:
+        lo, hi = value_range
+        scaler = RangeScaler(lo, hi)
+        asked = [_parse_range(text) for text in ranges]
+        given = {"bins": bins, "smoothing": smoothing, "fanout": fanout}
+        parameters = {key: value for key, value in given.items() if value is not None}
+        mech = registry.make_distribution(mechanism, epsilon, **parameters)
+        values = read_values(values_file)
+        outside = np.flatnonzero((values < lo) | (values > hi))
+        if outside.size:
+            raise LDPError(f"{values_file}: value number {outside[0] + 1}, {values[outside[0]]:g}, is outside --range "
+                           f"[{lo:g}, {hi:g}]")
+        unit = scaler.to_unit(values)
+        stats = mech.accumulate(mech.perturb(unit, np.random.default_rng(seed)))
+        dist = mech.distribution(stats).rescaled(lo, hi)
+        payload = dist.to_dict(levels)
+        mean = scaler.estimate_from_unit(mech.estimate(stats))
+        found = [(low, high, *dist.range_probability(low, high)) for low, high in asked]
+    except (LDPError, typer.BadParameter) as exc:
+        _fail(exc)
+    result = {"mechanism": mechanism, "epsilon": epsilon, "range": [lo, hi], "seed": seed,
+              "report_mean": {"estimate": float(mean.value), "stderr": float(mean.stderr)}, **payload}
+    if asked:
+        result["ranges"] = [{"low": a, "high": b, "estimate": v, "stderr": se} for a, b, v, se in found]
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    table = Table("quantity", "estimate", "stderr",
+                  title=f"{mechanism} eps={epsilon:g}: {payload['reports']:,} values on [{lo:g}, {hi:g}], "
+                        f"{len(payload['grid']) - 1} bins")
+    table.add_row("mean (reports)", f"{float(mean.value):.6g}", f"{float(mean.stderr):.3g}")
+    for level, q in payload["quantiles"].items():
+        table.add_row(f"quantile {level}", _fmt(q["estimate"]), _fmt(q["stderr"]))
+    for a, b, v, se in found:
+        table.add_row(f"fraction in ({a:g}, {b:g}]", f"{v:.6g}", f"{se:.3g}")
+    console.print(table)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.6g}"
 
 
 def register(app: typer.Typer) -> None:

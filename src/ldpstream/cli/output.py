@@ -37,10 +37,14 @@ def estimates_table(result: dict[str, Any], truth: dict[str, Any] | None = None)
                  for v, e in entry[kind].items()])
         rows += [(f"{v} mean", e["estimate"], e["stderr"], (truth or {}).get(name, {}).get("means", {}).get(v))
                  for v, e in entry.get("means", {}).items()]
+        rows += [(f"quantile {level}", q["estimate"], q["stderr"], None)  # a distribution mechanism's (sw)
+                 for level, q in (entry.get("distribution") or {}).get("quantiles", {}).items()]
         for i, (label, est, se, true) in enumerate(rows):
             cells = [name if i == 0 else "", str(label), _fmt(est), _fmt(se)]
-            if truth is not None:
-                z = abs(est - true) / se if None not in (est, se, true) and se > 0 else float("nan")
+            if truth is not None and true is None:
+                cells += ["-", "-"]
+            elif truth is not None:
+                z = abs(est - true) / se if None not in (est, se) and se > 0 else float("nan")
                 cells += [_fmt(true), f"[{'green' if z < 3 else 'red'}]{z:.2f}[/]"]
             else:
                 cells.append("-" if None in (est, se) else f"[{_fmt(est - 1.96 * se)}, {_fmt(est + 1.96 * se)}]")

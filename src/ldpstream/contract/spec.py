@@ -13,6 +13,13 @@ A spec is YAML or JSON, validated here. Example (see `examples/diagnostics.yaml`
          description: Charge left, unit: "%"}     # description and unit: optional, for the analyst's catalogue
       - {name: display_mode, type: categorical, values: [light, dark], mechanism: auto}
       - {name: screen_minutes, type: keyvalue, keys: [chat, video], range: [0, 600], padding: 2}  # per-app pairs
+      - {name: latency_ms, type: numeric, range: [0, 2000], mechanism: sw, parameters: {bins: 128}}
+
+A numeric attribute asks for its distribution (density, CDF, quantiles, range probabilities, beside its mean) by
+naming a distribution mechanism of `ldpstream.mechanisms.distribution` (`sw`: Square Wave with EMS, parameters bins and
+smoothing; `hh`: hierarchical histograms for range queries, parameters bins and fanout), whose `parameters` are checked
+here by building it; nothing else of the spec changes, so specs without one keep
+their canonical JSON.
 
 Privacy over time: instead of `epsilon`, a spec may state both guarantees of a device that reports every window,
 
@@ -97,13 +104,17 @@ NOMINAL_BUDGETS = (2.0, 1.0)  # (lifetime, per report) at which a spec's paramet
 
 
 def parameter_error(mechanism: str, parameters: Mapping[str, int | float], domain: int | None) -> str | None:
-    """Why an attribute's mechanism cannot take its `parameters` (None if it can): they go with a named memoized
-    mechanism, by its names, with values it accepts (built at NOMINAL_BUDGETS; the collector checks the budgets)."""
-    if mechanism not in registry.LONGITUDINAL:
-        return (f"parameters go with a named memoized mechanism ({', '.join(sorted(registry.LONGITUDINAL))}), "
-                f"not {mechanism!r}")
+    """Why an attribute's mechanism cannot take its `parameters` (None if it can): they go with a named memoized or
+    distribution mechanism, by its names, with values it accepts (built at NOMINAL_BUDGETS, a distribution mechanism at
+    the per-report one; the collector checks the budgets)."""
+    if mechanism not in registry.LONGITUDINAL and mechanism not in registry.DISTRIBUTION:
+        return (f"parameters go with a named memoized mechanism ({', '.join(sorted(registry.LONGITUDINAL))}) or "
+                f"distribution mechanism ({', '.join(sorted(registry.DISTRIBUTION))}), not {mechanism!r}")
     try:
-        registry.make_longitudinal(mechanism, *NOMINAL_BUDGETS, domain, **parameters)
+        if mechanism in registry.DISTRIBUTION:
+            registry.make_distribution(mechanism, NOMINAL_BUDGETS[1], **parameters)
+        else:
+            registry.make_longitudinal(mechanism, *NOMINAL_BUDGETS, domain, **parameters)
     except LDPError as exc:
         return str(exc)
     return None
@@ -139,7 +150,8 @@ class NumericAttribute(BaseModel):
     @field_validator("mechanism")
     @classmethod
     def _known_numeric(cls, v: str) -> str:
-        return known_mechanism(v, "numeric mechanism", sorted(registry.NUMERIC) + memoized_names("numeric"))
+        return known_mechanism(v, "numeric mechanism", sorted(registry.NUMERIC) + memoized_names("numeric")
+                               + sorted(registry.DISTRIBUTION))
 
 
 class CategoricalAttribute(BaseModel):

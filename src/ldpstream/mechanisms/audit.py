@@ -19,6 +19,8 @@ reports of a and of b -> candidate events). `audit_plan` chooses them per kind o
 - open-domain oracles and trees (strings): two full-length strings differing in every byte, events as below;
 - frequency oracles (categories, with a `log_pmf(reports, values)`): inputs 0 and 1; events
   {ln P[y | a] - ln P[y | b] >= c}, the Neyman-Pearson tests of a against b, plus each distinct report;
+  hierarchical histograms (`ldpstream.mechanisms.distribution.hierarchy`, whose `log_pmf` takes values in [-1, 1])
+  go the same way, inputs 0 and 1 (Square Wave is numeric: the first case);
 - key-value mechanisms (a set of (key, value) pairs per device, `ldpstream.mechanisms.keyvalue`): inputs {(0, +1)} and
 {(1, -1)}
   (where their exact epsilon is reached: one key's value at +1 against another key's at -1), the same events.

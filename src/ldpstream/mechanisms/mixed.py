@@ -36,6 +36,12 @@ Key-value attributes (`KeyValueAttribute`): a device's column is its set of (key
 frequencies, scaled as a categorical attribute's, and their mean values, a ratio that the d/k scaling leaves unchanged
 (`_keyvalue_estimate`).
 
+A numeric attribute may name a distribution mechanism (`ldpstream.mechanisms.distribution`: "sw"): its estimate is the
+mean as above, and `distributions` gives its distribution on [lo, hi] from the n_j devices that reported it. The k
+sampled attributes are chosen independently of the data, so those devices are a random sample of all of them: the
+distribution and its standard errors are those of the population they are drawn from (the standard errors count the
+LDP noise and the sampling of n_j devices together, as the reports of n_j independent draws).
+
 A string attribute (`StringAttribute`) is reported by a heavy-hitter tree of `ldpstream.mechanisms.open_domain`; its
 estimate is the tree's top list (`HeavyHitters`), each frequency scaled and its variance completed as a categorical
 one's.
@@ -65,6 +71,7 @@ import numpy as np
 
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.base import Estimate, LDPError, Mechanism, Reports, ReportSchema, check_epsilon
+from ldpstream.mechanisms.distribution.base import Distribution, DistributionMechanism
 from ldpstream.mechanisms.keyvalue.base import EMPTY, KeyValueMechanism, check_pairs
 from ldpstream.mechanisms.longitudinal.auto import choose_longitudinal
 from ldpstream.mechanisms.longitudinal.base import Longitudinal, check_secrets
@@ -238,6 +245,8 @@ class MixedCollector:
             return self._memoized(attr, eps)
         if isinstance(attr, CategoricalAttribute) and attr.oracle in registry.LONGITUDINAL:
             raise LDPError(f"attribute {attr.name!r}: the memoized {attr.oracle!r} needs a lifetime budget")
+        if isinstance(attr, NumericAttribute) and attr.mechanism in registry.DISTRIBUTION:
+            return registry.make_distribution(attr.mechanism, eps, **attr.parameters)
         if attr.parameters:
             raise LDPError(f"attribute {attr.name!r}: parameters go with memoized mechanisms (a lifetime budget)")
         if isinstance(attr, CategoricalAttribute) and attr.mechanism is not None:
@@ -393,6 +402,20 @@ class MixedCollector:
             out[attr.name] = self.scalers[attr.name].estimate_from_unit(est) if attr.name in self.scalers else est
         return out
 
+    def distributions(self, stats: np.ndarray) -> dict[str, Distribution | None]:
+        """Per numeric attribute reported by a distribution mechanism (`ldpstream.mechanisms.distribution`): its
+        distribution on [lo, hi] among the devices that reported it, or None while none has (module docstring)."""
+        stats = np.asarray(stats, dtype=np.float64)
+        if stats.shape != (self.stats_size,):
+            raise LDPError(f"statistics must have shape ({self.stats_size},), got {stats.shape}")
+        out: dict[str, Distribution | None] = {}
+        for attr in self.attributes:
+            mech = self.mechanisms[attr.name]
+            if isinstance(mech, DistributionMechanism) and isinstance(attr, NumericAttribute):
+                block = stats[self.stats_slices[attr.name]]
+                out[attr.name] = mech.distribution(block[1:]).rescaled(attr.lo, attr.hi) if block[0] > 0 else None
+        return out
+
     def _unit_estimate(self, attr: Attribute, total: int, sampled: int, sub_stats: np.ndarray,
                        cap: LevelCap | None = None) -> Estimate:
         mech = self.mechanisms[attr.name]
@@ -412,7 +435,9 @@ class MixedCollector:
         sub = mech.estimate(sub_stats)
         weight = self.scale * sampled / total
         value = weight * np.atleast_1d(sub.value)
-        if isinstance(mech, NumericMechanism):
+        if isinstance(mech, DistributionMechanism):
+            m2 = np.asarray(mech.second_moment(sub_stats))
+        elif isinstance(mech, NumericMechanism):
             a, b = mech.variance_coefficients()
             m2 = second_moment_plugin(sampled, sub_stats[1], sub_stats[2], a, b)
         elif isinstance(mech, FactorizationMechanism):

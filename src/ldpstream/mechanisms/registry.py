@@ -5,7 +5,9 @@ the vector mechanisms of `ldpstream.mechanisms.multidim`, `ldp mechanisms list` 
 doctest checks enumerate it. A new mechanism is a module and one line here; what `auto` and
 `ldpstream.mechanisms.multidim` need to know about it, its class declares (`auto_rank`, and for a numeric one
 `vector_scheme` and `auto_one_dimensional`). LONGITUDINAL lists the memoized mechanisms
-(`ldpstream.mechanisms.longitudinal`), which the CLI, the contract and audit checks enumerate but `auto` does not.
+(`ldpstream.mechanisms.longitudinal`), which the CLI, the contract and audit checks enumerate but `auto` does not;
+DISTRIBUTION the mechanisms a numeric attribute names to get its distribution (`ldpstream.mechanisms.distribution`),
+which `auto` does not pick either.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ldpstream.mechanisms.base import LDPError, Mechanism
 
 if TYPE_CHECKING:
+    from ldpstream.mechanisms.distribution.base import DistributionMechanism
     from ldpstream.mechanisms.frequency.base import FrequencyOracle
     from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
     from ldpstream.mechanisms.longitudinal.base import Longitudinal
@@ -72,6 +75,14 @@ OPEN_DOMAIN: dict[str, str] = {
     "sfp": "ldpstream.mechanisms.open_domain.sfp:SFP",
 }
 HEAVY_HITTERS = ("hcms_tree", "pem", "sfp")
+
+# Distribution mechanisms (`ldpstream.mechanisms.distribution`): one numeric value per device whose statistics give its
+# distribution as well as its mean (a histogram of the reports, or a tree of counts); apart, like LONGITUDINAL, since
+# `auto` and the vector mechanisms must not pick them: a numeric attribute names one to ask for its distribution.
+DISTRIBUTION: dict[str, str] = {
+    "sw": "ldpstream.mechanisms.distribution.square_wave:SquareWave",
+    "hh": "ldpstream.mechanisms.distribution.hierarchy:HierarchicalHistogram",
+}
 
 
 def _load(target: str) -> type[Mechanism]:
@@ -128,6 +139,21 @@ def longitudinal_parameters(name: str) -> tuple[str, ...]:
 def keyvalue_class(name: str) -> type[KeyValueMechanism]:
     """The class registered under `name` in KEYVALUE."""
     return cast("type[KeyValueMechanism]", _class_in(KEYVALUE, "key-value mechanism", name))
+
+
+def distribution_class(name: str) -> type[DistributionMechanism]:
+    """The class registered under `name` in DISTRIBUTION."""
+    return cast("type[DistributionMechanism]", _class_in(DISTRIBUTION, "distribution mechanism", name))
+
+
+def make_distribution(name: str, epsilon: float, **parameters: Any) -> DistributionMechanism:
+    """The distribution mechanism `name` at eps; `parameters` among its class's `parameter_names()` (e.g. bins)."""
+    cls = distribution_class(name)
+    unknown = sorted(set(parameters) - set(cls.parameter_names()))
+    if unknown:
+        raise LDPError(f"{name!r} has no parameter {', '.join(map(repr, unknown))} "
+                       f"(it takes {', '.join(cls.parameter_names())})")
+    return cls(epsilon, **parameters)  # type: ignore[call-arg]
 
 
 def make_keyvalue(name: str, epsilon: float, domain: int, padding: int = 1) -> KeyValueMechanism:
