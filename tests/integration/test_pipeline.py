@@ -35,7 +35,7 @@ from ldpstream.contract.pseudonym import device_partitions, integer_pseudonyms
 from ldpstream.contract.spec import parse_spec
 from ldpstream.contract.wire import AttributeReports, encode, perturbed_batch
 from ldpstream.device.perturb import perturb, single_reports
-from ldpstream.runtime.kafka import producer_client
+from ldpstream.runtime.kafka import delete_topic, producer_client
 from ldpstream.runtime.specs import publish_spec
 from ldpstream.services import KafkaService, RedisService
 
@@ -213,3 +213,4 @@ def test_10k_bad_messages_go_to_the_dlq_and_every_good_one_is_counted(live_servi
     letters = dead_letters_of(live_services.bootstrap, spec.topic)
     assert letters == expected
     store.delete_collection(spec.name)
+    delete_topic(live_services.bootstrap, spec.topic)  # else every later test's worker reads it all again
