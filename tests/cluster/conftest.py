@@ -7,8 +7,10 @@ stopped at the end. Run them with `make test-cluster` (`pytest -m cluster tests/
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from ldpstream.runtime.settings import CLUSTER, TOPOLOGY_FILE, Settings
 from ldpstream.runtime.signing import ensure_signing_keys
 from ldpstream.services import LocalKafkaCluster, LocalRedisCluster
+from ldpstream.services.cluster import NodeGroup
 
 # the pipeline helpers (a published collection, a fleet in the background, a reference run) are the integration
 # tests'; these tests use them on the cluster
@@ -49,9 +52,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         yield cfg
     finally:
         for group in reversed(groups):
-            group.stop()
+            stop_together(group)
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def stop_together(group: NodeGroup) -> None:
+    """SIGTERM every node of the group at once, then wait for each (`NodeGroup.stop`). One after the other, the last
+    Kafka node has no controller quorum left to grant its controlled shutdown and hangs until it is killed (60 s);
+    together, each broker's shutdown is granted while the controllers still run."""
+    for node in group.nodes:
+        if (pid := node.running_pid()) is not None:
+            with suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+    group.stop()

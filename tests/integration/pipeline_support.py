@@ -116,15 +116,28 @@ def send_in_background(c: Collection, devices: int, rate: float | None = None, s
     return fleet
 
 
-def aggregate_fleet(c: Collection, devices: int, seed: int, timeout_s: float = 240) -> SimulationResult:
-    """One worker aggregating a fleet sent meanwhile; the fleet's result once every report is accepted."""
+@contextmanager
+def running_worker(c: Collection) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker of the collection's group, stopped cleanly (SIGTERM) on leaving."""
     worker = c.start_worker()
     try:
-        result = send_in_background(c, devices, seed=seed).join()
-        assert c.wait_accepted(devices, timeout_s, lambda: worker.poll() is None) == devices
+        yield worker
     finally:
         stop_worker(worker)
+
+
+def fleet_through(c: Collection, worker: subprocess.Popen[bytes], devices: int, seed: int,
+                  timeout_s: float = 240) -> SimulationResult:
+    """A fleet sent while `worker` aggregates; the fleet's result once every report is accepted."""
+    result = send_in_background(c, devices, seed=seed).join()
+    assert c.wait_accepted(devices, timeout_s, lambda: worker.poll() is None) == devices
     return result
+
+
+def aggregate_fleet(c: Collection, devices: int, seed: int, timeout_s: float = 240) -> SimulationResult:
+    """One worker aggregating a fleet sent meanwhile; the fleet's result once every report is accepted."""
+    with running_worker(c) as worker:
+        return fleet_through(c, worker, devices, seed, timeout_s)
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> Iterator[Any]:

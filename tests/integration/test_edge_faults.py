@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from edge_support import free_port
+from fault_support import wait_for
 
 from ldpstream.aggregator.processes import start_worker, stop_worker
 from ldpstream.aggregator.store import RedisStore
@@ -90,19 +91,24 @@ def wait_counted(live_services: Settings, spec: CollectionSpec, target: int, tim
     return store.outcomes(spec.name).get("accepted", 0)
 
 
+def readyz(url: str) -> dict:
+    """/readyz's answer (200 or 503)."""
+    try:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=5) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read())
+
+
 def wait_ready(url: str, ready: bool, drained: bool = False, timeout_s: float = 60.0) -> dict:
     """/readyz's answer once it says `ready` (and, with `drained`, an empty spool); AssertionError if it does not
     within the time."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/readyz", timeout=5) as response:
-                answer = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            answer = json.loads(exc.read())
+        answer = readyz(url)
         if answer["ready"] == ready and (not drained or answer["spool_bytes"] == 0):
             return answer
-        time.sleep(0.5)
+        time.sleep(0.1)
     raise AssertionError(f"/readyz did not turn {ready} within {timeout_s:g} s: {answer}")
 
 
@@ -123,7 +129,8 @@ def test_kafka_down_while_devices_send_every_acknowledged_report_counted_once(
         sender.start()
         assert wait_counted(live_services, spec, 1, 120, exact=False) > 0  # mid-stream, not mid-start-up
         own_kafka.stop()
-        time.sleep(6)
+        # down until the edge has given up on Kafka for some requests (--delivery-timeout-ms) and spooled them
+        wait_for(lambda: readyz(url)["spool_bytes"] > 0, 60, "the edge to spool")
         own_kafka.start()
         sender.join(240)
         assert answers, "the devices did not finish"
@@ -150,7 +157,7 @@ def test_sigkill_of_an_edge_with_a_non_empty_spool_loses_nothing_acknowledged(
         wait_live(url, edge)
         assert asyncio.run(post_all(url, requests[:1], 1)).statuses == {200: 1}  # the edge has read the spec
         own_kafka.stop()
-        answers = asyncio.run(post_all(url, requests[1:], 16))
+        answers = asyncio.run(post_all(url, requests[1:], 64))  # each answered after the delivery timeout
         assert answers.statuses == {202: devices - 1}  # every one fsynced in the spool
         assert any((tmp_path / "spool").glob("*.seg"))
         assert wait_ready(url, False)["reasons"] == ["Kafka unreachable"]

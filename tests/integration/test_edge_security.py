@@ -7,14 +7,16 @@ import http.client
 import json
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from edge_support import EdgeProcess, free_port, post, report_body
+from edge_support import EdgeProcess, free_port, post, report_body, running_edge
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pipeline_support import Collection, topic_messages
+from pipeline_support import Collection, published_collection, topic_messages
 
 from ldpstream.contract.auth import Credential
 from ldpstream.contract.clock import now_ms
@@ -24,6 +26,7 @@ from ldpstream.edge.devices import DeviceRegistry
 from ldpstream.edge.keyring import Keyring, generation_of
 from ldpstream.edge.processes import start_edge, stop_edge, wait_live
 from ldpstream.runtime.redis import redis_client
+from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 HOUR_MS = 3600 * 1000
@@ -33,6 +36,26 @@ def rows_in_kafka(collection: Collection) -> list[int]:
     """The device pseudonyms of every report in the collection's topic."""
     return [int(d) for msgs in topic_messages(collection.cfg.bootstrap, collection.spec.topic).values()
             for m in msgs for d in decode(m.value).devices]
+
+
+@pytest.fixture(scope="module")
+def collections(live_services: Settings, request: pytest.FixtureRequest) -> Iterator[Iterator[Collection]]:
+    """A collection of its own for each test of the module, all published before the module's edge starts."""
+    tests = sum(getattr(item, "module", None) is request.module for item in request.session.items)
+    with ExitStack() as stack:
+        yield iter([stack.enter_context(published_collection(live_services)) for _ in range(tests)])
+
+
+@pytest.fixture
+def collection(collections: Iterator[Collection]) -> Collection:
+    return next(collections)
+
+
+@pytest.fixture(scope="module")
+def edge(collections: Iterator[Collection], tmp_path_factory: pytest.TempPathFactory) -> Iterator[EdgeProcess]:
+    """One edge process for the module's tests (each with its own collection, devices and so rate limits): it reads
+    every published spec when it starts (later, on a miss, at most every 2 s)."""
+    yield from running_edge(tmp_path_factory.mktemp("edge"))
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from ldpstream.aggregator.plans import PlanRegistry
 from ldpstream.aggregator.processes import start_worker, stop_worker
 from ldpstream.aggregator.store import RedisStore
 from ldpstream.contract.spec import load_spec
+from ldpstream.runtime.kafka import delete_topic
 from ldpstream.runtime.settings import PROJECT_ROOT, Settings
 from ldpstream.runtime.specs import publish_spec
 from tests.aggregator.test_api import http_get, serving, token_verifier
@@ -77,3 +78,4 @@ def test_healthz_follows_the_workers_and_the_lag(live_services: Settings) -> Non
             stop_worker(worker)
             WorkerRegistry(store.redis).leave(worker_id(worker.pid))
             store.delete_collection(spec.name)
+            delete_topic(live_services.bootstrap, spec.topic)

@@ -42,7 +42,7 @@ def test_prefix_workload_answers_within_4_standard_errors(live_services: Setting
     assert load_strategy(pinned, live_services.bootstrap).hash == pinned
     store = RedisStore(live_services.redis)
     collection = Collection(live_services, published.spec, store, f"ldp-aggregator-it-{spec.name}")
-    result = aggregate_fleet(collection, 100_000, seed=9)
+    result = aggregate_fleet(collection, 20_000, seed=9)  # the answers' own standard errors are for this n
     entry = collection.estimates()["attributes"]["latency"]
     assert entry["workload"] == "prefix" and list(entry["answers"]) == [f"<= {v}" for v in VALUES]
     freqs = result.truth["attributes"]["latency"]["frequencies"]  # type: ignore[index]

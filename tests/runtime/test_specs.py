@@ -11,7 +11,7 @@ from ldpstream.contract.topics import DLQ_TOPIC, SPECS_TOPIC
 from ldpstream.runtime.kafka import ReportProducer, ensure_topic, topic_partitions
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.signing import SIGNATURE_HEADER, load_signing_key, sign
-from ldpstream.runtime.specs import publish_spec, read_specs
+from ldpstream.runtime.specs import publish_spec, read_specs, specs_topic
 
 pytestmark = pytest.mark.integration
 
@@ -61,10 +61,12 @@ def test_ensure_topic_is_idempotent_and_checks_partitions(live_services: Setting
 def test_invalid_messages_in_the_specs_topic_are_skipped_with_a_reason(live_services: Settings) -> None:
     good = parse_spec(fresh_spec())
     admin = load_signing_key(live_services.spec_signing_key)  # signed, so that the content is what is refused
+    topic = specs_topic()  # the module's own (tests/conftest.py)
+    ensure_topic(live_services.bootstrap, topic, 1, compacted=True)
     producer = ReportProducer(live_services.bootstrap, linger_ms=0)
     for key, value in ((f"{good.name}-bad@1".encode(), b"{not: [a spec"),
                        (f"{good.name}@7".encode(), good.canonical_json().encode())):  # wrong key
-        producer.produce(SPECS_TOPIC, value, key, headers=((SIGNATURE_HEADER, sign(admin, key, value)),))
+        producer.produce(topic, value, key, headers=((SIGNATURE_HEADER, sign(admin, key, value)),))
     producer.flush()
     publish_spec(good, live_services.bootstrap)
     invalid: list[str] = []

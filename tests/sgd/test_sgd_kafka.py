@@ -27,7 +27,7 @@ from ldpstream.cli.commands import app
 from ldpstream.contract.topics import DLQ_TOPIC, GRADIENTS_TOPIC, MODELS_TOPIC
 from ldpstream.runtime.kafka import ReportProducer, consumer_client, read_to_end
 from ldpstream.runtime.settings import Settings
-from ldpstream.sgd.checkpoint import RedisCheckpoint, prefix
+from ldpstream.sgd.checkpoint import JobState, RedisCheckpoint, prefix
 from ldpstream.sgd.coordinator import Coordinator, CoordinatorResult, ensure_sgd_topics, start_offsets
 from ldpstream.sgd.devices import Fleet, Simulation, device_pseudonyms, perturb_gradients
 from ldpstream.sgd.jobs import run_with_fleet
@@ -55,10 +55,12 @@ def new_job(checkpoint: RedisCheckpoint, **fields: object) -> TrainingJob:
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll `condition()` often (a version takes tens of milliseconds: a fault meant for version t must land
+    there, not versions later) until it is true; AssertionError naming `what` after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+        time.sleep(0.01)
 
 
 def models_of(bootstrap: str, job_id: str) -> list[tuple[int, np.ndarray, bool]]:
@@ -68,26 +70,30 @@ def models_of(bootstrap: str, job_id: str) -> list[tuple[int, np.ndarray, bool]]
 
 
 def gradients_of(bootstrap: str, job_id: str, since: dict[str, int]) -> list[bytes]:
-    """Every gradient message of the job sent after `since` (applied offsets per partition at its creation)."""
+    """Every gradient message of the job sent after `since` (applied offsets per partition at its creation), per
+    partition in offset order."""
     consumer = consumer_client(bootstrap, "test-sgd-read")
-    out = []
+    found: list[tuple[int, int, bytes]] = []
     try:
+        ranges = {}
         for source, applied in since.items():
             partition = int(source.rsplit(":", 1)[1])
             end = consumer.get_watermark_offsets(TopicPartition(GRADIENTS_TOPIC, partition), timeout=10)[1]
-            if end <= applied + 1:
-                continue
-            consumer.assign([TopicPartition(GRADIENTS_TOPIC, partition, applied + 1)])
-            while True:
-                msg = consumer.poll(5.0)
-                assert msg is not None and msg.error() is None
-                if decode_gradients(msg.value()).job == job_id:  # type: ignore[arg-type]
-                    out.append(msg.value())
-                if msg.offset() == end - 1:
-                    break
+            if end > applied + 1:
+                ranges[partition] = (applied + 1, end)
+        consumer.assign([TopicPartition(GRADIENTS_TOPIC, p, start) for p, (start, _) in ranges.items()])
+        pending = set(ranges)  # every partition read at once: one by one, each waited for its first fetch
+        while pending:
+            msg = consumer.poll(5.0)
+            assert msg is not None and msg.error() is None
+            partition, offset = msg.partition(), msg.offset()
+            if decode_gradients(msg.value()).job == job_id:  # type: ignore[arg-type]
+                found.append((partition, offset, msg.value()))  # type: ignore[arg-type]
+            if offset == ranges[partition][1] - 1:  # type: ignore[index]
+                pending.discard(partition)  # type: ignore[arg-type]
     finally:
         consumer.close()
-    return out  # type: ignore[return-value]
+    return [value for _, _, value in sorted(found)]
 
 
 def test_a_200k_device_logistic_job_converges_and_the_wire_carries_only_mechanism_output(
@@ -201,7 +207,7 @@ def test_a_killed_coordinator_resumes_at_its_version_and_no_device_takes_part_tw
 def job_keys(checkpoint: RedisCheckpoint, job_id: str) -> list[bytes]:
     """Every Redis key of a job."""
     pattern = prefix(job_id).replace("{", "[{]").replace("}", "[}]") + ":*"
-    return list(checkpoint.redis.scan_iter(match=pattern))
+    return list(checkpoint.redis.scan_iter(match=pattern, count=10_000))  # the shared Redis holds many keys
 
 
 def snapshot(checkpoint: RedisCheckpoint, job_id: str) -> dict[bytes, bytes]:
@@ -235,10 +241,22 @@ def test_a_checkpoint_gone_back_in_time_is_noticed_and_every_device_still_counts
     fleet = Fleet(job, train.x, train.y, bootstrap, seed=6, patience_s=0.3)
     stop = threading.Event()
     ended: list[object] = []
+    saved: dict[bytes, bytes] = {}
+    restored: list[int] = []
+
+    def go_back_in_time(state: JobState, _evaluation: dict[str, float]) -> None:
+        """Called by the coordinator after each version it publishes, between two of its micro-batches: the
+        checkpoint as it was at version 5 is put back once version 12 is out. (A version takes milliseconds: from
+        the test's thread, polling, the fault would land at no particular version, or after the job's end.)"""
+        if state.t >= 5 and not saved:
+            saved.update(snapshot(checkpoint, job.job_id))
+        elif state.t >= 12 and not restored:
+            restore(checkpoint, job.job_id, saved)
+            restored.append(state.t)
 
     def coordinate() -> None:
         try:
-            ended.append(coordinator.run(should_stop=stop.is_set))
+            ended.append(coordinator.run(on_version=go_back_in_time, should_stop=stop.is_set))
         except BaseException as exc:  # noqa: BLE001 - handed to the test thread
             ended.append(exc)
 
@@ -248,10 +266,6 @@ def test_a_checkpoint_gone_back_in_time_is_noticed_and_every_device_still_counts
         threads[0].start()
         wait_until(lambda: coordinator.state is not None, 60, "the coordinator's start")
         threads[1].start()
-        wait_until(lambda: checkpoint.load(job.job_id).t >= 5, 60, "version 5")  # type: ignore[union-attr]
-        saved = snapshot(checkpoint, job.job_id)
-        wait_until(lambda: checkpoint.load(job.job_id).t >= 12, 60, "version 12")  # type: ignore[union-attr]
-        restore(checkpoint, job.job_id, saved)
         wait_until(lambda: bool(ended), 180, "the job's end")
     finally:
         stop.set()
@@ -259,7 +273,7 @@ def test_a_checkpoint_gone_back_in_time_is_noticed_and_every_device_still_counts
             thread.join(30)
     (result,) = ended
     assert isinstance(result, CoordinatorResult), result
-    assert result.status == "done" and result.state.t == 30
+    assert result.status == "done" and result.state.t == 30 and restored
     assert "the checkpoint went back in time" in caplog.text
     published = [t for t, _, _ in models_of(bootstrap, job.job_id)]
     assert any(b < a for a, b in zip(published, published[1:], strict=False)), published  # the older one again

@@ -45,6 +45,7 @@ from typing import Any
 import faust
 import redis
 from confluent_kafka import KafkaException, TopicPartition
+from faust.tables import TableManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
@@ -447,6 +448,16 @@ def broker_credentials(settings: Settings) -> faust.auth.Credentials | None:
     return faust.SSLCredentials(context) if context is not None else None
 
 
+class TablelessManager(TableManager):
+    """faust's table manager without the second it sleeps when it starts, there for apps whose tables are still
+    being declared: this app declares none, and every start, re-exec and restart of a worker waited it."""
+
+    async def on_start(self) -> None:
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()
+
+
 def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     """The faust app of one worker process."""
     settings = Settings.from_env()
@@ -458,7 +469,7 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
                     datadir=str(state / cfg.group), consumer_auto_offset_reset="earliest", topic_partitions=8,
                     stream_buffer_maxsize=max(4096, 4 * cfg.max_messages), broker_commit_every=cfg.max_messages,
                     consumer_max_fetch_size=8 * 1024 * 1024, broker_session_timeout=SESSION_TIMEOUT_S,
-                    broker_heartbeat_interval=SESSION_TIMEOUT_S / 4)
+                    broker_heartbeat_interval=SESSION_TIMEOUT_S / 4, TableManager=TablelessManager)
     store = store or RedisStore(cfg.redis_url)
     seen = SeenDevices(store)
     marks = RedisCrashMarks(store.redis) if isinstance(store, RedisStore) else MemoryCrashMarks()

@@ -255,6 +255,13 @@ def message_headers(msg: Message) -> Headers | None:
         return None
 
 
+def consume_arrived(consumer: Consumer, max_messages: int, timeout_s: float) -> list[Message]:
+    """Up to `max_messages` messages: waits up to `timeout_s` for the first, then takes only those already fetched
+    (`Consumer.consume` alone waits out the whole timeout whenever fewer than `max_messages` have come)."""
+    first = consumer.consume(1, timeout_s)
+    return first + consumer.consume(max_messages - 1, 0) if first and max_messages > 1 else first
+
+
 def read_to_end(bootstrap: str, topic: str, timeout_s: float = 30.0) -> Iterator[Record]:
     """Every message of a topic from the beginning up to its end as of the call, in offset order per partition.
 

@@ -7,6 +7,8 @@ import hashlib
 from urllib.parse import urlsplit
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from ldpstream.edge.devices import upgrade_devices_hashes
 from ldpstream.runtime.access import ADMIN, REDIS_RULES, generate_passwords, password
@@ -47,8 +49,9 @@ class RedisService(LocalService):
 
     def authentication(self) -> str:
         host, port = self.address_host_port()
-        try:
-            redis.Redis(host=host, port=port, socket_timeout=2.0, socket_connect_timeout=2.0).ping()
+        try:  # one attempt: redis-py retries an AuthenticationError (a ConnectionError) with backoff, ~4 s here
+            redis.Redis(host=host, port=port, socket_timeout=2.0, socket_connect_timeout=2.0,
+                        retry=Retry(NoBackoff(), 0)).ping()
         except redis.AuthenticationError:
             return "ACL users"
         except redis.ResponseError as exc:

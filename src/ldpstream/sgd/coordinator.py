@@ -54,6 +54,7 @@ from ldpstream.runtime.kafka import (
     ADMIN_TIMEOUT_S,
     DeliveryError,
     ReportProducer,
+    consume_arrived,
     consumer_client,
     end_offsets,
     ensure_topic,
@@ -349,7 +350,7 @@ class Coordinator:
         try:
             self._assign(consumer)
             while not should_stop():
-                batch = consumer.consume(self.max_messages, 0.2)
+                batch = consume_arrived(consumer, self.max_messages, 0.2)
                 by_partition: dict[int, list[Message]] = {}
                 for msg in batch:
                     if msg.error() is not None:

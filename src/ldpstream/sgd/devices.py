@@ -29,7 +29,7 @@ from ldpstream.contract.topics import GRADIENTS_TOPIC, MODELS_TOPIC
 from ldpstream.contract.wire import WireError
 from ldpstream.mechanisms.multidim import VectorMechanism
 from ldpstream.runtime.access import GATEWAY
-from ldpstream.runtime.kafka import ReportProducer, consumer_client
+from ldpstream.runtime.kafka import ReportProducer, consume_arrived, consumer_client
 from ldpstream.sgd.datasets import Dataset, adult, synthetic
 from ldpstream.sgd.models import TrainingError
 from ldpstream.sgd.training import Trainer, TrainingJob, gradient_mechanism
@@ -99,7 +99,7 @@ class ModelFollower:
 
     def poll(self, timeout_s: float) -> ModelVersion | None:
         """Read what has arrived (waiting up to `timeout_s` for the first message); the current version."""
-        for msg in self.consumer.consume(1000, timeout_s):
+        for msg in consume_arrived(self.consumer, 1000, timeout_s):
             if msg.error() is not None or msg.key() != self.key or not msg.value():
                 continue
             try:
