@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ldpstream.mechanisms import registry
+from ldpstream.mechanisms.distribution import SquareWave
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.numeric.base import NumericMechanism
 from ldpstream.mechanisms.poisoning.attribute import defend
@@ -91,3 +92,26 @@ def test_without_a_reference_only_an_impossible_mean_is_suspected() -> None:
     finding = mean_bound(mech, mech.accumulate({"value": reports}), None, policy=POLICY)
     assert finding.status == SUSPECTED and math.isinf(finding.bound)
     assert finding.set_aside == 0  # unbounded outputs: no count explains the shift, only the sum is corrected
+
+
+def test_square_wave_blocks_carry_a_histogram_and_only_their_mean_is_defended() -> None:
+    """Square Wave's statistics are (count, sum, sum of squares, histogram of outputs): the detectors read the leading
+    three, and a defence removes from them only (the distribution is reported undefended)."""
+    rng = np.random.default_rng(4)
+    mech = SquareWave(1.0)
+    reference = attribute_block(4 * N, mech.accumulate(mech.perturb(rng.uniform(-0.5, 0.5, 4 * N), rng)))
+    honest = mech.perturb(rng.uniform(-0.5, 0.5, N), rng)
+    clean_defence = defend(mech, attribute_block(N, mech.accumulate(honest)), reference, reports=honest, policy=POLICY)
+    assert clean_defence.status != SUSPECTED and clean_defence.set_aside == 0
+    m = N // 20
+    genuine = mech.perturb(rng.uniform(-0.5, 0.5, N - m), rng)
+    fakes = fake_numeric_reports(mech, "maximal_gain", m, rng)
+    reports = {"value": np.concatenate([genuine["value"], fakes["value"]])}
+    block = attribute_block(N, mech.accumulate(reports))
+    defence = defend(mech, block, reference, policy=POLICY)  # the tests on sums alone
+    assert defence.status == SUSPECTED
+    removed = defence.removed
+    assert removed.shape == block.shape and not removed[1 + 3:].any()
+    before, after = (float(mech.estimate(b[1:]).value) for b in (block, block - removed))
+    truth = float(mech.estimate(reference[1:]).value)
+    assert abs(after - truth) < abs(before - truth)

@@ -74,11 +74,12 @@ def _usable(block: np.ndarray | None, policy: Policy) -> bool:
 
 
 def _block(finding: Finding, size: int) -> np.ndarray:
-    """A finding's removed statistics as a block [n_j, mechanism statistics]."""
+    """A finding's removed statistics as a block [n_j, mechanism statistics] (a mean's finding removes from the
+    leading (count, sum, sum of squares) only)."""
     out = np.zeros(size)
     if finding.removed is not None:
         out[0] = finding.set_aside
-        out[1:] = finding.removed
+        out[1:1 + np.size(finding.removed)] = finding.removed
     return out
 
 

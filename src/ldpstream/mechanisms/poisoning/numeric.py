@@ -33,7 +33,7 @@ import numpy as np
 from scipy.stats import binom
 
 from ldpstream.mechanisms.base import Estimate
-from ldpstream.mechanisms.numeric.base import NumericMechanism
+from ldpstream.mechanisms.numeric.base import NUMERIC_STATS_SIZE, NumericMechanism
 from ldpstream.mechanisms.poisoning.base import (
     SUSPECTED,
     UNTESTED,
@@ -55,8 +55,9 @@ MAX_SET_ASIDE = 0.5
 def mean_bound(mech: NumericMechanism, stats: np.ndarray, reference: Estimate | None = None,
                reference_stats: np.ndarray | None = None, policy: Policy = Policy()) -> Finding:
     """A mean beyond what an honest window shows, brought back to its bound (module docstring); `stats` and
-    `reference_stats` are the mechanism's (count, sum, sum of squares), `reference` its estimate."""
-    count, total, _ = (float(x) for x in np.asarray(stats, dtype=np.float64))
+    `reference_stats` are the mechanism's statistics (they begin with count, sum, sum of squares: a distribution
+    mechanism's histogram follows, and only the mean is defended), `reference` its estimate."""
+    count, total, _ = (float(x) for x in np.asarray(stats, dtype=np.float64)[:NUMERIC_STATS_SIZE])
     n = int(count)
     if n < policy.min_reports:
         return too_few(MEAN, n, policy)
@@ -68,7 +69,7 @@ def mean_bound(mech: NumericMechanism, stats: np.ndarray, reference: Estimate | 
         assert reference is not None
         per_report = float(reference.stderr) ** 2 * reference.n  # the mechanism's variance of one report...
         if reference_stats is not None:  # ...or, better, the reports' own: it counts the sampling of devices too
-            count_ref, total_ref, squares_ref = (float(x) for x in reference_stats)
+            count_ref, total_ref, squares_ref = (float(x) for x in reference_stats[:NUMERIC_STATS_SIZE])
             per_report = max(per_report, squares_ref / count_ref - (total_ref / count_ref) ** 2)
         spread = z * math.sqrt(per_report / n + per_report / reference.n)
         low = max(-1.0, float(reference.value) - policy.drift) - spread
