@@ -12,6 +12,8 @@ walk reads the source with `ast`, so a module that fails to import is still chec
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,3 +111,16 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     found = imported("ldpstream.contract.bad", bad)
     assert found >= {"ldpstream.cli", "ldpstream.cli.app", "ldpstream.contract.sibling"}
     assert "numpy" not in found and layer("ldpstream.cli.app") == "cli"
+
+
+SERVER_MODULES = ("faust", "aiokafka", "confluent_kafka", "redis", "aiohttp", "scipy")
+
+
+@pytest.mark.parametrize("module", ["ldpstream.device", "ldpstream.mechanisms.mixed", "ldpstream.contract.collector"])
+def test_the_device_side_loads_no_server_module(module: str) -> None:
+    """What a device imports loads none of the server stack (the base install has none of it): module-level imports
+    of SciPy and the clients stay on the collector's side (imported where they are used)."""
+    code = f"import sys, {module}; print(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    loaded = set(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                                timeout=120).stdout.split())
+    assert not loaded & set(SERVER_MODULES), sorted(loaded & set(SERVER_MODULES))

@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy import fft, linalg
 
 from ldpstream.mechanisms.base import LDPError
 
@@ -81,10 +80,14 @@ class BandedChannel:
 
     @cached_property
     def _size(self) -> int:
+        from scipy import fft  # the collector's side: a device builds the mechanism without SciPy
+
         return fft.next_fast_len(max(self.inputs, self.outputs) + len(self.band))
 
     @cached_property
     def _band_fft(self) -> tuple[np.ndarray, np.ndarray]:
+        from scipy import fft
+
         return fft.rfft(self.band, self._size), fft.rfft(self.band[::-1], self._size)
 
     def forward(self, theta: np.ndarray) -> np.ndarray:
@@ -99,6 +102,8 @@ class BandedChannel:
     def _convolve(self, x: np.ndarray, which: int, start: int, length: int) -> np.ndarray:
         """Entries start..start + length - 1 of the linear convolution of x (along axis 0) with the band (which = 0)
         or the reversed band (which = 1), by FFT along the contiguous axis."""
+        from scipy import fft
+
         rows = np.ascontiguousarray(x.T)
         c = fft.irfft(fft.rfft(rows, self._size, axis=-1) * self._band_fft[which], self._size, axis=-1)
         return c[..., start:start + length].T
@@ -208,6 +213,8 @@ def ems_cdf_sensitivity(channel: BandedChannel, counts: np.ndarray, theta: np.nd
     (S_lambda is symmetric), and the products with M and M^T are batched convolutions: O(d^3) for the solve, O(d (m + d)
     log(m + d)) for the rest.
     """
+    from scipy import linalg
+
     h = np.asarray(counts, dtype=np.float64)
     n, d = h.sum(), len(theta)
     pi = channel.forward(theta)
