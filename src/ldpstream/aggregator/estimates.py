@@ -111,9 +111,9 @@ def attribute_entries(plan: Plan, estimates: dict[str, Estimate], postprocess: P
 
 def poisoning_summary(plan: Plan, raw: dict[str, Any], defence: WindowDefence, reports: int,
                       postprocess: PostProcess) -> dict[str, Any]:
-    """The window's "suspected poisoning" figure (README, "Fake devices"): where it comes from, the reference, the
-    reports set aside (fraction of the window's), whether that is above the alert threshold, and per attribute the
-    detectors' findings, the suspects, the gain removed and the defended estimate."""
+    """The window's "suspected poisoning" figure (docs/explanation/fake-devices.md): where it comes from, the
+    reference, the reports set aside (fraction of the window's), whether that is above the alert threshold, and per
+    attribute the detectors' findings, the suspects, the gain removed and the defended estimate."""
     policy = DEFAULT_POLICY
     defended = attribute_entries(plan, plan.estimate(defence.defended, defence.caps), postprocess)
     attributes: dict[str, Any] = {}

@@ -21,7 +21,8 @@ def estimate(name: str = typer.Argument(..., help="collection name"),
     """Live estimates of a collection with their standard errors.
 
     Below them, the window's suspected poisoning: the reports its detectors set aside (from the window's audit, or
-    the tests on its sums) and the suspects' defended estimates beside the live ones (README, "Fake devices")."""
+    the tests on its sums) and the suspects' defended estimates beside the live ones
+    (docs/explanation/fake-devices.md)."""
     from ldpstream.aggregator.estimates import POSTPROCESS, collection_estimates
     from ldpstream.aggregator.plans import PlanRegistry
     from ldpstream.aggregator.store import RedisStore

@@ -42,7 +42,8 @@ class Policy:
     alpha_report: per-report false-positive bound of the tests that flag reports.
     alpha_window: per-window false-positive probability of the tests on sums (family-wise over items).
     drift: how far (absolute frequency, or mean on [-1, 1]) a genuine population may move between a window and its
-      reference without being suspected; 0 assumes a stationary population (README: what is defended).
+      reference without being suspected; 0 assumes a stationary population (docs/explanation/fake-devices.md: what
+      is and is not defended).
     min_reports: windows (per attribute) with fewer reports are reported as too few to test.
     candidates: items examined for support itemsets (the largest estimates, and those above their reference).
     alert_fraction: the fraction of a window's reports set aside above which the window raises the alert.
