@@ -21,8 +21,9 @@ Gains (Cao et al.'s frequency gain): sum over targets of (estimate with the fake
 same genuine reports), for the raw unbiased estimate (`gain_none`), Norm-Sub's (`gain_norm_sub`), and the defended
 one (`gain_ours`: the defence run on both windows). Numeric: the mean's rise (on [-1, 1]); key-value: the keys'
 frequency gain plus their value total's gain (s = f m, values on [-1, 1]: a mean of a rare key is a ratio of
-near-zero estimates, its gain noise; Norm-Sub there: the frequencies made consistent, |s| clipped to them); heavy hitters: the targets' last-level estimates (raw; ours
-capped), and whether a target makes the decoded top 20. `gain_removed` = 1 - gain_ours / gain_none.
+near-zero estimates, its gain noise; Norm-Sub there: the frequencies made consistent, |s| clipped to them); heavy
+hitters: the targets' last-level estimates (raw; ours capped), and whether a target makes the decoded top 20.
+`gain_removed` = 1 - gain_ours / gain_none.
 `genuine_set_aside`: genuine reports flagged by the per-report tests, plus what the tests on sums set aside beyond
 the fakes the per-report tests left, over the genuine reports.
 

@@ -62,8 +62,10 @@ def test_a_categorical_attribute_cannot_name_a_distribution_mechanism() -> None:
 
 
 def test_specs_without_one_keep_their_canonical_json() -> None:
-    """No field was added to a numeric attribute: an attribute's keys are those it always had."""
+    """No field was added to a numeric attribute: an attribute's keys are those it always had (description and unit,
+    the analyst's, because this spec gives them)."""
     diagnostics = json.loads(load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").canonical_json())
-    assert set(diagnostics["attributes"][0]) == {"distribution", "mechanism", "name", "parameters", "range", "type"}
+    assert set(diagnostics["attributes"][0]) == {"distribution", "mechanism", "name", "parameters", "range", "type",
+                                                 "description", "unit"}
     latency = json.loads(load_spec(PROJECT_ROOT / "examples" / "request_latency.yaml").canonical_json())
     assert latency["attributes"][0]["mechanism"] == "sw" and latency["attributes"][0]["parameters"] == {"bins": 64}

@@ -183,7 +183,7 @@ class BatchHandler:
         # bookkeeping (the read offset below which it drops messages, the acked-offset gaps it commits from) is not
         # made to move backwards. A new process has no buffers and runs the one seek path there is
         # (`StoreSeekingConsumer`, on every assignment). Recovery costs a stop, an exec and a rejoin of the
-        # consumer group (measured: README, "The delivery guarantee"), and a store going back in time is rare.
+        # consumer group (measured: docs/explanation/architecture.md), and a store going back in time is rare.
         self.reread = reread
         self.rereading: set[tuple[str, int]] = set()
         # per (topic, partition): the offset after the last message taken (the seek position at an assignment), where
