@@ -86,3 +86,11 @@ def test_a_device_made_directly_is_judged_too_and_none_means_no_policy() -> None
         Device(greedy, "phone")
     assert refused.value.code == "policy_epsilon_per_report"
     Device(greedy, "phone", policy=None)  # the app said: no policy
+
+
+def test_the_default_policy_allows_the_distribution_mechanisms() -> None:
+    """A spec naming sw or hh (examples/request_latency.yaml) is accepted by default: they are mechanisms this SDK
+    implements, like every other; the policy used to leave them out of EVERY_MECHANISM and refused such a spec."""
+    assert {"sw", "hh"} <= EVERY_MECHANISM
+    spec = parse_spec((Path(__file__).resolve().parents[2] / "examples" / "request_latency.yaml").read_text())
+    assert judge(spec, PrivacyPolicy(), {}).accepted

@@ -21,7 +21,9 @@ from ldpstream.contract.collector import collector_for
 from ldpstream.contract.spec import parse_spec
 from ldpstream.contract.wire import decode
 from ldpstream.mechanisms.base import Mechanism, Reports
+from ldpstream.mechanisms.distribution import HierarchicalHistogram
 from ldpstream.mechanisms.frequency.base import FrequencyOracle
+from ldpstream.mechanisms.frequency.hadamard import hadamard_bit
 from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism, pairs_array
 from ldpstream.mechanisms.longitudinal.dbitflip import DBitFlip
 from ldpstream.mechanisms.longitudinal.rappor import RAPPOR
@@ -81,7 +83,7 @@ def numeric_records(rng: np.random.Generator) -> tuple[list[dict[str, Any]], np.
     return [{"x": float(v)} for v in x], x / 50.0 - 1.0
 
 
-@pytest.mark.parametrize("name", ["laplace", "scdf", "staircase", "duchi", "pm", "hm", "harmony"])
+@pytest.mark.parametrize("name", ["laplace", "scdf", "staircase", "duchi", "pm", "hm", "harmony", "sw"])
 @pytest.mark.parametrize("epsilon", [0.5, 3.0])
 def test_numeric_mechanisms(name: str, epsilon: float, tmp_path: Path) -> None:
     records, t = numeric_records(np.random.default_rng(1))
@@ -89,6 +91,26 @@ def test_numeric_mechanisms(name: str, epsilon: float, tmp_path: Path) -> None:
                                                     "mechanism": name}, epsilon), records)
     a, b = mech.variance_coefficients()  # type: ignore[attr-defined]
     check_terms(reports["value"], t, a + b * t**2, f"{name} at eps {epsilon}")
+
+
+def test_hierarchical_histogram(tmp_path: Path) -> None:
+    """Per device, h c H[row, v] (2 bit - 1) on the reports of level 1 is unbiased for the indicator of the level-1
+    node v holding t (E[term^2] = h c^2: the level is 1 with probability 1 / h), and the levels are uniform."""
+    records, t = numeric_records(np.random.default_rng(9))
+    attribute = {"name": "x", "type": "numeric", "range": [0, 100], "mechanism": "hh",
+                 "parameters": {"bins": 16, "fanout": 4}}
+    mech, reports = reports_of(tmp_path, spec_text(attribute, 2.0), records)
+    assert isinstance(mech, HierarchicalHistogram)
+    h, c, b = mech.height, mech.c, mech.fanout
+    level = reports["level"].astype(np.int64)
+    counts = np.bincount(level, minlength=h + 1)[1:]
+    assert np.all(np.abs(counts - N / h) <= Z * np.sqrt(N * (1 / h) * (1 - 1 / h))), counts
+    nodes = np.arange(b)
+    signs = np.where(hadamard_bit(reports["row"].astype(np.int64)[:, None], nodes[None, :]) == reports["bit"][:, None],
+                     1.0, -1.0)
+    terms = h * c * (level == 1)[:, None] * signs
+    own = (mech.leaves(t) // b ** (h - 1))[:, None] == nodes[None, :]
+    check_terms(terms, own.astype(np.float64), h * c**2 - own.astype(np.float64), "hh level 1")
 
 
 def codes_and_records(rng: np.random.Generator, attribute: str = "c") -> tuple[np.ndarray, list[dict[str, Any]]]:

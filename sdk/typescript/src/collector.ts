@@ -12,7 +12,7 @@ import type { FreshMechanism, MemoizedMechanism, Report } from "./mechanisms/bas
 import type { FactorizationMechanism } from "./mechanisms/factorization.js";
 import { checkCode, chooseFrequency, makeFrequency } from "./mechanisms/frequency.js";
 import type { Pairs } from "./mechanisms/keyvalue.js";
-import { keyvalue, longitudinal, LONGITUDINAL_KIND, strings } from "./mechanisms/optional.js";
+import { DISTRIBUTION_PARAMETERS, distribution, keyvalue, longitudinal, LONGITUDINAL_KIND, strings } from "./mechanisms/optional.js";
 import { chooseSampled, makeNumeric, NUMERIC } from "./mechanisms/numeric.js";
 import type { Random } from "./random.js";
 import {
@@ -159,6 +159,9 @@ export class Collector {
       return { memoized: makeLongitudinal(name, lifetime, eps, domain, a.parameters) };
     }
     if (a.mechanism in LONGITUDINAL_KIND) throw new LDPError(`attribute '${a.name}': the memoized '${a.mechanism}' needs a lifetime budget`);
+    if (a.type === "numeric" && Object.hasOwn(DISTRIBUTION_PARAMETERS, a.mechanism)) {
+      return { fresh: distribution().makeDistribution(a.mechanism, eps, a.parameters) as FreshMechanism<unknown> };
+    }
     if (Object.keys(a.parameters).length) throw new LDPError(`attribute '${a.name}': parameters go with memoized mechanisms`);
     if (a.type === "categorical") {
       const oracle = a.mechanism === "auto" ? chooseFrequency(eps, a.values.length) : a.mechanism;

@@ -16,7 +16,7 @@ import { Collector, type Strategies } from "./collector.js";
 import { LDPError, PolicyError, SpecError } from "./errors.js";
 import { fsum } from "./fsum.js";
 import { FREQUENCY } from "./mechanisms/frequency.js";
-import { LONGITUDINAL_KIND } from "./mechanisms/optional.js";
+import { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "./mechanisms/optional.js";
 import { NUMERIC } from "./mechanisms/numeric.js";
 import { type CollectionSpec, FACTORIZATION, HEAVY_HITTER_NAMES, KEYVALUE_NAMES } from "./spec.js";
 
@@ -24,7 +24,7 @@ const BUDGET_RTOL = 1e-9;
 
 export const EVERY_MECHANISM: readonly string[] = Object.freeze([
   ...Object.keys(NUMERIC), ...Object.keys(FREQUENCY), ...Object.keys(LONGITUDINAL_KIND), ...KEYVALUE_NAMES,
-  ...HEAVY_HITTER_NAMES, FACTORIZATION,
+  ...HEAVY_HITTER_NAMES, FACTORIZATION, ...Object.keys(DISTRIBUTION_PARAMETERS),
 ].sort());
 
 /** The policy an app passes to `Device.join` (every field optional: the defaults above). */

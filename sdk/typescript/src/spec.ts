@@ -7,7 +7,7 @@
 import { fromUtf8 } from "./bytes.js";
 import { LDPError, SpecError } from "./errors.js";
 import { FREQUENCY } from "./mechanisms/frequency.js";
-import { longitudinal, LONGITUDINAL_KIND } from "./mechanisms/optional.js";
+import { DISTRIBUTION_PARAMETERS, distribution, longitudinal, LONGITUDINAL_KIND } from "./mechanisms/optional.js";
 import { NUMERIC } from "./mechanisms/numeric.js";
 
 export const NAME = /^[a-z][a-z0-9_\-]{0,62}$/;
@@ -96,6 +96,11 @@ export function windowSeconds(window: string): number {
   const m = WINDOW.exec(window);
   if (m === null) throw new SpecError(`window ${JSON.stringify(window)} is not like 30s, 15m, 1h or 1d`);
   return Number(m[1]) * UNIT_SECONDS[m[2]];
+}
+
+/** The distribution mechanisms a numeric attribute may name (`registry.DISTRIBUTION`), sorted. */
+export function distributionNames(): string[] {
+  return Object.keys(DISTRIBUTION_PARAMETERS).sort();
 }
 
 export function longitudinalNames(kind: "frequency" | "numeric"): string[] {
@@ -231,7 +236,7 @@ class Reader {
 }
 
 function numericNames(): string[] {
-  return ["auto", ...Object.keys(NUMERIC).sort(), ...longitudinalNames("numeric")];
+  return ["auto", ...Object.keys(NUMERIC).sort(), ...longitudinalNames("numeric"), ...distributionNames()];
 }
 
 function frequencyNames(): string[] {
@@ -343,13 +348,16 @@ export function attributeDomain(a: KeyValueAttribute): number {
   return domainOf(a);
 }
 
-/** Why a memoized attribute's parameters cannot be taken (null if they can): built at nominal budgets. */
+/** Why an attribute's parameters cannot be taken (null if they can): they go with a named memoized or distribution
+ * mechanism, built at nominal budgets (a distribution mechanism at the per-report one). */
 function parameterError(mechanism: string, parameters: Record<string, number>, domain: number | null): string | null {
-  if (!(mechanism in LONGITUDINAL_KIND)) {
-    return `parameters go with a named memoized mechanism (${Object.keys(LONGITUDINAL_KIND).sort().join(", ")}), not '${mechanism}'`;
+  const isDistribution = Object.hasOwn(DISTRIBUTION_PARAMETERS, mechanism);
+  if (!(mechanism in LONGITUDINAL_KIND) && !isDistribution) {
+    return `parameters go with a named memoized mechanism (${Object.keys(LONGITUDINAL_KIND).sort().join(", ")}) or distribution mechanism (${distributionNames().join(", ")}), not '${mechanism}'`;
   }
   try {
-    longitudinal().makeLongitudinal(mechanism, ...NOMINAL_BUDGETS, domain, parameters);
+    if (isDistribution) distribution().makeDistribution(mechanism, NOMINAL_BUDGETS[1], parameters);
+    else longitudinal().makeLongitudinal(mechanism, ...NOMINAL_BUDGETS, domain, parameters);
   } catch (exc) {
     if (exc instanceof LDPError) return exc.message;
     throw exc;

@@ -14,6 +14,7 @@ import { trustedKeysFromJson } from "../dist/signatures.js";
 import { parseSpec } from "../dist/spec.js";
 import { checkPointer, checkSpec } from "../dist/trust.js";
 import { columnBytes, encodeEnvelope } from "../dist/wire.js";
+import { HierarchicalHistogram, SquareWave } from "../dist/mechanisms/distribution.js";
 import { checkMemoCase, checkCollectorCase, checkHashCase } from "./memo_checks.mjs";
 
 const DIR = fileURLToPath(new URL("../../../tests/vectors/", import.meta.url));
@@ -30,7 +31,8 @@ async function outcome(check) {
   return { verdict: "accept" };
 }
 
-const KNOWN = new Set(["trust.json", "policy.json", "wire.json", "auth.json", "memo.json", "collectors.json", "hashes.json"]);
+const KNOWN = new Set(["trust.json", "policy.json", "wire.json", "auth.json", "memo.json", "collectors.json", "hashes.json",
+                       "distribution.json"]);
 
 test("every vector file is one this suite checks", () => {
   const files = readdirSync(DIR).filter((f) => f.endsWith(".json"));
@@ -108,4 +110,32 @@ for (const [file, check] of [["memo.json", checkMemoCase], ["collectors.json", c
   }
   for (const c of cases) test(`${file}: ${c.name}`, async () => check(c));
 }
+// The distribution mechanisms' reports from given uniforms (tests/vectors/distribution.json): Square Wave to 1e-12,
+// the hierarchical histogram's (level, row, bit) exactly.
+const DISTRIBUTION = load("distribution.json");
+const close = (got, want, what) => {
+  assert.ok(Math.abs(got - want) <= 1e-12 * Math.abs(want) + 1e-12, `${what}: ${got} vs ${want}`);
+};
+
+for (const c of DISTRIBUTION.square_wave) {
+  test(`distribution.json square wave: eps ${c.epsilon}, t ${c.t}, u ${c.u}`, () => {
+    const mech = new SquareWave(c.epsilon);
+    close(mech.halfWidth, c.half_width, "half_width");
+    close(mech.p, c.p, "p");
+    close(mech.q, c.q, "q");
+    close(mech.scale, c.scale, "scale");
+    close(mech.fromUniform(c.t, c.u), c.report, "report");
+  });
+}
+
+for (const c of DISTRIBUTION.hierarchical_histogram) {
+  test(`distribution.json hierarchical histogram: eps ${c.epsilon}, ${c.bins}/${c.fanout}, t ${c.t}, u ${c.uniforms}`, () => {
+    const mech = new HierarchicalHistogram(c.epsilon, c.bins, c.fanout);
+    assert.deepEqual(mech.fromUniforms(c.t, c.uniforms), c.report);
+  });
+}
+
+test("distribution.json has cases of both mechanisms", () => {
+  assert.ok(DISTRIBUTION.square_wave.length >= 90 && DISTRIBUTION.hierarchical_histogram.length >= 40);
+});
 void utf8;

@@ -46,7 +46,8 @@ from ldpstream.contract.spec import CollectionSpec, SpecError
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.base import LDPError
 
-EVERY_MECHANISM = frozenset([*registry.known_names(), *registry.KEYVALUE, *registry.HEAVY_HITTERS, "factorization"])
+EVERY_MECHANISM = frozenset([*registry.known_names(), *registry.KEYVALUE, *registry.HEAVY_HITTERS, "factorization",
+                             *registry.DISTRIBUTION])
 BUDGET_RTOL = 1e-9  # relative slack on sums of floating-point budgets
 
 

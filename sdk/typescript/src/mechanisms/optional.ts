@@ -1,12 +1,14 @@
 /**
  * The mechanisms most specs never name load on demand, so a page loads only what its collection needs: the memoized
- * (longitudinal) ones, the key-value ones, the heavy-hitter ones over strings, and the factorization strategies.
+ * (longitudinal) ones, the key-value ones, the heavy-hitter ones over strings, the factorization strategies, and the
+ * distribution mechanisms a numeric attribute may name (Square Wave, hierarchical histograms).
  * `loadMechanisms(needsOf(specBytes))` brings in what a spec names (the device does it when it has verified a spec,
  * before it parses it); `mechanisms/all.js` registers every one at once (tools and tests). Their names and the
  * parameters a spec may give them are here, in the core, for validation and the policy.
  */
 
 import { LDPError } from "../errors.js";
+import type * as Distribution from "./distribution.js";
 import type * as Factorization from "./factorization.js";
 import type * as KeyValue from "./keyvalue.js";
 import type * as Longitudinal from "./longitudinal.js";
@@ -23,11 +25,16 @@ export const LONGITUDINAL_KIND: Record<string, "frequency" | "numeric"> = {
   "1bitmean": "numeric", dbitflip: "frequency",
 };
 
+/** The distribution mechanisms a numeric attribute may name, and the parameters a spec may give them
+ * (`registry.DISTRIBUTION`, their classes' `parameter_names()`; smoothing is the collector's only). */
+export const DISTRIBUTION_PARAMETERS: Record<string, readonly string[]> = { hh: ["bins", "fanout"], sw: ["bins", "smoothing"] };
+
 export interface Needs {
   longitudinal?: boolean;
   keyvalue?: boolean;
   strings?: boolean;
   factorization?: boolean;
+  distribution?: boolean;
 }
 
 interface Modules {
@@ -35,6 +42,7 @@ interface Modules {
   keyvalue?: typeof KeyValue;
   strings?: typeof Strings;
   factorization?: typeof Factorization;
+  distribution?: typeof Distribution;
 }
 
 export const modules: Modules = {};
@@ -49,6 +57,7 @@ export const longitudinal = (): typeof Longitudinal => need("longitudinal");
 export const keyvalue = (): typeof KeyValue => need("keyvalue");
 export const strings = (): typeof Strings => need("strings");
 export const factorization = (): typeof Factorization => need("factorization");
+export const distribution = (): typeof Distribution => need("distribution");
 
 /** Load the modules `needs` names (each once). */
 export async function loadMechanisms(needs: Needs): Promise<void> {
@@ -56,6 +65,7 @@ export async function loadMechanisms(needs: Needs): Promise<void> {
   if (needs.keyvalue && !modules.keyvalue) modules.keyvalue = await import("./keyvalue.js");
   if (needs.strings && !modules.strings) modules.strings = await import("./strings.js");
   if (needs.factorization && !modules.factorization) modules.factorization = await import("./factorization.js");
+  if (needs.distribution && !modules.distribution) modules.distribution = await import("./distribution.js");
 }
 
 /** What a spec's text names (a guess that errs towards loading: the text is parsed for this only). */
@@ -69,11 +79,13 @@ export function needsOf(text: string): Needs {
   const spec = (typeof data === "object" && data !== null ? data : {}) as { privacy?: unknown; attributes?: unknown };
   const attributes = (Array.isArray(spec.attributes) ? spec.attributes : []) as Record<string, unknown>[];
   const named = (m: unknown) => typeof m === "string" && m in LONGITUDINAL_KIND;
+  const distribution = (m: unknown) => typeof m === "string" && Object.hasOwn(DISTRIBUTION_PARAMETERS, m);
   return {
     longitudinal: (spec.privacy !== undefined && spec.privacy !== null)
-      || attributes.some((a) => a !== null && (named(a.mechanism) || a.parameters !== undefined)),
+      || attributes.some((a) => a !== null && (named(a.mechanism) || (a.parameters !== undefined && !distribution(a.mechanism)))),
     keyvalue: attributes.some((a) => a?.type === "keyvalue"),
     strings: attributes.some((a) => a?.type === "string"),
     factorization: attributes.some((a) => a?.mechanism === "factorization"),
+    distribution: attributes.some((a) => distribution(a?.mechanism)),
   };
 }
