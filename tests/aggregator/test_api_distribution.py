@@ -8,13 +8,16 @@ import json
 import urllib.parse
 from collections.abc import Iterator
 
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import ldpstream
 from ldpstream.aggregator.api import MAX_QUANTILES
 from ldpstream.aggregator.estimates import attribute_distribution, collection_estimates
 from ldpstream.aggregator.plans import Plan
+from ldpstream.client import DISTRIBUTION_COLUMNS, ClientError, level_parameter, quantile_frame
 from ldpstream.mechanisms.distribution.base import DEFAULT_QUANTILES
 from ldpstream.runtime.settings import Settings
 from tests.aggregator.series_support import SeriesApi, series_api
@@ -131,3 +134,53 @@ def test_no_query_string_makes_it_fail_with_a_500(latency: SeriesApi, params: li
         assert status == 200 or "error" in json.loads(body)
     else:  # aiohttp's own answer to a request line over 8190 bytes
         assert status == 400 and body.startswith("Got more than 8190 bytes"), body
+
+
+def test_the_client_gives_the_grid_as_a_dataframe_and_the_quantiles_beside_it(latency: SeriesApi,
+                                                                              tmp_path: pytest.TempPathFactory) -> None:
+    client = ldpstream.Client(latency.url, latency.token)
+    start = latency.windows.starts[1]
+    frame = client.distribution(latency.name, "request_ms", window=f"1m:{start}", quantiles=[0.5, 0.9, 0.99, 1e-5])
+    document = latency.json(path(latency, f"attribute=request_ms&window=1m:{start}&quantiles=0.5,0.9,0.99,0.00001"))
+    dist = document["distribution"]
+    assert list(frame.columns) == list(DISTRIBUTION_COLUMNS) and len(frame) == 64
+    assert frame["lower"].tolist() == dist["grid"][:-1] and frame["upper"].tolist() == dist["grid"][1:]
+    assert frame["density"].tolist() == dist["density"] and frame["probability"].tolist() == dist["probabilities"]
+    assert frame["cdf"].tolist() == dist["cdf"][1:] and frame["cdf_stderr"].tolist() == dist["cdf_stderr"][1:]
+    assert (frame.attrs["collection"], frame.attrs["attribute"], frame.attrs["window"]) == (
+        latency.name, "request_ms", f"1m:{start}")
+    assert (frame.attrs["reports"], frame.attrs["mean"]) == (dist["reports"], dist["mean"]["estimate"])
+    quantiles = quantile_frame(frame)
+    assert quantiles.index.tolist() == [0.5, 0.9, 0.99, 1e-5] and list(quantiles.columns) == ["estimate", "stderr"]
+    assert quantiles.loc[0.9, "estimate"] == dist["quantiles"]["0.9"]["estimate"]
+    assert quantiles.loc[0.5, "stderr"] == dist["quantiles"]["0.5"]["stderr"]
+    default = client.distribution(latency.name, "request_ms")
+    assert len(quantile_frame(default)) == 7 and default.attrs["window"] == "all"
+    target = tmp_path / "latency.parquet"  # type: ignore[operator]
+    frame.to_parquet(target, engine="pyarrow", index=False)
+    back = pd.read_parquet(target)
+    pd.testing.assert_frame_equal(back, frame)
+    assert quantile_frame(back).equals(quantiles)
+
+
+def test_the_client_frame_of_a_window_without_reports_is_empty(latency: SeriesApi) -> None:
+    frame = ldpstream.Client(latency.url, latency.token).distribution(latency.name, "request_ms", window="1m:60000")
+    assert frame.empty and list(frame.columns) == list(DISTRIBUTION_COLUMNS)
+    assert (frame.attrs["reports"], frame.attrs["quantiles"]) == (0, []) and quantile_frame(frame).empty
+
+
+def test_the_client_says_why_a_distribution_was_refused(latency: SeriesApi) -> None:
+    client = ldpstream.Client(latency.url, latency.token)
+    with pytest.raises(ClientError, match="400: .*is categorical") as refused:
+        client.distribution(latency.name, "network_type")
+    assert refused.value.status == 400
+    with pytest.raises(ClientError, match="400: quantiles are comma-separated levels"):
+        client.distribution(latency.name, "request_ms", quantiles=[0.5, 1.0])
+    with pytest.raises(ClientError, match="404: no published collection"):
+        client.distribution("no-such-collection", "request_ms")
+
+
+@pytest.mark.parametrize("level, text", [(0.5, "0.5"), (0.99, "0.99"), (1e-5, "0.00001"), (0.0, "0.0"),
+                                         (1, "1.0")])
+def test_levels_are_sent_as_plain_decimals(level: float, text: str) -> None:
+    assert level_parameter(level) == text
