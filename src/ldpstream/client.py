@@ -1,13 +1,17 @@
-"""The read API from Python: `Client(url, token)` gives the published collections, a window's estimates, and a
-series as a pandas DataFrame, one row per window and estimate, which it can write as Parquet.
+"""The read API from Python: `Client(url, token)` gives the published collections, a window's estimates, a
+series as a pandas DataFrame, one row per window and estimate, which it can write as Parquet, and a numeric
+attribute's distribution as a DataFrame, one row per bin of its grid, with its quantiles.
 
     >>> from ldpstream import Client
     >>> client = Client("http://127.0.0.1:8000", token)                  # doctest: +SKIP
     >>> frame = client.series("diagnostics", "battery_level", window="1h", start="2024-05-01")  # doctest: +SKIP
     >>> client.save_series("battery.parquet", "diagnostics", "battery_level")                  # doctest: +SKIP
+    >>> bins = client.distribution("request_latency", "request_ms", quantiles=[0.5, 0.9, 0.99])  # doctest: +SKIP
+    >>> quantile_frame(bins)                                                                   # doctest: +SKIP
 
-Only the standard library is needed to talk to the API (`series_document`, `series_rows`); pandas and pyarrow, for
-DataFrames and Parquet, are the `client` extra (`pip install 'ldpstream[client]'`) and are imported when used.
+Only the standard library is needed to talk to the API (`series_document`, `series_rows`, `distribution_document`);
+pandas and pyarrow, for DataFrames and Parquet, are the `client` extra (`pip install 'ldpstream[client]'`) and are
+imported when used.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +33,8 @@ COLUMNS = ("start", "end", "reports", "sampled", "epsilon", "central_epsilon", "
            "estimate", "stderr", "low", "high")
 METADATA = ("collection", "version", "attribute", "type", "mechanism", "description", "unit", "window", "window_ms",
             "from_ms", "to_ms", "confidence")
+DISTRIBUTION_COLUMNS = ("lower", "upper", "density", "probability", "cdf", "cdf_stderr")
+DISTRIBUTION_METADATA = ("collection", "version", "attribute", "window", "window_start_ms")
 
 
 class ClientError(Exception):
@@ -48,6 +55,12 @@ def time_parameter(value: Time) -> str:
     if isinstance(value, int):
         return str(value)
     return value
+
+
+def level_parameter(level: float) -> str:
+    """A quantile level as the API reads it: plain decimal digits, no exponent (1e-05 is 0.00001)."""
+    text = f"{float(level):.15f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
 
 
 def series_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -111,6 +124,32 @@ class Client:
                              {"window": window, "postprocess": postprocess,
                               "version": None if version is None else str(version)}))
 
+    def distribution_document(self, name: str, attribute: str, window: str = "all",
+                              quantiles: Sequence[float] | None = None,
+                              version: int | None = None) -> dict[str, Any]:
+        """One numeric attribute's distribution as the API answers it (`GET /collections/{name}/distribution`):
+        grid, density, CDF and quantiles with standard errors ("distribution" null while no device reported it)."""
+        return dict(self.get(f"/collections/{urllib.parse.quote(name, safe='')}/distribution", {
+            "attribute": attribute, "window": window, "version": None if version is None else str(version),
+            "quantiles": None if quantiles is None else ",".join(level_parameter(q) for q in quantiles)}))
+
+    def distribution(self, name: str, attribute: str, window: str = "all", quantiles: Sequence[float] | None = None,
+                     version: int | None = None) -> pd.DataFrame:
+        """A numeric attribute's estimated distribution in a window (`window`: all, a length of the spec such as 1h
+        for its newest window with data, or 1h:<start ms>) as a DataFrame, one row per bin of its grid, on the
+        attribute's own scale: DISTRIBUTION_COLUMNS, the bin's `lower` and `upper` edges, its `density` (per unit of
+        the attribute), its `probability` (mass), and the CDF at its upper edge with its standard error (`cdf`,
+        `cdf_stderr`). Estimates are unbiased, so a density or mass may be slightly negative.
+
+        The quantiles at `quantiles` (levels in (0, 1); default the API's: 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+        are in `frame.attrs["quantiles"]`, a list of {"level", "estimate", "stderr"} (`quantile_frame(frame)` makes
+        it a DataFrame indexed by level); `frame.attrs` also holds DISTRIBUTION_METADATA, "method", "reports",
+        "mean" and "mean_stderr" (the distribution's), and "stderr_method". While no device has reported the
+        attribute in the window, the frame has no rows, "quantiles" is empty and "reports" is 0. ClientError (400)
+        for an attribute that is not numeric or whose mechanism gives its mean only (no `mechanism: sw` or `hh`).
+        """
+        return distribution_frame(self.distribution_document(name, attribute, window, quantiles, version))
+
     def series_document(self, name: str, attribute: str | None = None, window: str | None = None,
                         start: Time | None = None, end: Time | None = None,
                         version: int | None = None) -> dict[str, Any]:
@@ -146,3 +185,35 @@ def series_frame(document: dict[str, Any]) -> pd.DataFrame:
         frame[column] = frame[column].astype("float64")
     frame.attrs = {key: document[key] for key in METADATA}
     return frame
+
+
+def distribution_frame(document: dict[str, Any]) -> pd.DataFrame:
+    """A distribution document (`GET /collections/{name}/distribution`) as a DataFrame (`Client.distribution`)."""
+    import pandas as pd
+
+    dist = document["distribution"]
+    if dist is None:
+        frame = pd.DataFrame({c: pd.Series(dtype="float64") for c in DISTRIBUTION_COLUMNS})
+        extra: dict[str, Any] = {"method": None, "reports": 0, "mean": None, "mean_stderr": None,
+                                 "stderr_method": None, "quantiles": []}
+    else:
+        grid = dist["grid"]
+        frame = pd.DataFrame({"lower": grid[:-1], "upper": grid[1:], "density": dist["density"],
+                              "probability": dist["probabilities"], "cdf": dist["cdf"][1:],
+                              "cdf_stderr": dist["cdf_stderr"][1:]}, columns=list(DISTRIBUTION_COLUMNS))
+        frame = frame.astype("float64")  # null (non-finite) is NaN
+        extra = {"method": dist["method"], "reports": dist["reports"], "mean": dist["mean"]["estimate"],
+                 "mean_stderr": dist["mean"]["stderr"], "stderr_method": dist["stderr_method"],
+                 "quantiles": [{"level": float(level), "estimate": q["estimate"], "stderr": q["stderr"]}
+                               for level, q in dist["quantiles"].items()]}
+    frame.attrs = {**{key: document[key] for key in DISTRIBUTION_METADATA}, **extra}
+    return frame
+
+
+def quantile_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The quantiles of a `Client.distribution` frame as a DataFrame indexed by level, columns estimate and stderr
+    (NaN where the API gave null: an infinite standard error where the density is 0)."""
+    import pandas as pd
+
+    rows = frame.attrs.get("quantiles", [])
+    return pd.DataFrame(rows, columns=["level", "estimate", "stderr"]).astype("float64").set_index("level")

@@ -65,7 +65,7 @@ def check_answer(template: str, status: int, content_type: str, body: str) -> No
 
 
 @pytest.fixture(scope="module", params=["diagnostics.yaml", "app_usage.yaml", "crash_reports.yaml",
-                                        "app_lifetime.yaml"])
+                                        "app_lifetime.yaml", "request_latency.yaml"])
 def api(live_services: Settings, request: pytest.FixtureRequest) -> Iterator[SeriesApi]:
     with series_api(live_services, count=3, devices=200, example=request.param) as served:
         yield served
@@ -90,6 +90,7 @@ def test_every_route_is_documented_and_every_documented_path_is_a_route() -> Non
 def test_the_answers_are_the_documented_ones(api: SeriesApi) -> None:
     name, start = api.name, api.windows.starts[-1]
     attributes = [a.name for a in api.windows.spec.attributes]
+    distribution = "/collections/{name}/distribution"
     requests = [
         ("/collections", "/collections", "read"),
         ("/collections", "/collections", None),
@@ -105,6 +106,15 @@ def test_the_answers_are_the_documented_ones(api: SeriesApi) -> None:
         ("/collections/{name}/series", f"/collections/{name}/series?attribute={attributes[0]}&from=9&to=9", "read"),
         ("/collections/{name}/series", f"/collections/{name}/series?attribute=nothing", "read"),
         ("/collections/{name}/series", f"/collections/{name}/series?attribute={attributes[0]}", api.metrics_token),
+        *[(distribution, f"/collections/{name}/distribution?attribute={a}", "read") for a in attributes],
+        (distribution, f"/collections/{name}/distribution?attribute={attributes[0]}&window=1m:{start}"
+                       "&quantiles=0.5,0.9,0.99", "read"),
+        (distribution, f"/collections/{name}/distribution?attribute={attributes[0]}&window=1m:60000", "read"),
+        (distribution, f"/collections/{name}/distribution?attribute={attributes[0]}&quantiles=1", "read"),
+        (distribution, f"/collections/{name}/distribution", "read"),
+        (distribution, "/collections/nowhere/distribution?attribute=x", "read"),
+        (distribution, f"/collections/{name}/distribution?attribute={attributes[0]}", api.metrics_token),
+        (distribution, f"/collections/{name}/distribution?attribute={attributes[0]}", None),
         ("/metrics", "/metrics", api.metrics_token),
         ("/metrics", "/metrics", "read"),
         ("/healthz", "/healthz", None),

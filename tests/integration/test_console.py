@@ -2,8 +2,9 @@
 fleet's reports from the real Kafka into the real Redis, window after window (5 s windows), while `ldp serve` runs
 as its own process. The catalogue lists the collection with its attributes' descriptions and units; the collection's
 page draws each attribute's series with its band and a histogram, shows the newest windows' figures from the API,
-and picks up a new window by itself. No page logs an error or a warning; screenshots are kept in artifacts/console/
-(git-ignored) and in the test's tmp dir."""
+and picks up a new window by itself. A collection with a Square Wave attribute (examples/request_latency.yaml) has its
+distribution drawn (density, CDF, quantile marks) from the distribution route, refreshed live too. No page logs an
+error or a warning; screenshots are kept in artifacts/console/ (git-ignored) and in the test's tmp dir."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +66,20 @@ class Stack:
 
 @pytest.fixture
 def stack(live_services: Settings, tmp_path: Path) -> Iterator[Stack]:
-    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
+    with running_stack(live_services, tmp_path, "diagnostics.yaml") as running:
+        yield running
+
+
+@pytest.fixture
+def latency_stack(live_services: Settings, tmp_path: Path) -> Iterator[Stack]:
+    with running_stack(live_services, tmp_path, "request_latency.yaml") as running:
+        yield running
+
+
+@contextmanager
+def running_stack(live_services: Settings, tmp_path: Path, example: str) -> Iterator[Stack]:
+    """examples/<example> published under a test name with 5 s and 1 h windows, a worker, and `ldp serve`."""
+    spec = load_spec(PROJECT_ROOT / "examples" / example).model_copy(
         update={"name": f"it-console-{uuid.uuid4().hex[:8]}", "windows": [f"{WINDOW_S}s", "1h"]})
     publish_spec(spec, live_services.bootstrap)
     env = {"KAFKA_BOOTSTRAP": live_services.bootstrap, "REDIS_URL": live_services.redis}
@@ -140,6 +155,48 @@ async def scenario(stack: Stack, tmp_path: Path) -> None:
 
 def test_the_console_shows_a_running_stack_live_in_chromium(stack: Stack, tmp_path: Path) -> None:
     asyncio.run(scenario(stack, tmp_path))
+
+
+async def distribution_scenario(stack: Stack, tmp_path: Path) -> None:
+    for _ in range(2):
+        started = time.monotonic()
+        await asyncio.to_thread(stack.send_window)
+        await asyncio.sleep(max(0.0, WINDOW_S - (time.monotonic() - started)))
+    await asyncio.to_thread(stack.send_window)  # the newest window: the one whose distribution is drawn
+    async with chromium_page(tmp_path / "profile") as page:
+        await page.navigate(f"{stack.url}/console/collection?name={stack.spec.name}#token={stack.token}")
+        await page.wait_for("document.body.dataset.ready === '1'")
+        shown = await page.evaluate("window.ldpConsole.distributions.request_ms")
+        assert shown["distribution"] is not None and shown["window"].startswith(f"{WINDOW_S}s:")
+        api = stack.api(f"/collections/{stack.spec.name}/distribution?attribute=request_ms&window={shown['window']}"
+                        "&quantiles=0.5,0.9,0.99")
+        assert shown == api  # the page draws the API's figures
+        assert set(shown["distribution"]["quantiles"]) == {"0.5", "0.9", "0.99"}
+        box = "document.querySelector('[data-attribute=\"request_ms\"] .distribution')"
+        assert await page.evaluate(f"{box}.querySelectorAll('canvas').length") >= 1
+        note = await page.evaluate(f"{box}.querySelector('.note').textContent")
+        assert "median" in note and "90%" in note and "99%" in note and "sw-ems" in note, note
+        legend = await page.evaluate(f"[...{box}.querySelectorAll('.u-legend .u-series:not([hidden]) .u-label')]"
+                                     ".map(e => e.textContent)")
+        assert legend[1:] == ["density", "CDF"], legend
+        # the categorical attribute has no distribution; the numeric one keeps its series
+        assert await page.evaluate("document.querySelector('[data-attribute=\"network_type\"] .distribution')") \
+            is None
+        assert await page.evaluate("window.ldpConsole.points.request_ms") >= 3
+        await page.evaluate(f"{box}.scrollIntoView(); true")
+        await shot(page, "distribution", tmp_path)
+
+        refreshes = await page.evaluate("window.ldpConsole.refreshes")
+        await asyncio.sleep(max(0.0, WINDOW_S - time.time() % WINDOW_S) + 0.2)  # into the next window
+        await asyncio.to_thread(stack.send_window)
+        await page.wait_for(f"window.ldpConsole.refreshes > {refreshes} && "
+                            f"window.ldpConsole.distributions.request_ms.window !== {json.dumps(shown['window'])}",
+                            timeout_s=30)
+        assert page.problems() == []
+
+
+def test_the_console_draws_a_numeric_distribution_live_in_chromium(latency_stack: Stack, tmp_path: Path) -> None:
+    asyncio.run(distribution_scenario(latency_stack, tmp_path))
 
 
 def test_the_console_asks_for_a_token_and_says_when_it_is_refused(live_services: Settings, tmp_path: Path) -> None:

@@ -13,6 +13,11 @@ scopes include the route's:
   windows that start in [from, to) (ms since the epoch or ISO 8601; default the 48 newest), each with its estimates,
   standard errors, 95% intervals, reports and privacy figures (`ldpstream.aggregator.series`; 404: unknown collection,
   version or attribute; 400: a bad parameter, an empty range, one with no window or too many);
+- `GET /collections/{name}/distribution?attribute=A&window=all|1h|1h:<start_ms>&version=V&quantiles=0.1,0.5,0.9`
+  (scope `read`): `ldpstream.aggregator.estimates.attribute_distribution` as JSON, one numeric attribute's
+  distribution (grid, density, CDF, quantiles at the levels asked, default DEFAULT_QUANTILES, with standard errors;
+  null while no device has reported it) (404: unknown collection or version; 400: a missing or unknown attribute,
+  one that is not numeric or whose mechanism gives a mean only, bad quantile levels, a bad window);
 - `GET /metrics` (scope `metrics`): the store-wide metrics of `ldpstream.aggregator.metrics.StoreCollector` (Prometheus
 text
   format);
@@ -50,7 +55,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from redis import RedisError
 
 from ldpstream.aggregator.console import CONSOLE_ROUTES, add_console
-from ldpstream.aggregator.estimates import POSTPROCESS, collection_estimates
+from ldpstream.aggregator.estimates import POSTPROCESS, attribute_distribution, collection_estimates
 from ldpstream.aggregator.health import Health, HealthPolicy, pipeline_health
 from ldpstream.aggregator.metrics import EndOffsets, StoreCollector, store_registry
 from ldpstream.aggregator.plans import Plan, PlanRegistry
@@ -66,6 +71,8 @@ from ldpstream.contract.spec import (
     StringAttribute,
     window_seconds,
 )
+from ldpstream.mechanisms.base import LDPError
+from ldpstream.mechanisms.distribution.base import DEFAULT_QUANTILES
 from ldpstream.runtime.kafka import admin_client, metadata_answers
 from ldpstream.runtime.redis import async_redis_client, redis_answers
 from ldpstream.runtime.settings import Settings
@@ -74,9 +81,12 @@ from ldpstream.runtime.tokens import Refused, Scope, TokenVerifier
 T = TypeVar("T")
 KAFKA_TIMEOUT_S = 5.0
 NUMBER = re.compile(r"[0-9]{1,18}")  # str.isdigit() takes '²' (which int() refuses) and digits beyond int64
+LEVEL = re.compile(r"[0-9]{0,3}(\.[0-9]{1,15})?")  # a quantile level as decimal ASCII digits: 0.5, .99, 0.999
+MAX_QUANTILES = 100  # quantile levels one distribution request may ask
 OPEN_ROUTES = frozenset({"/healthz", "/openapi.json", *CONSOLE_ROUTES})
 ROUTE_SCOPES = {"/collections": Scope.READ, "/collections/{name}/estimates": Scope.READ,
-                "/collections/{name}/series": Scope.READ, "/metrics": Scope.METRICS}
+                "/collections/{name}/series": Scope.READ, "/collections/{name}/distribution": Scope.READ,
+                "/metrics": Scope.METRICS}
 OPENAPI = Path(__file__).with_name("openapi.json")
 
 
@@ -154,6 +164,7 @@ def create_app(store: StatsStore, plans: PublishedPlans, end_offsets: EndOffsets
     app.router.add_get("/collections", list_collections)
     app.router.add_get("/collections/{name}/estimates", estimates)
     app.router.add_get("/collections/{name}/series", series)
+    app.router.add_get("/collections/{name}/distribution", distribution)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/openapi.json", openapi)
@@ -263,6 +274,42 @@ async def series(request: web.Request) -> web.Response:
     except SeriesError as exc:
         raise ApiError(exc.status, str(exc)) from exc
     return web.json_response(await blocking(collection_series, api.store, plan, query))
+
+
+async def distribution(request: web.Request) -> web.Response:
+    api = request.app[API]
+    name = request.match_info["name"]
+    plan = requested_plan(await blocking(api.plans.versions, name), name, request.query.get("version"))
+    attribute = request.query.get("attribute")
+    if not attribute:
+        raise ApiError(400, "attribute is required: the name of one of the collection's numeric attributes")
+    window = request.query.get("window", ALL_TIME)
+    levels = quantile_levels(request.query.get("quantiles"))
+    try:
+        check_window(plan.spec, window)
+        plan.spec.attribute_index(attribute)
+        result = await blocking(attribute_distribution, api.store, plan, attribute, window, levels)
+    except (SpecError, LDPError, ValueError) as exc:
+        raise ApiError(400, str(exc)) from exc
+    return web.json_response(result)
+
+
+def quantile_levels(text: str | None) -> tuple[float, ...]:
+    """The `quantiles` parameter, comma-separated levels strictly inside (0, 1) (default DEFAULT_QUANTILES); 400
+    for anything else, or more than MAX_QUANTILES levels."""
+    if text is None:
+        return DEFAULT_QUANTILES
+    parts = text.split(",", MAX_QUANTILES)
+    if len(parts) > MAX_QUANTILES:
+        raise ApiError(400, f"quantiles: at most {MAX_QUANTILES} levels")
+    levels = []
+    for part in parts:
+        part = part.strip(" ")
+        if not part or LEVEL.fullmatch(part) is None or not 0 < float(part) < 1:
+            raise ApiError(400, "quantiles are comma-separated levels strictly between 0 and 1 (e.g. 0.5,0.9,0.99), "
+                                f"not {part[:40]!r}")
+        levels.append(float(part))
+    return tuple(levels)
 
 
 async def openapi(request: web.Request) -> web.Response:

@@ -1,7 +1,10 @@
 // The ldpstream console (`ldpstream.aggregator.console`): the catalogue of collections (`/console/`) and a page per
 // collection (`/console/collection?name=NAME`) with each attribute's live series, its 95% band, and a histogram of the
-// newest window. Reads `/collections` and `/collections/NAME/series` with the bearer token the person gave (the
-// address's `#token=...`, or the form), kept in this tab's sessionStorage. Outside text goes into the page as text.
+// newest window; a numeric attribute reported by a distribution mechanism (sw, hh) also has its distribution in the
+// newest window with data: density, CDF with its 95% band, and marks at the median, 90% and 99% quantiles. Reads
+// `/collections`, `/collections/NAME/series` and `/collections/NAME/distribution` with the bearer token the person gave
+// (the address's `#token=...`, or the form), kept in this tab's sessionStorage. Outside text goes into the page as
+// text.
 "use strict";
 
 (function () {
@@ -9,8 +12,11 @@
   const REFRESH_MS = 5000;
   const MAX_LINES = 8; // lines per chart: the largest estimates of the newest window
   const COLORS = ["#2f6fde", "#e8590c", "#2b8a3e", "#c2255c", "#7048e8", "#0b7285", "#a61e4d", "#5c940d"];
-  // What the tests read: the series shown, points per chart, refreshes done, the page's state.
-  const state = { ready: false, refreshes: 0, series: {}, points: {}, error: null };
+  // Mechanisms whose attributes have a distribution (`DistributionMechanism`), and the quantiles marked on its chart.
+  const DISTRIBUTION_MECHANISMS = ["sw", "hh"];
+  const MARKS = [["0.5", "median"], ["0.9", "90%"], ["0.99", "99%"]];
+  // What the tests read: the series and distributions shown, points per chart, refreshes done, the page's state.
+  const state = { ready: false, refreshes: 0, series: {}, points: {}, distributions: {}, error: null };
   window.ldpConsole = state;
   let token = null;
 
@@ -110,7 +116,7 @@
   }
 
   // ---- a collection's page ---------------------------------------------------------------------------------------
-  const page = { name: null, version: null, charts: {} };
+  const page = { name: null, version: null, charts: {}, densities: {} };
 
   // The labelled lines of a series: [{label, group, points: [point per window]}], at most MAX_LINES of them.
   function lines(doc) {
@@ -182,8 +188,8 @@
   }
 
   // A histogram of the newest window with reports: a categorical attribute's frequencies (a string attribute's heavy
-  // hitters, a key-value attribute's key frequencies) with their 95% intervals. The hook for numeric attributes: their
-  // distribution (issue 29, part 2) is to come as the estimates' key `distribution`, drawn here the same way.
+  // hitters, a key-value attribute's key frequencies) with their 95% intervals. A numeric attribute's distribution is
+  // drawn by `drawDistribution` below.
   function histogramRows(doc) {
     for (let i = doc.windows.length - 1; i >= 0; i--) {
       const w = doc.windows[i];
@@ -212,6 +218,101 @@
     }
   }
 
+  // A numeric attribute's distribution in the newest window with data: its density as steps over the grid (left
+  // axis, per unit of the attribute), its CDF with a 95% band (right axis), and a dashed mark at each quantile of MARKS.
+  function densityData(dist) {
+    const band = (sign) => dist.cdf.map((f, i) => (f === null || dist.cdf_stderr[i] === null) ? null :
+      Math.min(1, Math.max(0, f + sign * 1.96 * dist.cdf_stderr[i])));
+    return [dist.grid, [...dist.density, dist.density[dist.density.length - 1]], dist.cdf, band(-1), band(1)];
+  }
+
+  function markQuantiles(name) {
+    return (u) => {
+      const shown = page.densities[name];
+      if (!shown || !shown.quantiles) return;
+      const ctx = u.ctx;
+      const ratio = window.devicePixelRatio || 1;
+      ctx.save();
+      ctx.font = (11 * ratio) + "px system-ui, sans-serif";
+      MARKS.forEach(([level, label], i) => {
+        const q = shown.quantiles[level];
+        if (!q || q.estimate === null) return;
+        const x = Math.round(u.valToPos(q.estimate, "x", true));
+        ctx.strokeStyle = ctx.fillStyle = COLORS[(i + 3) % COLORS.length];
+        ctx.lineWidth = 1.5 * ratio;
+        ctx.setLineDash([5 * ratio, 4 * ratio]);
+        ctx.beginPath();
+        ctx.moveTo(x, u.bbox.top);
+        ctx.lineTo(x, u.bbox.top + u.bbox.height);
+        ctx.stroke();
+        ctx.fillText(label, x + 4 * ratio, u.bbox.top + (14 + 13 * i) * ratio);
+      });
+      ctx.restore();
+    };
+  }
+
+  function densityOptions(name, a, width) {
+    const unit = a.unit ? " (" + a.unit + ")" : "";
+    return { width, height: 260, scales: { x: { time: false }, cdf: { range: [0, 1] } },
+      series: [{ label: a.name + unit },
+        { label: "density", stroke: COLORS[0], fill: COLORS[0] + "33", width: 1.5, scale: "y",
+          paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } },
+        { label: "CDF", stroke: COLORS[1], width: 2, scale: "cdf", points: { show: false } },
+        { label: "CDF low", stroke: COLORS[1], width: 0.5, dash: [3, 3], scale: "cdf", points: { show: false } },
+        { label: "CDF high", stroke: COLORS[1], width: 0.5, dash: [3, 3], scale: "cdf", points: { show: false } }],
+      bands: [{ series: [4, 3], fill: COLORS[1] + "22" }],
+      axes: [{ label: a.name + unit }, { label: "density", size: 70, scale: "y" },
+        { label: "CDF", side: 1, scale: "cdf", size: 50, grid: { show: false } }],
+      hooks: { draw: [markQuantiles(name)] }, legend: { live: true } };
+  }
+
+  function drawDistribution(a, doc, holder) {
+    state.distributions[a.name] = doc;
+    const dist = doc.distribution;
+    const existing = page.densities[a.name];
+    if (!dist) {
+      if (existing) existing.plot.destroy();
+      delete page.densities[a.name];
+      holder.replaceChildren(el("p", { class: "note" }, "Distribution: no report of this attribute in the newest " +
+        "window yet."));
+      return;
+    }
+    const signature = dist.grid.length + ":" + dist.grid[0] + ":" + dist.grid[dist.grid.length - 1];
+    const unit = a.unit ? " " + a.unit : "";
+    const marks = MARKS.filter(([level]) => dist.quantiles[level]).map(([level, label]) => {
+      const q = dist.quantiles[level];
+      const half = q.stderr === null ? "" : " \u00b1 " + String(Number((1.96 * q.stderr).toPrecision(2)));
+      return label + " " + String(Number(Number(q.estimate).toPrecision(4))) + half + unit;
+    });
+    const note = "Distribution in the window " + (doc.window === "all" ? "all time" : "from " +
+      when(doc.window_start_ms)) + " (" + dist.method + ", " + Math.round(dist.reports).toLocaleString("en") + " reports): " +
+      marks.join(", ") + " (95% intervals)";
+    if (existing && existing.signature === signature) {
+      existing.quantiles = dist.quantiles;
+      existing.note.textContent = note;
+      existing.plot.setData(densityData(dist));
+      return;
+    }
+    if (existing) existing.plot.destroy();
+    const text = el("div", { class: "note" }, note);
+    const chart = el("div", { class: "density" });
+    holder.replaceChildren(text, chart);
+    page.densities[a.name] = { signature, quantiles: dist.quantiles, note: text, plot: null };
+    const plot = new uPlot(densityOptions(a.name, a, Math.max(320, holder.clientWidth || 900)), densityData(dist),
+      chart);
+    page.densities[a.name].plot = plot;
+    // the band's edges stay out of the legend
+    plot.root.querySelectorAll(".u-legend .u-series").forEach((row, i) => { if (i >= 3) row.hidden = true; });
+  }
+
+  function distributionQuery(a) {
+    return "/collections/" + encodeURIComponent(page.name) + "/distribution?attribute=" + encodeURIComponent(a.name) +
+      "&window=" + encodeURIComponent(document.getElementById("window").value) + "&version=" + page.version +
+      "&quantiles=" + MARKS.map(([level]) => level).join(",");
+  }
+
+  const hasDistribution = (a) => a.type === "numeric" && DISTRIBUTION_MECHANISMS.includes(a.mechanism);
+
   function drawPrivacy(doc) {
     const root = document.getElementById("privacy");
     const recent = doc.windows.slice(-6).reverse();
@@ -239,12 +340,18 @@
   }
 
   async function refresh() {
-    const docs = await Promise.all(page.attributes.map((a) => api(query(a.name))));
+    const withDistribution = page.attributes.filter(hasDistribution);
+    const [docs, dists] = await Promise.all([Promise.all(page.attributes.map((a) => api(query(a.name)))),
+      Promise.all(withDistribution.map((a) => api(distributionQuery(a))))]);
     docs.forEach((doc, i) => {
       const a = page.attributes[i];
       state.series[a.name] = doc;
       drawChart(a.name, doc, document.getElementById("chart-" + i));
       drawHistogram(doc, document.getElementById("histogram-" + i));
+    });
+    dists.forEach((doc, i) => {
+      const a = withDistribution[i];
+      drawDistribution(a, doc, document.getElementById("distribution-" + page.attributes.indexOf(a)));
     });
     if (docs.length) drawPrivacy(docs[0]);
     state.refreshes += 1;
@@ -272,7 +379,8 @@
     root.replaceChildren(...v.attributes.map((a, i) => el("section", { class: "card", "data-attribute": a.name },
       el("h3", {}, a.name + (a.unit ? " (" + a.unit + ")" : "")),
       el("p", { class: "muted" }, [a.description, a.type, a.mechanism, domainOf(a)].filter(Boolean).join(" \u00b7 ")),
-      el("div", { class: "chart", id: "chart-" + i }), el("div", { class: "histogram", id: "histogram-" + i }))));
+      el("div", { class: "chart", id: "chart-" + i }), el("div", { class: "histogram", id: "histogram-" + i }),
+      hasDistribution(a) ? el("div", { class: "distribution", id: "distribution-" + i }) : null)));
     for (const control of ["window", "count"]) {
       document.getElementById(control).onchange = () => refresh().catch(failed);
     }
