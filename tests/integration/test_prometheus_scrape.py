@@ -158,6 +158,8 @@ def test_the_compose_prometheus_config_is_valid_and_scrapes_the_api_with_a_token
         assert jobs[name]["authorization"] == {"type": "Bearer", "credentials_file": "/run/secrets/api_metrics_token"}
         jobs[name]["authorization"]["credentials_file"] = str(tmp_path / "api_metrics_token")  # promtool: it exists
     (tmp_path / "api_metrics_token").write_text("ldp_000000000000_" + "A" * 43)
+    assert config["rule_files"] == ["/etc/prometheus/rules.yml"]  # mounted from deploy/prometheus/rules.yml
+    config["rule_files"] = [str(PROJECT_ROOT / "deploy" / "prometheus" / "rules.yml")]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     promtool = Path(prometheus_program).with_name("promtool")  # shipped in the same Debian package
     result = subprocess.run([str(promtool), "check", "config", str(tmp_path / "prometheus.yml")],
