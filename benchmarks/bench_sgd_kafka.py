@@ -16,11 +16,12 @@ import os
 import uuid
 
 from ldpstream.runtime.settings import Settings
+from ldpstream.sgd import GRADIENT_MECHANISMS
 from ldpstream.sgd.checkpoint import RedisCheckpoint
 from ldpstream.sgd.devices import Simulation
 from ldpstream.sgd.jobs import run_with_fleet
 from ldpstream.sgd.offline import train_offline
-from ldpstream.sgd.training import GRADIENT_MECHANISMS, TrainingJob
+from ldpstream.sgd.training import TrainingJob
 
 
 def run(cfg: Settings, mechanism: str, devices: int, dims: int, epsilon: float, g: int) -> dict[str, object]:

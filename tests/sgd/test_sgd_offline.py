@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
+from ldpstream.sgd import GRADIENT_MECHANISMS
 from ldpstream.sgd.datasets import synthetic
 from ldpstream.sgd.models import TrainingError
 from ldpstream.sgd.offline import compare_offline, train_offline
-from ldpstream.sgd.training import GRADIENT_MECHANISMS, TrainingJob
+from ldpstream.sgd.training import TrainingJob
 
 
 def test_each_device_takes_part_at_most_once_and_the_population_runs_out() -> None:

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 
 from ldpstream.contract.wire import WireError
 from ldpstream.runtime.dlq import Message
-from ldpstream.sgd import devices
+from ldpstream.sgd import GRADIENT_MECHANISMS, devices
 from ldpstream.sgd.checkpoint import JobState, MemoryCheckpoint
 from ldpstream.sgd.coordinator import MALFORMED, REJECT_REASONS, Gathered, GradientGatherer
 from ldpstream.sgd.devices import ModelFollower, perturb_gradients
-from ldpstream.sgd.training import GRADIENT_MECHANISMS, Trainer, TrainingJob, gradient_mechanism
+from ldpstream.sgd.training import Trainer, TrainingJob, gradient_mechanism
 from ldpstream.sgd.wire import ModelVersion, decode_gradients, decode_model, encode_gradients, encode_model
 from tests.fuzzing import isolations, mutate, untrusted
 

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ldpstream.cli.errors import client_logs
-from ldpstream.sgd.training import GRADIENT_MECHANISMS
+from ldpstream.sgd import GRADIENT_MECHANISMS
 
 if TYPE_CHECKING:
     from ldpstream.sgd.checkpoint import JobState

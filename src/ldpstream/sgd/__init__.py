@@ -1,1 +1,8 @@
-"""sgd_coordinator: LDP mini-batch gradient descent over Kafka."""
+"""LDP mini-batch gradient descent over Kafka: the coordinator, the devices, the models."""
+
+from typing import Literal, get_args
+
+# the vector mechanisms of ldpstream.mechanisms.multidim that may perturb a gradient (here, not in `training`, so that
+# `ldp train --help` names them without importing numpy and pydantic)
+GradientMechanism = Literal["hm", "pm", "duchi", "laplace", "harmony"]
+GRADIENT_MECHANISMS: tuple[str, ...] = get_args(GradientMechanism)

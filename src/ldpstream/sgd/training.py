@@ -17,17 +17,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import Literal, get_args
+from typing import Literal
 
 import numpy as np
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from ldpstream.mechanisms.multidim import VectorMechanism, make_vector_mechanism
+from ldpstream.sgd import GradientMechanism
 from ldpstream.sgd.models import DEFAULT_LAMBDA, Model, TrainingError, make_model
 
-# the vector mechanisms of ldpstream.mechanisms.multidim
-GradientMechanism = Literal["hm", "pm", "duchi", "laplace", "harmony"]
-GRADIENT_MECHANISMS: tuple[str, ...] = get_args(GradientMechanism)
 CLIP = 1.0  # 000 Sec. V, "gradient clipping": every entry is clipped to [-1, 1] before perturbation
 
 
