@@ -38,6 +38,9 @@ chromium:
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test $(TS_SDK)/dist/.built chromium
+	@# byte-compile the package (only what changed): pip does it for an install, an editable one compiles on import, and
+	@# not at all under PYTHONDONTWRITEBYTECODE, so every worker, edge and CLI process of the tests would compile it again
+	@$(PY) -m compileall -q src/ldpstream > /dev/null
 
 up: install
 	$(LDP) up
