@@ -57,7 +57,7 @@ demo: install
 
 # The quick tier: no Kafka, Redis or edge (tests that need them are marked `integration`, see tests/conftest.py).
 check: install-test lint types
-	$(PY) -m pytest -q -m 'not integration and not cluster and not install' -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n auto -m 'not integration and not cluster and not install' -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: install-test
 	$(VENV)/bin/ruff check src tests benchmarks deploy

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ldpstream.contract.spec import CollectionSpec
 
 console = Console()
-errors = Console(stderr=True)
+errors = Console(stderr=True, soft_wrap=True)  # one line per error, whatever the width (a path is never cut)
 
 
 def simulate_command(

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 console = Console()
-errors = Console(stderr=True)
+errors = Console(stderr=True, soft_wrap=True)  # one line per error, whatever the width (a path is never cut)
 spec_app = typer.Typer(no_args_is_help=True, help="Collection specs: validate and publish.")
 keys_app = typer.Typer(help="The keys that sign published specs and pointers: what apps pin, and what readers trust.")
 spec_app.add_typer(keys_app, name="keys")
