@@ -194,15 +194,20 @@ class Shuffler:
         return out
 
     def _assign(self) -> None:
-        """Read every followed collection's raw partitions from their committed offsets (the beginning if none)."""
+        """Read every followed collection's raw partitions: a partition read before goes on from where it was read
+        to (what it held is in memory, and its committed offset is behind it), a new one from its committed offset
+        (the beginning if none)."""
         tps = [TopicPartition(raw_topic(c.name), p) for c in self.collections.values() for p in range(c.partitions)]
         committed = self.consumer.committed(tps, timeout=30.0)
         for tp in committed:
             if tp.error is not None:
                 raise KafkaException(tp.error)
+            c = self.collections[raw_collection(tp.topic)]
+            if tp.partition in c.read_next:  # re-reading from the committed offset would hold its rows twice
+                tp.offset = c.read_next[tp.partition]
+                continue
             if tp.offset < 0:
                 tp.offset = OFFSET_BEGINNING
-            c = self.collections[raw_collection(tp.topic)]
             c.read_next[tp.partition] = max(tp.offset, 0)
         self.consumer.assign(committed)
         log.info("reading %s", ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in committed))
@@ -242,7 +247,11 @@ class Shuffler:
         by_version: dict[int, list[tuple[int, int, Envelope]]] = defaultdict(list)
         for m in messages:
             partition, offset = m.partition(), m.offset()
-            c.read_next[partition] = max(c.read_next.get(partition, 0), offset + 1)
+            if offset < c.read_next.get(partition, 0):  # held already (a partition is read in order): never twice
+                log.error("%s: raw message at %d/%d read again: left out, it is held already", c.name, partition,
+                          offset)
+                continue
+            c.read_next[partition] = offset + 1
             env = self._envelope(c, m.value())
             if env is None:
                 c.skipped += 1
