@@ -65,16 +65,18 @@ lint: install-test
 types: install-test
 	$(VENV)/bin/mypy src
 
-# Runs the whole suite against real services (stopped afterwards only if this target started them), then the
-# cluster tests.
 # The docs site (docs/, mkdocs.yml) into site/, every warning an error (a broken link, a stale reference).
 docs: install-test
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
+# Runs the whole suite against real services (stopped afterwards only if this target started them): the tests that
+# need no service on every core, then the integration tests one at a time (they share Kafka, Redis and the ports),
+# then the cluster tests.
 test: install-test docs
 	@if $(LDP) status --services-only >/dev/null 2>&1; then started=no; else started=yes; fi; \
 	$(LDP) up || exit 1; \
-	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	$(PY) -m pytest -n auto -m 'not integration and not cluster' $(PYTEST_ARGS) && \
+	$(PY) -m pytest -m 'integration and not cluster' $(PYTEST_ARGS); rc=$$?; \
 	if [ "$$started" = yes ]; then $(LDP) down; fi; \
 	[ $$rc -eq 0 ] || exit $$rc; \
 	$(MAKE) test-cluster
