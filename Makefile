@@ -82,7 +82,7 @@ test: install-test docs
 	$(MAKE) test-cluster
 
 # The cluster tests: they start their own 3-node Kafka and Redis Cluster (temporary state dir, ports 29092-29094,
-# 29192-29194, 26001-26006) and stop them at the end; the Kafka jars of `ldp up` are reused when present.
+# 29192-29194, 21001-21006) and stop them at the end; the Kafka jars of `ldp up` are reused when present.
 test-cluster: install-test
 	$(PY) -m pytest -m cluster tests/cluster $(PYTEST_ARGS)
 

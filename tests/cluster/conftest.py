@@ -1,7 +1,8 @@
 """The cluster tests' own clusters: a 3-node Kafka and a Redis Cluster of 3 primaries with a replica each, started
 once per session with `ldp up --cluster`'s code in a temporary state dir with its own credentials, on ports of
-their own (Kafka 29092-29094, controllers 29192-29194, Redis 26001-26006 and their cluster bus 36001-36006: clear
-of the single-node services, of a developer's `ldp up --cluster` and of the chaos benchmark's free ports), and
+their own (Kafka 29092-29094, controllers 29192-29194, Redis 21001-21006 and their cluster bus 31001-31006: clear
+of the single-node services, of a developer's `ldp up --cluster`, of the chaos benchmark's free ports and of the
+kernel's ephemeral range, 32768-60999, where an outgoing connection once held bus port 36006 and a run failed), and
 stopped at the end. Run them with `make test-cluster` (`pytest -m cluster tests/cluster`)."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ldpstream.services.cluster import NodeGroup
 # tests'; these tests use them on the cluster
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-PORTS = {"KAFKA_PORT": "29092", "KAFKA_CONTROLLER_PORT": "29192", "REDIS_PORT": "26001"}
+PORTS = {"KAFKA_PORT": "29092", "KAFKA_CONTROLLER_PORT": "29192", "REDIS_PORT": "21001"}
 
 
 @pytest.fixture(scope="session")
