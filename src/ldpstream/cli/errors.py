@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ldpstream.aggregator.plans import Plan
 
 START_STACK = "start the local services with `ldp up` (or point KAFKA_BOOTSTRAP and REDIS_URL at yours)"
 CLIENT_LOGGERS = ("ldpstream.kafka.client", "aiokafka", "kafka", "redis")
@@ -27,6 +31,17 @@ class NotPublished(CliError):
     def __init__(self, name: str, version: int | None = None) -> None:
         which = f"{name!r}" + (f" version {version}" if version is not None else "")
         super().__init__(f"no published collection {which}: publish its spec with `ldp spec publish FILE`")
+
+
+def published_plan(bootstrap: str, name: str, version: int | None = None) -> Plan:
+    """The aggregator's plan of a published collection: its newest version, or `version`; NotPublished otherwise."""
+    from ldpstream.aggregator.plans import PlanRegistry
+
+    plans = PlanRegistry(bootstrap)
+    plan = plans.latest(name) if version is None else plans.get(name, version)
+    if plan is None:
+        raise NotPublished(name, version)
+    return plan
 
 
 def require_services(kafka: bool = True, redis: bool = True, timeout_s: float = 3.0) -> None:

@@ -7,7 +7,7 @@ import json
 import typer
 from rich.console import Console
 
-from ldpstream.cli.errors import NotPublished, require_services
+from ldpstream.cli.errors import published_plan, require_services
 from ldpstream.cli.output import estimates_table, poisoning_table, shuffle_table
 
 console = Console(width=None if Console().is_terminal else 120)
@@ -28,7 +28,6 @@ def estimate(name: str = typer.Argument(..., help="collection name"),
     (docs/explanation/fake-devices.md). A numeric attribute reported by a distribution mechanism shows its quantiles,
     at the levels of --quantiles."""
     from ldpstream.aggregator.estimates import POSTPROCESS, attribute_distribution, collection_estimates
-    from ldpstream.aggregator.plans import PlanRegistry
     from ldpstream.aggregator.store import RedisStore
     from ldpstream.contract.spec import SpecError
     from ldpstream.mechanisms.distribution.base import check_levels
@@ -36,10 +35,7 @@ def estimate(name: str = typer.Argument(..., help="collection name"),
 
     require_services()
     cfg = Settings.from_env()
-    plans = PlanRegistry(cfg.bootstrap)
-    plan = plans.latest(name) if version is None else plans.get(name, version)
-    if plan is None:
-        raise NotPublished(name, version)
+    plan = published_plan(cfg.bootstrap, name, version)
     if postprocess not in POSTPROCESS:
         console.print(f"[red]error:[/] --postprocess must be one of {', '.join(POSTPROCESS)}")
         raise typer.Exit(2)

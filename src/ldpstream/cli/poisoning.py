@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ldpstream.cli.errors import CliError, NotPublished, client_logs, require_services
+from ldpstream.cli.errors import CliError, client_logs, published_plan, require_services
 
 console = Console(width=None if Console().is_terminal else 120)
 poisoning_app = typer.Typer(help="Suspected poisoning: audit closed windows, show what was set aside.",
@@ -28,7 +28,6 @@ def audit(name: str = typer.Argument(..., help="collection name"),
     """Read closed windows' reports again from Kafka, run every poisoning detector on them, keep the reports they set
     aside in ldp.setaside and the window's record beside its live statistics."""
     from ldpstream.aggregator.audit import AuditError, audit_window, closed_windows
-    from ldpstream.aggregator.plans import PlanRegistry
     from ldpstream.aggregator.store import RedisStore
     from ldpstream.contract.clock import now_ms
     from ldpstream.runtime.settings import Settings
@@ -38,10 +37,7 @@ def audit(name: str = typer.Argument(..., help="collection name"),
                         format="%(asctime)s %(levelname)s %(message)s")
     client_logs(verbose=follow)
     cfg = Settings.from_env()
-    plans = PlanRegistry(cfg.bootstrap)
-    plan = plans.latest(name) if version is None else plans.get(name, version)
-    if plan is None:
-        raise NotPublished(name, version)
+    plan = published_plan(cfg.bootstrap, name, version)
     store = RedisStore(cfg.redis)
     while True:
         if window is not None:
@@ -70,16 +66,12 @@ def status(name: str = typer.Argument(..., help="collection name"),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Each window's suspected poisoning: where the figure comes from, the reports set aside and the alert."""
     from ldpstream.aggregator.estimates import collection_estimates
-    from ldpstream.aggregator.plans import PlanRegistry
     from ldpstream.aggregator.store import ALL_TIME, RedisStore
     from ldpstream.runtime.settings import Settings
 
     require_services()
     cfg = Settings.from_env()
-    plans = PlanRegistry(cfg.bootstrap)
-    plan = plans.latest(name) if version is None else plans.get(name, version)
-    if plan is None:
-        raise NotPublished(name, version)
+    plan = published_plan(cfg.bootstrap, name, version)
     store = RedisStore(cfg.redis)
     windows = [(w, s) for v, w, s in store.windows(name) if v == plan.spec.version and w != ALL_TIME]
     rows = []

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ldpstream.cli.errors import NotPublished, require_services
+from ldpstream.cli.errors import published_plan, require_services
 
 console = Console(width=None if Console().is_terminal else 120)
 RELATIVE = re.compile(r"([0-9]{1,9})([smhd])")
@@ -67,17 +67,13 @@ def series(name: str = typer.Argument(..., help="collection name"),
 def local(name: str, attribute: str | None, window: str | None, start: str | None, end: str | None,
           version: int | None, now: int) -> dict[str, Any]:
     """The series read from the local stack's Redis (specs from its Kafka)."""
-    from ldpstream.aggregator.plans import PlanRegistry
     from ldpstream.aggregator.series import SeriesError, collection_series, series_query
     from ldpstream.aggregator.store import RedisStore
     from ldpstream.runtime.settings import Settings
 
     require_services()
     cfg = Settings.from_env()
-    plans = PlanRegistry(cfg.bootstrap)
-    plan = plans.latest(name) if version is None else plans.get(name, version)
-    if plan is None:
-        raise NotPublished(name, version)
+    plan = published_plan(cfg.bootstrap, name, version)
     try:
         query = series_query(plan, attribute, window, start, end, now)
     except SeriesError as exc:
