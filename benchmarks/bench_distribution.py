@@ -163,8 +163,8 @@ def one_run(dataset: str, seed: int, n: int, epsilon: float) -> list[dict[str, A
            ems_steps=fit.steps)
 
     def shipped() -> tuple[float, Any]:
-        level = choose_smoothing(sw.channel, counts)
-        return level, ems(sw.channel, counts, level)
+        choice = choose_smoothing(sw.channel, counts)
+        return choice.level, ems(sw.channel, counts, choice.level, start=choice.start)
 
     (level, fit), seconds = timed(shipped)
     dist, with_se = timed(lambda: sw.distribution(stats))
@@ -199,7 +199,7 @@ def grid_study(epsilon: float, seeds: int, datasets: list[str]) -> dict[str, Any
                     values = inputs(dataset, n, rng)
                     truth = np.searchsorted(np.sort(values), edges, side="right") / n
                     counts = chosen.accumulate(chosen.perturb(2.0 * values - 1.0, rng))[3:]
-                    level = choose_smoothing(chosen.channel, counts)
+                    level = choose_smoothing(chosen.channel, counts).level
                     row: dict[str, Any] = {"bins": bins, "n": n, "dataset": dataset, "seed": seed}
                     for name, mech, lam in (("kernel1", kernel1, 1.0), ("chosen", chosen, level)):
                         cdf = np.concatenate([[0.0], np.cumsum(ems(mech.channel, counts, lam).theta)])

@@ -297,15 +297,20 @@ def test_cross_validation_smooths_a_peak_less_than_a_plateau() -> None:
     rng = np.random.default_rng(13)
     peaked = (1 - rng.random(100_000) * (1 - 3.0**-9)) ** (-1 / 9) - 2  # density (x + 2)^-10 on [-1, 1]
     counts = _counts(mech, peaked, 14)
-    level = choose_smoothing(mech.channel, counts)
-    assert level < 1 and choose_smoothing(mech.channel, counts.copy()) == level
+    choice = choose_smoothing(mech.channel, counts)
+    level = choice.level
+    assert level < 1 and choose_smoothing(mech.channel, counts.copy()).level == level
+    assert {1.0, level, level / 2} <= choice.scores.keys() and choice.scores[level] > choice.scores[1.0]
     truth = np.searchsorted(np.sort(peaked), mech.edges, side="right") / peaked.size
     def ks(level: float) -> float:
         return float(np.abs(np.concatenate([[0], np.cumsum(ems(mech.channel, counts, level).theta)]) - truth).max())
     assert ks(level) < ks(1.0) / 3
-    assert choose_smoothing(mech.channel, _counts(mech, rng.uniform(-1, 1, 100_000), 15)) > 1
+    assert choose_smoothing(mech.channel, _counts(mech, rng.uniform(-1, 1, 100_000), 15)).level > 1
     assert mech.distribution(np.concatenate([[1, 0, 0], counts])).details["smoothing"] == level
-    details = SquareWave(1.0, bins=64, smoothing=0.5).distribution(np.concatenate([[1, 0, 0], counts])).details
+    stats = np.concatenate([[1, 0, 0], counts])
+    assert mech.distribution(stats) is mech.distribution(stats.copy())  # kept by its counts, not fitted again
+    assert mech.distribution(stats + np.eye(stats.size)[-1]) is not mech.distribution(stats)
+    details = SquareWave(1.0, bins=64, smoothing=0.5).distribution(stats).details
     assert details["smoothing"] == 0.5 and details["smoothing_chosen_by"] == "given" and details["converged"]
 
 

@@ -38,7 +38,8 @@ Statistics: [n, sum t*, sum t*^2, the count of every output cell] (additive).
 from __future__ import annotations
 
 import math
-from functools import cached_property
+from collections.abc import Callable
+from functools import cached_property, lru_cache
 from typing import ClassVar
 
 import numpy as np
@@ -61,6 +62,7 @@ from ldpstream.mechanisms.distribution.ems import (
 from ldpstream.mechanisms.numeric.base import NUMERIC_STATS_SIZE, NumericMechanism, second_moment_plugin
 
 DEFAULT_BINS = 64
+DISTRIBUTIONS_KEPT = 32  # fitted distributions a SquareWave keeps, by their counts
 METHOD = "sw-ems"
 STDERR_METHOD = "delta method at the EMS fixed point (multinomial counts of the reports' cells)"
 
@@ -239,12 +241,24 @@ class SquareWave(NumericMechanism, DistributionMechanism):
         return float(second_moment_plugin(count, total, total_sq, *self.variance_coefficients()))
 
     def distribution(self, stats: np.ndarray) -> Distribution:
-        """EMS on the output cells' counts, with delta-method standard errors (module docstring)."""
+        """EMS on the output cells' counts, with delta-method standard errors (module docstring). The last
+        DISTRIBUTIONS_KEPT results are kept by their counts: a window that got no new report is not fitted again."""
         counts = self._checked(stats)[NUMERIC_STATS_SIZE:]
         if np.any(counts < 0) or counts.sum() <= 0:
             raise LDPError("no reports (or negative counts): no distribution to estimate")
-        level = self.smoothing if self.smoothing is not None else choose_smoothing(self.channel, counts)
-        fit = ems(self.channel, counts, level)
+        return self._fitted(counts.tobytes())
+
+    @cached_property
+    def _fitted(self) -> Callable[[bytes], Distribution]:
+        return lru_cache(maxsize=DISTRIBUTIONS_KEPT)(self._fit)
+
+    def _fit(self, counts_bytes: bytes) -> Distribution:
+        counts = np.frombuffer(counts_bytes, dtype=np.float64)
+        level, start = self.smoothing, None
+        if level is None:
+            choice = choose_smoothing(self.channel, counts)
+            level, start = choice.level, choice.start
+        fit = ems(self.channel, counts, level, start=start)
         n = counts.sum()
         rows = ems_cdf_sensitivity(self.channel, counts, fit.theta, level)
         pi = self.channel.forward(fit.theta)
