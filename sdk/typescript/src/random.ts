@@ -58,11 +58,6 @@ export class CryptoRandom implements Random {
   }
 }
 
-/** An integer uniform in [lo, hi) (hi - lo <= 2^32). */
-export function integer(rng: Random, lo: number, hi: number): number {
-  return lo + rng.below(hi - lo);
-}
-
 /** True with probability p (a uniform on the 2^-53 grid below p, as numpy's `rng.random() < p`). */
 export function bernoulli(rng: Random, p: number): boolean {
   return rng.uniform() < p;
@@ -82,16 +77,4 @@ export function geometricFailures(rng: Random, p: number): number {
   // inversion: floor(log(U) / log(1 - p)) with U in (0, 1]
   const u = 1 - rng.uniform();
   return Math.floor(Math.log(u) / Math.log1p(-p));
-}
-
-/** k distinct indices of [0, d), a uniform k-subset (partial Fisher-Yates), in increasing order. */
-export function sampleIndices(rng: Random, d: number, k: number): number[] {
-  const pool = Array.from({ length: d }, (_, i) => i);
-  for (let i = 0; i < k; i++) {
-    const j = i + rng.below(d - i);
-    const t = pool[i];
-    pool[i] = pool[j];
-    pool[j] = t;
-  }
-  return pool.slice(0, k).sort((a, b) => a - b);
 }

@@ -13,10 +13,11 @@
 
 import { LDPError } from "../errors.js";
 import type { Random } from "../random.js";
-import { checkEpsilon, checkInteger, column, type FreshMechanism, formatG, type Report } from "./base.js";
+import { checkEpsilon, column, type FreshMechanism, type Report } from "./base.js";
 import { hadamardBit } from "./frequency.js";
 import { checkUnit, NumericMechanism } from "./numeric.js";
 import { DISTRIBUTION_PARAMETERS } from "./optional.js";
+import { checkInteger, formatG } from "./params.js";
 
 export { DISTRIBUTION_PARAMETERS } from "./optional.js";
 

@@ -6,8 +6,9 @@
 
 import { LDPError } from "../errors.js";
 import { bernoulli, type Random } from "../random.js";
-import { checkEpsilon, checkInteger, column, type FreshMechanism, type Report } from "./base.js";
+import { checkEpsilon, column, type FreshMechanism, type Report } from "./base.js";
 import { FREQUENCY_MAX_EPSILON, MAX_DOMAIN_SIZE, randomizedResponseFromUniform } from "./frequency.js";
+import { checkInteger } from "./params.js";
 
 /** One device's pairs: key codes 0..d-1 (each at most once) and their values on [-1, 1]. */
 export interface Pairs {

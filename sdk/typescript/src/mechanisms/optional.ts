@@ -4,7 +4,8 @@
  * distribution mechanisms a numeric attribute may name (Square Wave, hierarchical histograms).
  * `loadMechanisms(needsOf(specBytes))` brings in what a spec names (the device does it when it has verified a spec,
  * before it parses it); `mechanisms/all.js` registers every one at once (tools and tests). Their names and the
- * parameters a spec may give them are here, in the core, for validation and the policy.
+ * distribution mechanisms' parameters are here, in the core, for validation and the policy (the memoized ones'
+ * parameters are checked in their module).
  */
 
 import { LDPError } from "../errors.js";
@@ -13,12 +14,6 @@ import type * as Factorization from "./factorization.js";
 import type * as KeyValue from "./keyvalue.js";
 import type * as Longitudinal from "./longitudinal.js";
 import type * as Strings from "./strings.js";
-
-/** The parameters a spec may set per memoized mechanism (`registry.longitudinal_parameters`). */
-export const LONGITUDINAL_PARAMETERS: Record<string, readonly string[]> = {
-  "l-grr": [], "l-oue": [], "l-osue": [], "l-sue": [], rappor: ["hashes", "bloom_bits", "cohorts"],
-  "1bitmean": ["buckets"], dbitflip: ["sampled"],
-};
 
 export const LONGITUDINAL_KIND: Record<string, "frequency" | "numeric"> = {
   "l-grr": "frequency", "l-oue": "frequency", "l-osue": "frequency", "l-sue": "frequency", rappor: "frequency",
