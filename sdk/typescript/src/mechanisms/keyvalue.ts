@@ -4,11 +4,10 @@
  * PCKV-UE and PCKV-GRR pad the set to l pairs and sample one (`padAndSample`).
  */
 
-import { LDPError } from "../errors.js";
-import { bernoulli, type Random } from "../random.js";
-import { checkEpsilon, column, type FreshMechanism, type Report } from "./base.js";
-import { FREQUENCY_MAX_EPSILON, MAX_DOMAIN_SIZE, randomizedResponseFromUniform } from "./frequency.js";
-import { checkInteger } from "./params.js";
+import {
+  bernoulli, checkEpsilon, checkInteger, column, FREQUENCY_MAX_EPSILON, type FreshMechanism, LDPError, MAX_DOMAIN_SIZE,
+  type Random, randomizedResponseFromUniform, type Report,
+} from "./shared.js";
 
 /** One device's pairs: key codes 0..d-1 (each at most once) and their values on [-1, 1]. */
 export interface Pairs {

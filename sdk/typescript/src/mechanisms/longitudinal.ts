@@ -5,17 +5,13 @@
  * side builds it, so the permanent responses agree bit for bit (tests/vectors/memo.json).
  */
 
-import { LDPError } from "../errors.js";
-import type { Random } from "../random.js";
-import { GAMMA, keyedUniform, keyedWord, mix64, wordUniform } from "../u64.js";
-import { checkEpsilon, column, type MemoizedMechanism, type Report } from "./base.js";
 import {
-  checkCode, checkDomainSize, checkFrequencyEpsilon, pureVariance, randomizedResponse, randomizedResponseFromUniform,
-} from "./frequency.js";
-import { checkNumericEpsilon, checkUnit, duchiBound } from "./numeric.js";
+  checkCode, checkDomainSize, checkEpsilon, checkFrequencyEpsilon, checkInteger, checkNumericEpsilon, checkUnit, column,
+  duchiBound, formatG, GAMMA, keyedUniform, keyedWord, LDPError, type MemoizedMechanism, mix64, pureVariance,
+  type Random, randomizedResponse, randomizedResponseFromUniform, type Report, wordUniform,
+} from "./shared.js";
 import { symmetricSmallestEigenvalueRatioAbove } from "./linalg.js";
-import { checkInteger, formatG } from "./params.js";
-export { LONGITUDINAL_KIND } from "./optional.js";
+export { LONGITUDINAL_KIND } from "./shared.js";
 
 /** The parameters a spec may set per memoized mechanism (`registry.longitudinal_parameters`). */
 export const LONGITUDINAL_PARAMETERS: Record<string, readonly string[]> = {

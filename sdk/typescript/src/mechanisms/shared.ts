@@ -1,9 +1,24 @@
 /**
- * What the mechanisms loaded on demand share (and the core does not need): integer parameters checked, and numbers
- * printed as Python prints them in their reprs and messages.
+ * What the mechanisms loaded on demand (`optional.ts`) share: what they take from the core bundle, re-exported here,
+ * and the helpers only they use. They import the core through this module only, so the bundler puts everything they
+ * share with the core in one chunk, rather than one chunk for each combination of them that shares a module (each one
+ * more file to fetch, and less for gzip to share).
  */
 
 import { LDPError } from "../errors.js";
+
+export { concatBytes, fromUtf8, utf8 } from "../bytes.js";
+export { LDPError, SpecError } from "../errors.js";
+export { sha256Hex } from "../hashes.js";
+export { bernoulli, type Random } from "../random.js";
+export { GAMMA, keyedUniform, keyedWord, MASK64, mix64, wordUniform } from "../u64.js";
+export { checkEpsilon, column, type FreshMechanism, type MemoizedMechanism, type Report } from "./base.js";
+export {
+  checkCode, checkDomainSize, checkFrequencyEpsilon, FREQUENCY_MAX_EPSILON, hadamardBit, MAX_DOMAIN_SIZE, pureVariance,
+  randomizedResponse, randomizedResponseFromUniform,
+} from "./frequency.js";
+export { checkNumericEpsilon, checkUnit, duchiBound, NumericMechanism } from "./numeric.js";
+export { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "./optional.js";
 
 /**
  * Python's `format(x, "g")`: 6 significant digits, trailing zeros removed, exponent form below 1e-4 or from 1e6 on
