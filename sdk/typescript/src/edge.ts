@@ -5,7 +5,7 @@
  * memory) within a timeout; what fails is an `EdgeError` with the status (0: no answer) and the edge's reason.
  */
 
-import { fromHex, fromUtf8, utf8 } from "./bytes.js";
+import { concatBytes, fromHex, fromUtf8, utf8 } from "./bytes.js";
 import { authorization, type Credential } from "./auth.js";
 import { EdgeError } from "./errors.js";
 import { blockFromHeader } from "./signatures.js";
@@ -45,13 +45,7 @@ async function bounded(response: Response, limit: number): Promise<Uint8Array> {
     }
     parts.push(value);
   }
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
+  return concatBytes(...parts);
 }
 
 function refusal(body: Uint8Array): [string, string] {

@@ -13,7 +13,7 @@
  */
 
 import { authorization, type Credential } from "./auth.js";
-import { fromBase64, toBase64 } from "./bytes.js";
+import { concatBytes, fromBase64, toBase64 } from "./bytes.js";
 import type { EdgeClient } from "./edge.js";
 import type { Dtype } from "./mechanisms/base.js";
 import type { DeviceStorage } from "./storage.js";
@@ -95,10 +95,7 @@ export function envelopeOf(collection: string, pseudonym: bigint, reports: Store
       for (const c of b.columns) {
         const joined = block.columns.find((x) => x.name === c.name);
         if (joined === undefined || joined.dtype !== c.dtype) throw new Error("reports of one version carry different columns");
-        const data = new Uint8Array(joined.data.length + c.data.length);
-        data.set(joined.data);
-        data.set(c.data, joined.data.length);
-        joined.data = data;
+        joined.data = concatBytes(joined.data, c.data);
       }
     }
   });

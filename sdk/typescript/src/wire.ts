@@ -8,7 +8,7 @@
  * mechanism output is encoded: the blocks come from `Collector.perturb`.
  */
 
-import { utf8 } from "./bytes.js";
+import { concatBytes, utf8 } from "./bytes.js";
 import type { Dtype, ReportColumn } from "./mechanisms/base.js";
 
 export const WIRE_VERSION = 1;
@@ -55,15 +55,9 @@ export function columnBytes(column: ReportColumn): Uint8Array {
 
 class Writer {
   private parts: Uint8Array[] = [];
-  private size = 0;
-
-  private push(bytes: Uint8Array): void {
-    this.parts.push(bytes);
-    this.size += bytes.length;
-  }
 
   private head(...bytes: number[]): void {
-    this.push(Uint8Array.from(bytes));
+    this.parts.push(Uint8Array.from(bytes));
   }
 
   uint(n: number): void {
@@ -76,7 +70,7 @@ class Writer {
       const out = new Uint8Array(9);
       out[0] = 0xcf;
       new DataView(out.buffer).setBigUint64(1, BigInt(n), false);
-      this.push(out);
+      this.parts.push(out);
     }
   }
 
@@ -90,12 +84,12 @@ class Writer {
   str(text: string): void {
     const bytes = utf8(text);
     this.sized(bytes.length, 0xa0, 31, 0xd9, 0xda, 0xdb);
-    this.push(bytes);
+    this.parts.push(bytes);
   }
 
   bin(bytes: Uint8Array): void {
     this.sized(bytes.length, null, -1, 0xc4, 0xc5, 0xc6);
-    this.push(bytes);
+    this.parts.push(bytes);
   }
 
   array(length: number): void {
@@ -103,13 +97,7 @@ class Writer {
   }
 
   bytes(): Uint8Array {
-    const out = new Uint8Array(this.size);
-    let at = 0;
-    for (const p of this.parts) {
-      out.set(p, at);
-      at += p.length;
-    }
-    return out;
+    return concatBytes(...this.parts);
   }
 }
 
