@@ -37,7 +37,7 @@ export function toBase64(data: Uint8Array): string {
 
 /** Bytes of standard, padded base64 (as Python's `base64.b64decode(validate=True)` takes it); throws Error otherwise. */
 export function fromBase64(text: string): Uint8Array {
-  if (!BASE64.test(text)) throw new Error("not base64");
+  if (typeof text !== "string" || !BASE64.test(text)) throw new Error("not base64");
   return Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
 }
 

@@ -67,7 +67,7 @@ async function storageOf(storage: DeviceStorage | string | undefined): Promise<D
   }
   if (storage !== undefined) return storage;
   if ((globalThis as { indexedDB?: unknown }).indexedDB !== undefined) return indexedDbStorage();
-  throw new StateError("no storage given and no IndexedDB here: pass `storage` (a directory path in Node, or a get/set object)");
+  throw new StateError("no IndexedDB here: pass `storage` (a directory in Node, or a get/set object)");
 }
 
 /** A joined device's link to its edge: its trust state and how to renew it. */
@@ -86,7 +86,7 @@ class Link {
     const fetched = await this.client.pointer(this.collection, mine.pointer !== null ? mine.pointerEtag : null);
     const [body, block, etag] = fetched === null ? [mine.pointer, mine.pointerBlock, mine.pointerEtag]
       : [fetched.body, fetched.block, fetched.etag];
-    if (body === null) throw new EdgeError(304, "bad_answer", "the edge answered 304 to a device that holds no pointer");
+    if (body === null) throw new EdgeError(304, "bad_answer", "a 304 to a device that holds no pointer");
     let spec: CollectionSpec, specBytes: Uint8Array, specBlock: Uint8Array | null, pointer: Pointer;
     try {
       pointer = await checkPointer(body, block, this.keys, this.collection, mine.seen, this.clock());
@@ -149,8 +149,7 @@ class Link {
     }
     const pointer = this.keptPointer();
     if (pointer === null || pointerExpired(pointer, this.clock())) {
-      throw new SpecRefused("expired", `the pointer to '${this.collection}' has expired (or is not kept): reports stop until `
-                            + "`refresh` gets a fresh one");
+      throw new SpecRefused("expired", `the pointer to '${this.collection}' expired (or is not kept): no reports until \`refresh\` gets one`);
     }
   }
 
@@ -190,15 +189,14 @@ export class Device {
       try {
         await storage.set("ledger", json);
       } catch (exc) {
-        throw new StateError(`cannot write the privacy ledger (nothing was charged): ${String(exc)}`);
+        throw new StateError(`cannot write the privacy ledger (nothing charged): ${String(exc)}`);
       }
     };
     try {
       const text = await storage.get("ledger");
       ledger = text === undefined || text === null ? new PrivacyLedger(persist) : PrivacyLedger.fromJSON(text, persist);
     } catch (exc) {
-      throw new StateError(`the privacy ledger is damaged or unreadable (${String(exc)}): the device will not guess what it `
-                           + "spent; repair it, or reset the device");
+      throw new StateError(`the privacy ledger is damaged (${String(exc)}): repair it, or reset the device`);
     }
     const client = new EdgeClient(options.edge, options.fetch);
     const link = new Link(client, keys, state, options.collection, clock);
@@ -215,7 +213,7 @@ export class Device {
     }
     const mine = link.mine;
     if (mine.credential === null) {
-      if (!options.token) throw new EdgeError(0, "no_token", `the device has not joined '${options.collection}': an enrolment token is needed`);
+      if (!options.token) throw new EdgeError(0, "no_token", `not joined to '${options.collection}': an enrolment token is needed`);
       mine.credential = await client.enroll(options.token, options.collection);
       await state.save();
     }
@@ -286,7 +284,7 @@ export class Device {
     return this.serial(async () => {
       this.link.requireReady();
       const now = timestampMs ?? this.link.clock();
-      if (!Number.isSafeInteger(now)) throw new RangeError(`a report time is integer ms since the epoch, got ${now}`);
+      if (!Number.isSafeInteger(now)) throw new RangeError(`a report time is integer ms since the epoch, not ${now}`);
       const spec = this.spec;
       let secret: bigint | null = null, memos: { key: string; epsilon: number }[] = [];
       if (spec.privacy !== null) {

@@ -105,7 +105,7 @@ export class EdgeClient {
           || !/^[A-Za-z0-9._-]{1,64}$/.test(value.device)) throw new Error("fields");
       credential = { collection: value.collection, device: value.device, key: fromHex(value.key) };
     } catch {
-      throw new EdgeError(answer.status, "bad_answer", "the edge's enrolment answer is not a credential");
+      throw new EdgeError(answer.status, "bad_answer", "the enrolment answer is not a credential");
     }
     if (credential.collection !== collection) {
       throw new EdgeError(answer.status, "bad_answer", `the edge enrolled the device in '${credential.collection}'`);

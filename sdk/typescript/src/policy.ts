@@ -63,7 +63,7 @@ const SNAKE: Record<string, string> = {
 
 /** A policy from its options (camelCase, or the Python SDK's snake_case names); PolicyError naming a bad field. */
 export function makePolicy(options: PolicyOptions | Record<string, unknown> = {}): PrivacyPolicy {
-  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new PolicyError("a policy is an object of its fields");
+  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new PolicyError("a policy is an object");
   const values: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(options)) {
     const field = SNAKE[key] ?? key;
@@ -75,14 +75,14 @@ export function makePolicy(options: PolicyOptions | Record<string, unknown> = {}
   const policy = { ...DEFAULT_POLICY, ...values } as PrivacyPolicy;
   for (const field of NUMBER_FIELDS) {
     const v = policy[field];
-    if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) throw new PolicyError(`${field} must be a finite number > 0, got ${String(v)}`);
+    if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) throw new PolicyError(`${field} must be a finite number > 0, not ${String(v)}`);
   }
   const allowed = policy.allowedMechanisms;
   if (!Array.isArray(allowed) || !allowed.every((m) => typeof m === "string")) {
     throw new PolicyError("allowedMechanisms is a list of mechanism names");
   }
   const unknown = allowed.filter((m) => !EVERY_MECHANISM.includes(m)).sort();
-  if (unknown.length) throw new PolicyError(`allowedMechanisms names mechanisms this SDK does not know: ${unknown.join(", ")}`);
+  if (unknown.length) throw new PolicyError(`allowedMechanisms: unknown ${unknown.join(", ")}`);
   if (policy.maxLifetimePerCollection > policy.maxLifetimePerDevice) {
     throw new PolicyError("maxLifetimePerCollection cannot exceed maxLifetimePerDevice");
   }
@@ -114,7 +114,7 @@ export function judge(spec: CollectionSpec, policy: PrivacyPolicy, committed: Re
     budgets = new Collector(spec, strategies).privacyBudgets();
   } catch (exc) {
     if (exc instanceof SpecError || exc instanceof LDPError) {
-      return refuse("policy_unbuildable", `the spec's mechanisms cannot be built or do not keep its budget: ${exc.message}`);
+      return refuse("policy_unbuildable", `the spec's mechanisms cannot be built or break its budget: ${exc.message}`);
     }
     throw exc;
   }

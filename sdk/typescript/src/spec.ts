@@ -373,7 +373,7 @@ function consistency(spec: CollectionSpec): string | undefined {
 /** A spec from its JSON bytes or text; SpecError with the problems found, and nothing else, whatever the input. */
 export function parseSpec(data: Uint8Array | string, source = "<spec>"): CollectionSpec {
   try {
-    if (data.length > MAX_SPEC_SIZE) throw new SpecError(`${data.length} characters or bytes; a spec has at most ${MAX_SPEC_SIZE}`);
+    if (data.length > MAX_SPEC_SIZE) throw new SpecError(`more than ${MAX_SPEC_SIZE} bytes or characters`);
     let text: string;
     try {
       text = typeof data === "string" ? data : fromUtf8(data);
@@ -384,9 +384,9 @@ export function parseSpec(data: Uint8Array | string, source = "<spec>"): Collect
     try {
       value = JSON.parse(text);
     } catch {
-      throw new SpecError("not valid JSON (a device reads the JSON a spec is published as)");
+      throw new SpecError("not JSON");
     }
-    if (!isObject(value)) throw new SpecError(`a spec is a mapping, got ${Array.isArray(value) ? "list" : typeof value}`);
+    if (!isObject(value)) throw new SpecError("a spec is an object");
     return validated(value);
   } catch (exc) {
     if (exc instanceof SpecError) throw new SpecError(`${source}: ${exc.message}`);

@@ -18,7 +18,7 @@ const TIE_RTOL = 1e-6;
 export function checkFrequencyEpsilon(epsilon: number): number {
   const eps = checkEpsilon(epsilon);
   if (eps > FREQUENCY_MAX_EPSILON) {
-    throw new LDPError(`epsilon ${eps} is above the supported maximum 30 for frequency oracles`);
+    throw new LDPError(`epsilon ${eps} is above 30, the most for frequency oracles`);
   }
   return eps;
 }
@@ -32,7 +32,7 @@ export function checkDomainSize(k: number): number {
 
 export function checkCode(code: number, k: number): number {
   if (!Number.isInteger(code) || code < 0 || code >= k) {
-    throw new LDPError(`unknown category: codes must lie in 0..${k - 1}, got ${code}`);
+    throw new LDPError(`code ${code} is not in 0..${k - 1}`);
   }
   return code;
 }

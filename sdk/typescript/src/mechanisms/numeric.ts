@@ -15,7 +15,7 @@ export const EPSILON_STAR = 0.6093524930273093;
 export function checkNumericEpsilon(epsilon: number): number {
   const eps = checkEpsilon(epsilon);
   if (eps > NUMERIC_MAX_EPSILON) {
-    throw new LDPError(`epsilon ${eps} is above the supported maximum 50 for numeric mechanisms`);
+    throw new LDPError(`epsilon ${eps} is above 50, the most for numeric mechanisms`);
   }
   return eps;
 }

@@ -44,7 +44,7 @@ export const modules: Modules = {};
 
 function need<K extends keyof Modules>(name: K): NonNullable<Modules[K]> {
   const m = modules[name];
-  if (m === undefined) throw new LDPError(`the ${name} mechanisms are not loaded: await loadMechanisms(...) first`);
+  if (m === undefined) throw new LDPError(`the ${name} mechanisms are not loaded (loadMechanisms)`);
   return m as NonNullable<Modules[K]>;
 }
 
