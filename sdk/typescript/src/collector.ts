@@ -117,10 +117,10 @@ export class Collector {
     if (this.k < 1 || this.k > this.dims) throw new LDPError(`cannot sample k = ${this.k} of d = ${this.dims} attributes`);
     this.lifetime = spec.privacy === null ? null : spec.privacy.lifetime / spec.privacy.values;
     this.plans = spec.attributes.map((a, index) => ({ index, attribute: a, nameKey: nameKey(a.name),
-                                                      ...this.mechanism(a, strategies) }));
+                                                      ...this.#mechanism(a, strategies) }));
   }
 
-  private mechanism(a: Attribute, strategies: Strategies): Pick<Plan, "fresh" | "memoized"> {
+  #mechanism(a: Attribute, strategies: Strategies): Pick<Plan, "fresh" | "memoized"> {
     const spec = this.spec;
     const eps = spec.epsilon / this.k;
     if (a.type === "keyvalue") {

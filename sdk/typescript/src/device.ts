@@ -90,7 +90,7 @@ class Link {
     let spec: CollectionSpec, specBytes: Uint8Array, specBlock: Uint8Array | null, pointer: Pointer;
     try {
       pointer = await checkPointer(body, block, this.keys, this.collection, mine.seen, this.clock());
-      [spec, specBytes, specBlock] = await this.specOf(pointer);
+      [spec, specBytes, specBlock] = await this.#specOf(pointer);
     } catch (exc) {
       if (exc instanceof TrustError) throw new SpecRefused(exc.code, exc.message);
       throw exc;
@@ -101,7 +101,7 @@ class Link {
     return spec;
   }
 
-  private async specOf(pointer: Pointer): Promise<[CollectionSpec, Uint8Array, Uint8Array | null]> {
+  async #specOf(pointer: Pointer): Promise<[CollectionSpec, Uint8Array, Uint8Array | null]> {
     const mine = this.mine;
     if (mine.spec !== null && mine.seen.version === pointer.version) {
       try {
@@ -164,14 +164,17 @@ export class Device {
   spec: CollectionSpec;
   /** The device's pseudonym in its collection (what the aggregators see). */
   readonly pseudonym: bigint;
-  private collector: Collector;
-  private queue: Promise<unknown> = Promise.resolve();
+  #collector: Collector;
+  #queue: Promise<unknown> = Promise.resolve();
+  readonly #link: Link;
+  readonly #random: Random;
 
-  private constructor(private readonly link: Link, readonly ledger: PrivacyLedger, readonly transport: HttpTransport,
-                      readonly policy: PrivacyPolicy | null, private readonly random: Random, spec: CollectionSpec,
-                      strategies: Strategies) {
+  private constructor(link: Link, readonly ledger: PrivacyLedger, readonly transport: HttpTransport,
+                      readonly policy: PrivacyPolicy | null, random: Random, spec: CollectionSpec, strategies: Strategies) {
+    this.#link = link;
+    this.#random = random;
     this.spec = spec;
-    this.collector = new Collector(spec, strategies);
+    this.#collector = new Collector(spec, strategies);
     this.pseudonym = devicePseudonym(spec.name, transport.credential.device);
   }
 
@@ -228,7 +231,7 @@ export class Device {
 
   /** Whether the device accepts its collection's current spec, and why not: the app shows it. */
   get verdict(): VerdictJson | null {
-    return this.link.mine.verdict;
+    return this.#link.mine.verdict;
   }
 
   /** The reports waiting in the outbox. */
@@ -241,34 +244,34 @@ export class Device {
   }
 
   /** One operation at a time (reports, flushes and refreshes never interleave their writes). */
-  private serial<T>(operation: () => Promise<T>): Promise<T> {
-    const run = this.queue.then(operation, operation);
-    this.queue = run.catch(() => undefined);
+  #serial<T>(operation: () => Promise<T>): Promise<T> {
+    const run = this.#queue.then(operation, operation);
+    this.#queue = run.catch(() => undefined);
     return run;
   }
 
   /** Fetch the pointer again (and the spec, if it moved on), verify and judge it; the verdict. The last good spec stays
    * in use when the edge cannot be reached or serves something the device does not believe. */
   refresh(): Promise<VerdictJson | null> {
-    return this.serial(() => this.refreshNow());
+    return this.#serial(() => this.#refreshNow());
   }
 
-  private async refreshNow(): Promise<VerdictJson | null> {
+  async #refreshNow(): Promise<VerdictJson | null> {
     try {
-      const spec = await this.link.trustedSpec();
+      const spec = await this.#link.trustedSpec();
       if (spec.version !== this.spec.version || JSON.stringify(spec) !== JSON.stringify(this.spec)) {
-        const strategies = await this.link.strategies(spec);
+        const strategies = await this.#link.strategies(spec);
         if (this.policy !== null) {
           const verdict = judge(spec, this.policy, this.ledger.committed(), strategies);
           if (!verdict.accepted) throw new SpecRefused(verdict.code, verdict.reason);
           await this.ledger.commit(spec.name, verdict.commitment);
         }
-        this.collector = new Collector(spec, strategies);
+        this.#collector = new Collector(spec, strategies);
         this.spec = spec;
       }
-      await this.link.remember(true);
+      await this.#link.remember(true);
     } catch (exc) {
-      if (exc instanceof SpecRefused) await this.link.remember(false, exc.code, exc.message);
+      if (exc instanceof SpecRefused) await this.#link.remember(false, exc.code, exc.message);
       else if (!(exc instanceof EdgeError)) throw exc; // offline, or the edge is down: the last good spec stands
     }
     return this.verdict;
@@ -281,22 +284,22 @@ export class Device {
    * full: nothing charged, no report).
    */
   report(record: TrueRecord, timestampMs?: number): Promise<Uint8Array> {
-    return this.serial(async () => {
-      this.link.requireReady();
-      const now = timestampMs ?? this.link.clock();
+    return this.#serial(async () => {
+      this.#link.requireReady();
+      const now = timestampMs ?? this.#link.clock();
       if (!Number.isSafeInteger(now)) throw new RangeError(`a report time is integer ms since the epoch, not ${now}`);
       const spec = this.spec;
       let secret: bigint | null = null, memos: { key: string; epsilon: number }[] = [];
       if (spec.privacy !== null) {
-        this.collector.inputs(record); // a malformed record draws no secret
-        secret = await this.ledger.secret(spec.name, () => this.random.word64());
-        memos = this.collector.memos(record, secret);
+        this.#collector.inputs(record); // a malformed record draws no secret
+        secret = await this.ledger.secret(spec.name, () => this.#random.word64());
+        memos = this.#collector.memos(record, secret);
       }
       this.ledger.check(spec, now, memos, this.policy);
-      const blocks = this.collector.perturb(record, this.random, secret);
+      const blocks = this.#collector.perturb(record, this.#random, secret);
       await this.ledger.charge(spec, now, memos, this.policy);
       const stored = {
-        version: spec.version, timestampMs: now, madeMs: this.link.clock(), size: 0,
+        version: spec.version, timestampMs: now, madeMs: this.#link.clock(), size: 0,
         blocks: blocks.map((b) => ({
           attribute: b.attribute,
           columns: Object.entries(b.report).map(([name, c]) => ({ name, dtype: c.dtype, data: columnBytes(c) })),
@@ -315,11 +318,11 @@ export class Device {
   /** Send the outbox; the number of reports that left it. The spec is refreshed first when its pointer is due, and
    * after when the edge says the version moved on. */
   flush(): Promise<number> {
-    return this.serial(async () => {
-      if (this.link.due()) await this.refreshNow();
+    return this.#serial(async () => {
+      if (this.#link.due()) await this.#refreshNow();
       const sent = await this.transport.flush();
       const movedOn = this.transport.currentVersion;
-      if (movedOn !== null && movedOn > this.spec.version) await this.refreshNow();
+      if (movedOn !== null && movedOn > this.spec.version) await this.#refreshNow();
       return sent;
     });
   }
@@ -327,13 +330,13 @@ export class Device {
   /** Delete this device's enrolment at the edge, forget its credential and drop the reports not sent (their budget
    * stays spent); it reports nothing more until it joins again with a token. */
   leave(): Promise<void> {
-    return this.serial(async () => {
-      await this.link.client.leave(this.transport.credential, this.link.clock());
+    return this.#serial(async () => {
+      await this.#link.client.leave(this.transport.credential, this.#link.clock());
       await this.transport.outbox.clear();
-      const mine = this.link.mine;
+      const mine = this.#link.mine;
       mine.credential = null;
       mine.verdict = { accepted: false, code: "left", reason: "the device left the collection" };
-      await this.link.state.save();
+      await this.#link.state.save();
     });
   }
 }

@@ -59,9 +59,10 @@ function refusal(body: Uint8Array): [string, string] {
 
 export class EdgeClient {
   readonly url: string;
+  readonly #fetcher: Fetch;
 
-  constructor(baseUrl: string, private readonly fetcher: Fetch = globalThis.fetch.bind(globalThis),
-              readonly timeoutMs = 30_000) {
+  constructor(baseUrl: string, fetcher: Fetch = globalThis.fetch.bind(globalThis), readonly timeoutMs = 30_000) {
+    this.#fetcher = fetcher;
     this.url = baseUrl.replace(/\/+$/, "");
   }
 
@@ -71,7 +72,7 @@ export class EdgeClient {
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(), this.timeoutMs);
     try {
-      const response = await this.fetcher(this.url + path, {
+      const response = await this.#fetcher(this.url + path, {
         method, headers, body: body as BodyInit | null, cache: "no-store", redirect: "error", signal: controller.signal,
       });
       return { status: response.status, headers: response.headers, body: await bounded(response, limit) };
@@ -83,7 +84,7 @@ export class EdgeClient {
     }
   }
 
-  private async call(method: string, path: string, body: Uint8Array | null, headers: Record<string, string>,
+  async #call(method: string, path: string, body: Uint8Array | null, headers: Record<string, string>,
                      limit: number, notModified = false): Promise<Answer | null> {
     const answer = await this.request(method, path, body, headers, limit);
     if (answer.status === 304 && notModified) return null;
@@ -97,7 +98,7 @@ export class EdgeClient {
   /** Exchange an enrolment token for a credential of `collection`. */
   async enroll(token: string, collection: string): Promise<Credential> {
     const body = utf8(JSON.stringify({ token, collection }));
-    const answer = (await this.call("POST", "/v1/enroll", body, { "Content-Type": "application/json" }, MAX_ANSWER_BYTES))!;
+    const answer = (await this.#call("POST", "/v1/enroll", body, { "Content-Type": "application/json" }, MAX_ANSWER_BYTES))!;
     let credential: Credential;
     try {
       const value = JSON.parse(fromUtf8(answer.body)) as Record<string, unknown>;
@@ -116,26 +117,26 @@ export class EdgeClient {
   /** The collection's signed pointer, or null if it is still the one of `etag` (304). */
   async pointer(collection: string, etag: string | null): Promise<Signed | null> {
     const headers: Record<string, string> = etag === null ? {} : { "If-None-Match": etag };
-    const answer = await this.call("GET", `/v1/collections/${encodeURIComponent(collection)}`, null, headers,
+    const answer = await this.#call("GET", `/v1/collections/${encodeURIComponent(collection)}`, null, headers,
                                    MAX_POINTER_BYTES, true);
     return answer === null ? null : signedOf(answer);
   }
 
   async spec(collection: string, version: number): Promise<Signed> {
     const path = `/v1/collections/${encodeURIComponent(collection)}/specs/${Math.trunc(version)}`;
-    return signedOf((await this.call("GET", path, null, {}, MAX_SPEC_BYTES))!);
+    return signedOf((await this.#call("GET", path, null, {}, MAX_SPEC_BYTES))!);
   }
 
   /** A strategy's .npz bytes (unchecked: the caller checks them against the hash). */
   async strategy(contentHash: string): Promise<Uint8Array> {
-    return (await this.call("GET", `/v1/strategies/${encodeURIComponent(contentHash)}`, null, {}, MAX_STRATEGY_BYTES))!.body;
+    return (await this.#call("GET", `/v1/strategies/${encodeURIComponent(contentHash)}`, null, {}, MAX_STRATEGY_BYTES))!.body;
   }
 
   /** Delete the device's enrolment (its credential stops working). */
   async leave(credential: Credential, nowMs: number): Promise<void> {
     const path = `/v1/collections/${encodeURIComponent(credential.collection)}/devices/${encodeURIComponent(credential.device)}`;
     const auth = authorization(credential.device, credential.key, "DELETE", path, new Uint8Array(0), nowMs);
-    await this.call("DELETE", path, new Uint8Array(0), { Authorization: auth }, MAX_ANSWER_BYTES);
+    await this.#call("DELETE", path, new Uint8Array(0), { Authorization: auth }, MAX_ANSWER_BYTES);
   }
 }
 

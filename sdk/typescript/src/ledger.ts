@@ -96,87 +96,89 @@ export function windowOf(spec: CollectionSpec, timestampMs: number): number {
 export type Persist = (json: string) => Promise<void>;
 
 export class PrivacyLedger {
-  private accounts: Map<string, Account>;
-  private days: Spends;
-  private commitments: Map<string, number>;
+  #accounts: Map<string, Account>;
+  #days: Spends;
+  #commitments: Map<string, number>;
+  readonly #persist: Persist | null;
 
-  constructor(private readonly persist: Persist | null = null, accounts = new Map<string, Account>(),
-              days = new Spends(DAYS_KEPT), commitments = new Map<string, number>()) {
-    this.accounts = accounts;
-    this.days = days;
-    this.commitments = commitments;
+  constructor(persist: Persist | null = null, accounts = new Map<string, Account>(), days = new Spends(DAYS_KEPT),
+              commitments = new Map<string, number>()) {
+    this.#persist = persist;
+    this.#accounts = accounts;
+    this.#days = days;
+    this.#commitments = commitments;
   }
 
   spent(spec: CollectionSpec, timestampMs: number): number {
-    return this.accounts.get(spec.name)?.windows.of(windowOf(spec, timestampMs)) ?? 0.0;
+    return this.#accounts.get(spec.name)?.windows.of(windowOf(spec, timestampMs)) ?? 0.0;
   }
 
   spentOnDay(timestampMs: number): number {
-    return this.days.of(Math.floor(timestampMs / DAY_MS));
+    return this.#days.of(Math.floor(timestampMs / DAY_MS));
   }
 
   lifetimeSpent(collection: string): number {
-    return this.accounts.get(collection)?.lifetimeSpent ?? 0.0;
+    return this.#accounts.get(collection)?.lifetimeSpent ?? 0.0;
   }
 
   memos(collection: string): Map<string, number> {
-    return new Map(this.accounts.get(collection)?.memos ?? []);
+    return new Map(this.#accounts.get(collection)?.memos ?? []);
   }
 
   committed(): Record<string, number> {
-    return Object.fromEntries(this.commitments);
+    return Object.fromEntries(this.#commitments);
   }
 
   /** The device's secret for the collection, drawn (with `draw`) and saved on first use. */
   async secret(collection: string, draw: () => bigint): Promise<bigint> {
-    const current = this.accounts.get(collection) ?? newAccount();
+    const current = this.#accounts.get(collection) ?? newAccount();
     if (current.secret !== null) return current.secret;
     const next = { ...current, secret: draw() };
-    await this.replace(() => this.accounts.set(collection, next));
+    await this.#replace(() => this.#accounts.set(collection, next));
     return next.secret;
   }
 
   /** Reserve `lifetime` for the collection (a commitment never shrinks). */
   async commit(collection: string, lifetime: number): Promise<void> {
     if (!(Number.isFinite(lifetime) && lifetime > 0)) throw new RangeError(`a commitment must be finite and > 0, got ${lifetime}`);
-    if (lifetime > (this.commitments.get(collection) ?? 0.0)) {
-      await this.replace(() => this.commitments.set(collection, lifetime));
+    if (lifetime > (this.#commitments.get(collection) ?? 0.0)) {
+      await this.#replace(() => this.#commitments.set(collection, lifetime));
     }
   }
 
   /** BudgetExceeded if a report costing `epsilon` (default: the spec's) and reading `memos` would exceed a budget. */
   check(spec: CollectionSpec, timestampMs: number, memos: Memo[] = [], policy: PrivacyPolicy | null = null,
         epsilon?: number): void {
-    this.next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy);
+    this.#next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy);
   }
 
   /** Record a report (kept in storage before this resolves); the budget left in its window. */
   async charge(spec: CollectionSpec, timestampMs: number, memos: Memo[] = [], policy: PrivacyPolicy | null = null,
                epsilon?: number): Promise<number> {
-    const [account, days] = this.next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy);
-    await this.replace(() => {
-      this.accounts.set(spec.name, account);
-      this.days = days;
+    const [account, days] = this.#next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy);
+    await this.#replace(() => {
+      this.#accounts.set(spec.name, account);
+      this.#days = days;
     });
     return Math.max(spec.epsilon - account.windows.of(windowOf(spec, timestampMs)), 0.0);
   }
 
   /** Apply `change` and persist; on a failed write the ledger is as it was (nothing charged) and the error thrown. */
-  private async replace(change: () => void): Promise<void> {
-    const saved = [new Map(this.accounts), this.days, new Map(this.commitments)] as const;
+  async #replace(change: () => void): Promise<void> {
+    const saved = [new Map(this.#accounts), this.#days, new Map(this.#commitments)] as const;
     change();
     try {
-      if (this.persist !== null) await this.persist(this.toJSON());
+      if (this.#persist !== null) await this.#persist(this.toJSON());
     } catch (exc) {
-      [this.accounts, this.days, this.commitments] = [saved[0], saved[1], saved[2]];
+      [this.#accounts, this.#days, this.#commitments] = [saved[0], saved[1], saved[2]];
       throw exc;
     }
   }
 
-  private next(spec: CollectionSpec, timestampMs: number, epsilon: number, memos: Memo[],
+  #next(spec: CollectionSpec, timestampMs: number, epsilon: number, memos: Memo[],
                policy: PrivacyPolicy | null): [Account, Spends] {
     if (!(Number.isFinite(epsilon) && epsilon > 0)) throw new RangeError(`a report's epsilon must be finite and > 0, got ${epsilon}`);
-    const current = this.accounts.get(spec.name) ?? newAccount();
+    const current = this.#accounts.get(spec.name) ?? newAccount();
     const window = windowOf(spec, timestampMs);
     if (current.windows.forgotten(window)) {
       throw new BudgetExceeded(`${spec.name}: window ${window} is at or before window ${current.windows.dropped}, whose `
@@ -192,22 +194,22 @@ export class PrivacyLedger {
     const lifetime = current.lifetimeSpent + (spec.privacy === null ? epsilon : fsum([...fresh.values()]));
     checkLifetime(spec, memos, fresh, lifetime);
     const day = Math.floor(timestampMs / DAY_MS);
-    if (policy !== null) this.checkPolicy(spec, policy, epsilon, day, lifetime);
+    if (policy !== null) this.#checkPolicy(spec, policy, epsilon, day, lifetime);
     const account: Account = { windows: current.windows.plus(window, epsilon), lifetimeSpent: lifetime,
                                memos: new Map([...current.memos, ...fresh]), secret: current.secret };
-    return [account, this.days.plus(day, epsilon)];
+    return [account, this.#days.plus(day, epsilon)];
   }
 
-  private checkPolicy(spec: CollectionSpec, policy: PrivacyPolicy, epsilon: number, day: number, lifetime: number): void {
-    if (this.days.forgotten(day)) {
-      throw new BudgetExceeded(`day ${day} is at or before day ${this.days.dropped}, whose spend the ledger no longer keeps`);
+  #checkPolicy(spec: CollectionSpec, policy: PrivacyPolicy, epsilon: number, day: number, lifetime: number): void {
+    if (this.#days.forgotten(day)) {
+      throw new BudgetExceeded(`day ${day} is at or before day ${this.#days.dropped}, whose spend the ledger no longer keeps`);
     }
-    const today = this.days.of(day) + epsilon;
+    const today = this.#days.of(day) + epsilon;
     if (today > policy.maxEpsilonPerDay * (1 + EPSILON_SLACK)) {
       throw new BudgetExceeded(`${spec.name}: the device's spend on day ${day} would be ${today} > the policy's `
                                + `maxEpsilonPerDay ${policy.maxEpsilonPerDay}`);
     }
-    const committed = this.commitments.get(spec.name);
+    const committed = this.#commitments.get(spec.name);
     if (committed === undefined) throw new BudgetExceeded(`${spec.name}: not accepted by the device (no lifetime committed)`);
     if (lifetime > committed * (1 + EPSILON_SLACK)) {
       throw new BudgetExceeded(`${spec.name}: the lifetime spend would be ${lifetime} > the ${committed} committed to it`);
@@ -216,24 +218,24 @@ export class PrivacyLedger {
 
   toJSON(): string {
     const collections: Record<string, unknown> = {};
-    for (const name of [...this.accounts.keys()].sort()) {
-      const a = this.accounts.get(name) as Account;
+    for (const name of [...this.#accounts.keys()].sort()) {
+      const a = this.#accounts.get(name) as Account;
       collections[name] = { windows: a.windows.toJSON(), lifetime_spent: a.lifetimeSpent, memos: sortedRecord(a.memos),
                             secret: a.secret === null ? null : a.secret.toString(16).padStart(16, "0") };
     }
-    return JSON.stringify({ format: FORMAT, collections, days: this.days.toJSON(), commitments: sortedRecord(this.commitments) });
+    return JSON.stringify({ format: FORMAT, collections, days: this.#days.toJSON(), commitments: sortedRecord(this.#commitments) });
   }
 
   /** A ledger from its JSON (format 3 or 2, as the Python SDK writes it); Error if it is not one. */
   static fromJSON(text: string, persist: Persist | null = null): PrivacyLedger {
     try {
-      return PrivacyLedger.parse(text, persist);
+      return PrivacyLedger.#parse(text, persist);
     } catch (exc) {
       throw new Error(`not a privacy ledger: ${String(exc)}`);
     }
   }
 
-  private static parse(text: string, persist: Persist | null): PrivacyLedger {
+  static #parse(text: string, persist: Persist | null): PrivacyLedger {
     const data = JSON.parse(text) as Record<string, unknown>;
     if (typeof data !== "object" || data === null || (data.format !== 2 && data.format !== FORMAT)) {
       throw new Error(`not a privacy ledger of format ${FORMAT}`);

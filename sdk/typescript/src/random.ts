@@ -25,36 +25,36 @@ function webCrypto(): Crypto {
 
 /** Draws from `crypto.getRandomValues`, 4 KiB at a time. */
 export class CryptoRandom implements Random {
-  private readonly words = new Uint32Array(BLOCK_WORDS);
-  private next = BLOCK_WORDS;
-  private readonly crypto = webCrypto();
+  readonly #words = new Uint32Array(BLOCK_WORDS);
+  #next = BLOCK_WORDS;
+  readonly #crypto = webCrypto();
 
-  private u32(): number {
-    if (this.next === BLOCK_WORDS) {
-      this.crypto.getRandomValues(this.words);
-      this.next = 0;
+  #u32(): number {
+    if (this.#next === BLOCK_WORDS) {
+      this.#crypto.getRandomValues(this.#words);
+      this.#next = 0;
     }
-    return this.words[this.next++];
+    return this.#words[this.#next++];
   }
 
   uniform(): number {
-    const high = this.u32() >>> 5; // 27 bits
-    const low = this.u32() >>> 6; // 26 bits
+    const high = this.#u32() >>> 5; // 27 bits
+    const low = this.#u32() >>> 6; // 26 bits
     return (high * 67108864 + low) / 9007199254740992;
   }
 
   below(n: number): number {
     if (!(Number.isInteger(n) && n >= 1 && n <= 4294967296)) throw new RangeError(`below(${n})`);
-    if (n === 4294967296) return this.u32();
+    if (n === 4294967296) return this.#u32();
     const limit = 4294967296 - (4294967296 % n); // accept [0, limit): a whole number of copies of [0, n)
     for (;;) {
-      const x = this.u32();
+      const x = this.#u32();
       if (x < limit) return x % n;
     }
   }
 
   word64(): bigint {
-    return (BigInt(this.u32()) << 32n) | BigInt(this.u32());
+    return (BigInt(this.#u32()) << 32n) | BigInt(this.#u32());
   }
 }
 

@@ -46,7 +46,11 @@ function fresh(): CollectionState {
 }
 
 export class DeviceState {
-  private constructor(private readonly storage: DeviceStorage, readonly collections: Map<string, CollectionState>) {}
+  readonly #storage: DeviceStorage;
+
+  private constructor(storage: DeviceStorage, readonly collections: Map<string, CollectionState>) {
+    this.#storage = storage;
+  }
 
   static async open(storage: DeviceStorage): Promise<DeviceState> {
     let text: string | undefined | null;
@@ -103,7 +107,7 @@ export class DeviceState {
       };
     }
     try {
-      await this.storage.set("device", JSON.stringify({ format: FORMAT, collections }));
+      await this.#storage.set("device", JSON.stringify({ format: FORMAT, collections }));
     } catch (exc) {
       throw new StateError(`cannot write the device state: ${String(exc)}`);
     }

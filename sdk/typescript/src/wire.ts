@@ -54,50 +54,50 @@ export function columnBytes(column: ReportColumn): Uint8Array {
 }
 
 class Writer {
-  private parts: Uint8Array[] = [];
+  #parts: Uint8Array[] = [];
 
-  private head(...bytes: number[]): void {
-    this.parts.push(Uint8Array.from(bytes));
+  #head(...bytes: number[]): void {
+    this.#parts.push(Uint8Array.from(bytes));
   }
 
   uint(n: number): void {
     if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`not an unsigned integer: ${n}`);
-    if (n < 128) this.head(n);
-    else if (n < 256) this.head(0xcc, n);
-    else if (n < 65536) this.head(0xcd, n >> 8, n & 255);
-    else if (n < 2 ** 32) this.head(0xce, (n >>> 24) & 255, (n >>> 16) & 255, (n >>> 8) & 255, n & 255);
+    if (n < 128) this.#head(n);
+    else if (n < 256) this.#head(0xcc, n);
+    else if (n < 65536) this.#head(0xcd, n >> 8, n & 255);
+    else if (n < 2 ** 32) this.#head(0xce, (n >>> 24) & 255, (n >>> 16) & 255, (n >>> 8) & 255, n & 255);
     else {
       const out = new Uint8Array(9);
       out[0] = 0xcf;
       new DataView(out.buffer).setBigUint64(1, BigInt(n), false);
-      this.parts.push(out);
+      this.#parts.push(out);
     }
   }
 
-  private sized(length: number, fix: number | null, fixMax: number, c8: number | null, c16: number, c32: number): void {
-    if (fix !== null && length <= fixMax) this.head(fix | length);
-    else if (c8 !== null && length < 256) this.head(c8, length);
-    else if (length < 65536) this.head(c16, length >> 8, length & 255);
-    else this.head(c32, (length >>> 24) & 255, (length >>> 16) & 255, (length >>> 8) & 255, length & 255);
+  #sized(length: number, fix: number | null, fixMax: number, c8: number | null, c16: number, c32: number): void {
+    if (fix !== null && length <= fixMax) this.#head(fix | length);
+    else if (c8 !== null && length < 256) this.#head(c8, length);
+    else if (length < 65536) this.#head(c16, length >> 8, length & 255);
+    else this.#head(c32, (length >>> 24) & 255, (length >>> 16) & 255, (length >>> 8) & 255, length & 255);
   }
 
   str(text: string): void {
     const bytes = utf8(text);
-    this.sized(bytes.length, 0xa0, 31, 0xd9, 0xda, 0xdb);
-    this.parts.push(bytes);
+    this.#sized(bytes.length, 0xa0, 31, 0xd9, 0xda, 0xdb);
+    this.#parts.push(bytes);
   }
 
   bin(bytes: Uint8Array): void {
-    this.sized(bytes.length, null, -1, 0xc4, 0xc5, 0xc6);
-    this.parts.push(bytes);
+    this.#sized(bytes.length, null, -1, 0xc4, 0xc5, 0xc6);
+    this.#parts.push(bytes);
   }
 
   array(length: number): void {
-    this.sized(length, 0x90, 15, null, 0xdc, 0xdd);
+    this.#sized(length, 0x90, 15, null, 0xdc, 0xdd);
   }
 
   bytes(): Uint8Array {
-    return concatBytes(...this.parts);
+    return concatBytes(...this.#parts);
   }
 }
 

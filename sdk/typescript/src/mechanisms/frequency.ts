@@ -165,8 +165,8 @@ export function olhBuckets(epsilon: number): number {
 
 export abstract class LocalHash extends FrequencyOracle {
   readonly g: number;
-  private readonly keep: number;
-  private readonly other: number;
+  readonly #keep: number;
+  readonly #other: number;
 
   constructor(epsilon: number, domainSize: number) {
     super(epsilon, domainSize);
@@ -175,18 +175,18 @@ export abstract class LocalHash extends FrequencyOracle {
       throw new LDPError(`local hashing: g = ${this.g} buckets is outside [2, ${HASH_PRIME}); lower epsilon`);
     }
     const e = Math.exp(this.epsilon);
-    this.keep = e / (e + this.g - 1);
-    this.other = otherSupportProbability(this.keep, this.g);
+    this.#keep = e / (e + this.g - 1);
+    this.#other = otherSupportProbability(this.#keep, this.g);
   }
 
   abstract buckets(): number;
 
   get p(): number {
-    return this.keep;
+    return this.#keep;
   }
 
   get q(): number {
-    return this.other;
+    return this.#other;
   }
 
   get reportBits(): number {
@@ -197,7 +197,7 @@ export abstract class LocalHash extends FrequencyOracle {
     checkCode(code, this.domainSize);
     const a = 1 + rng.below(HASH_PRIME - 1);
     const b = rng.below(HASH_PRIME);
-    const y = randomizedResponse(hashBucket(a, b, code, this.g), this.g, this.keep, rng);
+    const y = randomizedResponse(hashBucket(a, b, code, this.g), this.g, this.#keep, rng);
     return { a: column("<u4", a), b: column("<u4", b), y: column("<u4", y) };
   }
 }
