@@ -23,8 +23,8 @@ import { EdgeClient, type Fetch } from "./edge.js";
 import { EdgeError, SpecError, SpecRefused, StateError, TrustError } from "./errors.js";
 import { PrivacyLedger } from "./ledger.js";
 import type { FactorizationMechanism } from "./mechanisms/factorization.js";
-import { factorization, loadMechanisms } from "./mechanisms/optional.js";
-import { HttpTransport, Outbox, type TransportOptions } from "./outbox.js";
+import { strategyFromNpz } from "./mechanisms/optional.js";
+import { envelopeOf, HttpTransport, Outbox, type TransportOptions } from "./outbox.js";
 import { type Pointer, POINTER_PERIOD_MS, parsePointer, pointerExpired } from "./pointer.js";
 import { judge, makePolicy, type PolicyOptions, type PrivacyPolicy } from "./policy.js";
 import { CryptoRandom, type Random } from "./random.js";
@@ -119,8 +119,7 @@ class Link {
     const out = new Map<string, FactorizationMechanism>();
     try {
       for (const hash of pinnedStrategies(spec)) {
-        await loadMechanisms({ factorization: true });
-        out.set(hash, await factorization().FactorizationMechanism.fromNpz(await this.client.strategy(hash), hash));
+        out.set(hash, await strategyFromNpz(await this.client.strategy(hash), hash));
       }
     } catch (exc) {
       if (exc instanceof SpecError) throw new SpecRefused("malformed_strategy", exc.message);
@@ -305,10 +304,7 @@ export class Device {
           columns: Object.entries(b.report).map(([name, c]) => ({ name, dtype: c.dtype, data: columnBytes(c) })),
         })),
       };
-      const message = encodeEnvelope({
-        collection: spec.name, specVersion: spec.version, devices: [this.pseudonym], timestampsMs: [now],
-        blocks: stored.blocks.map((b) => ({ ...b, rows: [0] })),
-      });
+      const message = encodeEnvelope(envelopeOf(spec.name, this.pseudonym, [stored]));
       stored.size = message.length;
       await this.transport.outbox.add(stored);
       return message;

@@ -63,6 +63,12 @@ export async function loadMechanisms(needs: Needs): Promise<void> {
   if (needs.distribution && !modules.distribution) modules.distribution = await import("./distribution.js");
 }
 
+/** A factorization strategy from its .npz bytes, checked against its pinned hash (the module loaded on demand). */
+export async function strategyFromNpz(data: Uint8Array, hash: string): Promise<Factorization.FactorizationMechanism> {
+  await loadMechanisms({ factorization: true });
+  return factorization().FactorizationMechanism.fromNpz(data, hash);
+}
+
 /** What a spec's text names (a guess that errs towards loading: the text is parsed for this only). */
 export function needsOf(text: string): Needs {
   let data: unknown;
