@@ -142,7 +142,7 @@ export class Collector {
       if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': no memoized factorization`);
       const mech = strategies.get(a.strategy as string) as FactorizationMechanism;
       if (!(Math.abs(mech.epsilon - eps) <= 1e-12 * Math.abs(eps))) {
-        throw new LDPError(`attribute '${a.name}': its strategy is for eps = ${mech.epsilon}, not eps / k = ${eps}`);
+        throw new LDPError(`attribute '${a.name}': its strategy is for eps ${mech.epsilon}, not ${eps}`);
       }
       if (mech.types !== a.values.length) throw new LDPError(`attribute '${a.name}': its strategy has ${mech.types} types, not ${a.values.length}`);
       return { fresh: mech as FreshMechanism<unknown> };
@@ -154,7 +154,7 @@ export class Collector {
       const { chooseLongitudinal, makeLongitudinal } = longitudinal();
       const name = a.mechanism === "auto" ? chooseLongitudinal(kind, lifetime, eps, domain) : a.mechanism;
       if (LONGITUDINAL_KIND[name] !== kind) {
-        throw new LDPError(`attribute '${a.name}': '${name}' is not a memoized ${kind} mechanism (a lifetime budget needs one)`);
+        throw new LDPError(`attribute '${a.name}': '${name}' is not a memoized ${kind} mechanism`);
       }
       return { memoized: makeLongitudinal(name, lifetime, eps, domain, a.parameters) };
     }
@@ -189,10 +189,10 @@ export class Collector {
       const parameters = p.memoized ? (p.memoized as unknown as { parameters(): Record<string, number> }).parameters() : null;
       attributes[p.attribute.name] = { mechanism: mech.name, one_report: mech.epsilon, per_value: perValue, parameters };
       if (mech.epsilon > (spec.epsilon / k) * (1 + BUDGET_RTOL)) {
-        throw new SpecError(`${specKey(spec)}: ${p.attribute.name}'s ${mech.name} spends ${mech.epsilon} > eps / k per report`);
+        throw new SpecError(`${specKey(spec)}: ${p.attribute.name}'s ${mech.name} spends over eps / k`);
       }
       if (spec.privacy !== null && !(perValue !== null && perValue <= (spec.privacy.lifetime / spec.privacy.values / k) * (1 + BUDGET_RTOL))) {
-        throw new SpecError(`${specKey(spec)}: ${p.attribute.name}'s ${mech.name} cannot keep the lifetime bound`);
+        throw new SpecError(`${specKey(spec)}: ${p.attribute.name}'s ${mech.name} breaks the lifetime bound`);
       }
     }
     return { per_report: spec.epsilon, lifetime: spec.privacy?.lifetime ?? null, values: spec.privacy?.values ?? null,
@@ -239,7 +239,7 @@ export class Collector {
   /** One report of `record`: the sampled attributes' reports (with the collection secret when memoized). */
   perturb(record: TrueRecord, rng: Random, secret: bigint | null): AttributeReport[] {
     if ((secret === null) !== (this.lifetime === null)) {
-      throw new RecordError(`${specKey(this.spec)}: a device secret goes with a privacy block, and only with it`);
+      throw new RecordError(`${specKey(this.spec)}: a secret goes with a privacy block, and only with it`);
     }
     const inputs = this.inputs(record);
     return this.sampled(rng, secret).map((i) => {
@@ -278,7 +278,7 @@ export function trueValue(a: Attribute, value: unknown): unknown {
         throw new RecordError(`attribute '${a.name}': unknown category code ${value}`);
       }
     }
-    throw new RecordError(`attribute '${a.name}': categories are value strings or integer codes`);
+    throw new RecordError(`attribute '${a.name}': not a category or its code`);
   }
   if (a.type === "string") {
     try {

@@ -67,7 +67,7 @@ async function storageOf(storage: DeviceStorage | string | undefined): Promise<D
   }
   if (storage !== undefined) return storage;
   if ((globalThis as { indexedDB?: unknown }).indexedDB !== undefined) return indexedDbStorage();
-  throw new StateError("no IndexedDB here: pass `storage` (a directory in Node, or a get/set object)");
+  throw new StateError("no IndexedDB here: pass `storage`");
 }
 
 /** A joined device's link to its edge: its trust state and how to renew it. */
@@ -148,7 +148,7 @@ class Link {
     }
     const pointer = this.keptPointer();
     if (pointer === null || pointerExpired(pointer, this.clock())) {
-      throw new SpecRefused("expired", `the pointer to '${this.collection}' expired (or is not kept): no reports until \`refresh\` gets one`);
+      throw new SpecRefused("expired", `the pointer to '${this.collection}' expired: \`refresh\``);
     }
   }
 
@@ -198,7 +198,7 @@ export class Device {
       const text = await storage.get("ledger");
       ledger = text === undefined || text === null ? new PrivacyLedger(persist) : PrivacyLedger.fromJSON(text, persist);
     } catch (exc) {
-      throw new StateError(`the privacy ledger is damaged (${String(exc)}): repair it, or reset the device`);
+      throw new StateError(`the privacy ledger is damaged (${String(exc)}): repair or reset it`);
     }
     const client = new EdgeClient(options.edge, options.fetch);
     const link = new Link(client, keys, state, options.collection, clock);

@@ -181,8 +181,7 @@ export class PrivacyLedger {
     const current = this.#accounts.get(spec.name) ?? newAccount();
     const window = windowOf(spec, timestampMs);
     if (current.windows.forgotten(window)) {
-      throw new BudgetExceeded(`${spec.name}: window ${window} is at or before window ${current.windows.dropped}, whose `
-                               + "spend the ledger no longer keeps");
+      throw new BudgetExceeded(`${spec.name}: the ledger no longer keeps window ${window}`);
     }
     const total = current.windows.of(window) + epsilon;
     if (total > spec.epsilon * (1 + EPSILON_SLACK)) {
@@ -202,12 +201,11 @@ export class PrivacyLedger {
 
   #checkPolicy(spec: CollectionSpec, policy: PrivacyPolicy, epsilon: number, day: number, lifetime: number): void {
     if (this.#days.forgotten(day)) {
-      throw new BudgetExceeded(`day ${day} is at or before day ${this.#days.dropped}, whose spend the ledger no longer keeps`);
+      throw new BudgetExceeded(`the ledger no longer keeps day ${day}`);
     }
     const today = this.#days.of(day) + epsilon;
     if (today > policy.maxEpsilonPerDay * (1 + EPSILON_SLACK)) {
-      throw new BudgetExceeded(`${spec.name}: the device's spend on day ${day} would be ${today} > the policy's `
-                               + `maxEpsilonPerDay ${policy.maxEpsilonPerDay}`);
+      throw new BudgetExceeded(`the spend on day ${day} would be ${today} > maxEpsilonPerDay ${policy.maxEpsilonPerDay}`);
     }
     const committed = this.#commitments.get(spec.name);
     if (committed === undefined) throw new BudgetExceeded(`${spec.name}: not accepted by the device (no lifetime committed)`);
@@ -264,10 +262,9 @@ function checkLifetime(spec: CollectionSpec, memos: Memo[], fresh: Map<string, n
     if (memos.length) throw new RangeError(`${spec.name}: no privacy block, no memos to charge`);
     return;
   }
-  if (!memos.length) throw new RangeError(`${spec.name}: a report under a lifetime budget names the memos it reads`);
+  if (!memos.length) throw new RangeError(`${spec.name}: no memos named`);
   if (!memos.every((m) => Number.isFinite(m.epsilon) && m.epsilon > 0)) throw new RangeError(`${spec.name}: a memo's epsilon must be finite and > 0`);
   if (lifetime > spec.privacy.lifetime * (1 + EPSILON_SLACK)) {
-    throw new BudgetExceeded(`${spec.name}: ${fresh.size} new memo(s) would bring the lifetime spend to ${lifetime} > the `
-                             + `lifetime budget ${spec.privacy.lifetime}`);
+    throw new BudgetExceeded(`${spec.name}: the lifetime spend would be ${lifetime} > the lifetime budget ${spec.privacy.lifetime}`);
   }
 }

@@ -18,7 +18,7 @@ export interface Random {
 function webCrypto(): Crypto {
   const c = (globalThis as { crypto?: Crypto }).crypto;
   if (c === undefined || typeof c.getRandomValues !== "function") {
-    throw new Error("no crypto.getRandomValues here: the SDK draws its noise from it");
+    throw new Error("no crypto.getRandomValues here");
   }
   return c;
 }

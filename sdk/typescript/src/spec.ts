@@ -95,7 +95,7 @@ export function specKey(spec: CollectionSpec): string {
 
 export function windowSeconds(window: string): number {
   const m = WINDOW.exec(window);
-  if (m === null) throw new SpecError(`window ${JSON.stringify(window)} is not like 30s, 15m, 1h or 1d`);
+  if (m === null) throw new SpecError(`window ${JSON.stringify(window)} is not like 30s, 15m, 1h, 1d`);
   return Number(m[1]) * UNIT_SECONDS[m[2]];
 }
 
@@ -138,14 +138,14 @@ interface Schema {
 function read(data: Json, schema: Schema, at: Path, problems: string[]): Record<string, Json> {
   const out: Record<string, Json> = {};
   if (!isObject(data)) {
-    note(problems, at, "Input should be a valid dictionary");
+    note(problems, at, "not an object");
     return out;
   }
-  for (const key of Object.keys(data)) if (!Object.hasOwn(schema, key)) note(problems, [...at, key], "Extra inputs are not permitted");
+  for (const key of Object.keys(data)) if (!Object.hasOwn(schema, key)) note(problems, [...at, key], "unknown field");
   for (const [key, [check, fallback]] of Object.entries(schema)) {
     const v = data[key], where = [...at, key];
     if (v === undefined) {
-      if (fallback === undefined) note(problems, where, "Field required");
+      if (fallback === undefined) note(problems, where, "required");
       out[key] = structuredClone(fallback); // a default of its own: a caller may change what it gets
     } else if (v === null && fallback === null) out[key] = null;
     else if (typeof check === "object") out[key] = read(v, check, where, problems);
@@ -162,52 +162,52 @@ const anything: Check = () => undefined;
 
 /** A string of `min` to `max` code points matching `pattern`. */
 const text = (pattern?: RegExp, min = 0, max = Infinity): Check => (v) => {
-  if (typeof v !== "string") return "Input should be a valid string";
-  if (pattern && !pattern.test(v)) return `String should match pattern '${pattern.source}'`;
+  if (typeof v !== "string") return "not a string";
+  if (pattern && !pattern.test(v)) return `does not match ${pattern.source}`;
   const length = [...v].length;
-  if (length < min) return `String should have at least ${min} characters`;
-  if (length > max) return `String should have at most ${max} characters`;
+  if (length < min) return `shorter than ${min}`;
+  if (length > max) return `longer than ${max}`;
 };
 
 /** An integer in [lo, hi], or a finite number in (lo, hi]. */
 const number = (integer: boolean, lo = -Infinity, hi = Infinity): Check => (v) => {
-  if (!(integer ? isInt(v) : isNumber(v))) return `Input should be a valid ${integer ? "integer" : "number"}`;
+  if (!(integer ? isInt(v) : isNumber(v))) return `not ${integer ? "an integer" : "a number"}`;
   const n = v as number;
-  if (integer ? n < lo : !(n > lo)) return `Input should be greater than ${integer ? "or equal to " : ""}${lo}`;
-  if (n > hi) return `Input should be less than or equal to ${hi}`;
+  if (integer ? n < lo : !(n > lo)) return `${integer ? "below" : "not above"} ${lo}`;
+  if (n > hi) return `above ${hi}`;
 };
 
 /** One of `known` (a `kind`). */
 const oneOf = (kind: string, known: readonly string[]): Check => (v) => {
-  if (typeof v !== "string") return "Input should be a valid string";
+  if (typeof v !== "string") return "not a string";
   if (!known.includes(v)) return `unknown ${kind} ${JSON.stringify(v)}; known: ${known.join(", ")}`;
 };
 
 /** A list of at least `min` distinct strings. */
 const distinct = (min: number): Check => (v) => {
-  if (!Array.isArray(v) || !v.every((x) => typeof x === "string")) return "Input should be a list of strings";
-  if (v.length < min) return `List should have at least ${min} items`;
-  if (new Set(v).size !== v.length) return "the items must be distinct";
+  if (!Array.isArray(v) || !v.every((x) => typeof x === "string")) return "not a list of strings";
+  if (v.length < min) return `fewer than ${min} items`;
+  if (new Set(v).size !== v.length) return "items repeat";
 };
 
 const range: Check = (v) => {
   if (!Array.isArray(v) || v.length !== 2 || !v.every(isNumber)) return "a range is [lo, hi]";
   const [lo, hi] = v;
-  if (!(lo < hi && Number.isFinite(hi - lo))) return `a range is [lo, hi] with lo < hi (and hi - lo finite), got [${lo}, ${hi}]`;
+  if (!(lo < hi && Number.isFinite(hi - lo))) return `a range is [lo, hi] with lo < hi (and hi - lo finite)`;
 };
 
 const parameters: Check = (v) => {
-  if (!isObject(v)) return "Input should be a valid dictionary";
+  if (!isObject(v)) return "not an object";
   for (const [k, x] of Object.entries(v)) {
-    if ([...k].length > 32) return "a parameter name has at most 32 characters";
-    if (!isNumber(x)) return "parameters are numbers";
+    if ([...k].length > 32) return "a parameter name is longer than 32";
+    if (!isNumber(x)) return "a parameter is not a number";
   }
 };
 
 const windows: Check = (v) => {
-  if (!Array.isArray(v) || !v.every((w) => typeof w === "string")) return "Input should be a list of strings";
+  if (!Array.isArray(v) || !v.every((w) => typeof w === "string")) return "not a list of strings";
   const bad = v.find((w) => w !== "all" && !(WINDOW.test(w) && windowSeconds(w) > 0 && windowSeconds(w) <= MAX_WINDOW_SECONDS));
-  if (bad !== undefined) return `window ${JSON.stringify(bad)} is not like 30s, 15m, 1h, 1d or 'all'`;
+  if (bad !== undefined) return `window ${JSON.stringify(bad)} is not like 30s, 15m, 1h, 1d, all`;
 };
 
 /** The distribution mechanisms a numeric attribute may name (`registry.DISTRIBUTION`), sorted. */
@@ -251,26 +251,28 @@ const ATTRIBUTES: Record<string, Schema> = {
 /** The fields of a spec. */
 const SPEC: Schema = {
   name: [text(NAME)], version: [number(true, 1)], epsilon: [number(false, 0, 50)],
-  attributes: [(v) => (!Array.isArray(v) ? "Input should be a valid list" : v.length ? undefined : "List should have at least 1 item")],
+  attributes: [(v) => (!Array.isArray(v) ? "not a list" : v.length ? undefined : "empty")],
   privacy: [{ per_report: [number(false, 0, 50)], lifetime: [number(false, 0, 500)], values: [number(true, 1, 1000), 1] }, null],
   shuffle: [{
-    delta: [(v) => number(false, 0)(v) ?? ((v as number) < 1e-3 ? undefined : "Input should be less than 0.001")],
+    delta: [(v) => number(false, 0)(v) ?? ((v as number) < 1e-3 ? undefined : "not below 0.001")],
     min_batch: [number(true, 100, 100_000_000), 10_000], grace_s: [number(true, 0, 3600), 60],
   }, null],
   sampling: [(v) => (v === "auto" || v === "one" || v === "split" || (isInt(v) && v >= 1) ? undefined
-    : "sampling is auto, one, split or an integer >= 1"), "auto"],
+    : "not auto, one, split or an integer >= 1"), "auto"],
   windows: [windows, ["1h"]], one_report_per_window: [anything, true], partitions: [number(true, 1, 1024), 8],
   description: [text(), ""],
 };
 
-function parseAttribute(raw: Json, at: Path, problems: string[]): Attribute {
+function parseAttribute(raw: Json, at: Path, problems: string[]): Attribute | undefined {
   const type = isObject(raw) ? raw.type : undefined;
-  if (isObject(raw) && !(typeof type === "string" && Object.hasOwn(ATTRIBUTES, type))) {
-    note(problems, at, "Unable to extract tag using discriminator 'type' (numeric, categorical, keyvalue, string)");
+  if (!isObject(raw)) note(problems, at, "not an object");
+  else if (!(typeof type === "string" && Object.hasOwn(ATTRIBUTES, type))) {
+    note(problems, at, "type is not numeric, categorical, keyvalue or string");
+  } else {
+    const a = read(raw, ATTRIBUTES[type], [...at, type], problems);
+    for (const key of UNUSED) delete a[key];
+    return a as unknown as Attribute;
   }
-  const a = read(raw, ATTRIBUTES[type as string] ?? {}, [...at, type as string], problems);
-  for (const key of UNUSED) delete a[key];
-  return a as unknown as Attribute;
 }
 
 /** Where a boolean stands for something else, or something else for the boolean field (as Python's check). */
@@ -296,12 +298,14 @@ function validated(data: Record<string, Json>): CollectionSpec {
     const perReport = data.privacy.per_report;
     if (!("epsilon" in data)) data = { ...data, epsilon: perReport };
     else if (data.epsilon !== perReport) {
-      throw new SpecError(`<root>: epsilon ${String(data.epsilon)} and privacy.per_report ${String(perReport)} differ: state one`);
+      throw new SpecError(`<root>: epsilon ${String(data.epsilon)} is not privacy.per_report ${String(perReport)}`);
     }
   }
   const problems: string[] = [];
   const spec = read(data, SPEC, [], problems) as unknown as CollectionSpec;
-  if (Array.isArray(spec.attributes)) spec.attributes = spec.attributes.map((a, i) => parseAttribute(a, ["attributes", i], problems));
+  if (Array.isArray(spec.attributes)) {
+    spec.attributes = spec.attributes.map((a, i) => parseAttribute(a, ["attributes", i], problems)) as Attribute[]; // if no problems
+  }
   if (problems.length) throw new SpecError(problems.join("; "));
   spec.windows = [...new Set(spec.windows)].filter((w) => w !== "all").sort((a, b) => windowSeconds(a) - windowSeconds(b));
   const error = consistency(spec);
@@ -328,11 +332,11 @@ function parameterError(mechanism: string, parameters: Record<string, number>, d
 /** What is wrong with an attribute as a whole (its fields each valid), if anything. */
 function attributeError(a: Attribute): string | undefined {
   if (a.type === "categorical") {
-    if ((a.mechanism === FACTORIZATION) !== (a.workload !== null)) return `a workload goes with mechanism '${FACTORIZATION}', and only with it`;
-    if (a.strategy !== null && a.mechanism !== FACTORIZATION) return `a strategy goes with mechanism '${FACTORIZATION}' only`;
+    if ((a.mechanism === FACTORIZATION) !== (a.workload !== null)) return `a workload goes with ${FACTORIZATION}, and only with it`;
+    if (a.strategy !== null && a.mechanism !== FACTORIZATION) return `a strategy goes with ${FACTORIZATION} only`;
   }
   if (a.type === "keyvalue" && (a.keys === null) === (a.buckets === null)) {
-    return "a keyvalue attribute has either a list of keys or a number of buckets (open domain)";
+    return "either keys or buckets, not both or neither";
   }
   if ((a.type === "numeric" || a.type === "categorical") && Object.keys(a.parameters).length) {
     return parameterError(a.mechanism, a.parameters, a.type === "categorical" ? a.values.length : null);
@@ -343,7 +347,7 @@ function attributeError(a: Attribute): string | undefined {
 function consistency(spec: CollectionSpec): string | undefined {
   const { privacy, attributes } = spec;
   if (privacy !== null && privacy.per_report > privacy.lifetime / privacy.values) {
-    return `one report (per_report = ${privacy.per_report}) cannot cost more than one value's share of the lifetime budget`;
+    return `per_report ${privacy.per_report} exceeds lifetime / values`;
   }
   const names = attributes.map((a) => a.name);
   if (new Set(names).size !== names.length) return `attribute names must be distinct: ${names.join(", ")}`;
@@ -360,14 +364,14 @@ function consistency(spec: CollectionSpec): string | undefined {
   const strings = named((a) => a.type === "string");
   if (privacy !== null && strings) return `string attributes ${strings} have no memoized mechanism`;
   if (spec.shuffle !== null && !(spec.windows.length && spec.one_report_per_window)) {
-    return "a shuffled collection needs windows and one report per device per window";
+    return "shuffle needs windows and one_report_per_window";
   }
   const memoizedNames = named((a) => a.mechanism in LONGITUDINAL_KIND);
   if (privacy === null && memoizedNames) {
-    return `attributes ${memoizedNames} name memoized mechanisms, which need a privacy block {per_report, lifetime}`;
+    return `attributes ${memoizedNames} are memoized: they need a privacy block`;
   }
   const fresh = named((a) => !(a.mechanism in LONGITUDINAL_KIND) && a.mechanism !== "auto");
-  if (privacy !== null && fresh) return `attributes ${fresh} use mechanisms with fresh noise per report: a lifetime budget needs memoized ones`;
+  if (privacy !== null && fresh) return `attributes ${fresh} use fresh noise per report: a lifetime budget needs memoized ones`;
 }
 
 /** A spec from its JSON bytes or text; SpecError with the problems found, and nothing else, whatever the input. */

@@ -82,7 +82,7 @@ export class DeviceState {
       }
       return new DeviceState(storage, collections);
     } catch (exc) {
-      throw new StateError(`the device state is damaged (${String(exc)}): repair it, or reset the device (it enrols again)`);
+      throw new StateError(`the device state is damaged (${String(exc)}): repair or reset it`);
     }
   }
 

@@ -46,8 +46,7 @@ export async function checkPointer(data: Uint8Array, block: Uint8Array | null, k
     throw new TrustError("wrong_collection", `a pointer for '${pointer.collection}', not '${collection}'`);
   }
   if (!pointerNewerThan(pointer, seen.version, seen.sequence)) {
-    throw new TrustError("rollback", `pointer (version, sequence) (${pointer.version}, ${pointer.sequence}) is older than `
-                         + `(${seen.version}, ${seen.sequence}) accepted`);
+    throw new TrustError("rollback", `pointer (${pointer.version}, ${pointer.sequence}) is older than (${seen.version}, ${seen.sequence}) accepted`);
   }
   if (pointerExpired(pointer, nowMs)) {
     throw new TrustError("expired", `the pointer expired at ${pointer.expires_ms} ms (now ${nowMs} ms)`);

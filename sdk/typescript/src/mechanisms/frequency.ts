@@ -172,7 +172,7 @@ export abstract class LocalHash extends FrequencyOracle {
     super(epsilon, domainSize);
     this.g = this.buckets();
     if (!(this.g >= 2 && this.g < HASH_PRIME)) {
-      throw new LDPError(`local hashing: g = ${this.g} buckets is outside [2, ${HASH_PRIME}); lower epsilon`);
+      throw new LDPError(`local hashing: g = ${this.g} is outside [2, ${HASH_PRIME})`);
     }
     const e = Math.exp(this.epsilon);
     this.#keep = e / (e + this.g - 1);
