@@ -1,8 +1,9 @@
 /**
  * What the mechanisms loaded on demand (`optional.ts`) share: what they take from the core bundle, re-exported here,
- * and the helpers only they use. They import the core through this module only, so the bundler puts everything they
- * share with the core in one chunk, rather than one chunk for each combination of them that shares a module (each one
- * more file to fetch, and less for gzip to share).
+ * and the helpers only they use. They import the core through this module only, and it reaches the whole core (its
+ * last line), so the bundler makes the core one chunk, which the page's entry file and these mechanisms import, rather
+ * than a chunk for each combination of modules they share with it (each one more file to fetch, and less for gzip to
+ * share).
  */
 
 import { LDPError } from "../errors.js";
@@ -44,3 +45,6 @@ export function checkInteger(name: string, value: unknown, lo: number, hi: numbe
   }
   return value;
 }
+
+// The rest of the core (the on-demand mechanisms use none of it): reached from here, it joins the one chunk.
+export * from "../index.js";
