@@ -61,8 +61,7 @@ function toJson(r: StoredReport): unknown {
 function fromJson(value: unknown): StoredReport | null {
   try {
     const o = value as { v: unknown; t: unknown; m: unknown; s: unknown; a: unknown };
-    if (!Number.isSafeInteger(o.v) || !Number.isSafeInteger(o.t) || !Number.isSafeInteger(o.m) || !Number.isSafeInteger(o.s)
-        || !Array.isArray(o.a)) return null;
+    if (![o.v, o.t, o.m, o.s].every(Number.isSafeInteger) || !Array.isArray(o.a)) return null;
     const blocks = (o.a as unknown[]).map((b) => {
       const [attribute, columns] = b as [unknown, unknown];
       if (!Number.isSafeInteger(attribute) || (attribute as number) < 0 || !Array.isArray(columns)) throw new Error("block");

@@ -34,23 +34,30 @@ export interface Envelope {
   blocks: WireBlock[];
 }
 
-const ITEMSIZE: Record<Dtype, number> = { "<f8": 8, "<i8": 8, "<u4": 4, "|u1": 1, "|i1": 1 };
+type Setter = (view: DataView, at: number, value: number | bigint) => void;
+
+/** Each dtype's item size and how an item is written (little-endian); "<u8" is the devices' pseudonyms. */
+const LAYOUT: Record<Dtype | "<u8", [size: number, set: Setter]> = {
+  "<f8": [8, (d, at, v) => d.setFloat64(at, Number(v), true)],
+  "<i8": [8, (d, at, v) => d.setBigInt64(at, BigInt(v), true)],
+  "<u8": [8, (d, at, v) => d.setBigUint64(at, BigInt(v), true)],
+  "<u4": [4, (d, at, v) => d.setUint32(at, Number(v), true)],
+  "|u1": [1, (d, at, v) => d.setUint8(at, Number(v))],
+  "|i1": [1, (d, at, v) => d.setInt8(at, Number(v))],
+};
+
+/** Values as the little-endian bytes of `dtype`. */
+function littleEndian(dtype: Dtype | "<u8", values: readonly (number | bigint)[]): Uint8Array {
+  const [size, set] = LAYOUT[dtype];
+  const out = new Uint8Array(size * values.length);
+  const view = new DataView(out.buffer);
+  values.forEach((v, i) => set(view, size * i, v));
+  return out;
+}
 
 /** A report column's values as little-endian bytes of its dtype. */
 export function columnBytes(column: ReportColumn): Uint8Array {
-  const size = ITEMSIZE[column.dtype];
-  const out = new Uint8Array(size * column.values.length);
-  const view = new DataView(out.buffer);
-  column.values.forEach((v, i) => {
-    switch (column.dtype) {
-      case "<f8": view.setFloat64(8 * i, v, true); break;
-      case "<i8": view.setBigInt64(8 * i, BigInt(v), true); break;
-      case "<u4": view.setUint32(4 * i, v, true); break;
-      case "|u1": view.setUint8(i, v); break;
-      case "|i1": view.setInt8(i, v); break;
-    }
-  });
-  return out;
+  return littleEndian(column.dtype, column.values);
 }
 
 class Writer {
@@ -101,17 +108,6 @@ class Writer {
   }
 }
 
-function words(values: (number | bigint)[], size: 4 | 8, signed: boolean): Uint8Array {
-  const out = new Uint8Array(size * values.length);
-  const view = new DataView(out.buffer);
-  values.forEach((v, i) => {
-    if (size === 4) view.setUint32(4 * i, Number(v), true);
-    else if (signed) view.setBigInt64(8 * i, BigInt(v), true);
-    else view.setBigUint64(8 * i, BigInt(v), true);
-  });
-  return out;
-}
-
 /** The msgpack bytes of an envelope (blocks sorted by attribute, columns by name, as the Python encoder sorts them). */
 export function encodeEnvelope(env: Envelope): Uint8Array {
   const w = new Writer();
@@ -119,14 +115,14 @@ export function encodeEnvelope(env: Envelope): Uint8Array {
   w.uint(WIRE_VERSION);
   w.str(env.collection);
   w.uint(env.specVersion);
-  w.bin(words(env.devices, 8, false));
-  w.bin(words(env.timestampsMs, 8, true));
+  w.bin(littleEndian("<u8", env.devices));
+  w.bin(littleEndian("<i8", env.timestampsMs));
   const blocks = [...env.blocks].sort((a, b) => a.attribute - b.attribute);
   w.array(blocks.length);
   for (const block of blocks) {
     w.array(3);
     w.uint(block.attribute);
-    w.bin(words(block.rows, 4, false));
+    w.bin(littleEndian("<u4", block.rows));
     const columns = [...block.columns].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     w.array(columns.length);
     for (const c of columns) {

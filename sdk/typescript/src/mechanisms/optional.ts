@@ -54,13 +54,17 @@ export const strings = (): typeof Strings => need("strings");
 export const factorization = (): typeof Factorization => need("factorization");
 export const distribution = (): typeof Distribution => need("distribution");
 
+const LOADERS: { [K in keyof Modules]-?: () => Promise<Modules[K]> } = {
+  longitudinal: () => import("./longitudinal.js"), keyvalue: () => import("./keyvalue.js"),
+  strings: () => import("./strings.js"), factorization: () => import("./factorization.js"),
+  distribution: () => import("./distribution.js"),
+};
+
 /** Load the modules `needs` names (each once). */
 export async function loadMechanisms(needs: Needs): Promise<void> {
-  if (needs.longitudinal && !modules.longitudinal) modules.longitudinal = await import("./longitudinal.js");
-  if (needs.keyvalue && !modules.keyvalue) modules.keyvalue = await import("./keyvalue.js");
-  if (needs.strings && !modules.strings) modules.strings = await import("./strings.js");
-  if (needs.factorization && !modules.factorization) modules.factorization = await import("./factorization.js");
-  if (needs.distribution && !modules.distribution) modules.distribution = await import("./distribution.js");
+  for (const [name, load] of Object.entries(LOADERS) as [keyof Modules, () => Promise<unknown>][]) {
+    if (needs[name] && !modules[name]) Object.assign(modules, { [name]: await load() });
+  }
 }
 
 /** A factorization strategy from its .npz bytes, checked against its pinned hash (the module loaded on demand). */
