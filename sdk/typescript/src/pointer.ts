@@ -62,7 +62,7 @@ export function parsePointer(data: Uint8Array): Pointer {
   if (typeof v.content_hash !== "string" || !HASH.test(v.content_hash)) {
     throw new PointerError("the pointer's content_hash is not 64 hex digits");
   }
-  for (const field of ["expires_ms", "issued_ms", "sequence", "version"]) {
+  for (const field of FIELDS.slice(2)) { // expires_ms, issued_ms, sequence, version
     const n = v[field];
     if (typeof n !== "number" || !Number.isInteger(n) || n < 0 || n >= 2 ** 53 || !isWholeLiteral(text, field)) {
       throw new PointerError(`the pointer's ${field} is not a whole number in [0, 2^53)`);

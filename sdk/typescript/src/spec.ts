@@ -259,7 +259,7 @@ const SPEC: Schema = {
   }, null],
   sampling: [(v) => (v === "auto" || v === "one" || v === "split" || (isInt(v) && v >= 1) ? undefined
     : "not auto, one, split or an integer >= 1"), "auto"],
-  windows: [windows, ["1h"]], one_report_per_window: [anything, true], partitions: [number(true, 1, 1024), 8],
+  windows: [windows, ["1h"]], one_report_per_window: [(v) => (typeof v === "boolean" ? undefined : "not true or false"), true], partitions: [number(true, 1, 1024), 8],
   description: [text(), ""],
 };
 
@@ -275,25 +275,7 @@ function parseAttribute(raw: Json, at: Path, problems: string[]): Attribute | un
   }
 }
 
-/** Where a boolean stands for something else, or something else for the boolean field (as Python's check). */
-function misplacedBooleans(value: Json, where: string): string[] {
-  if (isObject(value)) {
-    const found: string[] = [];
-    for (const [key, item] of Object.entries(value)) {
-      const at = where ? `${where}.${key}` : key;
-      if (key === "one_report_per_window" && !where.startsWith("attributes")) {
-        if (typeof item !== "boolean") found.push(`${at}: a boolean (true or false)`);
-      } else found.push(...misplacedBooleans(item, at));
-    }
-    return found;
-  }
-  if (Array.isArray(value)) return value.flatMap((item, i) => misplacedBooleans(item, `${where}.${i}`));
-  return typeof value === "boolean" ? [`${where}: a boolean where something else belongs`] : [];
-}
-
 function validated(data: Record<string, Json>): CollectionSpec {
-  const misplaced = misplacedBooleans(data, "");
-  if (misplaced.length) throw new SpecError(misplaced.join("; "));
   if (isObject(data.privacy)) { // epsilon is privacy.per_report (it may repeat it, equal)
     const perReport = data.privacy.per_report;
     if (!("epsilon" in data)) data = { ...data, epsilon: perReport };
