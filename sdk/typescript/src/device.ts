@@ -70,6 +70,13 @@ async function storageOf(storage: DeviceStorage | string | undefined): Promise<D
   throw new StateError("no IndexedDB here: pass `storage`");
 }
 
+/** The lifetime the device commits to a spec its policy accepts; SpecRefused (the verdict) if it does not. */
+function accepted(spec: CollectionSpec, policy: PrivacyPolicy, ledger: PrivacyLedger, strategies: Strategies): number {
+  const verdict = judge(spec, policy, ledger.committed(), strategies);
+  if (!verdict.accepted) throw new SpecRefused(verdict.code, verdict.reason);
+  return verdict.commitment;
+}
+
 /** A joined device's link to its edge: its trust state and how to renew it. */
 class Link {
   constructor(readonly client: EdgeClient, readonly keys: TrustedKeys, readonly state: DeviceState,
@@ -206,9 +213,7 @@ export class Device {
     try { // the spec first: a device that refuses it never enrols
       spec = await link.trustedSpec();
       strategies = await link.strategies(spec);
-      const verdict = policy === null ? null : judge(spec, policy, ledger.committed(), strategies);
-      if (verdict !== null && !verdict.accepted) throw new SpecRefused(verdict.code, verdict.reason);
-      commitment = verdict?.commitment ?? 0;
+      commitment = policy === null ? 0 : accepted(spec, policy, ledger, strategies);
     } catch (exc) {
       if (exc instanceof SpecRefused) await link.remember(false, exc.code, exc.message);
       throw exc;
@@ -261,9 +266,7 @@ export class Device {
       if (spec.version !== this.spec.version || JSON.stringify(spec) !== JSON.stringify(this.spec)) {
         const strategies = await this.#link.strategies(spec);
         if (this.policy !== null) {
-          const verdict = judge(spec, this.policy, this.ledger.committed(), strategies);
-          if (!verdict.accepted) throw new SpecRefused(verdict.code, verdict.reason);
-          await this.ledger.commit(spec.name, verdict.commitment);
+          await this.ledger.commit(spec.name, accepted(spec, this.policy, this.ledger, strategies));
         }
         this.#collector = new Collector(spec, strategies);
         this.spec = spec;

@@ -25,6 +25,8 @@ const DONE = new Set([200, 202, 409]);
 const HOPELESS = new Set([400, 403, 404, 413]);
 const DTYPES = new Set(["<f8", "<i8", "<u4", "|u1", "|i1"]);
 const MAX_BODY_BYTES = 4 * 2 ** 20;
+/** What `envelopeOf` says of stored reports that cannot go in one envelope (damaged in storage). */
+const MIXED_COLUMNS = "reports of one version carry different columns";
 
 export interface OutboxOptions {
   /** Reports kept at most (default 1,000; the oldest are dropped beyond). */
@@ -93,7 +95,7 @@ export function envelopeOf(collection: string, pseudonym: bigint, reports: Store
       block.rows.push(row);
       for (const c of b.columns) {
         const joined = block.columns.find((x) => x.name === c.name);
-        if (joined === undefined || joined.dtype !== c.dtype) throw new Error("reports of one version carry different columns");
+        if (joined === undefined || joined.dtype !== c.dtype) throw new Error(MIXED_COLUMNS);
         joined.data = concatBytes(joined.data, c.data);
       }
     }
@@ -246,7 +248,7 @@ export class HttpTransport {
       try {
         status = await this.#send(encodeEnvelope(envelopeOf(this.credential.collection, this.pseudonym, pending.slice(0, count))));
       } catch (exc) {
-        if (!(exc instanceof Error) || exc.message !== "reports of one version carry different columns") throw exc;
+        if (!(exc instanceof Error) || exc.message !== MIXED_COLUMNS) throw exc;
         count = 1; // a stored report damaged in storage: the edge could never accept it
         status = 400;
       }
