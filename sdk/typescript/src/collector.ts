@@ -18,7 +18,6 @@ import type { Random } from "./random.js";
 import {
   attributeDomain, type Attribute, type CollectionSpec, FACTORIZATION, HEAVY_HITTER_NAMES, specKey,
 } from "./spec.js";
-import { attributeSecret, keyedUniform, TAG_ATTRIBUTE_SAMPLE } from "./u64.js";
 
 const BUDGET_RTOL = 1e-9;
 
@@ -222,6 +221,7 @@ export class Collector {
       }
       return pool.slice(0, k).sort((a, b) => a - b);
     }
+    const { keyedUniform, TAG_ATTRIBUTE_SAMPLE } = longitudinal(); // a secret goes with memoized mechanisms: loaded
     const scores = this.plans.map((p) => keyedUniform(secret, TAG_ATTRIBUTE_SAMPLE, p.nameKey));
     return this.plans.map((p) => p.index).sort((a, b) => scores[a] - scores[b] || a - b).slice(0, k).sort((a, b) => a - b);
   }
@@ -231,7 +231,7 @@ export class Collector {
     const inputs = this.inputs(record);
     return this.sampled(null as unknown as Random, secret).map((i) => {
       const p = this.plans[i], mech = p.memoized!;
-      const key = mech.memoKey(inputs[i] as number, attributeSecret(secret, p.nameKey));
+      const key = mech.memoKey(inputs[i] as number, longitudinal().attributeSecret(secret, p.nameKey));
       return { key: `${p.attribute.name}/${mech.repr()}/${key}`, epsilon: mech.epsilonLifetime };
     });
   }
@@ -245,7 +245,7 @@ export class Collector {
     return this.sampled(rng, secret).map((i) => {
       const p = this.plans[i];
       const report = p.memoized
-        ? p.memoized.perturb(inputs[i] as number, rng, attributeSecret(secret as bigint, p.nameKey))
+        ? p.memoized.perturb(inputs[i] as number, rng, longitudinal().attributeSecret(secret as bigint, p.nameKey))
         : p.fresh!.perturb(inputs[i], rng);
       return { attribute: i, report };
     });

@@ -12,6 +12,9 @@ import {
 } from "./shared.js";
 import { symmetricSmallestEigenvalueRatioAbove } from "./linalg.js";
 export { LONGITUDINAL_KIND } from "./shared.js";
+// The collector's keyed draws (u64.ts), here as only a device with a collection secret makes them: its spec has a
+// privacy block, so its mechanisms are these.
+export { attributeSecret, keyedUniform, TAG_ATTRIBUTE_SAMPLE } from "./shared.js";
 
 /** The parameters a spec may set per memoized mechanism (`registry.longitudinal_parameters`). */
 export const LONGITUDINAL_PARAMETERS: Record<string, readonly string[]> = {

@@ -12,7 +12,7 @@ export { concatBytes, fromUtf8, utf8 } from "../bytes.js";
 export { LDPError, SpecError } from "../errors.js";
 export { sha256Hex } from "../hashes.js";
 export { bernoulli, type Random } from "../random.js";
-export { GAMMA, keyedUniform, keyedWord, MASK64, mix64, wordUniform } from "../u64.js";
+export { attributeSecret, GAMMA, keyedUniform, keyedWord, MASK64, mix64, TAG_ATTRIBUTE_SAMPLE, wordUniform } from "../u64.js";
 export { checkEpsilon, column, type FreshMechanism, type MemoizedMechanism, type Report } from "./base.js";
 export {
   checkCode, checkDomainSize, checkFrequencyEpsilon, FREQUENCY_MAX_EPSILON, hadamardBit, MAX_DOMAIN_SIZE, pureVariance,
