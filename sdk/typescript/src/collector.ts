@@ -7,11 +7,10 @@
 
 import { utf8 } from "./bytes.js";
 import { LDPError, RecordError, SpecError } from "./errors.js";
-import { blake2b, leU64, nameKey, sha256 } from "./hashes.js";
+import { leU64, nameKey, sha256 } from "./hashes.js";
 import type { FreshMechanism, MemoizedMechanism, Report } from "./mechanisms/base.js";
 import type { FactorizationMechanism } from "./mechanisms/factorization.js";
 import { checkCode, chooseFrequency, makeFrequency } from "./mechanisms/frequency.js";
-import type { Pairs } from "./mechanisms/keyvalue.js";
 import { DISTRIBUTION_PARAMETERS, distribution, keyvalue, longitudinal, LONGITUDINAL_KIND, strings } from "./mechanisms/optional.js";
 import { chooseSampled, makeNumeric, NUMERIC } from "./mechanisms/numeric.js";
 import type { Random } from "./random.js";
@@ -89,17 +88,6 @@ export function pinnedStrategies(spec: CollectionSpec): string[] {
 /** The public seed of a string attribute's hashes: sha256("collection/attribute")[:8], little-endian. */
 export function hashSeed(collection: string, attribute: string): bigint {
   return leU64(sha256(utf8(`${collection}/${attribute}`)));
-}
-
-/** The code of a key of a key-value attribute: its index in `keys`, or its bucket (keyed BLAKE2b of the name). */
-export function keyCode(a: Attribute & { type: "keyvalue" }, key: string): number {
-  if (a.keys !== null) {
-    const code = a.keys.indexOf(key);
-    if (code < 0) throw new RecordError(`attribute '${a.name}': unknown key ${JSON.stringify(key)}`);
-    return code;
-  }
-  const digest = blake2b(utf8(key), { digestSize: 8, key: utf8(a.name) });
-  return Number(leU64(digest) % BigInt(a.buckets as number));
 }
 
 export class Collector {
@@ -252,7 +240,8 @@ export class Collector {
   }
 }
 
-function unit(lo: number, hi: number, x: number): number {
+/** x in [lo, hi] as a value on [-1, 1]. */
+export function unit(lo: number, hi: number, x: number): number {
   return Math.min(Math.max((x - lo) / ((hi - lo) / 2.0) - 1.0, -1.0), 1.0);
 }
 
@@ -287,27 +276,5 @@ export function trueValue(a: Attribute, value: unknown): unknown {
       throw new RecordError(`attribute '${a.name}': ${(exc as Error).message}`);
     }
   }
-  return truePairs(a, value);
-}
-
-function truePairs(a: Attribute & { type: "keyvalue" }, value: unknown): Pairs {
-  let entries: [unknown, unknown][];
-  if (value instanceof Map) entries = [...value.entries()];
-  else if (typeof value === "object" && value !== null && !Array.isArray(value)) entries = Object.entries(value);
-  else throw new RecordError(`attribute '${a.name}': not pairs {key: value}`);
-  const d = attributeDomain(a);
-  const [lo, hi] = a.range;
-  const keys: number[] = [], values: number[] = [];
-  for (const [key, v] of entries) {
-    const code = typeof key === "string" ? keyCode(a, key) : key;
-    if (typeof code !== "number" || !Number.isInteger(code) || typeof v !== "number") {
-      throw new RecordError(`attribute '${a.name}': pairs are {key: number}, not ${String(key)}: ${String(v)}`);
-    }
-    if (code < 0 || code >= d) throw new RecordError(`attribute '${a.name}': unknown key code ${code}`);
-    if (keys.includes(code)) continue; // a second key of a bucket already held is dropped
-    if (!(v >= lo && v <= hi)) throw new RecordError(`attribute '${a.name}': ${v} is outside its range [${lo}, ${hi}]`);
-    keys.push(code);
-    values.push(unit(lo, hi, v));
-  }
-  return { keys, values };
+  return keyvalue().truePairs(a, value);
 }

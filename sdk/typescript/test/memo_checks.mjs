@@ -3,11 +3,11 @@ import "../dist/mechanisms/all.js"; // every mechanism, statically
 import assert from "node:assert/strict";
 
 import { fromBase64 } from "../dist/bytes.js";
-import { Collector } from "../dist/collector.js";
-import { keyCode, hashSeed } from "../dist/collector.js";
+import { Collector, hashSeed } from "../dist/collector.js";
 import { nameKey } from "../dist/hashes.js";
 import { FactorizationMechanism } from "../dist/mechanisms/factorization.js";
 import { hadamardBit, hashBucket, otherSupportProbability } from "../dist/mechanisms/frequency.js";
+import { keyCode } from "../dist/mechanisms/keyvalue.js";
 import { keyedBits, makeLongitudinal } from "../dist/mechanisms/longitudinal.js";
 import { duchiBound } from "../dist/mechanisms/numeric.js";
 import { bucket, hashSalts, HCMSTree, PEM, prefixFingerprint, SFP, StringDomain } from "../dist/mechanisms/strings.js";

@@ -9,9 +9,11 @@
 import { LDPError } from "../errors.js";
 
 export { concatBytes, fromUtf8, utf8 } from "../bytes.js";
-export { LDPError, SpecError } from "../errors.js";
-export { sha256Hex } from "../hashes.js";
+export { unit } from "../collector.js";
+export { LDPError, RecordError, SpecError } from "../errors.js";
+export { blake2b, leU64, sha256Hex } from "../hashes.js";
 export { bernoulli, type Random } from "../random.js";
+export { attributeDomain, type KeyValueAttribute } from "../spec.js";
 export { attributeSecret, GAMMA, keyedUniform, keyedWord, MASK64, mix64, TAG_ATTRIBUTE_SAMPLE, wordUniform } from "../u64.js";
 export { checkEpsilon, column, type FreshMechanism, type MemoizedMechanism, type Report } from "./base.js";
 export {
