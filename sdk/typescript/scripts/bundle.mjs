@@ -1,8 +1,10 @@
 // The browser bundle: dist/index.js and its dependencies as minified ES modules in dist/browser/: the core
-// (ldpstream-device.js: join, trust, policy, ledger, outbox, wire, the numeric mechanisms and frequency oracles) and
-// chunks the core imports on demand (the memoized, key-value, heavy-hitter and factorization mechanisms, and
-// @noble/ed25519 for a platform whose WebCrypto lacks Ed25519), for pages that load the SDK without a bundler of
-// their own (examples/web/). Prints the sizes, minified and minified+gzipped: the core's, and every file's together.
+// (ldpstream-device.js and the one chunk it imports, mechanisms/shared.ts says why one: join, trust, policy, ledger,
+// outbox, wire, the numeric mechanisms and frequency oracles) and chunks the core imports on demand (the memoized,
+// key-value, heavy-hitter, factorization and distribution mechanisms, and @noble/ed25519 for a platform whose WebCrypto
+// lacks Ed25519), for pages that load the SDK without a bundler of their own (examples/web/). Licence comments stay at
+// the end of their file (only @noble/ed25519's chunk has one). Prints the sizes, minified and minified+gzipped: the
+// core's, and every file's together.
 import { build } from "esbuild";
 import { gzipSync } from "node:zlib";
 import { readFileSync, rmSync } from "node:fs";

@@ -26,61 +26,27 @@ export function fromHex(text: string): Uint8Array {
   return out;
 }
 
-const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-const VALUES = new Int16Array(128).fill(-1);
-for (let i = 0; i < ALPHABET.length; i++) VALUES[ALPHABET.charCodeAt(i)] = i;
+/** Standard, padded base64: groups of 4 of the alphabet, the last one perhaps padded with 1 or 2 "=". */
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
 export function toBase64(data: Uint8Array): string {
-  let out = "";
-  for (let i = 0; i < data.length; i += 3) {
-    const a = data[i], b = data[i + 1], c = data[i + 2];
-    const n = (a << 16) | ((b ?? 0) << 8) | (c ?? 0);
-    out += ALPHABET[(n >> 18) & 63] + ALPHABET[(n >> 12) & 63];
-    out += b === undefined ? "=" : ALPHABET[(n >> 6) & 63];
-    out += c === undefined ? "=" : ALPHABET[n & 63];
-  }
-  return out;
+  let binary = "";
+  for (const b of data) binary += String.fromCharCode(b);
+  return btoa(binary);
 }
 
 /** Bytes of standard, padded base64 (as Python's `base64.b64decode(validate=True)` takes it); throws Error otherwise. */
 export function fromBase64(text: string): Uint8Array {
-  if (text.length % 4 !== 0) throw new Error("not base64: its length is not a multiple of 4");
-  const pad = text.endsWith("==") ? 2 : text.endsWith("=") ? 1 : 0;
-  const out = new Uint8Array((text.length / 4) * 3 - pad);
-  let o = 0;
-  for (let i = 0; i < text.length; i += 4) {
-    let n = 0;
-    for (let j = 0; j < 4; j++) {
-      const ch = text.charCodeAt(i + j);
-      const last = i + 4 === text.length;
-      let v: number;
-      if (ch === 61 /* = */ && last && j >= 4 - pad) v = 0;
-      else {
-        v = ch < 128 ? VALUES[ch] : -1;
-        if (v < 0) throw new Error("not base64: a character outside the alphabet");
-      }
-      n = (n << 6) | v;
-    }
-    for (let j = 0; j < 3 && o < out.length; j++) out[o++] = (n >> (16 - 8 * j)) & 255;
-  }
-  return out;
+  if (typeof text !== "string" || !BASE64.test(text)) throw new Error("not base64");
+  return Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
 }
 
 export function concatBytes(...parts: Uint8Array[]): Uint8Array {
-  let size = 0;
-  for (const p of parts) size += p.length;
-  const out = new Uint8Array(size);
+  const out = new Uint8Array(parts.reduce((size, p) => size + p.length, 0));
   let at = 0;
   for (const p of parts) {
     out.set(p, at);
     at += p.length;
   }
   return out;
-}
-
-export function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
-  if (a.length !== b.length) return false;
-  let diff = 0;
-  for (let i = 0; i < a.length; i++) diff |= a[i] ^ b[i];
-  return diff === 0;
 }

@@ -7,18 +7,16 @@
 
 import { utf8 } from "./bytes.js";
 import { LDPError, RecordError, SpecError } from "./errors.js";
-import { blake2b, leU64, nameKey, sha256 } from "./hashes.js";
+import { leU64, nameKey, sha256 } from "./hashes.js";
 import type { FreshMechanism, MemoizedMechanism, Report } from "./mechanisms/base.js";
 import type { FactorizationMechanism } from "./mechanisms/factorization.js";
 import { checkCode, chooseFrequency, makeFrequency } from "./mechanisms/frequency.js";
-import type { Pairs } from "./mechanisms/keyvalue.js";
 import { DISTRIBUTION_PARAMETERS, distribution, keyvalue, longitudinal, LONGITUDINAL_KIND, strings } from "./mechanisms/optional.js";
 import { chooseSampled, makeNumeric, NUMERIC } from "./mechanisms/numeric.js";
 import type { Random } from "./random.js";
 import {
   attributeDomain, type Attribute, type CollectionSpec, FACTORIZATION, HEAVY_HITTER_NAMES, specKey,
 } from "./spec.js";
-import { attributeSecret, keyedUniform, TAG_ATTRIBUTE_SAMPLE } from "./u64.js";
 
 const BUDGET_RTOL = 1e-9;
 
@@ -92,17 +90,6 @@ export function hashSeed(collection: string, attribute: string): bigint {
   return leU64(sha256(utf8(`${collection}/${attribute}`)));
 }
 
-/** The code of a key of a key-value attribute: its index in `keys`, or its bucket (keyed BLAKE2b of the name). */
-export function keyCode(a: Attribute & { type: "keyvalue" }, key: string): number {
-  if (a.keys !== null) {
-    const code = a.keys.indexOf(key);
-    if (code < 0) throw new RecordError(`attribute '${a.name}': unknown key ${JSON.stringify(key)}`);
-    return code;
-  }
-  const digest = blake2b(utf8(key), { digestSize: 8, key: utf8(a.name) });
-  return Number(leU64(digest) % BigInt(a.buckets as number));
-}
-
 export class Collector {
   readonly k: number;
   readonly dims: number;
@@ -111,27 +98,27 @@ export class Collector {
 
   constructor(readonly spec: CollectionSpec, strategies: Strategies = new Map()) {
     const missing = pinnedStrategies(spec).filter((h) => !strategies.has(h));
-    if (missing.length) throw new SpecError(`${specKey(spec)}: strategies ${missing.map((h) => h.slice(0, 12) + "...").join(", ")} are not loaded`);
+    if (missing.length) throw new SpecError(`${specKey(spec)}: strategies ${missing.map((h) => h.slice(0, 12)).join(", ")} not loaded`);
     this.dims = spec.attributes.length;
     this.k = sampledCount(spec);
     if (this.k < 1 || this.k > this.dims) throw new LDPError(`cannot sample k = ${this.k} of d = ${this.dims} attributes`);
     this.lifetime = spec.privacy === null ? null : spec.privacy.lifetime / spec.privacy.values;
     this.plans = spec.attributes.map((a, index) => ({ index, attribute: a, nameKey: nameKey(a.name),
-                                                      ...this.mechanism(a, strategies) }));
+                                                      ...this.#mechanism(a, strategies) }));
   }
 
-  private mechanism(a: Attribute, strategies: Strategies): Pick<Plan, "fresh" | "memoized"> {
+  #mechanism(a: Attribute, strategies: Strategies): Pick<Plan, "fresh" | "memoized"> {
     const spec = this.spec;
     const eps = spec.epsilon / this.k;
     if (a.type === "keyvalue") {
-      if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': key-value mechanisms have no memo`);
+      if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': no memoized key-value mechanism`);
       const d = attributeDomain(a);
       const { chooseKeyvalue, makeKeyvalue } = keyvalue();
       const name = a.mechanism === "auto" ? chooseKeyvalue(eps, d, a.padding) : a.mechanism;
       return { fresh: makeKeyvalue(name, eps, d, a.padding) as FreshMechanism<unknown> };
     }
     if (a.type === "string") {
-      if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': no memoized mechanism reports strings`);
+      if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': no memoized heavy-hitter mechanism`);
       const { chooseHeavyHitters, makeHeavyHitters, StringDomain } = strings();
       const name = a.mechanism === "auto" ? chooseHeavyHitters(eps) : a.mechanism;
       if (!HEAVY_HITTER_NAMES.includes(name)) throw new LDPError(`attribute '${a.name}': '${name}' is not a heavy-hitter mechanism`);
@@ -139,10 +126,10 @@ export class Collector {
       return { fresh: makeHeavyHitters(name, eps, domain, hashSeed(spec.name, a.name), a.top) as FreshMechanism<unknown> };
     }
     if (a.type === "categorical" && a.mechanism === FACTORIZATION) {
-      if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': a given mechanism has no memo`);
+      if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': no memoized factorization`);
       const mech = strategies.get(a.strategy as string) as FactorizationMechanism;
       if (!(Math.abs(mech.epsilon - eps) <= 1e-12 * Math.abs(eps))) {
-        throw new LDPError(`attribute '${a.name}': its strategy is built for eps = ${mech.epsilon}, but the collector gives each attribute eps / k = ${eps}`);
+        throw new LDPError(`attribute '${a.name}': its strategy is for eps ${mech.epsilon}, not ${eps}`);
       }
       if (mech.types !== a.values.length) throw new LDPError(`attribute '${a.name}': its strategy has ${mech.types} types, not ${a.values.length}`);
       return { fresh: mech as FreshMechanism<unknown> };
@@ -154,11 +141,11 @@ export class Collector {
       const { chooseLongitudinal, makeLongitudinal } = longitudinal();
       const name = a.mechanism === "auto" ? chooseLongitudinal(kind, lifetime, eps, domain) : a.mechanism;
       if (LONGITUDINAL_KIND[name] !== kind) {
-        throw new LDPError(`attribute '${a.name}': with a lifetime budget a ${kind} attribute is reported by a memoized mechanism, not '${name}'`);
+        throw new LDPError(`attribute '${a.name}': '${name}' is not a memoized ${kind} mechanism`);
       }
       return { memoized: makeLongitudinal(name, lifetime, eps, domain, a.parameters) };
     }
-    if (a.mechanism in LONGITUDINAL_KIND) throw new LDPError(`attribute '${a.name}': the memoized '${a.mechanism}' needs a lifetime budget`);
+    if (a.mechanism in LONGITUDINAL_KIND) throw new LDPError(`attribute '${a.name}': '${a.mechanism}' needs a lifetime budget`);
     if (a.type === "numeric" && Object.hasOwn(DISTRIBUTION_PARAMETERS, a.mechanism)) {
       return { fresh: distribution().makeDistribution(a.mechanism, eps, a.parameters) as FreshMechanism<unknown> };
     }
@@ -189,10 +176,10 @@ export class Collector {
       const parameters = p.memoized ? (p.memoized as unknown as { parameters(): Record<string, number> }).parameters() : null;
       attributes[p.attribute.name] = { mechanism: mech.name, one_report: mech.epsilon, per_value: perValue, parameters };
       if (mech.epsilon > (spec.epsilon / k) * (1 + BUDGET_RTOL)) {
-        throw new SpecError(`${specKey(spec)}: ${p.attribute.name}'s ${mech.name} spends ${mech.epsilon} per report > eps / k`);
+        throw new SpecError(`${specKey(spec)}: ${p.attribute.name}'s ${mech.name} spends over eps / k`);
       }
       if (spec.privacy !== null && !(perValue !== null && perValue <= (spec.privacy.lifetime / spec.privacy.values / k) * (1 + BUDGET_RTOL))) {
-        throw new SpecError(`${specKey(spec)}: ${p.attribute.name}'s ${mech.name} cannot keep the lifetime bound`);
+        throw new SpecError(`${specKey(spec)}: ${p.attribute.name}'s ${mech.name} breaks the lifetime bound`);
       }
     }
     return { per_report: spec.epsilon, lifetime: spec.privacy?.lifetime ?? null, values: spec.privacy?.values ?? null,
@@ -205,7 +192,7 @@ export class Collector {
     const missing = this.plans.filter((p) => !(p.attribute.name in record)).map((p) => p.attribute.name);
     const unknown = Object.keys(record).filter((n) => !names.has(n)).sort();
     if (missing.length || unknown.length) {
-      throw new RecordError(`${specKey(this.spec)}: records lack attributes [${missing.join(", ")}] or have unknown ones [${unknown.join(", ")}]`);
+      throw new RecordError(`${specKey(this.spec)}: missing attributes [${missing.join(", ")}], unknown [${unknown.join(", ")}]`);
     }
     return this.plans.map((p) => trueValue(p.attribute, record[p.attribute.name]));
   }
@@ -222,6 +209,7 @@ export class Collector {
       }
       return pool.slice(0, k).sort((a, b) => a - b);
     }
+    const { keyedUniform, TAG_ATTRIBUTE_SAMPLE } = longitudinal(); // a secret goes with memoized mechanisms: loaded
     const scores = this.plans.map((p) => keyedUniform(secret, TAG_ATTRIBUTE_SAMPLE, p.nameKey));
     return this.plans.map((p) => p.index).sort((a, b) => scores[a] - scores[b] || a - b).slice(0, k).sort((a, b) => a - b);
   }
@@ -231,7 +219,7 @@ export class Collector {
     const inputs = this.inputs(record);
     return this.sampled(null as unknown as Random, secret).map((i) => {
       const p = this.plans[i], mech = p.memoized!;
-      const key = mech.memoKey(inputs[i] as number, attributeSecret(secret, p.nameKey));
+      const key = mech.memoKey(inputs[i] as number, longitudinal().attributeSecret(secret, p.nameKey));
       return { key: `${p.attribute.name}/${mech.repr()}/${key}`, epsilon: mech.epsilonLifetime };
     });
   }
@@ -239,46 +227,47 @@ export class Collector {
   /** One report of `record`: the sampled attributes' reports (with the collection secret when memoized). */
   perturb(record: TrueRecord, rng: Random, secret: bigint | null): AttributeReport[] {
     if ((secret === null) !== (this.lifetime === null)) {
-      throw new RecordError(`${specKey(this.spec)}: device secrets go with a privacy block, and a privacy block needs them`);
+      throw new RecordError(`${specKey(this.spec)}: a secret goes with a privacy block, and only with it`);
     }
     const inputs = this.inputs(record);
     return this.sampled(rng, secret).map((i) => {
       const p = this.plans[i];
       const report = p.memoized
-        ? p.memoized.perturb(inputs[i] as number, rng, attributeSecret(secret as bigint, p.nameKey))
+        ? p.memoized.perturb(inputs[i] as number, rng, longitudinal().attributeSecret(secret as bigint, p.nameKey))
         : p.fresh!.perturb(inputs[i], rng);
       return { attribute: i, report };
     });
   }
 }
 
-function unit(lo: number, hi: number, x: number): number {
+/** x in [lo, hi] as a value on [-1, 1]. */
+export function unit(lo: number, hi: number, x: number): number {
   return Math.min(Math.max((x - lo) / ((hi - lo) / 2.0) - 1.0, -1.0), 1.0);
 }
 
 /** One attribute's true value as its mechanism takes it (`ldpstream.device.perturb.true_columns`). */
 export function trueValue(a: Attribute, value: unknown): unknown {
   if (a.type === "numeric") {
-    if (typeof value !== "number") throw new RecordError(`attribute '${a.name}': numeric values expected, got ${typeof value}`);
     const [lo, hi] = a.range;
-    if (Number.isNaN(value)) throw new RecordError(`attribute '${a.name}': NaN value`);
-    if (!(value >= lo && value <= hi)) throw new RecordError(`attribute '${a.name}': value ${value} outside its range [${lo}, ${hi}]`);
+    if (typeof value !== "number" || !(value >= lo && value <= hi)) {
+      throw new RecordError(`attribute '${a.name}': ${typeof value === "number" ? value : typeof value} is not a number in [${lo}, ${hi}]`);
+    }
     return unit(lo, hi, value);
   }
   if (a.type === "categorical") {
     if (typeof value === "string") {
       const code = a.values.indexOf(value);
-      if (code < 0) throw new RecordError(`attribute '${a.name}': unknown category ${JSON.stringify(value)}; known: ${a.values.join(", ")}`);
+      if (code < 0) throw new RecordError(`attribute '${a.name}': unknown category ${JSON.stringify(value)}`);
       return code;
     }
     if (typeof value === "number" && Number.isInteger(value)) {
       try {
         return checkCode(value, a.values.length);
       } catch {
-        throw new RecordError(`attribute '${a.name}': unknown category code ${value} (codes are 0..${a.values.length - 1})`);
+        throw new RecordError(`attribute '${a.name}': unknown category code ${value}`);
       }
     }
-    throw new RecordError(`attribute '${a.name}': categories are value strings or integer codes`);
+    throw new RecordError(`attribute '${a.name}': not a category or its code`);
   }
   if (a.type === "string") {
     try {
@@ -287,27 +276,5 @@ export function trueValue(a: Attribute, value: unknown): unknown {
       throw new RecordError(`attribute '${a.name}': ${(exc as Error).message}`);
     }
   }
-  return truePairs(a, value);
-}
-
-function truePairs(a: Attribute & { type: "keyvalue" }, value: unknown): Pairs {
-  let entries: [unknown, unknown][];
-  if (value instanceof Map) entries = [...value.entries()];
-  else if (typeof value === "object" && value !== null && !Array.isArray(value)) entries = Object.entries(value);
-  else throw new RecordError(`attribute '${a.name}': pairs {key: value} expected`);
-  const d = attributeDomain(a);
-  const [lo, hi] = a.range;
-  const keys: number[] = [], values: number[] = [];
-  for (const [key, v] of entries) {
-    const code = typeof key === "string" ? keyCode(a, key) : key;
-    if (typeof code !== "number" || !Number.isInteger(code) || typeof v !== "number") {
-      throw new RecordError(`attribute '${a.name}': pairs are {key: number}, got ${String(key)}: ${String(v)}`);
-    }
-    if (code < 0 || code >= d) throw new RecordError(`attribute '${a.name}': unknown key code ${code}`);
-    if (keys.includes(code)) continue; // a second key of a bucket already held is dropped
-    if (!(v >= lo && v <= hi)) throw new RecordError(`attribute '${a.name}': a value outside its range [${lo}, ${hi}] (or NaN)`);
-    keys.push(code);
-    values.push(unit(lo, hi, v));
-  }
-  return { keys, values };
+  return keyvalue().truePairs(a, value);
 }

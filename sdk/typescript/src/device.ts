@@ -23,8 +23,8 @@ import { EdgeClient, type Fetch } from "./edge.js";
 import { EdgeError, SpecError, SpecRefused, StateError, TrustError } from "./errors.js";
 import { PrivacyLedger } from "./ledger.js";
 import type { FactorizationMechanism } from "./mechanisms/factorization.js";
-import { factorization, loadMechanisms } from "./mechanisms/optional.js";
-import { HttpTransport, Outbox, type TransportOptions } from "./outbox.js";
+import { strategyFromNpz } from "./mechanisms/optional.js";
+import { envelopeOf, HttpTransport, Outbox, type TransportOptions } from "./outbox.js";
 import { type Pointer, POINTER_PERIOD_MS, parsePointer, pointerExpired } from "./pointer.js";
 import { judge, makePolicy, type PolicyOptions, type PrivacyPolicy } from "./policy.js";
 import { CryptoRandom, type Random } from "./random.js";
@@ -67,7 +67,14 @@ async function storageOf(storage: DeviceStorage | string | undefined): Promise<D
   }
   if (storage !== undefined) return storage;
   if ((globalThis as { indexedDB?: unknown }).indexedDB !== undefined) return indexedDbStorage();
-  throw new StateError("no storage given and no IndexedDB here: pass `storage` (a directory path in Node, or a get/set object)");
+  throw new StateError("no IndexedDB here: pass `storage`");
+}
+
+/** The lifetime the device commits to a spec its policy accepts; SpecRefused (the verdict) if it does not. */
+function accepted(spec: CollectionSpec, policy: PrivacyPolicy, ledger: PrivacyLedger, strategies: Strategies): number {
+  const verdict = judge(spec, policy, ledger.committed(), strategies);
+  if (!verdict.accepted) throw new SpecRefused(verdict.code, verdict.reason);
+  return verdict.commitment;
 }
 
 /** A joined device's link to its edge: its trust state and how to renew it. */
@@ -86,11 +93,11 @@ class Link {
     const fetched = await this.client.pointer(this.collection, mine.pointer !== null ? mine.pointerEtag : null);
     const [body, block, etag] = fetched === null ? [mine.pointer, mine.pointerBlock, mine.pointerEtag]
       : [fetched.body, fetched.block, fetched.etag];
-    if (body === null) throw new EdgeError(304, "bad_answer", "the edge answered 304 to a device that holds no pointer");
+    if (body === null) throw new EdgeError(304, "bad_answer", "a 304 to a device that holds no pointer");
     let spec: CollectionSpec, specBytes: Uint8Array, specBlock: Uint8Array | null, pointer: Pointer;
     try {
       pointer = await checkPointer(body, block, this.keys, this.collection, mine.seen, this.clock());
-      [spec, specBytes, specBlock] = await this.specOf(pointer);
+      [spec, specBytes, specBlock] = await this.#specOf(pointer);
     } catch (exc) {
       if (exc instanceof TrustError) throw new SpecRefused(exc.code, exc.message);
       throw exc;
@@ -101,7 +108,7 @@ class Link {
     return spec;
   }
 
-  private async specOf(pointer: Pointer): Promise<[CollectionSpec, Uint8Array, Uint8Array | null]> {
+  async #specOf(pointer: Pointer): Promise<[CollectionSpec, Uint8Array, Uint8Array | null]> {
     const mine = this.mine;
     if (mine.spec !== null && mine.seen.version === pointer.version) {
       try {
@@ -119,8 +126,7 @@ class Link {
     const out = new Map<string, FactorizationMechanism>();
     try {
       for (const hash of pinnedStrategies(spec)) {
-        await loadMechanisms({ factorization: true });
-        out.set(hash, await factorization().FactorizationMechanism.fromNpz(await this.client.strategy(hash), hash));
+        out.set(hash, await strategyFromNpz(await this.client.strategy(hash), hash));
       }
     } catch (exc) {
       if (exc instanceof SpecError) throw new SpecRefused("malformed_strategy", exc.message);
@@ -149,8 +155,7 @@ class Link {
     }
     const pointer = this.keptPointer();
     if (pointer === null || pointerExpired(pointer, this.clock())) {
-      throw new SpecRefused("expired", `the pointer to '${this.collection}' has expired (or is not kept): reports stop until `
-                            + "`refresh` gets a fresh one");
+      throw new SpecRefused("expired", `the pointer to '${this.collection}' expired: \`refresh\``);
     }
   }
 
@@ -165,14 +170,17 @@ export class Device {
   spec: CollectionSpec;
   /** The device's pseudonym in its collection (what the aggregators see). */
   readonly pseudonym: bigint;
-  private collector: Collector;
-  private queue: Promise<unknown> = Promise.resolve();
+  #collector: Collector;
+  #queue: Promise<unknown> = Promise.resolve();
+  readonly #link: Link;
+  readonly #random: Random;
 
-  private constructor(private readonly link: Link, readonly ledger: PrivacyLedger, readonly transport: HttpTransport,
-                      readonly policy: PrivacyPolicy | null, private readonly random: Random, spec: CollectionSpec,
-                      strategies: Strategies) {
+  private constructor(link: Link, readonly ledger: PrivacyLedger, readonly transport: HttpTransport,
+                      readonly policy: PrivacyPolicy | null, random: Random, spec: CollectionSpec, strategies: Strategies) {
+    this.#link = link;
+    this.#random = random;
     this.spec = spec;
-    this.collector = new Collector(spec, strategies);
+    this.#collector = new Collector(spec, strategies);
     this.pseudonym = devicePseudonym(spec.name, transport.credential.device);
   }
 
@@ -190,15 +198,14 @@ export class Device {
       try {
         await storage.set("ledger", json);
       } catch (exc) {
-        throw new StateError(`cannot write the privacy ledger (nothing was charged): ${String(exc)}`);
+        throw new StateError(`cannot write the privacy ledger (nothing charged): ${String(exc)}`);
       }
     };
     try {
       const text = await storage.get("ledger");
       ledger = text === undefined || text === null ? new PrivacyLedger(persist) : PrivacyLedger.fromJSON(text, persist);
     } catch (exc) {
-      throw new StateError(`the privacy ledger is damaged or unreadable (${String(exc)}): the device will not guess what it `
-                           + "spent; repair it, or reset the device");
+      throw new StateError(`the privacy ledger is damaged (${String(exc)}): repair or reset it`);
     }
     const client = new EdgeClient(options.edge, options.fetch);
     const link = new Link(client, keys, state, options.collection, clock);
@@ -206,16 +213,14 @@ export class Device {
     try { // the spec first: a device that refuses it never enrols
       spec = await link.trustedSpec();
       strategies = await link.strategies(spec);
-      const verdict = policy === null ? null : judge(spec, policy, ledger.committed(), strategies);
-      if (verdict !== null && !verdict.accepted) throw new SpecRefused(verdict.code, verdict.reason);
-      commitment = verdict?.commitment ?? 0;
+      commitment = policy === null ? 0 : accepted(spec, policy, ledger, strategies);
     } catch (exc) {
       if (exc instanceof SpecRefused) await link.remember(false, exc.code, exc.message);
       throw exc;
     }
     const mine = link.mine;
     if (mine.credential === null) {
-      if (!options.token) throw new EdgeError(0, "no_token", `the device has not joined '${options.collection}': an enrolment token is needed`);
+      if (!options.token) throw new EdgeError(0, "no_token", `not joined to '${options.collection}': an enrolment token is needed`);
       mine.credential = await client.enroll(options.token, options.collection);
       await state.save();
     }
@@ -230,7 +235,7 @@ export class Device {
 
   /** Whether the device accepts its collection's current spec, and why not: the app shows it. */
   get verdict(): VerdictJson | null {
-    return this.link.mine.verdict;
+    return this.#link.mine.verdict;
   }
 
   /** The reports waiting in the outbox. */
@@ -243,34 +248,32 @@ export class Device {
   }
 
   /** One operation at a time (reports, flushes and refreshes never interleave their writes). */
-  private serial<T>(operation: () => Promise<T>): Promise<T> {
-    const run = this.queue.then(operation, operation);
-    this.queue = run.catch(() => undefined);
+  #serial<T>(operation: () => Promise<T>): Promise<T> {
+    const run = this.#queue.then(operation, operation);
+    this.#queue = run.catch(() => undefined);
     return run;
   }
 
   /** Fetch the pointer again (and the spec, if it moved on), verify and judge it; the verdict. The last good spec stays
    * in use when the edge cannot be reached or serves something the device does not believe. */
   refresh(): Promise<VerdictJson | null> {
-    return this.serial(() => this.refreshNow());
+    return this.#serial(() => this.#refreshNow());
   }
 
-  private async refreshNow(): Promise<VerdictJson | null> {
+  async #refreshNow(): Promise<VerdictJson | null> {
     try {
-      const spec = await this.link.trustedSpec();
+      const spec = await this.#link.trustedSpec();
       if (spec.version !== this.spec.version || JSON.stringify(spec) !== JSON.stringify(this.spec)) {
-        const strategies = await this.link.strategies(spec);
+        const strategies = await this.#link.strategies(spec);
         if (this.policy !== null) {
-          const verdict = judge(spec, this.policy, this.ledger.committed(), strategies);
-          if (!verdict.accepted) throw new SpecRefused(verdict.code, verdict.reason);
-          await this.ledger.commit(spec.name, verdict.commitment);
+          await this.ledger.commit(spec.name, accepted(spec, this.policy, this.ledger, strategies));
         }
-        this.collector = new Collector(spec, strategies);
+        this.#collector = new Collector(spec, strategies);
         this.spec = spec;
       }
-      await this.link.remember(true);
+      await this.#link.remember(true);
     } catch (exc) {
-      if (exc instanceof SpecRefused) await this.link.remember(false, exc.code, exc.message);
+      if (exc instanceof SpecRefused) await this.#link.remember(false, exc.code, exc.message);
       else if (!(exc instanceof EdgeError)) throw exc; // offline, or the edge is down: the last good spec stands
     }
     return this.verdict;
@@ -283,31 +286,28 @@ export class Device {
    * full: nothing charged, no report).
    */
   report(record: TrueRecord, timestampMs?: number): Promise<Uint8Array> {
-    return this.serial(async () => {
-      this.link.requireReady();
-      const now = timestampMs ?? this.link.clock();
-      if (!Number.isSafeInteger(now)) throw new RangeError(`a report time is integer ms since the epoch, got ${now}`);
+    return this.#serial(async () => {
+      this.#link.requireReady();
+      const now = timestampMs ?? this.#link.clock();
+      if (!Number.isSafeInteger(now)) throw new RangeError(`a report time is integer ms since the epoch, not ${now}`);
       const spec = this.spec;
       let secret: bigint | null = null, memos: { key: string; epsilon: number }[] = [];
       if (spec.privacy !== null) {
-        this.collector.inputs(record); // a malformed record draws no secret
-        secret = await this.ledger.secret(spec.name, () => this.random.word64());
-        memos = this.collector.memos(record, secret);
+        this.#collector.inputs(record); // a malformed record draws no secret
+        secret = await this.ledger.secret(spec.name, () => this.#random.word64());
+        memos = this.#collector.memos(record, secret);
       }
       this.ledger.check(spec, now, memos, this.policy);
-      const blocks = this.collector.perturb(record, this.random, secret);
+      const blocks = this.#collector.perturb(record, this.#random, secret);
       await this.ledger.charge(spec, now, memos, this.policy);
       const stored = {
-        version: spec.version, timestampMs: now, madeMs: this.link.clock(), size: 0,
+        version: spec.version, timestampMs: now, madeMs: this.#link.clock(), size: 0,
         blocks: blocks.map((b) => ({
           attribute: b.attribute,
           columns: Object.entries(b.report).map(([name, c]) => ({ name, dtype: c.dtype, data: columnBytes(c) })),
         })),
       };
-      const message = encodeEnvelope({
-        collection: spec.name, specVersion: spec.version, devices: [this.pseudonym], timestampsMs: [now],
-        blocks: stored.blocks.map((b) => ({ ...b, rows: [0] })),
-      });
+      const message = encodeEnvelope(envelopeOf(spec.name, this.pseudonym, [stored]));
       stored.size = message.length;
       await this.transport.outbox.add(stored);
       return message;
@@ -317,11 +317,11 @@ export class Device {
   /** Send the outbox; the number of reports that left it. The spec is refreshed first when its pointer is due, and
    * after when the edge says the version moved on. */
   flush(): Promise<number> {
-    return this.serial(async () => {
-      if (this.link.due()) await this.refreshNow();
+    return this.#serial(async () => {
+      if (this.#link.due()) await this.#refreshNow();
       const sent = await this.transport.flush();
       const movedOn = this.transport.currentVersion;
-      if (movedOn !== null && movedOn > this.spec.version) await this.refreshNow();
+      if (movedOn !== null && movedOn > this.spec.version) await this.#refreshNow();
       return sent;
     });
   }
@@ -329,13 +329,13 @@ export class Device {
   /** Delete this device's enrolment at the edge, forget its credential and drop the reports not sent (their budget
    * stays spent); it reports nothing more until it joins again with a token. */
   leave(): Promise<void> {
-    return this.serial(async () => {
-      await this.link.client.leave(this.transport.credential, this.link.clock());
+    return this.#serial(async () => {
+      await this.#link.client.leave(this.transport.credential, this.#link.clock());
       await this.transport.outbox.clear();
-      const mine = this.link.mine;
+      const mine = this.#link.mine;
       mine.credential = null;
       mine.verdict = { accepted: false, code: "left", reason: "the device left the collection" };
-      await this.link.state.save();
+      await this.#link.state.save();
     });
   }
 }

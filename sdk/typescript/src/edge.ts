@@ -5,7 +5,7 @@
  * memory) within a timeout; what fails is an `EdgeError` with the status (0: no answer) and the edge's reason.
  */
 
-import { fromHex, fromUtf8, utf8 } from "./bytes.js";
+import { concatBytes, fromHex, fromUtf8, utf8 } from "./bytes.js";
 import { authorization, type Credential } from "./auth.js";
 import { EdgeError } from "./errors.js";
 import { blockFromHeader } from "./signatures.js";
@@ -45,13 +45,7 @@ async function bounded(response: Response, limit: number): Promise<Uint8Array> {
     }
     parts.push(value);
   }
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
+  return concatBytes(...parts);
 }
 
 function refusal(body: Uint8Array): [string, string] {
@@ -65,9 +59,10 @@ function refusal(body: Uint8Array): [string, string] {
 
 export class EdgeClient {
   readonly url: string;
+  readonly #fetcher: Fetch;
 
-  constructor(baseUrl: string, private readonly fetcher: Fetch = globalThis.fetch.bind(globalThis),
-              readonly timeoutMs = 30_000) {
+  constructor(baseUrl: string, fetcher: Fetch = globalThis.fetch.bind(globalThis), readonly timeoutMs = 30_000) {
+    this.#fetcher = fetcher;
     this.url = baseUrl.replace(/\/+$/, "");
   }
 
@@ -77,7 +72,7 @@ export class EdgeClient {
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(), this.timeoutMs);
     try {
-      const response = await this.fetcher(this.url + path, {
+      const response = await this.#fetcher(this.url + path, {
         method, headers, body: body as BodyInit | null, cache: "no-store", redirect: "error", signal: controller.signal,
       });
       return { status: response.status, headers: response.headers, body: await bounded(response, limit) };
@@ -89,7 +84,7 @@ export class EdgeClient {
     }
   }
 
-  private async call(method: string, path: string, body: Uint8Array | null, headers: Record<string, string>,
+  async #call(method: string, path: string, body: Uint8Array | null, headers: Record<string, string>,
                      limit: number, notModified = false): Promise<Answer | null> {
     const answer = await this.request(method, path, body, headers, limit);
     if (answer.status === 304 && notModified) return null;
@@ -103,7 +98,7 @@ export class EdgeClient {
   /** Exchange an enrolment token for a credential of `collection`. */
   async enroll(token: string, collection: string): Promise<Credential> {
     const body = utf8(JSON.stringify({ token, collection }));
-    const answer = (await this.call("POST", "/v1/enroll", body, { "Content-Type": "application/json" }, MAX_ANSWER_BYTES))!;
+    const answer = (await this.#call("POST", "/v1/enroll", body, { "Content-Type": "application/json" }, MAX_ANSWER_BYTES))!;
     let credential: Credential;
     try {
       const value = JSON.parse(fromUtf8(answer.body)) as Record<string, unknown>;
@@ -111,7 +106,7 @@ export class EdgeClient {
           || !/^[A-Za-z0-9._-]{1,64}$/.test(value.device)) throw new Error("fields");
       credential = { collection: value.collection, device: value.device, key: fromHex(value.key) };
     } catch {
-      throw new EdgeError(answer.status, "bad_answer", "the edge's enrolment answer is not a credential");
+      throw new EdgeError(answer.status, "bad_answer", "the enrolment answer is not a credential");
     }
     if (credential.collection !== collection) {
       throw new EdgeError(answer.status, "bad_answer", `the edge enrolled the device in '${credential.collection}'`);
@@ -122,26 +117,26 @@ export class EdgeClient {
   /** The collection's signed pointer, or null if it is still the one of `etag` (304). */
   async pointer(collection: string, etag: string | null): Promise<Signed | null> {
     const headers: Record<string, string> = etag === null ? {} : { "If-None-Match": etag };
-    const answer = await this.call("GET", `/v1/collections/${encodeURIComponent(collection)}`, null, headers,
+    const answer = await this.#call("GET", `/v1/collections/${encodeURIComponent(collection)}`, null, headers,
                                    MAX_POINTER_BYTES, true);
     return answer === null ? null : signedOf(answer);
   }
 
   async spec(collection: string, version: number): Promise<Signed> {
     const path = `/v1/collections/${encodeURIComponent(collection)}/specs/${Math.trunc(version)}`;
-    return signedOf((await this.call("GET", path, null, {}, MAX_SPEC_BYTES))!);
+    return signedOf((await this.#call("GET", path, null, {}, MAX_SPEC_BYTES))!);
   }
 
   /** A strategy's .npz bytes (unchecked: the caller checks them against the hash). */
   async strategy(contentHash: string): Promise<Uint8Array> {
-    return (await this.call("GET", `/v1/strategies/${encodeURIComponent(contentHash)}`, null, {}, MAX_STRATEGY_BYTES))!.body;
+    return (await this.#call("GET", `/v1/strategies/${encodeURIComponent(contentHash)}`, null, {}, MAX_STRATEGY_BYTES))!.body;
   }
 
   /** Delete the device's enrolment (its credential stops working). */
   async leave(credential: Credential, nowMs: number): Promise<void> {
     const path = `/v1/collections/${encodeURIComponent(credential.collection)}/devices/${encodeURIComponent(credential.device)}`;
     const auth = authorization(credential.device, credential.key, "DELETE", path, new Uint8Array(0), nowMs);
-    await this.call("DELETE", path, new Uint8Array(0), { Authorization: auth }, MAX_ANSWER_BYTES);
+    await this.#call("DELETE", path, new Uint8Array(0), { Authorization: auth }, MAX_ANSWER_BYTES);
   }
 }
 

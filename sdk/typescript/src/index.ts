@@ -17,13 +17,5 @@ export { CryptoRandom, type Random } from "./random.js";
 export { authorization, devicePseudonym, type Credential } from "./auth.js";
 // Building blocks, for tools and benchmarks that perturb without a device (tests/typescript, benchmarks/typescript).
 export { columnBytes, encodeEnvelope } from "./wire.js";
-export { loadMechanisms, needsOf } from "./mechanisms/optional.js";
-import { factorization, loadMechanisms } from "./mechanisms/optional.js";
-import type { FactorizationMechanism } from "./mechanisms/factorization.js";
+export { loadMechanisms, needsOf, strategyFromNpz } from "./mechanisms/optional.js";
 export { fromBase64, toBase64 } from "./bytes.js";
-
-/** A factorization strategy from its .npz bytes, checked against its pinned hash (the module loaded on demand). */
-export async function strategyFromNpz(data: Uint8Array, hash: string): Promise<FactorizationMechanism> {
-  await loadMechanisms({ factorization: true });
-  return factorization().FactorizationMechanism.fromNpz(data, hash);
-}

@@ -47,22 +47,34 @@ export class Spends {
   }
 
   toJSON(): Record<string, unknown> {
-    const spent: Record<string, number> = {};
-    for (const k of [...this.spent.keys()].sort((a, b) => a - b)) spent[String(k)] = this.spent.get(k) as number;
-    return { spent, dropped: this.dropped };
+    return { spent: sortedRecord(this.spent), dropped: this.dropped };
   }
 
   static fromJSON(d: unknown, kept: number): Spends {
-    const o = d as { spent: Record<string, unknown>; dropped: unknown };
+    const o = d as { spent: unknown; dropped: unknown };
     if (typeof o !== "object" || o === null || typeof o.spent !== "object" || o.spent === null) throw new Error("spends");
-    const spent = new Map<number, number>();
-    for (const [k, v] of Object.entries(o.spent)) {
-      if (!/^-?[0-9]+$/.test(k) || typeof v !== "number") throw new Error("spends");
-      spent.set(Number(k), v);
-    }
+    const spent = new Map([...numberMap(o.spent, "spends")].map(([k, v]) => {
+      if (!/^-?[0-9]+$/.test(k)) throw new Error("spends");
+      return [Number(k), v];
+    }));
     if (o.dropped !== null && !Number.isInteger(o.dropped)) throw new Error("dropped");
     return new Spends(kept, spent, o.dropped as number | null);
   }
+}
+
+/** A map as a JSON object, its keys in order. */
+function sortedRecord<K extends string | number>(map: ReadonlyMap<K, number>): Record<string, number> {
+  return Object.fromEntries([...map].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
+
+/** The numbers of a JSON object by key; Error naming `what` for a value that is not a number. */
+function numberMap(value: unknown, what: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const [k, v] of Object.entries(value as object)) {
+    if (typeof v !== "number") throw new Error(what);
+    out.set(k, v);
+  }
+  return out;
 }
 
 export interface Account {
@@ -84,151 +96,144 @@ export function windowOf(spec: CollectionSpec, timestampMs: number): number {
 export type Persist = (json: string) => Promise<void>;
 
 export class PrivacyLedger {
-  private accounts: Map<string, Account>;
-  private days: Spends;
-  private commitments: Map<string, number>;
+  #accounts: Map<string, Account>;
+  #days: Spends;
+  #commitments: Map<string, number>;
+  readonly #persist: Persist | null;
 
-  constructor(private readonly persist: Persist | null = null, accounts = new Map<string, Account>(),
-              days = new Spends(DAYS_KEPT), commitments = new Map<string, number>()) {
-    this.accounts = accounts;
-    this.days = days;
-    this.commitments = commitments;
+  constructor(persist: Persist | null = null, accounts = new Map<string, Account>(), days = new Spends(DAYS_KEPT),
+              commitments = new Map<string, number>()) {
+    this.#persist = persist;
+    this.#accounts = accounts;
+    this.#days = days;
+    this.#commitments = commitments;
   }
 
   spent(spec: CollectionSpec, timestampMs: number): number {
-    return this.accounts.get(spec.name)?.windows.of(windowOf(spec, timestampMs)) ?? 0.0;
+    return this.#accounts.get(spec.name)?.windows.of(windowOf(spec, timestampMs)) ?? 0.0;
   }
 
   spentOnDay(timestampMs: number): number {
-    return this.days.of(Math.floor(timestampMs / DAY_MS));
+    return this.#days.of(Math.floor(timestampMs / DAY_MS));
   }
 
   lifetimeSpent(collection: string): number {
-    return this.accounts.get(collection)?.lifetimeSpent ?? 0.0;
+    return this.#accounts.get(collection)?.lifetimeSpent ?? 0.0;
   }
 
   memos(collection: string): Map<string, number> {
-    return new Map(this.accounts.get(collection)?.memos ?? []);
+    return new Map(this.#accounts.get(collection)?.memos ?? []);
   }
 
   committed(): Record<string, number> {
-    return Object.fromEntries(this.commitments);
+    return Object.fromEntries(this.#commitments);
   }
 
   /** The device's secret for the collection, drawn (with `draw`) and saved on first use. */
   async secret(collection: string, draw: () => bigint): Promise<bigint> {
-    const current = this.accounts.get(collection) ?? newAccount();
+    const current = this.#accounts.get(collection) ?? newAccount();
     if (current.secret !== null) return current.secret;
     const next = { ...current, secret: draw() };
-    await this.replace(() => this.accounts.set(collection, next));
+    await this.#replace(() => this.#accounts.set(collection, next));
     return next.secret;
   }
 
   /** Reserve `lifetime` for the collection (a commitment never shrinks). */
   async commit(collection: string, lifetime: number): Promise<void> {
     if (!(Number.isFinite(lifetime) && lifetime > 0)) throw new RangeError(`a commitment must be finite and > 0, got ${lifetime}`);
-    if (lifetime > (this.commitments.get(collection) ?? 0.0)) {
-      await this.replace(() => this.commitments.set(collection, lifetime));
+    if (lifetime > (this.#commitments.get(collection) ?? 0.0)) {
+      await this.#replace(() => this.#commitments.set(collection, lifetime));
     }
   }
 
   /** BudgetExceeded if a report costing `epsilon` (default: the spec's) and reading `memos` would exceed a budget. */
   check(spec: CollectionSpec, timestampMs: number, memos: Memo[] = [], policy: PrivacyPolicy | null = null,
         epsilon?: number): void {
-    this.next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy);
+    this.#next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy);
   }
 
   /** Record a report (kept in storage before this resolves); the budget left in its window. */
   async charge(spec: CollectionSpec, timestampMs: number, memos: Memo[] = [], policy: PrivacyPolicy | null = null,
                epsilon?: number): Promise<number> {
-    const [account, days] = this.next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy);
-    await this.replace(() => {
-      this.accounts.set(spec.name, account);
-      this.days = days;
+    const [account, days] = this.#next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy);
+    await this.#replace(() => {
+      this.#accounts.set(spec.name, account);
+      this.#days = days;
     });
     return Math.max(spec.epsilon - account.windows.of(windowOf(spec, timestampMs)), 0.0);
   }
 
   /** Apply `change` and persist; on a failed write the ledger is as it was (nothing charged) and the error thrown. */
-  private async replace(change: () => void): Promise<void> {
-    const saved = [new Map(this.accounts), this.days, new Map(this.commitments)] as const;
+  async #replace(change: () => void): Promise<void> {
+    const saved = [new Map(this.#accounts), this.#days, new Map(this.#commitments)] as const;
     change();
     try {
-      if (this.persist !== null) await this.persist(this.toJSON());
+      if (this.#persist !== null) await this.#persist(this.toJSON());
     } catch (exc) {
-      [this.accounts, this.days, this.commitments] = [saved[0], saved[1], saved[2]];
+      [this.#accounts, this.#days, this.#commitments] = [saved[0], saved[1], saved[2]];
       throw exc;
     }
   }
 
-  private next(spec: CollectionSpec, timestampMs: number, epsilon: number, memos: Memo[],
+  #next(spec: CollectionSpec, timestampMs: number, epsilon: number, memos: Memo[],
                policy: PrivacyPolicy | null): [Account, Spends] {
     if (!(Number.isFinite(epsilon) && epsilon > 0)) throw new RangeError(`a report's epsilon must be finite and > 0, got ${epsilon}`);
-    const current = this.accounts.get(spec.name) ?? newAccount();
+    const current = this.#accounts.get(spec.name) ?? newAccount();
     const window = windowOf(spec, timestampMs);
     if (current.windows.forgotten(window)) {
-      throw new BudgetExceeded(`${spec.name}: report time ${timestampMs} ms falls in window ${window}, at or before window `
-                               + `${current.windows.dropped}, whose spend the ledger no longer keeps`);
+      throw new BudgetExceeded(`${spec.name}: the ledger no longer keeps window ${window}`);
     }
-    const before = current.windows.of(window);
-    const total = before + epsilon;
+    const total = current.windows.of(window) + epsilon;
     if (total > spec.epsilon * (1 + EPSILON_SLACK)) {
       const where = window === ALL_TIME_WINDOW ? "all time" : `window ${window} (${spec.windows[0]})`;
-      throw new BudgetExceeded(`${spec.name}: a report costing eps = ${epsilon} would bring the spend in ${where} to `
-                               + `${total} > the collection's budget eps = ${spec.epsilon} (already spent ${before})`);
+      throw new BudgetExceeded(`${spec.name}: the spend in ${where} would be ${total} > the budget eps = ${spec.epsilon}`);
     }
     const fresh = new Map<string, number>();
     for (const m of memos) if (!current.memos.has(m.key)) fresh.set(m.key, m.epsilon);
     const lifetime = current.lifetimeSpent + (spec.privacy === null ? epsilon : fsum([...fresh.values()]));
-    checkLifetime(spec, memos, fresh, current, lifetime);
+    checkLifetime(spec, memos, fresh, lifetime);
     const day = Math.floor(timestampMs / DAY_MS);
-    if (policy !== null) this.checkPolicy(spec, policy, epsilon, day, lifetime);
+    if (policy !== null) this.#checkPolicy(spec, policy, epsilon, day, lifetime);
     const account: Account = { windows: current.windows.plus(window, epsilon), lifetimeSpent: lifetime,
                                memos: new Map([...current.memos, ...fresh]), secret: current.secret };
-    return [account, this.days.plus(day, epsilon)];
+    return [account, this.#days.plus(day, epsilon)];
   }
 
-  private checkPolicy(spec: CollectionSpec, policy: PrivacyPolicy, epsilon: number, day: number, lifetime: number): void {
-    if (this.days.forgotten(day)) {
-      throw new BudgetExceeded(`day ${day} is at or before day ${this.days.dropped}, whose device-wide spend the ledger no longer keeps`);
+  #checkPolicy(spec: CollectionSpec, policy: PrivacyPolicy, epsilon: number, day: number, lifetime: number): void {
+    if (this.#days.forgotten(day)) {
+      throw new BudgetExceeded(`the ledger no longer keeps day ${day}`);
     }
-    const today = this.days.of(day) + epsilon;
+    const today = this.#days.of(day) + epsilon;
     if (today > policy.maxEpsilonPerDay * (1 + EPSILON_SLACK)) {
-      throw new BudgetExceeded(`${spec.name}: a report costing eps = ${epsilon} would bring the device's spend on day ${day} `
-                               + `to ${today} > the policy's maxEpsilonPerDay ${policy.maxEpsilonPerDay}`);
+      throw new BudgetExceeded(`the spend on day ${day} would be ${today} > maxEpsilonPerDay ${policy.maxEpsilonPerDay}`);
     }
-    const committed = this.commitments.get(spec.name);
-    if (committed === undefined) throw new BudgetExceeded(`${spec.name}: the device has not accepted this collection (no lifetime committed)`);
+    const committed = this.#commitments.get(spec.name);
+    if (committed === undefined) throw new BudgetExceeded(`${spec.name}: not accepted by the device (no lifetime committed)`);
     if (lifetime > committed * (1 + EPSILON_SLACK)) {
-      throw new BudgetExceeded(`${spec.name}: a report would bring the collection's lifetime spend to ${lifetime} > the `
-                               + `${committed} the device committed to it (its policy's cap)`);
+      throw new BudgetExceeded(`${spec.name}: the lifetime spend would be ${lifetime} > the ${committed} committed to it`);
     }
   }
 
   toJSON(): string {
     const collections: Record<string, unknown> = {};
-    for (const name of [...this.accounts.keys()].sort()) {
-      const a = this.accounts.get(name) as Account;
-      const memos: Record<string, number> = {};
-      for (const k of [...a.memos.keys()].sort()) memos[k] = a.memos.get(k) as number;
-      collections[name] = { windows: a.windows.toJSON(), lifetime_spent: a.lifetimeSpent, memos,
+    for (const name of [...this.#accounts.keys()].sort()) {
+      const a = this.#accounts.get(name) as Account;
+      collections[name] = { windows: a.windows.toJSON(), lifetime_spent: a.lifetimeSpent, memos: sortedRecord(a.memos),
                             secret: a.secret === null ? null : a.secret.toString(16).padStart(16, "0") };
     }
-    const commitments: Record<string, number> = {};
-    for (const k of [...this.commitments.keys()].sort()) commitments[k] = this.commitments.get(k) as number;
-    return JSON.stringify({ format: FORMAT, collections, days: this.days.toJSON(), commitments });
+    return JSON.stringify({ format: FORMAT, collections, days: this.#days.toJSON(), commitments: sortedRecord(this.#commitments) });
   }
 
   /** A ledger from its JSON (format 3 or 2, as the Python SDK writes it); Error if it is not one. */
   static fromJSON(text: string, persist: Persist | null = null): PrivacyLedger {
     try {
-      return PrivacyLedger.parse(text, persist);
+      return PrivacyLedger.#parse(text, persist);
     } catch (exc) {
       throw new Error(`not a privacy ledger: ${String(exc)}`);
     }
   }
 
-  private static parse(text: string, persist: Persist | null): PrivacyLedger {
+  static #parse(text: string, persist: Persist | null): PrivacyLedger {
     const data = JSON.parse(text) as Record<string, unknown>;
     if (typeof data !== "object" || data === null || (data.format !== 2 && data.format !== FORMAT)) {
       throw new Error(`not a privacy ledger of format ${FORMAT}`);
@@ -236,11 +241,7 @@ export class PrivacyLedger {
     const accounts = new Map<string, Account>();
     for (const [name, raw] of Object.entries(data.collections as Record<string, Record<string, unknown>>)) {
       const windows = Spends.fromJSON(raw.windows, WINDOWS_KEPT);
-      const memos = new Map<string, number>();
-      for (const [k, v] of Object.entries(raw.memos as Record<string, unknown>)) {
-        if (typeof v !== "number") throw new Error("memo");
-        memos.set(k, v);
-      }
+      const memos = numberMap(raw.memos, "memos");
       const secret = raw.secret;
       if (secret !== null && (typeof secret !== "string" || !/^[0-9a-f]{1,16}$/.test(secret))) throw new Error("secret");
       if (typeof raw.lifetime_spent !== "number") throw new Error("lifetime_spent");
@@ -248,11 +249,7 @@ export class PrivacyLedger {
                            secret: secret === null ? null : BigInt(`0x${secret}`) });
     }
     const days = data.days === undefined ? new Spends(DAYS_KEPT) : Spends.fromJSON(data.days, DAYS_KEPT);
-    const commitments = new Map<string, number>();
-    for (const [k, v] of Object.entries((data.commitments ?? {}) as Record<string, unknown>)) {
-      if (typeof v !== "number") throw new Error("commitment");
-      commitments.set(k, v);
-    }
+    const commitments = numberMap(data.commitments ?? {}, "commitments");
     const numbers = [...days.spent.values(), ...commitments.values()];
     for (const a of accounts.values()) numbers.push(...a.windows.spent.values(), a.lifetimeSpent, ...a.memos.values());
     if (!numbers.every((x) => Number.isFinite(x) && x >= 0)) throw new Error("a spend that is not a finite number >= 0");
@@ -260,17 +257,14 @@ export class PrivacyLedger {
   }
 }
 
-function checkLifetime(spec: CollectionSpec, memos: Memo[], fresh: Map<string, number>, current: Account,
-                       lifetime: number): void {
+function checkLifetime(spec: CollectionSpec, memos: Memo[], fresh: Map<string, number>, lifetime: number): void {
   if (spec.privacy === null) {
-    if (memos.length) throw new RangeError(`${spec.name}: a spec without a privacy block has no memos to charge`);
+    if (memos.length) throw new RangeError(`${spec.name}: no privacy block, no memos to charge`);
     return;
   }
-  if (!memos.length) throw new RangeError(`${spec.name}: a report of a collection with a lifetime budget names the memos it reads`);
+  if (!memos.length) throw new RangeError(`${spec.name}: no memos named`);
   if (!memos.every((m) => Number.isFinite(m.epsilon) && m.epsilon > 0)) throw new RangeError(`${spec.name}: a memo's epsilon must be finite and > 0`);
   if (lifetime > spec.privacy.lifetime * (1 + EPSILON_SLACK)) {
-    throw new BudgetExceeded(`${spec.name}: ${fresh.size} new memo(s) (${[...fresh.keys()].sort().join(", ")}) would bring the `
-                             + `lifetime spend to ${lifetime} > the collection's lifetime budget ${spec.privacy.lifetime} `
-                             + `(already spent ${current.lifetimeSpent} on ${current.memos.size} memo(s))`);
+    throw new BudgetExceeded(`${spec.name}: the lifetime spend would be ${lifetime} > the lifetime budget ${spec.privacy.lifetime}`);
   }
 }

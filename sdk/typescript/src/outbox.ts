@@ -13,7 +13,7 @@
  */
 
 import { authorization, type Credential } from "./auth.js";
-import { fromBase64, toBase64 } from "./bytes.js";
+import { concatBytes, fromBase64, toBase64 } from "./bytes.js";
 import type { EdgeClient } from "./edge.js";
 import type { Dtype } from "./mechanisms/base.js";
 import type { DeviceStorage } from "./storage.js";
@@ -25,6 +25,8 @@ const DONE = new Set([200, 202, 409]);
 const HOPELESS = new Set([400, 403, 404, 413]);
 const DTYPES = new Set(["<f8", "<i8", "<u4", "|u1", "|i1"]);
 const MAX_BODY_BYTES = 4 * 2 ** 20;
+/** What `envelopeOf` says of stored reports that cannot go in one envelope (damaged in storage). */
+const MIXED_COLUMNS = "reports of one version carry different columns";
 
 export interface OutboxOptions {
   /** Reports kept at most (default 1,000; the oldest are dropped beyond). */
@@ -61,8 +63,7 @@ function toJson(r: StoredReport): unknown {
 function fromJson(value: unknown): StoredReport | null {
   try {
     const o = value as { v: unknown; t: unknown; m: unknown; s: unknown; a: unknown };
-    if (!Number.isSafeInteger(o.v) || !Number.isSafeInteger(o.t) || !Number.isSafeInteger(o.m) || !Number.isSafeInteger(o.s)
-        || !Array.isArray(o.a)) return null;
+    if (![o.v, o.t, o.m, o.s].every(Number.isSafeInteger) || !Array.isArray(o.a)) return null;
     const blocks = (o.a as unknown[]).map((b) => {
       const [attribute, columns] = b as [unknown, unknown];
       if (!Number.isSafeInteger(attribute) || (attribute as number) < 0 || !Array.isArray(columns)) throw new Error("block");
@@ -94,11 +95,8 @@ export function envelopeOf(collection: string, pseudonym: bigint, reports: Store
       block.rows.push(row);
       for (const c of b.columns) {
         const joined = block.columns.find((x) => x.name === c.name);
-        if (joined === undefined || joined.dtype !== c.dtype) throw new Error("reports of one version carry different columns");
-        const data = new Uint8Array(joined.data.length + c.data.length);
-        data.set(joined.data);
-        data.set(c.data, joined.data.length);
-        joined.data = data;
+        if (joined === undefined || joined.dtype !== c.dtype) throw new Error(MIXED_COLUMNS);
+        joined.data = concatBytes(joined.data, c.data);
       }
     }
   });
@@ -112,9 +110,13 @@ export class Outbox {
   readonly maxAgeS: number;
   /** Reports dropped by the bounds since this outbox was opened. */
   dropped = 0;
-  private reports: StoredReport[] = [];
+  #reports: StoredReport[] = [];
+  readonly #storage: DeviceStorage;
+  readonly #key: string;
 
-  private constructor(private readonly storage: DeviceStorage, private readonly key: string, options: OutboxOptions) {
+  private constructor(storage: DeviceStorage, key: string, options: OutboxOptions) {
+    this.#storage = storage;
+    this.#key = key;
     this.maxReports = options.maxReports ?? 1000;
     this.maxBytes = options.maxBytes ?? 2 ** 20;
     this.maxAgeS = options.maxAgeS ?? 86_400;
@@ -122,7 +124,7 @@ export class Outbox {
 
   static async open(storage: DeviceStorage, collection: string, options: OutboxOptions = {}): Promise<Outbox> {
     const outbox = new Outbox(storage, `outbox/${collection}`, options);
-    const text = await storage.get(outbox.key);
+    const text = await storage.get(outbox.#key);
     if (text) {
       let entries: unknown;
       try {
@@ -130,53 +132,53 @@ export class Outbox {
       } catch {
         entries = [];
       }
-      outbox.reports = (Array.isArray(entries) ? entries : []).map(fromJson).filter((r): r is StoredReport => r !== null);
+      outbox.#reports = (Array.isArray(entries) ? entries : []).map(fromJson).filter((r): r is StoredReport => r !== null);
     }
     return outbox;
   }
 
   get length(): number {
-    return this.reports.length;
+    return this.#reports.length;
   }
 
   pending(): readonly StoredReport[] {
-    return this.reports;
+    return this.#reports;
   }
 
-  private async save(next: StoredReport[]): Promise<void> {
-    await this.storage.set(this.key, JSON.stringify(next.map(toJson)));
-    this.reports = next;
+  async #save(next: StoredReport[]): Promise<void> {
+    await this.#storage.set(this.#key, JSON.stringify(next.map(toJson)));
+    this.#reports = next;
   }
 
   /** Keep a report (durably: when this resolves it is in storage), then drop the oldest beyond the bounds. */
   async add(report: StoredReport): Promise<void> {
-    const next = [...this.reports, report];
+    const next = [...this.#reports, report];
     let cut = Math.max(0, next.length - this.maxReports);
     let total = next.reduce((s, r) => s + r.size, 0) - next.slice(0, cut).reduce((s, r) => s + r.size, 0);
     while (cut < next.length - 1 && total > this.maxBytes) total -= next[cut++].size;
     this.dropped += cut;
-    await this.save(next.slice(cut));
+    await this.#save(next.slice(cut));
   }
 
   /** Drop the reports made more than `maxAgeS` ago; how many. */
   async dropStale(nowMs: number): Promise<number> {
-    const keep = this.reports.filter((r) => r.madeMs >= nowMs - this.maxAgeS * 1000);
-    const gone = this.reports.length - keep.length;
+    const keep = this.#reports.filter((r) => r.madeMs >= nowMs - this.maxAgeS * 1000);
+    const gone = this.#reports.length - keep.length;
     if (gone) {
       this.dropped += gone;
-      await this.save(keep);
+      await this.#save(keep);
     }
     return gone;
   }
 
   /** Remove the first `count` reports (sent, or hopeless). */
   async shift(count: number): Promise<void> {
-    await this.save(this.reports.slice(count));
+    await this.#save(this.#reports.slice(count));
   }
 
   /** Forget every report (a device that left). */
   async clear(): Promise<void> {
-    await this.save([]);
+    await this.#save([]);
   }
 }
 
@@ -214,24 +216,27 @@ export class HttpTransport {
   /** The status of the last answer to a report (0: no answer), and the edge's reason when it refused. */
   lastStatus: number | null = null;
   lastReason = "";
-  private readonly sleep: (ms: number) => Promise<void>;
-  private readonly clock: () => number;
-  private readonly random: () => number;
+  readonly #sleep: (ms: number) => Promise<void>;
+  readonly #clock: () => number;
+  readonly #random: () => number;
 
-  constructor(private readonly client: EdgeClient, readonly credential: Credential, readonly pseudonym: bigint,
-              readonly outbox: Outbox, options: TransportOptions = {}) {
+  readonly #client: EdgeClient;
+
+  constructor(client: EdgeClient, readonly credential: Credential, readonly pseudonym: bigint, readonly outbox: Outbox,
+              options: TransportOptions = {}) {
+    this.#client = client;
     this.batch = options.batch ?? 50;
     this.attempts = options.attempts ?? 6;
     this.baseBackoffS = options.baseBackoffS ?? 0.2;
     this.maxBackoffS = options.maxBackoffS ?? 30.0;
-    this.sleep = options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
-    this.clock = options.clock ?? Date.now;
-    this.random = options.random ?? Math.random;
+    this.#sleep = options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
+    this.#clock = options.clock ?? Date.now;
+    this.#random = options.random ?? Math.random;
   }
 
   /** Send the outbox, oldest first; the number of reports that left it. */
   async flush(): Promise<number> {
-    await this.outbox.dropStale(this.clock());
+    await this.outbox.dropStale(this.#clock());
     let sent = 0;
     for (;;) {
       const pending = this.outbox.pending();
@@ -241,9 +246,9 @@ export class HttpTransport {
       while (count < Math.min(this.batch, pending.length) && pending[count].version === version) count++;
       let status: number;
       try {
-        status = await this.send(encodeEnvelope(envelopeOf(this.credential.collection, this.pseudonym, pending.slice(0, count))));
+        status = await this.#send(encodeEnvelope(envelopeOf(this.credential.collection, this.pseudonym, pending.slice(0, count))));
       } catch (exc) {
-        if (!(exc instanceof Error) || exc.message !== "reports of one version carry different columns") throw exc;
+        if (!(exc instanceof Error) || exc.message !== MIXED_COLUMNS) throw exc;
         count = 1; // a stored report damaged in storage: the edge could never accept it
         status = 400;
       }
@@ -255,19 +260,19 @@ export class HttpTransport {
   }
 
   /** POST one body with retries; the final status (0: no answer). */
-  private async send(body: Uint8Array): Promise<number> {
+  async #send(body: Uint8Array): Promise<number> {
     const path = `/v1/collections/${encodeURIComponent(this.credential.collection)}/reports`;
     if (body.length > MAX_BODY_BYTES) return 413;
     let status = 0;
     for (let attempt = 1; attempt <= this.attempts; attempt++) {
       const headers = {
         "Content-Type": "application/msgpack",
-        Authorization: authorization(this.credential.device, this.credential.key, "POST", path, body, this.clock()),
+        Authorization: authorization(this.credential.device, this.credential.key, "POST", path, body, this.#clock()),
       };
       let retryAfter = 0;
       try {
-        const answer = await this.client.request("POST", path, body, headers, 64 * 2 ** 10);
-        this.noteVersion(answer.headers.get(VERSION_HEADER));
+        const answer = await this.#client.request("POST", path, body, headers, 64 * 2 ** 10);
+        this.#noteVersion(answer.headers.get(VERSION_HEADER));
         status = this.lastStatus = answer.status;
         this.lastReason = status >= 300 ? reasonOf(answer.body) : "";
         if (!RETRYABLE.has(status)) return status;
@@ -276,13 +281,13 @@ export class HttpTransport {
         status = this.lastStatus = 0;
       }
       if (attempt < this.attempts) {
-        await this.sleep(1000 * backoffS(attempt, retryAfter, this.baseBackoffS, this.maxBackoffS, this.random()));
+        await this.#sleep(1000 * backoffS(attempt, retryAfter, this.baseBackoffS, this.maxBackoffS, this.#random()));
       }
     }
     return status;
   }
 
-  private noteVersion(value: string | null): void {
+  #noteVersion(value: string | null): void {
     if (value !== null && /^[0-9]{1,9}$/.test(value)) this.currentVersion = Number(value);
   }
 }

@@ -42,7 +42,7 @@ function isWholeLiteral(text: string, field: string): boolean {
 
 /** The pointer in `data` (bytes whose signature verified); PointerError whatever else they are. */
 export function parsePointer(data: Uint8Array): Pointer {
-  if (data.length > MAX_POINTER_BYTES) throw new PointerError(`a pointer is at most ${MAX_POINTER_BYTES} bytes, got ${data.length}`);
+  if (data.length > MAX_POINTER_BYTES) throw new PointerError(`a pointer is at most ${MAX_POINTER_BYTES} bytes`);
   let text: string;
   let value: unknown;
   try {
@@ -57,12 +57,12 @@ export function parsePointer(data: Uint8Array): Pointer {
   }
   const v = value as Record<string, unknown>;
   if (typeof v.collection !== "string" || !NAME.test(v.collection)) {
-    throw new PointerError("the pointer's collection is not a collection name");
+    throw new PointerError("the pointer's collection is not a name");
   }
   if (typeof v.content_hash !== "string" || !HASH.test(v.content_hash)) {
-    throw new PointerError("the pointer's content_hash is not 64 lowercase hex digits");
+    throw new PointerError("the pointer's content_hash is not 64 hex digits");
   }
-  for (const field of ["expires_ms", "issued_ms", "sequence", "version"]) {
+  for (const field of FIELDS.slice(2)) { // expires_ms, issued_ms, sequence, version
     const n = v[field];
     if (typeof n !== "number" || !Number.isInteger(n) || n < 0 || n >= 2 ** 53 || !isWholeLiteral(text, field)) {
       throw new PointerError(`the pointer's ${field} is not a whole number in [0, 2^53)`);
@@ -70,7 +70,7 @@ export function parsePointer(data: Uint8Array): Pointer {
   }
   const pointer = v as unknown as Pointer;
   if (pointer.version < 1 || pointer.expires_ms <= pointer.issued_ms) {
-    throw new PointerError("the pointer's version is below 1 or it expires before it is issued");
+    throw new PointerError("the pointer's version is below 1, or it expires before it is issued");
   }
   return {
     collection: pointer.collection, version: pointer.version, content_hash: pointer.content_hash,

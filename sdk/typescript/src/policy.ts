@@ -54,35 +54,30 @@ export const DEFAULT_POLICY: PrivacyPolicy = Object.freeze({
   allowedMechanisms: EVERY_MECHANISM,
 });
 
-const NUMBER_FIELDS = ["maxEpsilonPerReport", "maxEpsilonPerDay", "maxLifetimePerCollection", "maxLifetimePerDevice"] as const;
-const SNAKE: Record<string, string> = {
-  max_epsilon_per_report: "maxEpsilonPerReport", max_epsilon_per_day: "maxEpsilonPerDay",
-  max_lifetime_per_collection: "maxLifetimePerCollection", max_lifetime_per_device: "maxLifetimePerDevice",
-  allowed_mechanisms: "allowedMechanisms",
-};
+/** A field as the Python SDK spells it: maxEpsilonPerDay is max_epsilon_per_day. */
+const snakeCase = (field: string) => field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
 /** A policy from its options (camelCase, or the Python SDK's snake_case names); PolicyError naming a bad field. */
 export function makePolicy(options: PolicyOptions | Record<string, unknown> = {}): PrivacyPolicy {
-  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new PolicyError("a policy is an object of its fields");
+  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new PolicyError("a policy is an object");
+  const fields = Object.keys(DEFAULT_POLICY);
   const values: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(options)) {
-    const field = SNAKE[key] ?? key;
-    if (!(field in DEFAULT_POLICY)) {
-      throw new PolicyError(`unknown policy field ${JSON.stringify(key)} (known: ${Object.keys(DEFAULT_POLICY).join(", ")})`);
-    }
+    const field = fields.find((f) => f === key || snakeCase(f) === key);
+    if (field === undefined) throw new PolicyError(`unknown policy field ${JSON.stringify(key)} (known: ${fields.join(", ")})`);
     values[field] = value;
   }
   const policy = { ...DEFAULT_POLICY, ...values } as PrivacyPolicy;
-  for (const field of NUMBER_FIELDS) {
+  for (const field of fields.filter((f) => f !== "allowedMechanisms") as (keyof PrivacyPolicy)[]) {
     const v = policy[field];
-    if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) throw new PolicyError(`${field} must be a finite number > 0, got ${String(v)}`);
+    if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) throw new PolicyError(`${field} must be a finite number > 0, not ${String(v)}`);
   }
   const allowed = policy.allowedMechanisms;
   if (!Array.isArray(allowed) || !allowed.every((m) => typeof m === "string")) {
     throw new PolicyError("allowedMechanisms is a list of mechanism names");
   }
   const unknown = allowed.filter((m) => !EVERY_MECHANISM.includes(m)).sort();
-  if (unknown.length) throw new PolicyError(`allowedMechanisms names mechanisms this SDK does not know: ${unknown.join(", ")}`);
+  if (unknown.length) throw new PolicyError(`allowedMechanisms: unknown ${unknown.join(", ")}`);
   if (policy.maxLifetimePerCollection > policy.maxLifetimePerDevice) {
     throw new PolicyError("maxLifetimePerCollection cannot exceed maxLifetimePerDevice");
   }
@@ -114,28 +109,24 @@ export function judge(spec: CollectionSpec, policy: PrivacyPolicy, committed: Re
     budgets = new Collector(spec, strategies).privacyBudgets();
   } catch (exc) {
     if (exc instanceof SpecError || exc instanceof LDPError) {
-      return refuse("policy_unbuildable", `the spec's mechanisms cannot be built or do not keep its budget: ${exc.message}`);
+      return refuse("policy_unbuildable", `the spec's mechanisms cannot be built or break its budget: ${exc.message}`);
     }
     throw exc;
   }
+  /** A refusal if `value` (what it is) exceeds the policy's cap `field`. */
+  const over = (code: string, what: string, value: number, field: Exclude<keyof PrivacyPolicy, "allowedMechanisms">) =>
+    value > policy[field] * (1 + BUDGET_RTOL) ? refuse(code, `${what} (${value}) exceeds the policy's ${field} (${policy[field]})`) : null;
   const perReport = budgets.per_report;
-  if (perReport > policy.maxEpsilonPerReport * (1 + BUDGET_RTOL)) {
-    return refuse("policy_epsilon_per_report", `epsilon per report ${perReport} exceeds the policy's maxEpsilonPerReport ${policy.maxEpsilonPerReport}`);
-  }
-  if (perReport > policy.maxEpsilonPerDay * (1 + BUDGET_RTOL)) {
-    return refuse("policy_epsilon_per_day", `epsilon per report ${perReport} exceeds the policy's maxEpsilonPerDay ${policy.maxEpsilonPerDay}`);
-  }
   const refused = [...new Set(Object.values(budgets.attributes).map((a) => a.mechanism))]
     .filter((m) => !policy.allowedMechanisms.includes(m)).sort();
-  if (refused.length) return refuse("policy_mechanism", `mechanisms ${refused.join(", ")} are not among the policy's allowedMechanisms`);
   const wanted = commitment(spec, policy);
-  if (wanted > policy.maxLifetimePerCollection * (1 + BUDGET_RTOL)) {
-    return refuse("policy_lifetime_per_collection", `the spec's lifetime budget ${wanted} exceeds the policy's maxLifetimePerCollection ${policy.maxLifetimePerCollection}`);
-  }
   const needed = Math.max(committed[spec.name] ?? 0.0, wanted);
   const others = fsum(Object.entries(committed).filter(([name]) => name !== spec.name).map(([, v]) => v));
-  if (others + needed > policy.maxLifetimePerDevice * (1 + BUDGET_RTOL)) {
-    return refuse("policy_lifetime_per_device", `accepting '${spec.name}' would commit ${others + needed} over the device's collections > the policy's maxLifetimePerDevice ${policy.maxLifetimePerDevice}`);
-  }
-  return { accepted: true, code: "", reason: "", commitment: needed };
+  return over("policy_epsilon_per_report", "epsilon per report", perReport, "maxEpsilonPerReport")
+    ?? over("policy_epsilon_per_day", "epsilon per report", perReport, "maxEpsilonPerDay")
+    ?? (refused.length ? refuse("policy_mechanism", `mechanisms ${refused.join(", ")} are not in the policy's allowedMechanisms`) : null)
+    ?? over("policy_lifetime_per_collection", "the spec's lifetime budget", wanted, "maxLifetimePerCollection")
+    ?? over("policy_lifetime_per_device", `the lifetime committed over the device's collections with '${spec.name}'`,
+            others + needed, "maxLifetimePerDevice")
+    ?? { accepted: true, code: "", reason: "", commitment: needed };
 }

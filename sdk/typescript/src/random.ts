@@ -18,49 +18,44 @@ export interface Random {
 function webCrypto(): Crypto {
   const c = (globalThis as { crypto?: Crypto }).crypto;
   if (c === undefined || typeof c.getRandomValues !== "function") {
-    throw new Error("crypto.getRandomValues is not available on this platform: the SDK draws its noise from it");
+    throw new Error("no crypto.getRandomValues here");
   }
   return c;
 }
 
 /** Draws from `crypto.getRandomValues`, 4 KiB at a time. */
 export class CryptoRandom implements Random {
-  private readonly words = new Uint32Array(BLOCK_WORDS);
-  private next = BLOCK_WORDS;
-  private readonly crypto = webCrypto();
+  readonly #words = new Uint32Array(BLOCK_WORDS);
+  #next = BLOCK_WORDS;
+  readonly #crypto = webCrypto();
 
-  private u32(): number {
-    if (this.next === BLOCK_WORDS) {
-      this.crypto.getRandomValues(this.words);
-      this.next = 0;
+  #u32(): number {
+    if (this.#next === BLOCK_WORDS) {
+      this.#crypto.getRandomValues(this.#words);
+      this.#next = 0;
     }
-    return this.words[this.next++];
+    return this.#words[this.#next++];
   }
 
   uniform(): number {
-    const high = this.u32() >>> 5; // 27 bits
-    const low = this.u32() >>> 6; // 26 bits
+    const high = this.#u32() >>> 5; // 27 bits
+    const low = this.#u32() >>> 6; // 26 bits
     return (high * 67108864 + low) / 9007199254740992;
   }
 
   below(n: number): number {
     if (!(Number.isInteger(n) && n >= 1 && n <= 4294967296)) throw new RangeError(`below(${n})`);
-    if (n === 4294967296) return this.u32();
+    if (n === 4294967296) return this.#u32();
     const limit = 4294967296 - (4294967296 % n); // accept [0, limit): a whole number of copies of [0, n)
     for (;;) {
-      const x = this.u32();
+      const x = this.#u32();
       if (x < limit) return x % n;
     }
   }
 
   word64(): bigint {
-    return (BigInt(this.u32()) << 32n) | BigInt(this.u32());
+    return (BigInt(this.#u32()) << 32n) | BigInt(this.#u32());
   }
-}
-
-/** An integer uniform in [lo, hi) (hi - lo <= 2^32). */
-export function integer(rng: Random, lo: number, hi: number): number {
-  return lo + rng.below(hi - lo);
 }
 
 /** True with probability p (a uniform on the 2^-53 grid below p, as numpy's `rng.random() < p`). */
@@ -82,16 +77,4 @@ export function geometricFailures(rng: Random, p: number): number {
   // inversion: floor(log(U) / log(1 - p)) with U in (0, 1]
   const u = 1 - rng.uniform();
   return Math.floor(Math.log(u) / Math.log1p(-p));
-}
-
-/** k distinct indices of [0, d), a uniform k-subset (partial Fisher-Yates), in increasing order. */
-export function sampleIndices(rng: Random, d: number, k: number): number[] {
-  const pool = Array.from({ length: d }, (_, i) => i);
-  for (let i = 0; i < k; i++) {
-    const j = i + rng.below(d - i);
-    const t = pool[i];
-    pool[i] = pool[j];
-    pool[j] = t;
-  }
-  return pool.slice(0, k).sort((a, b) => a - b);
 }

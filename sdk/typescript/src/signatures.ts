@@ -42,20 +42,20 @@ export function keyId(publicKey: Uint8Array): Uint8Array {
  * role has no key (or more than 16). */
 export function trustedKeysFromJson(data: unknown): TrustedKeys {
   if (typeof data !== "object" || data === null || !Array.isArray((data as { keys?: unknown }).keys)) {
-    throw new SignatureError('pinned keys are a JSON object with a "keys" list (`ldp spec keys --json`)');
+    throw new SignatureError('pinned keys are {"keys": [...]} (`ldp spec keys --json`)');
   }
   const byRole = { spec: new Map<string, Uint8Array>(), pointer: new Map<string, Uint8Array>() };
   for (const entry of (data as { keys: unknown[] }).keys) {
     const e = entry as Record<string, unknown>;
     if (typeof e !== "object" || e === null || !ROLES.includes(e.role as "spec")) {
-      throw new SignatureError(`a pinned key needs a role among spec, pointer: ${JSON.stringify(entry)?.slice(0, 80)}`);
+      throw new SignatureError(`a pinned key\'s role is spec or pointer: ${JSON.stringify(entry)?.slice(0, 80)}`);
     }
     const role = e.role as "spec" | "pointer";
     let raw: Uint8Array;
     try {
-      if (typeof e.public_key !== "string") throw new Error("not text");
+      if (typeof e.public_key !== "string") throw new Error();
       raw = fromBase64(e.public_key);
-      if (raw.length !== 32) throw new Error("not 32 bytes");
+      if (raw.length !== 32) throw new Error();
     } catch {
       throw new SignatureError(`a pinned ${role} key is not a base64 Ed25519 public key`);
     }
@@ -66,7 +66,7 @@ export function trustedKeysFromJson(data: unknown): TrustedKeys {
     byRole[role].set(id, raw);
   }
   for (const role of ROLES) {
-    if (byRole[role].size === 0) throw new SignatureError(`no pinned ${role} key: every ${role} would be refused`);
+    if (byRole[role].size === 0) throw new SignatureError(`no pinned ${role} key`);
     if (byRole[role].size > MAX_PINNED) {
       throw new SignatureError(`${byRole[role].size} pinned ${role} keys (at most ${MAX_PINNED})`);
     }
@@ -112,18 +112,15 @@ export async function verifyBlock(keys: KeysById, block: Uint8Array | null, mess
                                   where: string): Promise<void> {
   if (block === null) throw new SignatureError(`${where}: unsigned (no signature)`, "unsigned");
   if (block.length !== BLOCK_BYTES) {
-    throw new SignatureError(`${where}: malformed signature (${block.length} bytes, not ${KEY_ID_BYTES} of key id and `
-                             + `${SIGNATURE_BYTES} of signature)`, "malformed_signature");
+    throw new SignatureError(`${where}: malformed signature (${block.length} bytes, not ${BLOCK_BYTES})`, "malformed_signature");
   }
   const signer = toHex(block.subarray(0, KEY_ID_BYTES));
   const publicKey = keys.get(signer);
   if (publicKey === undefined) {
-    throw new SignatureError(`${where}: signed by key ${signer}, which is not trusted (trusted: `
-                             + `${[...keys.keys()].join(", ") || "none"})`, "untrusted_key");
+    throw new SignatureError(`${where}: signed by key ${signer}, which is not pinned`, "untrusted_key");
   }
   if (!(await ed25519Verify(publicKey, block.slice(KEY_ID_BYTES), message))) {
-    throw new SignatureError(`${where}: bad signature by key ${signer} (the signed bytes or the signature were changed)`,
-                             "bad_signature");
+    throw new SignatureError(`${where}: bad signature by key ${signer}`, "bad_signature");
   }
 }
 

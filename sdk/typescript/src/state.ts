@@ -35,9 +35,7 @@ function b64(data: Uint8Array | null): string | null {
 }
 
 function unb64(text: unknown): Uint8Array | null {
-  if (text === null) return null;
-  if (typeof text !== "string") throw new Error("bytes are base64 text");
-  return fromBase64(text);
+  return text === null ? null : fromBase64(text as string);
 }
 
 function fresh(): CollectionState {
@@ -46,7 +44,11 @@ function fresh(): CollectionState {
 }
 
 export class DeviceState {
-  private constructor(private readonly storage: DeviceStorage, readonly collections: Map<string, CollectionState>) {}
+  readonly #storage: DeviceStorage;
+
+  private constructor(storage: DeviceStorage, readonly collections: Map<string, CollectionState>) {
+    this.#storage = storage;
+  }
 
   static async open(storage: DeviceStorage): Promise<DeviceState> {
     let text: string | undefined | null;
@@ -63,11 +65,11 @@ export class DeviceState {
       for (const [name, d] of Object.entries(data.collections)) {
         const c = d.credential as Record<string, unknown> | null;
         const [version, sequence] = d.seen as [unknown, unknown];
-        if (!Number.isSafeInteger(version) || !Number.isSafeInteger(sequence)) throw new Error("seen is [version, sequence]");
-        if (d.verdict !== null && (typeof d.verdict !== "object" || Array.isArray(d.verdict))) throw new Error("a verdict is an object");
-        if (d.pointer_etag !== null && typeof d.pointer_etag !== "string") throw new Error("an etag is text");
+        if (!Number.isSafeInteger(version) || !Number.isSafeInteger(sequence)) throw new Error("seen");
+        if (d.verdict !== null && (typeof d.verdict !== "object" || Array.isArray(d.verdict))) throw new Error("verdict");
+        if (d.pointer_etag !== null && typeof d.pointer_etag !== "string") throw new Error("etag");
         if (c !== null && (typeof c.collection !== "string" || typeof c.device !== "string" || typeof c.key !== "string")) {
-          throw new Error("a credential is {collection, device, key}");
+          throw new Error("credential");
         }
         collections.set(name, {
           credential: c === null ? null : { collection: c.collection as string, device: c.device as string, key: fromHex(c.key as string) },
@@ -78,8 +80,7 @@ export class DeviceState {
       }
       return new DeviceState(storage, collections);
     } catch (exc) {
-      throw new StateError(`the device state is damaged (${String(exc)}): the device will not guess what it held; repair it, `
-                           + "or reset the device (it then enrols again)");
+      throw new StateError(`the device state is damaged (${String(exc)}): repair or reset it`);
     }
   }
 
@@ -104,7 +105,7 @@ export class DeviceState {
       };
     }
     try {
-      await this.storage.set("device", JSON.stringify({ format: FORMAT, collections }));
+      await this.#storage.set("device", JSON.stringify({ format: FORMAT, collections }));
     } catch (exc) {
       throw new StateError(`cannot write the device state: ${String(exc)}`);
     }

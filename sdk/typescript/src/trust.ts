@@ -46,11 +46,10 @@ export async function checkPointer(data: Uint8Array, block: Uint8Array | null, k
     throw new TrustError("wrong_collection", `a pointer for '${pointer.collection}', not '${collection}'`);
   }
   if (!pointerNewerThan(pointer, seen.version, seen.sequence)) {
-    throw new TrustError("rollback", `pointer to version ${pointer.version} (sequence ${pointer.sequence}) is older than `
-                         + `version ${seen.version} (sequence ${seen.sequence}) already accepted`);
+    throw new TrustError("rollback", `pointer (${pointer.version}, ${pointer.sequence}) is older than (${seen.version}, ${seen.sequence}) accepted`);
   }
   if (pointerExpired(pointer, nowMs)) {
-    throw new TrustError("expired", `the pointer expired at ${pointer.expires_ms} ms (now ${nowMs} ms): reports stop until a fresh one comes`);
+    throw new TrustError("expired", `the pointer expired at ${pointer.expires_ms} ms (now ${nowMs} ms)`);
   }
   return pointer;
 }
@@ -59,7 +58,7 @@ export async function checkSpec(data: Uint8Array, block: Uint8Array | null, keys
                                 pointer: Pointer): Promise<CollectionSpec> {
   const key = `${pointer.collection}@${pointer.version}`;
   await signed(() => verifyBlock(keys.spec, block, specMessage(utf8(key), data), `spec ${key}`));
-  if (sha256Hex(data) !== pointer.content_hash) throw new TrustError("hash_mismatch", `spec ${key}: its bytes are not those the pointer names`);
+  if (sha256Hex(data) !== pointer.content_hash) throw new TrustError("hash_mismatch", `spec ${key}: not the bytes the pointer names`);
   let spec: CollectionSpec;
   try {
     await loadMechanisms(needsOf(new TextDecoder().decode(data))); // the mechanisms it names, before it is validated

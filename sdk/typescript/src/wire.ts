@@ -8,7 +8,7 @@
  * mechanism output is encoded: the blocks come from `Collector.perturb`.
  */
 
-import { utf8 } from "./bytes.js";
+import { concatBytes, utf8 } from "./bytes.js";
 import type { Dtype, ReportColumn } from "./mechanisms/base.js";
 
 export const WIRE_VERSION = 1;
@@ -34,94 +34,78 @@ export interface Envelope {
   blocks: WireBlock[];
 }
 
-const ITEMSIZE: Record<Dtype, number> = { "<f8": 8, "<i8": 8, "<u4": 4, "|u1": 1, "|i1": 1 };
+type Setter = (view: DataView, at: number, value: number | bigint) => void;
 
-/** A report column's values as little-endian bytes of its dtype. */
-export function columnBytes(column: ReportColumn): Uint8Array {
-  const size = ITEMSIZE[column.dtype];
-  const out = new Uint8Array(size * column.values.length);
+/** Each dtype's item size and how an item is written (little-endian); "<u8" is the devices' pseudonyms. */
+const LAYOUT: Record<Dtype | "<u8", [size: number, set: Setter]> = {
+  "<f8": [8, (d, at, v) => d.setFloat64(at, Number(v), true)],
+  "<i8": [8, (d, at, v) => d.setBigInt64(at, BigInt(v), true)],
+  "<u8": [8, (d, at, v) => d.setBigUint64(at, BigInt(v), true)],
+  "<u4": [4, (d, at, v) => d.setUint32(at, Number(v), true)],
+  "|u1": [1, (d, at, v) => d.setUint8(at, Number(v))],
+  "|i1": [1, (d, at, v) => d.setInt8(at, Number(v))],
+};
+
+/** Values as the little-endian bytes of `dtype`. */
+function littleEndian(dtype: Dtype | "<u8", values: readonly (number | bigint)[]): Uint8Array {
+  const [size, set] = LAYOUT[dtype];
+  const out = new Uint8Array(size * values.length);
   const view = new DataView(out.buffer);
-  column.values.forEach((v, i) => {
-    switch (column.dtype) {
-      case "<f8": view.setFloat64(8 * i, v, true); break;
-      case "<i8": view.setBigInt64(8 * i, BigInt(v), true); break;
-      case "<u4": view.setUint32(4 * i, v, true); break;
-      case "|u1": view.setUint8(i, v); break;
-      case "|i1": view.setInt8(i, v); break;
-    }
-  });
+  values.forEach((v, i) => set(view, size * i, v));
   return out;
 }
 
+/** A report column's values as little-endian bytes of its dtype. */
+export function columnBytes(column: ReportColumn): Uint8Array {
+  return littleEndian(column.dtype, column.values);
+}
+
 class Writer {
-  private parts: Uint8Array[] = [];
-  private size = 0;
+  #parts: Uint8Array[] = [];
 
-  private push(bytes: Uint8Array): void {
-    this.parts.push(bytes);
-    this.size += bytes.length;
-  }
-
-  private head(...bytes: number[]): void {
-    this.push(Uint8Array.from(bytes));
+  #head(...bytes: number[]): void {
+    this.#parts.push(Uint8Array.from(bytes));
   }
 
   uint(n: number): void {
     if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`not an unsigned integer: ${n}`);
-    if (n < 128) this.head(n);
-    else if (n < 256) this.head(0xcc, n);
-    else if (n < 65536) this.head(0xcd, n >> 8, n & 255);
-    else if (n < 2 ** 32) this.head(0xce, (n >>> 24) & 255, (n >>> 16) & 255, (n >>> 8) & 255, n & 255);
+    if (n < 128) this.#head(n);
+    else if (n < 256) this.#head(0xcc, n);
+    else if (n < 65536) this.#head(0xcd, n >> 8, n & 255);
+    else if (n < 2 ** 32) this.#head(0xce, (n >>> 24) & 255, (n >>> 16) & 255, (n >>> 8) & 255, n & 255);
     else {
       const out = new Uint8Array(9);
       out[0] = 0xcf;
       new DataView(out.buffer).setBigUint64(1, BigInt(n), false);
-      this.push(out);
+      this.#parts.push(out);
     }
   }
 
-  private sized(length: number, fix: number | null, fixMax: number, c8: number | null, c16: number, c32: number): void {
-    if (fix !== null && length <= fixMax) this.head(fix | length);
-    else if (c8 !== null && length < 256) this.head(c8, length);
-    else if (length < 65536) this.head(c16, length >> 8, length & 255);
-    else this.head(c32, (length >>> 24) & 255, (length >>> 16) & 255, (length >>> 8) & 255, length & 255);
+  #sized(length: number, fix: number | null, fixMax: number, c8: number | null, c16: number, c32: number): void {
+    if (fix !== null && length <= fixMax) this.#head(fix | length);
+    else if (c8 !== null && length < 256) this.#head(c8, length);
+    else if (length < 65536) this.#head(c16, length >> 8, length & 255);
+    else this.#head(c32, (length >>> 24) & 255, (length >>> 16) & 255, (length >>> 8) & 255, length & 255);
   }
 
   str(text: string): void {
     const bytes = utf8(text);
-    this.sized(bytes.length, 0xa0, 31, 0xd9, 0xda, 0xdb);
-    this.push(bytes);
+    this.#sized(bytes.length, 0xa0, 31, 0xd9, 0xda, 0xdb);
+    this.#parts.push(bytes);
   }
 
   bin(bytes: Uint8Array): void {
-    this.sized(bytes.length, null, -1, 0xc4, 0xc5, 0xc6);
-    this.push(bytes);
+    this.#sized(bytes.length, null, -1, 0xc4, 0xc5, 0xc6);
+    this.#parts.push(bytes);
   }
 
   array(length: number): void {
-    this.sized(length, 0x90, 15, null, 0xdc, 0xdd);
+    this.#sized(length, 0x90, 15, null, 0xdc, 0xdd);
   }
 
   bytes(): Uint8Array {
-    const out = new Uint8Array(this.size);
-    let at = 0;
-    for (const p of this.parts) {
-      out.set(p, at);
-      at += p.length;
-    }
-    return out;
+    return concatBytes(...this.#parts);
   }
-}
-
-function words(values: (number | bigint)[], size: 4 | 8, signed: boolean): Uint8Array {
-  const out = new Uint8Array(size * values.length);
-  const view = new DataView(out.buffer);
-  values.forEach((v, i) => {
-    if (size === 4) view.setUint32(4 * i, Number(v), true);
-    else if (signed) view.setBigInt64(8 * i, BigInt(v), true);
-    else view.setBigUint64(8 * i, BigInt(v), true);
-  });
-  return out;
 }
 
 /** The msgpack bytes of an envelope (blocks sorted by attribute, columns by name, as the Python encoder sorts them). */
@@ -131,14 +115,14 @@ export function encodeEnvelope(env: Envelope): Uint8Array {
   w.uint(WIRE_VERSION);
   w.str(env.collection);
   w.uint(env.specVersion);
-  w.bin(words(env.devices, 8, false));
-  w.bin(words(env.timestampsMs, 8, true));
+  w.bin(littleEndian("<u8", env.devices));
+  w.bin(littleEndian("<i8", env.timestampsMs));
   const blocks = [...env.blocks].sort((a, b) => a.attribute - b.attribute);
   w.array(blocks.length);
   for (const block of blocks) {
     w.array(3);
     w.uint(block.attribute);
-    w.bin(words(block.rows, 4, false));
+    w.bin(littleEndian("<u4", block.rows));
     const columns = [...block.columns].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     w.array(columns.length);
     for (const c of columns) {

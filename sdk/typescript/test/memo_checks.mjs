@@ -3,16 +3,16 @@ import "../dist/mechanisms/all.js"; // every mechanism, statically
 import assert from "node:assert/strict";
 
 import { fromBase64 } from "../dist/bytes.js";
-import { Collector } from "../dist/collector.js";
-import { keyCode, hashSeed } from "../dist/collector.js";
+import { Collector, hashSeed } from "../dist/collector.js";
 import { nameKey } from "../dist/hashes.js";
 import { FactorizationMechanism } from "../dist/mechanisms/factorization.js";
 import { hadamardBit, hashBucket, otherSupportProbability } from "../dist/mechanisms/frequency.js";
-import { makeLongitudinal } from "../dist/mechanisms/longitudinal.js";
+import { keyCode } from "../dist/mechanisms/keyvalue.js";
+import { keyedBits, makeLongitudinal } from "../dist/mechanisms/longitudinal.js";
 import { duchiBound } from "../dist/mechanisms/numeric.js";
 import { bucket, hashSalts, HCMSTree, PEM, prefixFingerprint, SFP, StringDomain } from "../dist/mechanisms/strings.js";
 import { parseSpec } from "../dist/spec.js";
-import { attributeSecret, keyedBits, keyedUniform, keyedWord, mix64 } from "../dist/u64.js";
+import { attributeSecret, keyedUniform, keyedWord, mix64 } from "../dist/u64.js";
 
 /** Floats a libm computes (exp, log, tanh) may differ by an ulp or so between platforms. */
 export function close(got, want, what, rtol = 1e-12) {

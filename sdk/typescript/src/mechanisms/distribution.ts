@@ -11,14 +11,12 @@
  * Loaded on demand (`optional.ts`): most specs name neither.
  */
 
-import { LDPError } from "../errors.js";
-import type { Random } from "../random.js";
-import { checkEpsilon, checkInteger, column, type FreshMechanism, formatG, type Report } from "./base.js";
-import { hadamardBit } from "./frequency.js";
-import { checkUnit, NumericMechanism } from "./numeric.js";
-import { DISTRIBUTION_PARAMETERS } from "./optional.js";
+import {
+  checkEpsilon, checkInteger, checkUnit, column, DISTRIBUTION_PARAMETERS, formatG, type FreshMechanism, hadamardBit,
+  LDPError, NumericMechanism, type Random, type Report,
+} from "./shared.js";
 
-export { DISTRIBUTION_PARAMETERS } from "./optional.js";
+export { DISTRIBUTION_PARAMETERS } from "./shared.js";
 
 export const MIN_BINS = 4, MAX_BINS = 1024, MAX_EPSILON = 20.0, MAX_FANOUT = 16;
 export const DEFAULT_BINS = 64, DEFAULT_FANOUT = 4;

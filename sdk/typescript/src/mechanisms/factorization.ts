@@ -7,11 +7,9 @@
  * (The aggregator's own check that W lies in Q's row space is a matter of utility, not privacy, and is left to it.)
  */
 
-import { concatBytes, fromUtf8 } from "../bytes.js";
-import { LDPError, SpecError } from "../errors.js";
-import { sha256Hex } from "../hashes.js";
-import type { Random } from "../random.js";
-import { checkEpsilon, column, type FreshMechanism, type Report } from "./base.js";
+import {
+  checkEpsilon, column, concatBytes, type FreshMechanism, fromUtf8, LDPError, type Random, type Report, sha256Hex, SpecError,
+} from "./shared.js";
 
 const LDP_RTOL = 1e-9;
 const MAX_MEMBER_BYTES = 256 * 2 ** 20;

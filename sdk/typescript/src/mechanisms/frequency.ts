@@ -7,7 +7,6 @@
 import { LDPError } from "../errors.js";
 import type { Random } from "../random.js";
 import { checkEpsilon, column, type FreshMechanism, type Report } from "./base.js";
-import { fraction, sub, toDouble } from "./rational.js";
 
 export const MAX_DOMAIN_SIZE = 1 << 20;
 export const FREQUENCY_MAX_EPSILON = 30.0;
@@ -18,7 +17,7 @@ const TIE_RTOL = 1e-6;
 export function checkFrequencyEpsilon(epsilon: number): number {
   const eps = checkEpsilon(epsilon);
   if (eps > FREQUENCY_MAX_EPSILON) {
-    throw new LDPError(`epsilon ${eps} is above the supported maximum 30 for frequency oracles`);
+    throw new LDPError(`epsilon ${eps} is above 30, the most for frequency oracles`);
   }
   return eps;
 }
@@ -32,7 +31,7 @@ export function checkDomainSize(k: number): number {
 
 export function checkCode(code: number, k: number): number {
   if (!Number.isInteger(code) || code < 0 || code >= k) {
-    throw new LDPError(`unknown category: codes must lie in 0..${k - 1}, got ${code}`);
+    throw new LDPError(`code ${code} is not in 0..${k - 1}`);
   }
   return code;
 }
@@ -143,20 +142,20 @@ export class OUE extends UnaryEncoding {
   }
 }
 
-/** H_{a,b}(v) = floor(g ((a v + b) mod P) / P), exact (a v + b < 2^48 and g P < 2^53 for g < P). */
+/** H_{a,b}(v) = floor(g ((a v + b) mod P) / P), exact: a v + b < 2^48 and g P < 2^48, and a quotient of integers below
+ * 2^53 (correctly rounded, and at least 1 / P from the next integer above it) has the true floor. */
 export function hashBucket(a: number, b: number, code: number, g: number): number {
-  const residue = (a * code + b) % HASH_PRIME;
-  return Number((BigInt(residue) * BigInt(g)) / BigInt(HASH_PRIME));
+  return Math.floor((((a * code + b) % HASH_PRIME) * g) / HASH_PRIME);
 }
 
 /** q* = p c + (1 - p)(1 - c) / (g - 1), c the family's exact collision probability. As in Python, where a float
- * times a Fraction is a float: c and 1 - c are rounded once each, the rest is float arithmetic. */
+ * times a Fraction is a float: c and 1 - c are rounded once each (a quotient of integers below 2^53, which a division
+ * rounds correctly, as Python's float(Fraction) does), the rest is float arithmetic. */
 export function otherSupportProbability(keep: number, g: number): number {
-  const prime = BigInt(HASH_PRIME), gg = BigInt(g);
-  const small = prime / gg, big = prime % gg;
-  const pairs = big * (small + 1n) * small + (gg - big) * small * (small - 1n);
-  const c = fraction(pairs, prime * (prime - 1n));
-  return keep * toDouble(c) + ((1 - keep) * toDouble(sub(fraction(1n), c))) / (g - 1);
+  const small = Math.floor(HASH_PRIME / g), big = HASH_PRIME % g;
+  const pairs = big * (small + 1) * small + (g - big) * small * (small - 1); // below P^2 < 2^48: exact
+  const all = HASH_PRIME * (HASH_PRIME - 1);
+  return keep * (pairs / all) + ((1 - keep) * ((all - pairs) / all)) / (g - 1);
 }
 
 export function olhBuckets(epsilon: number): number {
@@ -165,28 +164,28 @@ export function olhBuckets(epsilon: number): number {
 
 export abstract class LocalHash extends FrequencyOracle {
   readonly g: number;
-  private readonly keep: number;
-  private readonly other: number;
+  readonly #keep: number;
+  readonly #other: number;
 
   constructor(epsilon: number, domainSize: number) {
     super(epsilon, domainSize);
     this.g = this.buckets();
     if (!(this.g >= 2 && this.g < HASH_PRIME)) {
-      throw new LDPError(`local hashing: g = ${this.g} buckets is outside [2, ${HASH_PRIME}); lower epsilon`);
+      throw new LDPError(`local hashing: g = ${this.g} is outside [2, ${HASH_PRIME})`);
     }
     const e = Math.exp(this.epsilon);
-    this.keep = e / (e + this.g - 1);
-    this.other = otherSupportProbability(this.keep, this.g);
+    this.#keep = e / (e + this.g - 1);
+    this.#other = otherSupportProbability(this.#keep, this.g);
   }
 
   abstract buckets(): number;
 
   get p(): number {
-    return this.keep;
+    return this.#keep;
   }
 
   get q(): number {
-    return this.other;
+    return this.#other;
   }
 
   get reportBits(): number {
@@ -197,7 +196,7 @@ export abstract class LocalHash extends FrequencyOracle {
     checkCode(code, this.domainSize);
     const a = 1 + rng.below(HASH_PRIME - 1);
     const b = rng.below(HASH_PRIME);
-    const y = randomizedResponse(hashBucket(a, b, code, this.g), this.g, this.keep, rng);
+    const y = randomizedResponse(hashBucket(a, b, code, this.g), this.g, this.#keep, rng);
     return { a: column("<u4", a), b: column("<u4", b), y: column("<u4", y) };
   }
 }

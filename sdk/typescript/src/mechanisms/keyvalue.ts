@@ -1,13 +1,15 @@
 /**
  * Key-value mechanisms (`ldpstream.mechanisms.keyvalue`): a device's set of (key code, value on [-1, 1]) pairs becomes
  * one report from which every key's frequency and mean value are estimated. PrivKV samples a key of the domain;
- * PCKV-UE and PCKV-GRR pad the set to l pairs and sample one (`padAndSample`).
+ * PCKV-UE and PCKV-GRR pad the set to l pairs and sample one (`padAndSample`). A record's pairs become those codes and
+ * values here too (`truePairs`, which the collector calls), as only a spec with a key-value attribute has them.
  */
 
-import { LDPError } from "../errors.js";
-import { bernoulli, type Random } from "../random.js";
-import { checkEpsilon, checkInteger, column, type FreshMechanism, type Report } from "./base.js";
-import { FREQUENCY_MAX_EPSILON, MAX_DOMAIN_SIZE, randomizedResponseFromUniform } from "./frequency.js";
+import {
+  attributeDomain, bernoulli, blake2b, checkEpsilon, checkInteger, column, FREQUENCY_MAX_EPSILON, type FreshMechanism,
+  type KeyValueAttribute, LDPError, leU64, MAX_DOMAIN_SIZE, type Random, randomizedResponseFromUniform, RecordError,
+  type Report, unit, utf8,
+} from "./shared.js";
 
 /** One device's pairs: key codes 0..d-1 (each at most once) and their values on [-1, 1]. */
 export interface Pairs {
@@ -27,6 +29,41 @@ export function checkPairs(pairs: Pairs, domainSize: number): Pairs {
     if (!(Math.abs(pairs.values[i]) <= 1.0)) throw new LDPError("values must lie in [-1, 1] (NaN is not a value)");
   });
   return pairs;
+}
+
+/** The code of a key of a key-value attribute: its index in `keys`, or its bucket (keyed BLAKE2b of the name). */
+export function keyCode(a: KeyValueAttribute, key: string): number {
+  if (a.keys !== null) {
+    const code = a.keys.indexOf(key);
+    if (code < 0) throw new RecordError(`attribute '${a.name}': unknown key ${JSON.stringify(key)}`);
+    return code;
+  }
+  const digest = blake2b(utf8(key), { digestSize: 8, key: utf8(a.name) });
+  return Number(leU64(digest) % BigInt(a.buckets as number));
+}
+
+/** A key-value attribute's true value, {key: value} pairs (an object or a Map; keys by name or code), as its mechanism
+ * takes it (`ldpstream.device.perturb.true_columns`); RecordError for anything else. */
+export function truePairs(a: KeyValueAttribute, value: unknown): Pairs {
+  let entries: [unknown, unknown][];
+  if (value instanceof Map) entries = [...value.entries()];
+  else if (typeof value === "object" && value !== null && !Array.isArray(value)) entries = Object.entries(value);
+  else throw new RecordError(`attribute '${a.name}': not pairs {key: value}`);
+  const d = attributeDomain(a);
+  const [lo, hi] = a.range;
+  const keys: number[] = [], values: number[] = [];
+  for (const [key, v] of entries) {
+    const code = typeof key === "string" ? keyCode(a, key) : key;
+    if (typeof code !== "number" || !Number.isInteger(code) || typeof v !== "number") {
+      throw new RecordError(`attribute '${a.name}': pairs are {key: number}, not ${String(key)}: ${String(v)}`);
+    }
+    if (code < 0 || code >= d) throw new RecordError(`attribute '${a.name}': unknown key code ${code}`);
+    if (keys.includes(code)) continue; // a second key of a bucket already held is dropped
+    if (!(v >= lo && v <= hi)) throw new RecordError(`attribute '${a.name}': ${v} is outside its range [${lo}, ${hi}]`);
+    keys.push(code);
+    values.push(unit(lo, hi, v));
+  }
+  return { keys, values };
 }
 
 function discretize(v: number, rng: Random): number {

@@ -5,19 +5,57 @@
  * side builds it, so the permanent responses agree bit for bit (tests/vectors/memo.json).
  */
 
-import { LDPError } from "../errors.js";
-import type { Random } from "../random.js";
 import {
-  keyedBits, keyedUniform, keyedWord, TAG_ALPHA, TAG_BLOOM, TAG_COHORT, TAG_PERMANENT, TAG_SAMPLE,
-} from "../u64.js";
-import { checkEpsilon, checkInteger, column, formatG, type MemoizedMechanism, type Report } from "./base.js";
-import {
-  checkCode, checkDomainSize, checkFrequencyEpsilon, pureVariance, randomizedResponse, randomizedResponseFromUniform,
-} from "./frequency.js";
-import { checkNumericEpsilon, checkUnit, duchiBound } from "./numeric.js";
+  checkCode, checkDomainSize, checkEpsilon, checkFrequencyEpsilon, checkInteger, checkNumericEpsilon, checkUnit, column,
+  duchiBound, formatG, GAMMA, keyedUniform, keyedWord, LDPError, type MemoizedMechanism, mix64, pureVariance,
+  type Random, randomizedResponse, randomizedResponseFromUniform, type Report, wordUniform,
+} from "./shared.js";
 import { symmetricSmallestEigenvalueRatioAbove } from "./linalg.js";
-import { LONGITUDINAL_PARAMETERS } from "./optional.js";
-export { LONGITUDINAL_KIND, LONGITUDINAL_PARAMETERS } from "./optional.js";
+export { LONGITUDINAL_KIND } from "./shared.js";
+// The collector's keyed draws (u64.ts), here as only a device with a collection secret makes them: its spec has a
+// privacy block, so its mechanisms are these.
+export { attributeSecret, keyedUniform, TAG_ATTRIBUTE_SAMPLE } from "./shared.js";
+
+/** The parameters a spec may set per memoized mechanism (`registry.longitudinal_parameters`). */
+export const LONGITUDINAL_PARAMETERS: Record<string, readonly string[]> = {
+  "l-grr": [], "l-oue": [], "l-osue": [], "l-sue": [], rappor: ["hashes", "bloom_bits", "cohorts"],
+  "1bitmean": ["buckets"], dbitflip: ["sampled"],
+};
+
+// One tag per kind of memoized choice (`ldpstream.mechanisms.longitudinal.memo`; the collector's in u64.ts).
+const TAG_PERMANENT = 0x51n;
+const TAG_PERMANENT_TIE = 0x53n;
+const TAG_COHORT = 0x54n;
+const TAG_BLOOM = 0x5bn;
+const TAG_ALPHA = 0x55n;
+const TAG_SAMPLE = 0x56n;
+
+/**
+ * `width` Bernoulli(prob) bits memoized per (secret, key), 8 bits per keyed word, and `uniforms` keyed uniforms from
+ * the words after them (`ldpstream.mechanisms.longitudinal.memo.keyed_bits`): byte B gives 1{B < floor(256 prob)},
+ * and B equal to that threshold is decided by a uniform keyed by (secret, key, position).
+ */
+export function keyedBits(secret: bigint, key: bigint | number, width: number, prob: number,
+                          uniforms = 0): { bits: Uint8Array; tail: number[] } {
+  const words = Math.ceil(width / 8);
+  const top = Math.floor(prob * 256);
+  const rest = prob * 256 - top;
+  const base = keyedWord(secret, TAG_PERMANENT, key);
+  const bits = new Uint8Array(width);
+  for (let w = 0; w < words; w++) {
+    let word = mix64(base + ((BigInt(w) + 1n) * GAMMA));
+    for (let b = 0; b < 8 && 8 * w + b < width; b++) {
+      const byte = Number(word & 255n);
+      word >>= 8n;
+      const position = 8 * w + b;
+      if (byte < top) bits[position] = 1;
+      else if (byte === top) bits[position] = keyedUniform(secret, TAG_PERMANENT_TIE, key, position) < rest ? 1 : 0;
+    }
+  }
+  const tail: number[] = [];
+  for (let u = 0; u < uniforms; u++) tail.push(wordUniform(mix64(base + ((BigInt(words + u) + 1n) * GAMMA))));
+  return { bits, tail };
+}
 
 export function checkBudgets(lifetime: number, first: number): [number, number] {
   checkEpsilon(lifetime);

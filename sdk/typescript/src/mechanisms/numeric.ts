@@ -15,7 +15,7 @@ export const EPSILON_STAR = 0.6093524930273093;
 export function checkNumericEpsilon(epsilon: number): number {
   const eps = checkEpsilon(epsilon);
   if (eps > NUMERIC_MAX_EPSILON) {
-    throw new LDPError(`epsilon ${eps} is above the supported maximum 50 for numeric mechanisms`);
+    throw new LDPError(`epsilon ${eps} is above 50, the most for numeric mechanisms`);
   }
   return eps;
 }
@@ -154,23 +154,23 @@ export class Piecewise extends NumericMechanism {
   readonly name = "pm";
   readonly autoRank = 20;
   readonly c: number;
-  private readonly half: number;
+  readonly #half: number;
   /** The largest report sent: C less 8 ulps, so that no libm's C (the aggregators' bound) is below it. */
-  private readonly edge: number;
+  readonly #edge: number;
 
   constructor(epsilon: number) {
     super(epsilon);
-    this.half = Math.exp(this.epsilon / 2);
-    this.c = (this.half + 1) / (this.half - 1);
-    this.edge = this.c * (1 - 2 ** -49);
+    this.#half = Math.exp(this.epsilon / 2);
+    this.c = (this.#half + 1) / (this.#half - 1);
+    this.#edge = this.c * (1 - 2 ** -49);
   }
 
   get centreMass(): number {
-    return this.half / (this.half + 1);
+    return this.#half / (this.#half + 1);
   }
 
   varianceCoefficients(): [number, number] {
-    const h = this.half;
+    const h = this.#half;
     return [(h + 3) / (3 * (h - 1) ** 2), 1 / (h - 1)];
   }
 
@@ -184,7 +184,7 @@ export class Piecewise extends NumericMechanism {
       const sides = (u - pc) * ((c + 1) / (1 - pc)) - c; // uniform on [-C, 1)
       out = sides >= left ? sides + (c - 1) : sides;
     }
-    return Math.min(Math.max(out, -this.edge), this.edge);
+    return Math.min(Math.max(out, -this.#edge), this.#edge);
   }
 }
 

@@ -4,7 +4,8 @@
  * distribution mechanisms a numeric attribute may name (Square Wave, hierarchical histograms).
  * `loadMechanisms(needsOf(specBytes))` brings in what a spec names (the device does it when it has verified a spec,
  * before it parses it); `mechanisms/all.js` registers every one at once (tools and tests). Their names and the
- * parameters a spec may give them are here, in the core, for validation and the policy.
+ * distribution mechanisms' parameters are here, in the core, for validation and the policy (the memoized ones'
+ * parameters are checked in their module).
  */
 
 import { LDPError } from "../errors.js";
@@ -13,12 +14,6 @@ import type * as Factorization from "./factorization.js";
 import type * as KeyValue from "./keyvalue.js";
 import type * as Longitudinal from "./longitudinal.js";
 import type * as Strings from "./strings.js";
-
-/** The parameters a spec may set per memoized mechanism (`registry.longitudinal_parameters`). */
-export const LONGITUDINAL_PARAMETERS: Record<string, readonly string[]> = {
-  "l-grr": [], "l-oue": [], "l-osue": [], "l-sue": [], rappor: ["hashes", "bloom_bits", "cohorts"],
-  "1bitmean": ["buckets"], dbitflip: ["sampled"],
-};
 
 export const LONGITUDINAL_KIND: Record<string, "frequency" | "numeric"> = {
   "l-grr": "frequency", "l-oue": "frequency", "l-osue": "frequency", "l-sue": "frequency", rappor: "frequency",
@@ -49,7 +44,7 @@ export const modules: Modules = {};
 
 function need<K extends keyof Modules>(name: K): NonNullable<Modules[K]> {
   const m = modules[name];
-  if (m === undefined) throw new LDPError(`the ${name} mechanisms are not loaded: await loadMechanisms(...) first`);
+  if (m === undefined) throw new LDPError(`the ${name} mechanisms are not loaded (loadMechanisms)`);
   return m as NonNullable<Modules[K]>;
 }
 
@@ -59,13 +54,23 @@ export const strings = (): typeof Strings => need("strings");
 export const factorization = (): typeof Factorization => need("factorization");
 export const distribution = (): typeof Distribution => need("distribution");
 
+const LOADERS: { [K in keyof Modules]-?: () => Promise<Modules[K]> } = {
+  longitudinal: () => import("./longitudinal.js"), keyvalue: () => import("./keyvalue.js"),
+  strings: () => import("./strings.js"), factorization: () => import("./factorization.js"),
+  distribution: () => import("./distribution.js"),
+};
+
 /** Load the modules `needs` names (each once). */
 export async function loadMechanisms(needs: Needs): Promise<void> {
-  if (needs.longitudinal && !modules.longitudinal) modules.longitudinal = await import("./longitudinal.js");
-  if (needs.keyvalue && !modules.keyvalue) modules.keyvalue = await import("./keyvalue.js");
-  if (needs.strings && !modules.strings) modules.strings = await import("./strings.js");
-  if (needs.factorization && !modules.factorization) modules.factorization = await import("./factorization.js");
-  if (needs.distribution && !modules.distribution) modules.distribution = await import("./distribution.js");
+  for (const [name, load] of Object.entries(LOADERS) as [keyof Modules, () => Promise<unknown>][]) {
+    if (needs[name] && !modules[name]) Object.assign(modules, { [name]: await load() });
+  }
+}
+
+/** A factorization strategy from its .npz bytes, checked against its pinned hash (the module loaded on demand). */
+export async function strategyFromNpz(data: Uint8Array, hash: string): Promise<Factorization.FactorizationMechanism> {
+  await loadMechanisms({ factorization: true });
+  return factorization().FactorizationMechanism.fromNpz(data, hash);
 }
 
 /** What a spec's text names (a guess that errs towards loading: the text is parsed for this only). */

@@ -4,12 +4,10 @@
  * sketches; one level per device) and `sfp` (Apple's sequence fragment puzzle).
  */
 
-import { utf8 } from "../bytes.js";
-import { LDPError } from "../errors.js";
-import type { Random } from "../random.js";
-import { GAMMA, MASK64, mix64 } from "../u64.js";
-import { column, type FreshMechanism, type Report } from "./base.js";
-import { checkFrequencyEpsilon, hadamardBit, randomizedResponse } from "./frequency.js";
+import {
+  checkFrequencyEpsilon, column, type FreshMechanism, GAMMA, hadamardBit, LDPError, MASK64, mix64, type Random,
+  randomizedResponse, type Report, utf8,
+} from "./shared.js";
 
 const MAX_STRING_BYTES = 64;
 const PRINTABLE = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ \t\n\r";
