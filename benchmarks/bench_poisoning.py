@@ -290,7 +290,7 @@ def tree_carriers(tree: PEM, ref_block: np.ndarray, n: int, r: int) -> int:
     oracle = tree.oracles[-1]
     n_t = n / tree.levels
     var = float(oracle.variance(0.0))
-    z = bonferroni_z(POLICY.alpha_window, tree.beam * 27 ** tree.step)
+    z = bonferroni_z(POLICY.alpha_window / tree.levels, tree.beam * 27 ** tree.step)
     rise = max(0.0, (z - ADAPTIVE_MARGIN) * math.sqrt(2 * var / n_t))
     # a crafted report names its target's bucket: it adds (1 - q)/(p - q) / n_T to the target at its level
     gain = (1 - oracle.q) / (oracle.p - oracle.q) / n_t

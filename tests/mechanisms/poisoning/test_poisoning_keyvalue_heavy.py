@@ -3,6 +3,8 @@ M2GA's keys and fake strings are held to the bounds the detectors state. Every s
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -108,6 +110,28 @@ def test_fake_strings_are_kept_out_of_the_top_list(strings: tuple[PEM, list[str]
     assert defence.status == SUSPECTED and defence.strings  # the fake strings, or their prefixes, capped
     capped = tree.heavy_hitters(stats, cap=ReferenceCap(tree, reference[1:], POLICY))
     assert not set(fakes_of) & set(capped.items)
+
+
+@pytest.mark.parametrize("shape", ["zipf2", "one_string"])
+@pytest.mark.parametrize("eps", [1.0, 4.0])
+def test_honest_windows_of_strings_of_any_shape_leave_the_decode_as_it_is(eps: float, shape: str) -> None:
+    # an honest window is suspected at any level with probability <= alpha_window (Bonferroni over levels and
+    # candidates): then the capped decode is the raw one, string for string and value for value
+    rng = np.random.default_rng(zlib.crc32(f"strings {eps} {shape}".encode()))
+    domain = StringDomain(6, "abcdefghij")
+    tree = PEM(eps, domain, seed=3, top=10)
+    rows = domain.encode([w.decode() for w in random_words(200, rng, alphabet="abcdefghij", max_length=6)])
+
+    def honest(n: int) -> np.ndarray:
+        picks = np.zeros(n, dtype=int) if shape == "one_string" else rng.choice(200, n, p=zipf_probabilities(200, 2.0))
+        return tree.accumulate(tree.perturb(rows[picks], rng))
+    reference = attribute_block(400_000, honest(400_000))
+    block = attribute_block(100_000, honest(100_000))
+    defence = defend(tree, block, reference, policy=POLICY)
+    assert defence.status == CLEAN, defence.findings
+    raw = tree.heavy_hitters(block[1:])
+    capped = tree.heavy_hitters(block[1:], cap=ReferenceCap(tree, reference[1:], POLICY))
+    assert capped.items == raw.items and np.array_equal(capped.value, raw.value)
 
 
 def test_without_a_reference_strings_are_untested(strings: tuple[PEM, list[str], np.ndarray, np.ndarray]) -> None:

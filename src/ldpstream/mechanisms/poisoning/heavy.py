@@ -7,14 +7,16 @@ string frequency moves between a window and the collection's previous window onl
 decode, every candidate prefix is estimated in the reference window as in this one (`peeled_estimates`, the same
 joint estimation, so the collision bias of the fixed hash family is the same in both) and capped at
 
-    b(x) = min(1, f_ref(x) + drift) + z sqrt(V(f_ref(x)) (1 / n_T + 1 / n_ref)),  z = Phi^-1(1 - alpha_window / C),
+    b(x) = min(1, f_ref(x) + drift) + z sqrt(V(f_ref(x)) (1 / n_T + 1 / n_ref)),  z = Phi^-1(1 - alpha_window / (T C)),
 
-C the candidates scored at that level, V the level oracle's n Var at the reference frequency (the null's) plus the
-sampling of devices f (1 - f) (`ldpstream.mechanisms.poisoning.frequency.window_variance`). The
-decoder ranks by the capped estimate, so a fake prefix cannot push a genuine one out of the beam, and the last level
-reports capped frequencies. A string that did not exist in the reference (f_ref ~ 0) keeps at most z sqrt(V(0) (1 / n_T
-+ 1 / n_ref)): the bound an attacker who knows the detector can keep. Without a reference nothing can be tested (a fake
-string looks like a popular one): `ReferenceCap` is then not built.
+C the candidates scored at that level, T the levels (Bonferroni over both: the levels' tests are on disjoint devices,
+and an honest window is flagged at any level with probability <= alpha_window), V the level oracle's n Var at the
+reference frequency (the null's) plus the sampling of devices f (1 - f)
+(`ldpstream.mechanisms.poisoning.frequency.window_variance`). The decoder ranks by the capped estimate, so a fake
+prefix cannot push a genuine one out of the beam, and the last level reports capped frequencies. A string that did
+not exist in the reference (f_ref ~ 0) keeps at most z sqrt(V(0) (1 / n_T + 1 / n_ref)): the bound an attacker who
+knows the detector can keep. Without a reference nothing can be tested (a fake string looks like a popular one):
+`ReferenceCap` is then not built.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ class ReferenceCap:
         ref_value, _ = peeled_estimates(oracle, table, n_ref, candidates, keep)
         f0 = np.clip(ref_value, 0.0, 1.0)
         var = oracle.variance(f0) + f0 * (1.0 - f0)  # and the sampling of devices (`window_variance`)
-        z = bonferroni_z(self.policy.alpha_window, len(candidates))
+        z = bonferroni_z(self.policy.alpha_window / self.tree.levels, len(candidates))
         bound = np.minimum(1.0, f0 + self.policy.drift) + z * np.sqrt(var / n + var / n_ref)
         over = np.flatnonzero(value > bound)
         self.capped[level] = [(candidates[i], float(value[i]), float(bound[i])) for i in over]
