@@ -22,7 +22,9 @@ same genuine reports), for the raw unbiased estimate (`gain_none`), Norm-Sub's (
 one (`gain_ours`: the defence run on both windows). Numeric: the mean's rise (on [-1, 1]); key-value: the keys'
 frequency gain plus their value total's gain (s = f m, values on [-1, 1]: a mean of a rare key is a ratio of
 near-zero estimates, its gain noise; Norm-Sub there: the frequencies made consistent, |s| clipped to them); heavy
-hitters: the targets' last-level estimates (raw; ours capped), and whether a target makes the decoded top 20.
+hitters: the targets' last-level estimates (raw; ours capped), whether a target makes the decoded top 20, and how
+many strings of the honest window's top 20 the defence changes (its genuine harm: nothing is set aside from the
+sketches, so `genuine_set_aside` is 0).
 `gain_removed` = 1 - gain_ours / gain_none.
 `genuine_set_aside`: genuine reports flagged by the per-report tests, plus what the tests on sums set aside beyond
 the fakes the per-report tests left, over the genuine reports.
@@ -33,7 +35,8 @@ reports) of one attacked window; the drop of a worker that also audited its wind
 
 Prints a table per oracle (stderr); on stdout a JSON line {"cost": [...]} (each frequency oracle's timing), then the
 last line, JSON: a list of rows with oracle, epsilon, attack, beta, targets, gain_none, gain_norm_sub (null where no
-Norm-Sub applies: heavy hitters), gain_ours, gain_removed (null without a gain) and genuine_set_aside.
+Norm-Sub applies: heavy hitters), gain_ours, gain_removed (null without a gain), genuine_set_aside and, where the
+table has one, its note (heavy hitters: the targets in the top 20; adaptive: the bound).
 Run: .venv/bin/python benchmarks/bench_poisoning.py [--n 1000000] [--oracles grr,oue,olh,pem,pm,pckv-grr]
      [--quick]  (--quick: n = 100000, beta 0.05, r = 10, maximal_gain and adaptive only)
 """
@@ -109,7 +112,7 @@ class Row:
     note: str = ""
 
     def json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "note"}
+        out = {k: v for k, v in self.__dict__.items() if k != "note" or v}
         for k in ("gain_none", "gain_norm_sub", "gain_ours", "gain_removed", "genuine_set_aside"):
             if out[k] is not None:
                 out[k] = round(float(out[k]), 5)
@@ -252,6 +255,10 @@ def pem_rows(eps: float, n: int, betas: list[float], rs: list[int], attacks: lis
         g = n - m
         clean = head(genuine, g)
         clean_stats = tree.accumulate(clean)
+        # what the defence does to an honest window's top list (the genuine harm: nothing is removed from sketches)
+        honest_raw = tree.heavy_hitters(clean_stats).items
+        honest_ours = tree.heavy_hitters(clean_stats, cap=ReferenceCap(tree, ref_block[1:], POLICY)).items
+        honest_changed = len(set(honest_raw) - set(honest_ours))
         for r in rs:
             targets = absent[:r]
             for attack in attacks:
@@ -269,7 +276,7 @@ def pem_rows(eps: float, n: int, betas: list[float], rs: list[int], attacks: lis
                 top_ours = set(tree.heavy_hitters(stats, cap=ReferenceCap(tree, ref_block[1:], POLICY)).items)
                 none, ours = float((raw_t - raw_c).sum()), float((capped_t - capped_c).sum())
                 note = (f"targets in top {TOP}: {len(top_raw & set(targets))} none, {len(top_ours & set(targets))} "
-                        f"ours")
+                        f"ours; honest window: {honest_changed} of its top {TOP} changed by ours")
                 out.append(Row("pem", eps, attack, beta, r, none, None, ours, removed_fraction(none, ours), 0.0,
                                note))
     return out
@@ -290,7 +297,7 @@ def tree_carriers(tree: PEM, ref_block: np.ndarray, n: int, r: int) -> int:
     oracle = tree.oracles[-1]
     n_t = n / tree.levels
     var = float(oracle.variance(0.0))
-    z = bonferroni_z(POLICY.alpha_window, tree.beam * 27 ** tree.step)
+    z = bonferroni_z(POLICY.alpha_window / tree.levels, tree.beam * 27 ** tree.step)
     rise = max(0.0, (z - ADAPTIVE_MARGIN) * math.sqrt(2 * var / n_t))
     # a crafted report names its target's bucket: it adds (1 - q)/(p - q) / n_T to the target at its level
     gain = (1 - oracle.q) / (oracle.p - oracle.q) / n_t

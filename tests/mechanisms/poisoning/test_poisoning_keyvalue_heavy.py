@@ -3,6 +3,9 @@ M2GA's keys and fake strings are held to the bounds the detectors state. Every s
 
 from __future__ import annotations
 
+import math
+import zlib
+
 import numpy as np
 import pytest
 
@@ -108,6 +111,56 @@ def test_fake_strings_are_kept_out_of_the_top_list(strings: tuple[PEM, list[str]
     assert defence.status == SUSPECTED and defence.strings  # the fake strings, or their prefixes, capped
     capped = tree.heavy_hitters(stats, cap=ReferenceCap(tree, reference[1:], POLICY))
     assert not set(fakes_of) & set(capped.items)
+
+
+@pytest.mark.parametrize("shape", ["zipf2", "one_string"])
+@pytest.mark.parametrize("eps", [1.0, 4.0])
+def test_honest_windows_of_strings_of_any_shape_leave_the_decode_as_it_is(eps: float, shape: str) -> None:
+    # an honest window is suspected at any level with probability <= alpha_window (Bonferroni over levels and
+    # candidates): then the capped decode is the raw one, string for string and value for value
+    rng = np.random.default_rng(zlib.crc32(f"strings {eps} {shape}".encode()))
+    domain = StringDomain(6, "abcdefghij")
+    tree = PEM(eps, domain, seed=3, top=10)
+    rows = domain.encode([w.decode() for w in random_words(200, rng, alphabet="abcdefghij", max_length=6)])
+
+    def honest(n: int) -> np.ndarray:
+        picks = np.zeros(n, dtype=int) if shape == "one_string" else rng.choice(200, n, p=zipf_probabilities(200, 2.0))
+        return tree.accumulate(tree.perturb(rows[picks], rng))
+    reference = attribute_block(400_000, honest(400_000))
+    block = attribute_block(100_000, honest(100_000))
+    defence = defend(tree, block, reference, policy=POLICY)
+    assert defence.status == CLEAN, defence.findings
+    raw = tree.heavy_hitters(block[1:])
+    capped = tree.heavy_hitters(block[1:], cap=ReferenceCap(tree, reference[1:], POLICY))
+    assert capped.items == raw.items and np.array_equal(capped.value, raw.value)
+
+
+def test_a_suspected_string_does_not_fill_a_free_slot_of_the_top_list() -> None:
+    # Fewer genuine strings than `top`: a string held at its bound b(x) would outrank every noise candidate and
+    # take a free slot (the eps = 4 benchmark's one fake in the top 20, whose genuine rivals had left PEM's beam).
+    # A suspect is ranked by its reference estimate instead, of an absent string ~ N(0, V(0) / n_ref_T).
+    rng = np.random.default_rng(11)
+    domain = StringDomain(6, "abcdefghij")
+    tree = PEM(4.0, domain, seed=3, top=10)
+    genuine_strings = ["abcdef", "bcdefa", "cdefab", "defabc", "efabcd"]
+    fakes_of = ["abjjjj", "ghijji", "jihgf"]  # the first shares its first level's prefix with a genuine string
+    rows = domain.encode(genuine_strings)
+    probs = np.array([0.4, 0.25, 0.15, 0.12, 0.08])
+    n, m = 100_000, 5_000
+    reference = attribute_block(4 * n, tree.accumulate(tree.perturb(rows[rng.choice(5, 4 * n, p=probs)], rng)))
+    stats = (tree.accumulate(tree.perturb(rows[rng.choice(5, n - m, p=probs)], rng))
+             + tree.accumulate(fake_tree_reports(tree, "maximal_gain", fakes_of, m, rng)))
+    assert set(fakes_of) <= set(tree.heavy_hitters(stats).items)  # no defence: they are heavy hitters
+    cap = ReferenceCap(tree, reference[1:], POLICY)
+    found = tree.heavy_hitters(stats, cap=cap)
+    assert not set(fakes_of) & set(found.items) and set(genuine_strings) <= set(found.items)
+    last = tree.levels - 1
+    cand = domain.encode(genuine_strings + fakes_of)  # as the decode scores them: the genuine ones are peeled
+    _, n_last = tree.oracles[last].z_table(tree.level_stats(stats, last))
+    ref_n = tree.oracles[last].z_table(tree.level_stats(reference[1:], last))[1]
+    ref_sd = math.sqrt(float(tree.oracles[last].variance(0.0)) / ref_n)
+    ranked = cap(last, cand, np.ones(len(cand)), n_last, tree.top)  # 1: above any bound, every one suspected
+    assert (ranked[len(genuine_strings):] <= 4 * ref_sd).all(), ranked
 
 
 def test_without_a_reference_strings_are_untested(strings: tuple[PEM, list[str], np.ndarray, np.ndarray]) -> None:

@@ -68,8 +68,9 @@ class HeavyHitters(Estimate):
 
 
 class LevelCap(Protocol):
-    """An upper bound on the candidates' estimates at a level of the decode (a poisoning defence: the most an
-    honest window shows, `ldpstream.mechanisms.poisoning.heavy`); the decoder ranks by min(estimate, bound)."""
+    """The most each candidate's estimate may count for at a level of the decode (a poisoning defence,
+    `ldpstream.mechanisms.poisoning.heavy`: the most an honest window shows, and a suspect's reference
+    frequency); the decoder ranks by min(estimate, cap)."""
 
     def __call__(self, level: int, candidates: np.ndarray, value: np.ndarray, n: int, keep: int) -> np.ndarray:
         """The candidates' (rows) estimates `value` at `level` (from n reports, `keep` of them to be kept),

@@ -6,7 +6,8 @@ previous ones kept.
    given (`prior`, as an audit recorded them) instead of the reports.
 2. Tests of the sums on what is left: excess claims (every frequency oracle), the mean's bound (numeric),
    disagreement then key frequency (PCKV), against the reference window when there is one.
-3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`), nothing removed from the sums.
+3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`: a suspected prefix ranked by
+   its reference frequency), nothing removed from the sums.
 
 The statistics are an attribute's block of the collector's ([n_j, the mechanism's statistics],
 `ldpstream.mechanisms.mixed.attribute_block`); `removed` is in the same layout, so the defended block is
@@ -144,8 +145,9 @@ def _tree_defence(tree: PrefixTree, block: np.ndarray, reference: np.ndarray | N
     strings = tuple(tree.domain.decode(np.stack([row for row, _, _ in rows])))
     if deepest < tree.levels - 1:
         strings = tuple(f"{s}..." for s in strings)
-    detail = (f"{len(rows)} {'string(s) of the top list' if deepest == tree.levels - 1 else 'prefix(es)'} capped at "
-              f"the most an honest window shows given the reference (levels capped: {len(capped_levels)})")
+    detail = (f"{len(rows)} {'string(s) of the top list' if deepest == tree.levels - 1 else 'prefix(es)'} above "
+              f"the most an honest window shows given the reference, ranked by their reference frequency (levels "
+              f"capped: {len(capped_levels)})")
     # no statistics are removed (the sketches keep them); the reports set aside are estimated from the excess
     return Defence((Finding(HEAVY, SUSPECTED, n, excess * n, None, (), policy.alpha_window, 0.0, detail),),
                    removed, cap, strings)

@@ -5,16 +5,26 @@ targets' prefixes at every level. A report of a sketch oracle names one hashed b
 holder of the target would send; what honest perturbation makes improbable is the *rise*: a stationary population's
 string frequency moves between a window and the collection's previous window only by noise. At each level of the
 decode, every candidate prefix is estimated in the reference window as in this one (`peeled_estimates`, the same
-joint estimation, so the collision bias of the fixed hash family is the same in both) and capped at
+joint estimation, so the collision bias of the fixed hash family is the same in both) and tested against
 
-    b(x) = min(1, f_ref(x) + drift) + z sqrt(V(f_ref(x)) (1 / n_T + 1 / n_ref)),  z = Phi^-1(1 - alpha_window / C),
+    b(x) = min(1, f_ref(x) + drift) + z sqrt(V(f_ref(x)) (1 / n_T + 1 / n_ref)),  z = Phi^-1(1 - alpha_window / (T C)),
 
-C the candidates scored at that level, V the level oracle's n Var at the reference frequency (the null's) plus the
-sampling of devices f (1 - f) (`ldpstream.mechanisms.poisoning.frequency.window_variance`). The
-decoder ranks by the capped estimate, so a fake prefix cannot push a genuine one out of the beam, and the last level
-reports capped frequencies. A string that did not exist in the reference (f_ref ~ 0) keeps at most z sqrt(V(0) (1 / n_T
-+ 1 / n_ref)): the bound an attacker who knows the detector can keep. Without a reference nothing can be tested (a fake
-string looks like a popular one): `ReferenceCap` is then not built.
+C the candidates scored at that level, T the levels (Bonferroni over both: the levels' tests are on disjoint devices,
+and an honest window is flagged at any level with probability <= alpha_window), V the level oracle's n Var at the
+reference frequency (the null's) plus the sampling of devices f (1 - f)
+(`ldpstream.mechanisms.poisoning.frequency.window_variance`).
+
+A candidate under its bound keeps its estimate. A candidate above it is suspected, and the decoder ranks it (and the
+last level reports it) by what the stationary population of the test's null gives it, min(1, f_ref(x) + drift): the
+rise the test attributes to fake devices counts for nothing. Holding a suspect at b(x) instead (as `excess_claims`
+brings an item back to its bound) would leave a detected attacker the most an undetected one keeps, and in a top list
+that is a slot whenever fewer than `keep` genuine candidates clear b(x). PEM keeps exactly `top` prefixes per level
+(Wang et al. TDSC 2019, Sec. 4), so a genuine heavy hitter whose short prefix fell out of the beam leaves such a slot.
+In an honest window a candidate is suspected with probability <= alpha_window in all, and then it is ranked by its
+reference estimate, an unbiased estimate of the same frequency. An attacker who knows the detector stays under the
+bound: a string that did not exist in the reference (f_ref ~ 0) keeps at most z sqrt(V(0) (1 / n_T + 1 / n_ref)).
+Without a reference nothing can be tested (a fake string looks like a popular one): `ReferenceCap` is then not
+built.
 """
 
 from __future__ import annotations
@@ -31,8 +41,9 @@ HEAVY = "heavy_hitter_rise"
 
 @dataclass
 class ReferenceCap:
-    """The cap of a tree's decode by a reference window's statistics (module docstring); it records, per level,
-    the candidates it capped: `capped[level]` = list of (candidate row, estimate, bound)."""
+    """The cap of a tree's decode by a reference window's statistics (module docstring): per candidate, its bound
+    b(x), or min(1, f_ref(x) + drift) for a suspect (above b(x)). It records, per level, the suspects:
+    `capped[level]` = list of (candidate row, estimate, bound)."""
 
     tree: PrefixTree
     reference: np.ndarray
@@ -52,8 +63,9 @@ class ReferenceCap:
         ref_value, _ = peeled_estimates(oracle, table, n_ref, candidates, keep)
         f0 = np.clip(ref_value, 0.0, 1.0)
         var = oracle.variance(f0) + f0 * (1.0 - f0)  # and the sampling of devices (`window_variance`)
-        z = bonferroni_z(self.policy.alpha_window, len(candidates))
-        bound = np.minimum(1.0, f0 + self.policy.drift) + z * np.sqrt(var / n + var / n_ref)
-        over = np.flatnonzero(value > bound)
-        self.capped[level] = [(candidates[i], float(value[i]), float(bound[i])) for i in over]
-        return bound
+        z = bonferroni_z(self.policy.alpha_window / self.tree.levels, len(candidates))
+        base = np.minimum(1.0, f0 + self.policy.drift)
+        bound = base + z * np.sqrt(var / n + var / n_ref)
+        over = value > bound
+        self.capped[level] = [(candidates[i], float(value[i]), float(bound[i])) for i in np.flatnonzero(over)]
+        return np.where(over, base, bound)
