@@ -13,9 +13,9 @@ from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.open_domain.strings import StringDomain
-from ldpstream.mechanisms.open_domain.tree import PEM
+from ldpstream.mechanisms.open_domain.tree import PEM, suffixes
 from ldpstream.mechanisms.poisoning.attribute import defend
-from ldpstream.mechanisms.poisoning.base import CLEAN, SUSPECTED, UNTESTED, Policy
+from ldpstream.mechanisms.poisoning.base import CLEAN, SUSPECTED, UNTESTED, Policy, bonferroni_z
 from ldpstream.mechanisms.poisoning.heavy import ReferenceCap
 from ldpstream.simulator.poisoning import fake_keyvalue_reports, fake_tree_reports
 from ldpstream.simulator.population import random_words, zipf_probabilities
@@ -115,24 +115,50 @@ def test_fake_strings_are_kept_out_of_the_top_list(strings: tuple[PEM, list[str]
 
 @pytest.mark.parametrize("shape", ["zipf2", "one_string"])
 @pytest.mark.parametrize("eps", [1.0, 4.0])
-def test_honest_windows_of_strings_of_any_shape_leave_the_decode_as_it_is(eps: float, shape: str) -> None:
+def test_honest_windows_of_strings_of_any_shape_keep_their_heavy_hitters(eps: float, shape: str) -> None:
     # an honest window is suspected at any level with probability <= alpha_window (Bonferroni over levels and
-    # candidates): then the capped decode is the raw one, string for string and value for value
+    # candidates); the decode ranks each candidate by its estimate capped at f_ref + s, s the sd of its rise, which
+    # reorders noise winners only: a string above 2 z s (z the test's Bonferroni z at the last level) clears every
+    # noise candidate's cap and keeps its place
     rng = np.random.default_rng(zlib.crc32(f"strings {eps} {shape}".encode()))
     domain = StringDomain(6, "abcdefghij")
     tree = PEM(eps, domain, seed=3, top=10)
-    rows = domain.encode([w.decode() for w in random_words(200, rng, alphabet="abcdefghij", max_length=6)])
+    words = [w.decode() for w in random_words(200, rng, alphabet="abcdefghij", max_length=6)]
+    probs = np.eye(200)[0] if shape == "one_string" else zipf_probabilities(200, 2.0)
 
     def honest(n: int) -> np.ndarray:
-        picks = np.zeros(n, dtype=int) if shape == "one_string" else rng.choice(200, n, p=zipf_probabilities(200, 2.0))
-        return tree.accumulate(tree.perturb(rows[picks], rng))
+        return tree.accumulate(tree.perturb(domain.encode(words)[rng.choice(200, n, p=probs)], rng))
     reference = attribute_block(400_000, honest(400_000))
     block = attribute_block(100_000, honest(100_000))
     defence = defend(tree, block, reference, policy=POLICY)
     assert defence.status == CLEAN, defence.findings
     raw = tree.heavy_hitters(block[1:])
     capped = tree.heavy_hitters(block[1:], cap=ReferenceCap(tree, reference[1:], POLICY))
-    assert capped.items == raw.items and np.array_equal(capped.value, raw.value)
+    last = tree.oracles[-1]
+    n_t = last.z_table(tree.level_stats(block[1:], tree.levels - 1))[1]
+    s = math.sqrt(float(last.variance(0.0)) * (1 / n_t + tree.levels / reference[0]))
+    z = bonferroni_z(POLICY.alpha_window / tree.levels, tree.top * len(suffixes(domain, tree.step)))
+    strong = {w for w, p in zip(words, probs, strict=True) if p > 2 * z * s}
+    assert strong and strong <= set(raw.items) and strong <= set(capped.items)
+
+
+def test_the_maximal_gain_attack_under_the_bound_is_kept_out_of_the_top_list_at_eps_1() -> None:
+    # 5% fakes on 5 targets at eps = 1 raise each target's prefixes ~ 3 s per level, under the bound z s: they are
+    # not suspected, and ranked at their estimates they enter the top 10; capped at f_ref + s they rank with the
+    # noise winners of PEM's beam, and stay out
+    rng = np.random.default_rng(1)
+    domain = StringDomain(6, "abcdefghij")
+    tree = PEM(1.0, domain, seed=3, top=10)
+    words = [w.decode() for w in random_words(300, rng, alphabet="abcdefghij", max_length=6)]
+    rows, probs = domain.encode(words[:200]), zipf_probabilities(200, 1.0)
+    n, m = 200_000, 10_000
+    reference = attribute_block(4 * n, tree.accumulate(tree.perturb(rows[rng.choice(200, 4 * n, p=probs)], rng)))
+    fakes_of = words[200:205]  # strings no genuine device holds
+    stats = (tree.accumulate(tree.perturb(rows[rng.choice(200, n - m, p=probs)], rng))
+             + tree.accumulate(fake_tree_reports(tree, "maximal_gain", fakes_of, m, rng)))
+    assert len(set(fakes_of) & set(tree.heavy_hitters(stats).items)) >= 2  # no defence: they are heavy hitters
+    found = tree.heavy_hitters(stats, cap=ReferenceCap(tree, reference[1:], POLICY))
+    assert not set(fakes_of) & set(found.items), found.items
 
 
 def test_a_suspected_string_does_not_fill_a_free_slot_of_the_top_list() -> None:

@@ -7,7 +7,8 @@ previous ones kept.
 2. Tests of the sums on what is left: excess claims (every frequency oracle), the mean's bound (numeric),
    disagreement then key frequency (PCKV), against the reference window when there is one.
 3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`: a suspected prefix ranked by
-   its reference frequency), nothing removed from the sums.
+   its reference frequency, the others by their estimates capped one standard deviation above it), nothing removed
+   from the sums.
 
 The statistics are an attribute's block of the collector's ([n_j, the mechanism's statistics],
 `ldpstream.mechanisms.mixed.attribute_block`); `removed` is in the same layout, so the defended block is

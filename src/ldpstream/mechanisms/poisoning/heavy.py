@@ -14,15 +14,24 @@ and an honest window is flagged at any level with probability <= alpha_window), 
 reference frequency (the null's) plus the sampling of devices f (1 - f)
 (`ldpstream.mechanisms.poisoning.frequency.window_variance`).
 
-A candidate under its bound keeps its estimate. A candidate above it is suspected, and the decoder ranks it (and the
-last level reports it) by what the stationary population of the test's null gives it, min(1, f_ref(x) + drift): the
-rise the test attributes to fake devices counts for nothing. Holding a suspect at b(x) instead (as `excess_claims`
-brings an item back to its bound) would leave a detected attacker the most an undetected one keeps, and in a top list
-that is a slot whenever fewer than `keep` genuine candidates clear b(x). PEM keeps exactly `top` prefixes per level
-(Wang et al. TDSC 2019, Sec. 4), so a genuine heavy hitter whose short prefix fell out of the beam leaves such a slot.
-In an honest window a candidate is suspected with probability <= alpha_window in all, and then it is ranked by its
+A candidate under its bound is not suspected, and the decoder ranks it (and the last level reports it) by its
+estimate capped at one standard deviation of the rise over what the stationary population gives it,
+min(value, min(1, f_ref(x) + drift) + s(x)), s(x) = sqrt(V(f_ref(x)) (1 / n_T + 1 / n_ref)). Only the ranking is
+capped (the test keeps z, and its alpha_window): under a stationary population the rise is ~ N(0, s^2), so a genuine
+string keeps its estimate with probability Phi(1) = 0.84 and loses E[(rise - s)+] = (phi(1) - Phi(-1)) s = 0.083 s
+on average, while a fake string new to the window (f_ref ~ 0) is credited at most s(x) = sqrt(V(0) (1 / n_T +
+1 / n_ref)), not z s(x). At eps = 1 PEM's noise is such that an attacker under the bound (5% fakes on 10 targets
+raise each prefix 3.2 s per level, under z s = 5.5 s) would otherwise rank with the noise winners of PEM's beam; a
+test on a string's rise summed over its levels does not separate them at alpha_window, since the beam keeps
+prefixes for their estimates in this window (a noise path kept by the beam has summed rises as large as the
+attacker's). A candidate above its bound is suspected, and ranked by min(1, f_ref(x) + drift): the rise the test
+attributes to fake devices counts for nothing. Holding a suspect at b(x) instead (as `excess_claims` brings an item
+back to its bound) would leave a detected attacker the most an undetected one keeps, and in a top list that is a
+slot whenever fewer than `keep` genuine candidates clear b(x). PEM keeps exactly `top` prefixes per level (Wang et
+al. TDSC 2019, Sec. 4), so a genuine heavy hitter whose short prefix fell out of the beam leaves such a slot. In an
+honest window a candidate is suspected with probability <= alpha_window in all, and then it is ranked by its
 reference estimate, an unbiased estimate of the same frequency. An attacker who knows the detector stays under the
-bound: a string that did not exist in the reference (f_ref ~ 0) keeps at most z sqrt(V(0) (1 / n_T + 1 / n_ref)).
+bound and is ranked at most s(x) above its reference frequency.
 Without a reference nothing can be tested (a fake string looks like a popular one): `ReferenceCap` is then not
 built.
 """
@@ -41,9 +50,9 @@ HEAVY = "heavy_hitter_rise"
 
 @dataclass
 class ReferenceCap:
-    """The cap of a tree's decode by a reference window's statistics (module docstring): per candidate, its bound
-    b(x), or min(1, f_ref(x) + drift) for a suspect (above b(x)). It records, per level, the suspects:
-    `capped[level]` = list of (candidate row, estimate, bound)."""
+    """The cap of a tree's decode by a reference window's statistics (module docstring): per candidate,
+    min(1, f_ref(x) + drift) plus one standard deviation s(x) of its rise, or without it for a suspect (above b(x)).
+    It records, per level, the suspects: `capped[level]` = list of (candidate row, estimate, bound)."""
 
     tree: PrefixTree
     reference: np.ndarray
@@ -65,7 +74,8 @@ class ReferenceCap:
         var = oracle.variance(f0) + f0 * (1.0 - f0)  # and the sampling of devices (`window_variance`)
         z = bonferroni_z(self.policy.alpha_window / self.tree.levels, len(candidates))
         base = np.minimum(1.0, f0 + self.policy.drift)
-        bound = base + z * np.sqrt(var / n + var / n_ref)
+        sd = np.sqrt(var / n + var / n_ref)
+        bound = base + z * sd
         over = value > bound
         self.capped[level] = [(candidates[i], float(value[i]), float(bound[i])) for i in np.flatnonzero(over)]
-        return np.where(over, base, bound)
+        return np.where(over, base, base + sd)
