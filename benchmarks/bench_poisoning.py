@@ -284,7 +284,8 @@ def pem_rows(eps: float, n: int, betas: list[float], rs: list[int], attacks: lis
 
 
 def capped(tree: PEM, cap: ReferenceCap, stats: np.ndarray, targets: list[str]) -> np.ndarray:
-    """The targets' last-level estimates as the defence lets them stand (capped at the reference's bound)."""
+    """The targets' last-level estimates as the defence ranks them (`ReferenceCap`: a suspect at its reference
+    frequency, any other at most one standard deviation of its rise above it)."""
     rows = tree.domain.encode(targets)
     est = tree.frequencies(stats, targets)
     last = tree.levels - 1
