@@ -405,12 +405,12 @@ class StoreSeekingConsumer(faust_aiokafka.Consumer):
 
 
 class PublishedTopics:
-    """The report topics of the published collections that exist in the cluster, read when made (at the worker's
-    start) and again only when the specs topic has grown or a published collection's topic was still missing: a
-    watermark request on one long-lived client instead of new clients, a read of the specs topic and a listing of
-    the cluster's topics every SPEC_POLL_S. That read holds the GIL (YAML, signatures) for a quarter second with
-    a few hundred specs: done first at the first tick, 5 s after the start, it stalled every batch of a worker
-    under a steady stream for that long (p99 freshness 0.45 s at 10% load; benchmarks/bench_pipeline.py)."""
+    """The report topics of the published collections that exist in the cluster, read first at the worker's start
+    (`wait_for_report_topics`) and again only when the specs topic has grown or a published collection's topic was
+    still missing: a watermark request on one long-lived client instead of new clients, a read of the specs topic and
+    a listing of the cluster's topics every SPEC_POLL_S. That read holds the GIL (YAML, signatures) for a quarter
+    second with a few hundred specs: done first at the first tick, 5 s after the start, it stalled every batch of a
+    worker under a steady stream for that long (p99 freshness 0.45 s at 10% load; benchmarks/bench_pipeline.py)."""
 
     def __init__(self, plans: PlanRegistry, bootstrap: str) -> None:
         self.plans, self.bootstrap = plans, bootstrap
@@ -418,7 +418,6 @@ class PublishedTopics:
         self.end: int | None = None
         self.topics: list[str] = []
         self.complete = False
-        self()
 
     def __call__(self) -> list[str]:
         end = self.consumer.get_watermark_offsets(TopicPartition(specs_topic(), 0), timeout=10.0)[1]
@@ -430,11 +429,18 @@ class PublishedTopics:
 
 
 def wait_for_report_topics(published: PublishedTopics, poll_s: float = 2.0) -> list[str]:
-    """Block until at least one collection is published; its report topics."""
-    while not (topics := published()):
-        log.warning("no collection is published yet (ldp spec publish FILE); waiting")
+    """Block until Kafka answers and at least one collection is published; its report topics. A worker started
+    before Kafka (a supervisor starting everything at once, a broker restarting) waits for it, saying so."""
+    while True:
+        try:
+            topics = published()
+        except KafkaException as exc:
+            log.warning("Kafka at %s is not answering (%s); waiting", published.bootstrap, exc.args[0].str())
+        else:
+            if topics:
+                return topics
+            log.warning("no collection is published yet (ldp spec publish FILE); waiting")
         time.sleep(poll_s)
-    return topics
 
 
 def broker_credentials(settings: Settings) -> faust.auth.Credentials | None:
