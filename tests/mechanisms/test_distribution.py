@@ -250,18 +250,25 @@ def test_ems_refuses_bad_counts() -> None:
     assert not ems(mech.channel, np.arange(mech.output_cells, dtype=float), max_steps=2).converged
 
 
-def test_sensitivity_matches_finite_differences() -> None:
-    """d F / d h from the implicit function theorem == central differences of EMS's fixed point."""
+@pytest.mark.parametrize("level", [1.0, 0.5, 2.0])
+def test_sensitivity_matches_finite_differences(level: float) -> None:
+    """d F / d h from the implicit function theorem == central differences of EMS's fixed point, at a smoothing level
+    below, at and above the paper's (S_lambda mixed with the identity, S itself, S twice)."""
     mech = SquareWave(1.0, bins=8)
     counts = _counts(mech, np.random.default_rng(8).beta(2, 5, 5000) * 2 - 1, 9)
-    fit = ems(mech.channel, counts, tol=1e-14, max_steps=100_000)
-    rows = ems_cdf_sensitivity(mech.channel, counts, fit.theta)
+
+    def fixed_point(h: np.ndarray) -> np.ndarray:  # SQUAREM's answer, then plain steps to the last digits
+        theta = ems(mech.channel, h, level, tol=1e-14, max_steps=100_000).theta
+        for _ in range(3000):
+            theta = ems_step(mech.channel, h, theta, level)
+        return theta
+
+    rows = ems_cdf_sensitivity(mech.channel, counts, fixed_point(counts), level)
     step = 1e-3
     for j in range(0, mech.output_cells, 3):
         bump = np.zeros_like(counts)
         bump[j] = step
-        up = ems(mech.channel, counts + bump, tol=1e-14, max_steps=100_000).theta
-        down = ems(mech.channel, counts - bump, tol=1e-14, max_steps=100_000).theta
+        up, down = fixed_point(counts + bump), fixed_point(counts - bump)
         numeric = np.concatenate([[0.0], np.cumsum((up - down) / (2 * step))])
         np.testing.assert_allclose(rows[:, j], numeric, atol=1e-9 * np.abs(rows).max() + 1e-13)
 
