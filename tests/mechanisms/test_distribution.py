@@ -16,6 +16,7 @@ from ldpstream.mechanisms.base import LDPError
 from ldpstream.mechanisms.distribution import HierarchicalHistogram, SquareWave
 from ldpstream.mechanisms.distribution.base import MAX_BINS, MAX_EPSILON, Distribution, NoiseCovariance
 from ldpstream.mechanisms.distribution.ems import (
+    EMS_TOLERANCE,
     BandedChannel,
     choose_smoothing,
     ems,
@@ -276,9 +277,20 @@ def test_sensitivity_matches_finite_differences(level: float) -> None:
 @pytest.mark.parametrize("smoothing", [1.0, 1 / 16])
 def test_standard_errors_match_the_spread_over_repeated_collections(smoothing: float) -> None:
     """Over R = 100 collections of n = 20000 reports, the delta-method standard error of the CDF at each edge (and
-    of three quantiles) equals the empirical standard deviation: the sample SD's own relative error is
-    1 / sqrt(2 (R - 1)) ~ 7%, so 4 of those (28%) per edge, and the median over edges within 10%. (At a fixed
-    smoothing level: the cross-validated choice's own variability is not in the standard errors.)"""
+    of three quantiles) equals the empirical standard deviation where the delta method applies: the sample SD's own
+    relative error is 1 / sqrt(2 (R - 1)) ~ 7%, so 4 of those (28%) per edge, and the median over edges within 10%.
+    (At a fixed smoothing level: the cross-validated choice's own variability is not in the standard errors.)
+
+    The delta method linearises the estimate in the counts; a CDF value whose normal approximation would put more
+    than 2.5% of its mass below 0 (mean < 2 SD) is not in that regime. Beta(5, 2) leaves the first of 16 cells
+    nearly empty (mass 6e-6), and EMS's end cell, which the kernel keeps, is a pure EM coordinate that the data push
+    onto the simplex's face theta_0 = 0 (module docstring of `ems`). At the paper's level it sits there in every
+    collection: the estimate is 0 up to the fixed point's numerical residue (theta_0 shrinks by a factor g_0 / c
+    <= 0.994 per EMS map once there, so it stops below EMS_TOLERANCE / (1 - 0.994) < 200 EMS_TOLERANCE), and so
+    are its spread and its standard error (their ratio, 3.3, compares two residues). At level 1/16 the cell is on
+    the face in some collections and not in others, where the estimate has no derivative: the standard errors of
+    the first CDF values understate their spread (the module docstring's 1.6 to 1.2): bounded here by 2 so that a
+    worse understatement fails."""
     mech = SquareWave(1.0, bins=16, smoothing=smoothing)
     rng = np.random.default_rng(10)
     values = rng.beta(5, 2, 20_000) * 2 - 1
@@ -290,16 +302,27 @@ def test_standard_errors_match_the_spread_over_repeated_collections(smoothing: f
         q, qse = dist.quantiles([0.1, 0.5, 0.9])
         qs.append(q)
         qses.append(qse)
-    ratio = np.std(cdfs, axis=0, ddof=1)[1:-1] / np.mean(ses, axis=0)[1:-1]
-    assert np.all(np.abs(ratio - 1) < 0.28), ratio
-    assert abs(np.median(ratio) - 1) < 0.10, ratio
+    sd, se = np.std(cdfs, axis=0, ddof=1)[1:-1], np.mean(ses, axis=0)[1:-1]
+    mean = np.mean(cdfs, axis=0)[1:-1]
+    linear = (mean > 2 * sd) & (1 - mean > 2 * sd)
+    assert linear[3:].all()  # only the first edges, next to the nearly empty end cell, are near the face
+    ratio = sd / se
+    assert np.all(np.abs(ratio[linear] - 1) < 0.28), ratio
+    assert abs(np.median(ratio[linear]) - 1) < 0.10, ratio
+    assert np.all(sd[~linear] < 2 * se[~linear] + 200 * EMS_TOLERANCE), (sd, se)
     q_ratio = np.std(qs, axis=0, ddof=1) / np.mean(qses, axis=0)
     assert np.all(np.abs(q_ratio - 1) < 0.28), q_ratio
 
 
 def test_cross_validation_smooths_a_peak_less_than_a_plateau() -> None:
     """On 64 cells the chosen level is below the paper's for a distribution peaked at one end (whose CDF it brings
-    much closer to the truth) and above it for the uniform one; the same counts always give the same level."""
+    much closer to the truth) and above that for the uniform one; the same counts always give the same level.
+
+    Every level is unbiased for the uniform (the kernel keeps a constant, the kept end cells included), so its
+    levels' held-out scores differ by noise alone and which level wins is the draw's: over five collections (the
+    uniform values drawn afresh, perturbed with seeds 15 to 19) the choice was 1, 4, 2, 1/2 and 1 (the paper's
+    level stays unless another is more than one standard error better). What holds whatever the draw is the
+    ordering: the plateau is smoothed more than the peak."""
     mech = SquareWave(1.0, bins=64)
     rng = np.random.default_rng(13)
     peaked = (1 - rng.random(100_000) * (1 - 3.0**-9)) ** (-1 / 9) - 2  # density (x + 2)^-10 on [-1, 1]
@@ -312,7 +335,7 @@ def test_cross_validation_smooths_a_peak_less_than_a_plateau() -> None:
     def ks(level: float) -> float:
         return float(np.abs(np.concatenate([[0], np.cumsum(ems(mech.channel, counts, level).theta)]) - truth).max())
     assert ks(level) < ks(1.0) / 3
-    assert choose_smoothing(mech.channel, _counts(mech, rng.uniform(-1, 1, 100_000), 15)).level > 1
+    assert choose_smoothing(mech.channel, _counts(mech, rng.uniform(-1, 1, 100_000), 15)).level > level
     assert mech.distribution(np.concatenate([[1, 0, 0], counts])).details["smoothing"] == level
     stats = np.concatenate([[1, 0, 0], counts])
     assert mech.distribution(stats) is mech.distribution(stats.copy())  # kept by its counts, not fitted again
