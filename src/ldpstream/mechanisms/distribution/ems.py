@@ -53,21 +53,34 @@ so theta_hat is biased toward a smoother distribution; the standard errors are t
 expectation (the variability), not a bound on that bias; with a level chosen by cross-validation they are
 conditional on that choice (the choice's own variability is not in them).
 
-Where the delta method does not hold: an end cell. Every other cell receives a share of its neighbours' mass at any
-level, so it stays inside the simplex; a kept end cell is a pure EM coordinate, theta_0' = theta_0 g_0 / c (g = M^T
-r, c = 1^T S_lambda P), and where the data ask for less than nothing there (g_0 < c at theta_0 = 0) the fixed point
-lies on the face theta_0 = 0 (the iteration shrinks theta_0 by g_0 / c per map and stops at a residue of order
-EMS_TOLERANCE / (1 - g_0 / c)). On the face the derivative above is that of the constrained estimate: dG_0/dtheta_0
-= g_0 / c < 1 and dG_0/dh = 0, so theta_0 stays 0 for small changes of the counts and its standard error is 0. That
-is right where every likely collection puts the cell on the face: Beta(5, 2) on 16 cells at n = 2e4 (first cell's
-mass 6e-6) at the paper's level, where the estimate is 0 in every one of 100 collections (spread and standard error
-both residues of the iteration, 4e-7 and 1e-7). It understates the spread where some collections put the cell on the
-face and others do not, for there the estimate has no derivative in the counts: the same input at level 1/16 (on the
-face in 74 of 100 collections), where the first three CDF values' spread was 1.65, 1.38 and 1.17 times their mean
-standard error (0.0018, 0.0030 and 0.0038 against 0.0011, 0.0021 and 0.0033); the other edges and the quantiles
-within 28% (4 times the SD's own sampling error; tests/mechanisms/test_distribution.py). Weak smoothing next to a
-nearly empty end is what it takes: with the reflecting end of earlier versions the same case gave 1.19, 1.14 and
-1.09, since a leaking end cell is never exactly on the face; that end cost Beta(5, 2) its KS (above).
+The end cells, censored at 0 (after Self and Liang, JASA 82, 1987, and Andrews, Econometrica 67, 1999: an estimate
+on the boundary of the parameter space). Every other cell receives a share of its neighbours' mass at any level, so
+it stays inside the simplex. A kept end cell k is a pure EM coordinate, theta_k' = theta_k g_k / c (g = M^T r, c =
+1^T S_lambda P): its fixed-point equation theta_k (1 - g_k / c) = 0 holds with theta_k > 0 and g_k = c, or on the
+simplex's face theta_k = 0 where the data ask for less than nothing there (g_k < c; the iteration shrinks theta_k by
+g_k / c per map and stops at a residue of order EMS_TOLERANCE / (1 - g_k / c)). On the face theta_k stays 0 for
+small changes of the counts, and the implicit function theorem's derivative is that of the estimate held there; but
+where the collections put the cell on the face in some draws and not in others the estimate has no derivative, and
+the plain delta method's standard errors of the first CDF values understated their spread 5.6 times (Beta(5, 2) on
+16 cells at n = 2e4, level 1/4: first cell's mass 6e-6) or 1.6 times (level 1/16).
+
+`ems_cdf_sensitivity` therefore writes the end rows as the score equations f_k = 1 - g_k / c = 0 (the EM rows
+divided by theta_k: the same solution inside the simplex, and one that crosses the face), d f_k / d theta = (M^T
+diag(h / (n pi^2)) M)_k / c + (g_k / c) 1^T S_lambda dP/dtheta / c, d f_k / d h = -(e_k^T - (g_k / c) 1^T S_lambda
+diag(theta)) [M^T diag(1 / (n pi)) - M^T r 1^T / n] / c, so that with K that system's matrix the free end cell's
+value is Z_k ~ N(m_k, sigma_k^2): m_k = theta_k - (K^-1)_kk f_k(theta) (theta_k inside the simplex, one Newton step
+past the face on it) and sigma_k from d Z_k / d h. Holding the cell at 0 instead changes theta by -w_k Z_k, w_k =
+K^-1 e_k / (K^-1)_kk (the equation replaced by dtheta_k = 0, Sherman and Morrison), so to first order theta_hat =
+theta_free - w_k min(0, Z_k). `censored_noise` gives its covariance exactly for a normal Z_k (Stein's lemma: Cov(X,
+min(0, Z_k)) = Cov(X, Z_k) P(Z_k < 0)): the CDF's rows are the free rows minus P(Z_k < 0) C w_k dZ_k/dh, plus an
+independent component along C w_k of variance Var(min(0, Z_k)) - P(Z_k < 0)^2 sigma_k^2 >= 0 (Cauchy-Schwarz). It is
+the plain delta method where the cell is far inside (P = 0) and the held-at-0 derivative where it is far on the face
+(P = 1), with no branch between. The two ends are censored separately (the coupling (K^-1)_0,d-1 (K^-1)_d-1,0 /
+((K^-1)_00 (K^-1)_d-1,d-1) was below 1% on 16 to 256 cells with both ends empty). On the case above the CDF's spread
+over 100 collections is then 0.93 to 1.09 times its standard error at every edge at levels 1/4 and 1/16, the
+quantiles within 28% (tests/mechanisms/test_distribution.py). At the paper's level the cell is on the face in every
+collection, its spread is the iteration's residue (4e-7) and its standard error 2e-5, from the draws that might have
+left it.
 """
 
 from __future__ import annotations
@@ -287,27 +300,69 @@ def choose_smoothing(channel: BandedChannel, counts: np.ndarray,
     return SmoothingChoice(levels[best], scores, start / start.sum())
 
 
-def ems_cdf_sensitivity(channel: BandedChannel, counts: np.ndarray, theta: np.ndarray,
-                        level: float = 1.0) -> np.ndarray:
-    """d F / d h at EMS's fixed point theta, F = (0, theta_0, theta_0 + theta_1, ..., 1) the CDF at the d + 1 edges of
-    the input cells: a (d + 1, m) matrix (module docstring, implicit function theorem).
+@dataclass(frozen=True)
+class FreeEnds:
+    """EMS's fixed point differentiated with its two end cells k = 0, d - 1 free of theta_k >= 0 (module docstring):
+    `rows` (d + 1, m) is d F / d h, `end_rows` (2, m) is d theta_k / d h, `end_columns` (d + 1, 2) is C w_k (the CDF's
+    change when end cell k is held at 0, per unit of theta_k) and `end_values` (2,) the free end cells' values m_k."""
 
-    With C the (d + 1, d) cumulative-sum matrix, C (I - dG/dtheta)^-1 A is one LU solve with d + 1 right-hand sides
-    followed by A^T, and the products with M and M^T are batched convolutions: O(d^3) for the solve, O(d (m + d)
-    log(m + d)) for the rest.
+    rows: np.ndarray
+    end_rows: np.ndarray
+    end_columns: np.ndarray
+    end_values: np.ndarray
+
+
+def ems_cdf_sensitivity(channel: BandedChannel, counts: np.ndarray, theta: np.ndarray,
+                        level: float = 1.0) -> FreeEnds:
+    """d F / d h at EMS's fixed point theta with the end cells free, F = (0, theta_0, theta_0 + theta_1, ..., 1) the
+    CDF at the d + 1 edges of the input cells, and what holding an end cell at 0 changes (module docstring: implicit
+    function theorem, the end rows as the score equations g_k = c).
+
+    Every row of the right-hand side dG/dh (end rows: -d f_k / d h) is B_i [M^T diag(1 / (n pi)) - M^T r 1^T / n],
+    B = ((S_lambda diag(theta), its end rows e_k^T) - u 1^T S_lambda diag(theta)) / c, u = theta with u_k = g_k / c.
+    With C the (d + 1, d) cumulative-sum matrix, C K^-1 B is one LU solve with d + 3 right-hand sides (C^T and the two
+    end cells' unit vectors) followed by B^T, the columns K^-1 e_k one more with two, and the products with M and M^T
+    are batched convolutions: O(d^3) for the solve, O(d (m + d) log(m + d)) for the rest.
     """
     from scipy import linalg
 
     h = np.asarray(counts, dtype=np.float64)
     n, d = h.sum(), len(theta)
+    ends = [0, d - 1]
     pi = channel.forward(theta)
-    r = h / (n * pi)
-    p = theta * channel.adjoint(r)
-    scale = smooth(p, level).sum()  # 1^T S P
+    g = channel.adjoint(h / (n * pi))
+    scale = smooth(theta * g, level).sum()  # c = 1^T S P
     weighted = channel.adjoint((h / (n * pi**2))[:, None] * channel.dense())  # M^T diag(h / (n pi^2)) M
-    smoothed = smooth(np.diag(channel.adjoint(r)) - theta[:, None] * weighted, level)
-    jacobian = (smoothed - np.outer(theta, smoothed.sum(axis=0))) / scale  # dG / dtheta = A dP / dtheta
-    cumulative_t = np.triu(np.ones((d, d + 1)), 1)  # C^T: row i marks the edges k > i
-    x = linalg.solve((np.eye(d) - jacobian).T, cumulative_t)  # (I - dG/dtheta)^-T C^T
-    y = smooth((x - np.outer(np.ones(d), theta @ x)) / scale, level, transpose=True).T  # C (I - dG/dtheta)^-1 A
-    return channel.forward((y * theta).T).T / (n * pi) - np.outer(y @ p, np.ones_like(h)) / n
+    smoothed = smooth(np.diag(g) - theta[:, None] * weighted, level)  # S dP/dtheta
+    total = smoothed.sum(axis=0)
+    system = np.eye(d) - (smoothed - np.outer(theta, total)) / scale  # I - dG/dtheta
+    ratio = g[ends] / scale  # g_k / c: 1 inside the simplex, below 1 on its face
+    system[ends] = (weighted[ends] + ratio[:, None] * total) / scale  # d(1 - g_k / c) / dtheta at the end rows
+    lu = linalg.lu_factor(system)
+    unit = np.eye(d)[:, ends]
+    x = linalg.lu_solve(lu, np.hstack([np.triu(np.ones((d, d + 1)), 1), unit]), trans=1)  # K^-T [C^T, e_0, e_d-1]
+    own = theta[:, None] * smooth(x, level, transpose=True)  # (S diag(theta))^T x, then with B's end rows e_k
+    own[ends] += (1.0 - theta[ends])[:, None] * x[ends]
+    kept = theta.copy()  # u
+    kept[ends] = ratio
+    y = ((own - np.outer(theta * smooth(np.ones(d), level, transpose=True), kept @ x)) / scale).T  # B^T x
+    derivative = channel.forward(y.T).T / (n * pi) - np.outer(y @ g, np.ones_like(h)) / n  # times F = dP/dh / theta
+    columns = linalg.lu_solve(lu, unit)  # K^-1 e_k
+    diagonal = columns[ends, [0, 1]]  # (K^-1)_kk
+    return FreeEnds(derivative[:d + 1], derivative[d + 1:], np.vstack([np.zeros(2), np.cumsum(columns / diagonal, 0)]),
+                    theta[ends] - diagonal * (1.0 - ratio))
+
+
+def censored_noise(free: FreeEnds, pi: np.ndarray, n: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CDF's noise with each end cell censored at 0 (module docstring): rows (d + 1, m + 2) on z = (the counts'
+    noise, one independent component per end cell), and Cov(z) = diag(diagonal) - low_rank low_rank^T."""
+    from scipy import special
+
+    count_noise = n * pi, np.sqrt(n) * pi
+    spread = np.sqrt(free.end_rows**2 @ count_noise[0] - (free.end_rows @ count_noise[1]) ** 2)  # sigma_k
+    t = -free.end_values / spread  # min(0, Z_k) = -max(0, Y_k), Y_k ~ N(sigma_k t, sigma_k^2)
+    below, density = special.ndtr(t), np.exp(-t**2 / 2.0) / np.sqrt(2.0 * np.pi)  # P(Z_k < 0), phi(t)
+    variance = (1.0 + t**2) * below + t * density - (t * below + density) ** 2  # Var(max(0, Y_k)) / sigma_k^2
+    rows = np.hstack([free.rows - (free.end_columns * below) @ free.end_rows, free.end_columns])
+    extra = spread**2 * np.maximum(variance - below**2, 0.0)  # >= 0 (Cauchy-Schwarz); the floor is for rounding
+    return rows, np.concatenate([count_noise[0], extra]), np.concatenate([count_noise[1], np.zeros(2)])[:, None]
