@@ -16,6 +16,7 @@ from ldpstream.mechanisms.base import LDPError
 from ldpstream.mechanisms.distribution import HierarchicalHistogram, SquareWave
 from ldpstream.mechanisms.distribution.base import MAX_BINS, MAX_EPSILON, Distribution, NoiseCovariance
 from ldpstream.mechanisms.distribution.ems import (
+    EMS_TOLERANCE,
     BandedChannel,
     choose_smoothing,
     ems,
@@ -250,28 +251,50 @@ def test_ems_refuses_bad_counts() -> None:
     assert not ems(mech.channel, np.arange(mech.output_cells, dtype=float), max_steps=2).converged
 
 
-def test_sensitivity_matches_finite_differences() -> None:
-    """d F / d h from the implicit function theorem == central differences of EMS's fixed point."""
+@pytest.mark.parametrize("level", [1.0, 0.5, 2.0])
+def test_sensitivity_matches_finite_differences(level: float) -> None:
+    """d F / d h from the implicit function theorem == central differences of EMS's fixed point, at a smoothing level
+    below, at and above the paper's (S_lambda mixed with the identity, S itself, S twice). Beta(2, 5) leaves the last
+    of 8 cells nearly empty (mass 2e-4) and the fixed point puts it on the face theta_7 = 0 (g_7 / c = 0.96), where it
+    stays for small changes of the counts: the differences are those of the free derivative with that end cell held
+    at 0 (rows - C w_7 d theta_7 / d h), and the first cell, inside the simplex, is free."""
     mech = SquareWave(1.0, bins=8)
     counts = _counts(mech, np.random.default_rng(8).beta(2, 5, 5000) * 2 - 1, 9)
-    fit = ems(mech.channel, counts, tol=1e-14, max_steps=100_000)
-    rows = ems_cdf_sensitivity(mech.channel, counts, fit.theta)
+
+    def fixed_point(h: np.ndarray) -> np.ndarray:  # SQUAREM's answer, then plain steps to the last digits
+        theta = ems(mech.channel, h, level, tol=1e-14, max_steps=100_000).theta
+        for _ in range(3000):
+            theta = ems_step(mech.channel, h, theta, level)
+        return theta
+
+    theta = fixed_point(counts)
+    free = ems_cdf_sensitivity(mech.channel, counts, theta, level)
+    assert theta[0] > 0.1 and theta[-1] < 1e-12 and free.end_values[0] == pytest.approx(theta[0])
+    assert free.end_values[1] < 0  # the free value of the last cell, one Newton step past the face
+    rows = free.rows - np.outer(free.end_columns[:, 1], free.end_rows[1])
     step = 1e-3
     for j in range(0, mech.output_cells, 3):
         bump = np.zeros_like(counts)
         bump[j] = step
-        up = ems(mech.channel, counts + bump, tol=1e-14, max_steps=100_000).theta
-        down = ems(mech.channel, counts - bump, tol=1e-14, max_steps=100_000).theta
+        up, down = fixed_point(counts + bump), fixed_point(counts - bump)
         numeric = np.concatenate([[0.0], np.cumsum((up - down) / (2 * step))])
         np.testing.assert_allclose(rows[:, j], numeric, atol=1e-9 * np.abs(rows).max() + 1e-13)
 
 
-@pytest.mark.parametrize("smoothing", [1.0, 1 / 16])
+@pytest.mark.parametrize("smoothing", [1.0, 1 / 4, 1 / 16])
 def test_standard_errors_match_the_spread_over_repeated_collections(smoothing: float) -> None:
     """Over R = 100 collections of n = 20000 reports, the delta-method standard error of the CDF at each edge (and
     of three quantiles) equals the empirical standard deviation: the sample SD's own relative error is
     1 / sqrt(2 (R - 1)) ~ 7%, so 4 of those (28%) per edge, and the median over edges within 10%. (At a fixed
-    smoothing level: the cross-validated choice's own variability is not in the standard errors.)"""
+    smoothing level: the cross-validated choice's own variability is not in the standard errors.)
+
+    Beta(5, 2) leaves the first of 16 cells nearly empty (mass 6e-6): EMS's end cell, which the kernel keeps, is on
+    the simplex's face theta_0 = 0 in some collections and not in others, and the standard errors censor it at 0
+    (module docstring of `ems`; the plain delta method's SE of the first CDF value was 5.6 times too small at level
+    1/4, 1.6 at 1/16). At the paper's level the cell is on the face in every collection and the CDF's first value
+    is 0 up to the iteration's residue: theta_0 shrinks by g_0 / c <= 0.994 per EMS map there, so it stops below
+    EMS_TOLERANCE / (1 - 0.994) < 200 EMS_TOLERANCE, and so does its spread. There the standard error (from the
+    collections that might have left the face) must be at least that spread and negligible on a CDF."""
     mech = SquareWave(1.0, bins=16, smoothing=smoothing)
     rng = np.random.default_rng(10)
     values = rng.beta(5, 2, 20_000) * 2 - 1
@@ -283,16 +306,26 @@ def test_standard_errors_match_the_spread_over_repeated_collections(smoothing: f
         q, qse = dist.quantiles([0.1, 0.5, 0.9])
         qs.append(q)
         qses.append(qse)
-    ratio = np.std(cdfs, axis=0, ddof=1)[1:-1] / np.mean(ses, axis=0)[1:-1]
-    assert np.all(np.abs(ratio - 1) < 0.28), ratio
+    sd, se = np.std(cdfs, axis=0, ddof=1)[1:-1], np.mean(ses, axis=0)[1:-1]
+    residue = sd < 200 * EMS_TOLERANCE
+    assert not residue[1:].any()
+    ratio = sd / se
+    assert np.all(np.abs(ratio[~residue] - 1) < 0.28), ratio
     assert abs(np.median(ratio) - 1) < 0.10, ratio
+    assert np.all((se[residue] >= sd[residue]) & (se[residue] < 1e-3)), (sd, se)
     q_ratio = np.std(qs, axis=0, ddof=1) / np.mean(qses, axis=0)
     assert np.all(np.abs(q_ratio - 1) < 0.28), q_ratio
 
 
 def test_cross_validation_smooths_a_peak_less_than_a_plateau() -> None:
     """On 64 cells the chosen level is below the paper's for a distribution peaked at one end (whose CDF it brings
-    much closer to the truth) and above it for the uniform one; the same counts always give the same level."""
+    much closer to the truth) and above that for the uniform one; the same counts always give the same level.
+
+    Every level is unbiased for the uniform (the kernel keeps a constant, the kept end cells included), so its
+    levels' held-out scores differ by noise alone and which level wins is the draw's: over five collections (the
+    uniform values drawn afresh, perturbed with seeds 15 to 19) the choice was 1, 4, 2, 1/2 and 1 (the paper's
+    level stays unless another is more than one standard error better). What holds whatever the draw is the
+    ordering: the plateau is smoothed more than the peak."""
     mech = SquareWave(1.0, bins=64)
     rng = np.random.default_rng(13)
     peaked = (1 - rng.random(100_000) * (1 - 3.0**-9)) ** (-1 / 9) - 2  # density (x + 2)^-10 on [-1, 1]
@@ -305,7 +338,7 @@ def test_cross_validation_smooths_a_peak_less_than_a_plateau() -> None:
     def ks(level: float) -> float:
         return float(np.abs(np.concatenate([[0], np.cumsum(ems(mech.channel, counts, level).theta)]) - truth).max())
     assert ks(level) < ks(1.0) / 3
-    assert choose_smoothing(mech.channel, _counts(mech, rng.uniform(-1, 1, 100_000), 15)).level > 1
+    assert choose_smoothing(mech.channel, _counts(mech, rng.uniform(-1, 1, 100_000), 15)).level > level
     assert mech.distribution(np.concatenate([[1, 0, 0], counts])).details["smoothing"] == level
     stats = np.concatenate([[1, 0, 0], counts])
     assert mech.distribution(stats) is mech.distribution(stats.copy())  # kept by its counts, not fitted again

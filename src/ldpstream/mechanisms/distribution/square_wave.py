@@ -54,6 +54,7 @@ from ldpstream.mechanisms.distribution.base import (
 )
 from ldpstream.mechanisms.distribution.ems import (
     BandedChannel,
+    censored_noise,
     check_smoothing,
     choose_smoothing,
     ems,
@@ -260,12 +261,12 @@ class SquareWave(NumericMechanism, DistributionMechanism):
             level, start = choice.level, choice.start
         fit = ems(self.channel, counts, level, start=start)
         n = counts.sum()
-        rows = ems_cdf_sensitivity(self.channel, counts, fit.theta, level)
         pi = self.channel.forward(fit.theta)
+        rows, diagonal, low_rank = censored_noise(ems_cdf_sensitivity(self.channel, counts, fit.theta, level), pi, n)
         cdf = np.concatenate([[0.0], np.minimum(np.cumsum(fit.theta), 1.0)])
         chosen_by = "cross-validation" if self.smoothing is None else "given"
         return Distribution(METHOD, int(n), self.edges, fit.theta, cdf, rows,
-                            NoiseCovariance(n * pi, np.sqrt(n) * pi[:, None]), STDERR_METHOD,
+                            NoiseCovariance(diagonal, low_rank), STDERR_METHOD,
                             {"smoothing": level, "smoothing_chosen_by": chosen_by, "ems_steps": fit.steps,
                              "converged": fit.converged})
 
