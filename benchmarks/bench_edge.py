@@ -227,8 +227,8 @@ def main() -> None:
         null_server(args.null_server, args.null_kind)
         return
     cfg = Settings.from_env()
-    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
-        update={"name": f"bench-edge-{uuid.uuid4().hex[:6]}", "one_report_per_window": False})
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").replace(
+        name=f"bench-edge-{uuid.uuid4().hex[:6]}", one_report_per_window=False)
     publish_spec(spec, cfg.bootstrap)
     client = redis_client(cfg.redis)
     registry = DeviceRegistry(client, Keyring.create(cfg.edge_key))

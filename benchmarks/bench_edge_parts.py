@@ -64,8 +64,8 @@ def best_us(run: Callable[[], object], per: int, repeats: int = 5) -> float:
 
 def checked_requests() -> tuple[EdgePlan, list[Checked], list[Any]]:
     """REQUESTS single-report requests of the diagnostics example (a device each), parsed and checked."""
-    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
-        update={"name": "bench-parts", "one_report_per_window": False})
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").replace(
+        name="bench-parts", one_report_per_window=False)
     collector = collector_for(spec)
     plan = EdgePlan(spec, tuple(collector.mechanisms[a.name].schema for a in spec.attributes), collector.k)
     rng, now = np.random.default_rng(0), now_ms()
@@ -140,8 +140,8 @@ async def bench_admission(cfg: Settings) -> list[dict[str, Any]]:
 
 
 async def bench_request_path(cfg: Settings, spool: Path) -> list[dict[str, Any]]:
-    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
-        update={"name": f"bench-parts-{uuid.uuid4().hex[:6]}", "one_report_per_window": False})
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").replace(
+        name=f"bench-parts-{uuid.uuid4().hex[:6]}", one_report_per_window=False)
     publish_spec(spec, cfg.bootstrap)
     admin = redis_client(cfg.redis, principal=ADMIN)
     credentials = DeviceRegistry(admin, Keyring.create(cfg.edge_key)).enroll(spec.name, REQUESTS)

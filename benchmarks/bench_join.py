@@ -108,8 +108,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args()
     cfg = Settings.from_env()
-    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
-        update={"name": f"bench-join-{uuid.uuid4().hex[:8]}"})
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").replace(name=f"bench-join-{uuid.uuid4().hex[:8]}")
     publish_spec(spec, cfg.bootstrap)
     now = now_ms()
     token = mint(load_token_key(cfg), new_token([spec.name], args.enrolments + 10, now, now + 3_600_000))

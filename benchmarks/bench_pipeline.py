@@ -598,7 +598,7 @@ def measure_size(run: Run, base_spec: CollectionSpec, single: bool) -> dict[str,
     args = run.args
     label = "single" if single else "batched"
     devices = args.single_reports if single else args.batched_reports
-    spec = base_spec.model_copy(update={"name": f"bench-pipeline-{run.id}-{label}"})
+    spec = base_spec.replace(name=f"bench-pipeline-{run.id}-{label}")
     specs = f"{SPECS_TOPIC}.bench-{run.id}-{label}"
     run.collections.append(spec.name)
     run.topics += [specs, spec.topic]

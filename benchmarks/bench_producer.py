@@ -33,7 +33,7 @@ def raw_ceiling(bootstrap: str, topic: str, messages: int, size: int) -> float:
 
 
 def run(spec: CollectionSpec, bootstrap: str, devices: int, single: bool, batch: int) -> dict[str, object]:
-    bench = spec.model_copy(update={"name": f"bench-producer-{uuid.uuid4().hex[:8]}"})
+    bench = spec.replace(name=f"bench-producer-{uuid.uuid4().hex[:8]}")
     ensure_topic(bootstrap, bench.topic, bench.partitions)
     try:
         result = simulate(bench, devices, ReportProducer(bootstrap), batch=batch, single=single)

@@ -127,7 +127,7 @@ def main() -> None:
     args = parser.parse_args()
     cfg = Settings.from_env()
     run = uuid.uuid4().hex[:8]
-    spec = load_spec(PROJECT_ROOT / "examples" / "shuffled.yaml").model_copy(update={"name": f"bench-{run}"})
+    spec = load_spec(PROJECT_ROOT / "examples" / "shuffled.yaml").replace(name=f"bench-{run}")
     publish_spec(spec, cfg.bootstrap)
     window_ms = (int(time.time() * 1000) // HOUR_MS) * HOUR_MS
     try:

@@ -122,7 +122,7 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
 
 
 def run(spec_path: Path, devices: int, checkpoint: int, batch_messages: int, envelope: int) -> dict[str, object]:
-    spec = load_spec(spec_path).model_copy(update={"name": f"capacity-{uuid.uuid4().hex[:8]}"})
+    spec = load_spec(spec_path).replace(name=f"capacity-{uuid.uuid4().hex[:8]}")
     plan = Plan(spec, {})
     directory = Path(tempfile.mkdtemp(prefix="ldp-capacity-"))
     shard, url = start_shard(directory)

@@ -250,7 +250,7 @@ def main() -> None:
     run = Run()
     try:
         cfg = services.cfg
-        spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(update={"name": "chaos"})
+        spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").replace(name="chaos")
         publish_spec(spec, cfg.bootstrap)
         env = {**os.environ, **services.env, "LDP_HEALTH_STALL_S": "30"}
         log = open(state / "aggregate.log", "ab")  # noqa: SIM115 (the child keeps it)

@@ -143,9 +143,9 @@ def main() -> None:
     args = parser.parse_args()
     cfg = Settings.from_env()
     run = uuid.uuid4().hex[:8]
-    spec = load_spec(args.spec).model_copy(update={"name": f"bench-profile-{run}"})
+    spec = load_spec(args.spec).replace(name=f"bench-profile-{run}")
     if args.no_dedupe:
-        spec = spec.model_copy(update={"one_report_per_window": False})
+        spec = spec.replace(one_report_per_window=False)
     specs = f"{SPECS_TOPIC}.profile-{run}"  # private: no other session's worker follows this collection
     store = RedisStore(cfg.redis)
     try:

@@ -19,11 +19,11 @@ import pytest
 pytestmark = pytest.mark.install
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = {"numpy", "msgspec", "pydantic", "pyyaml", "cryptography"}
+BASE = {"numpy", "msgspec", "pyyaml", "cryptography"}
 SERVER = {"faust-streaming", "aiokafka", "confluent-kafka", "redis", "aiohttp", "scipy", "typer", "rich",
-          "prometheus-client", "uvloop", "threadpoolctl", "cramjam"}
+          "prometheus-client", "uvloop", "threadpoolctl", "cramjam", "pydantic"}
 SERVER_MODULES = {"faust", "aiokafka", "confluent_kafka", "redis", "aiohttp", "scipy", "typer", "rich",
-                  "prometheus_client", "uvloop"}
+                  "prometheus_client", "uvloop", "pydantic"}
 
 
 def pip(python: Path, *args: str) -> None:

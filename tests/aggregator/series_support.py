@@ -98,8 +98,8 @@ def series_api(cfg: Settings, count: int = 30, devices: int = 300, every: int = 
     """The spec `examples/<example>` with 1m and 1h windows, published under a unique name on one partition; `count`
     one-minute windows of `devices` reports each, every `every`-th minute up to the current one, in a MemoryStore
     served by the real app (tokens in the real Redis)."""
-    spec = load_spec(PROJECT_ROOT / "examples" / example).model_copy(
-        update={"name": f"test-series-{uuid.uuid4().hex[:10]}", "partitions": 1, "windows": ["1m", "1h"]})
+    spec = load_spec(PROJECT_ROOT / "examples" / example).replace(
+        name=f"test-series-{uuid.uuid4().hex[:10]}", partitions=1, windows=["1m", "1h"])
     publish_spec(spec, cfg.bootstrap)
     minute = 60_000
     windows = simulated_windows(spec, (now_ms() // minute - (count - 1) * every) * minute, count, devices, every=every)

@@ -119,8 +119,8 @@ def aggregated_store(cfg: Settings, spec: CollectionSpec) -> tuple[MemoryStore, 
 
 @pytest.fixture(scope="module")
 def served(live_services: Settings) -> Iterator[Served]:
-    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
-        update={"name": f"test-api-{uuid.uuid4().hex[:10]}", "partitions": 1})  # everything on partition 0
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").replace(
+        name=f"test-api-{uuid.uuid4().hex[:10]}", partitions=1)  # everything on partition 0
     publish_spec(spec, live_services.bootstrap)
     store, now_ms = aggregated_store(live_services, spec)
     health = {"kafka": lambda: metadata_answers(live_services.bootstrap, 5.0),
@@ -175,7 +175,7 @@ def test_a_window_without_reports_answers_with_no_estimates(served: Served) -> N
 def test_a_collection_published_while_serving_is_found_within_a_second(served: Served,
                                                                        live_services: Settings) -> None:
     served.json("/collections")  # the published plans are read now
-    spec = served.spec.model_copy(update={"name": f"test-api-{uuid.uuid4().hex[:10]}"})
+    spec = served.spec.replace(name=f"test-api-{uuid.uuid4().hex[:10]}")
     publish_spec(spec, live_services.bootstrap)
     try:
         time.sleep(1.0)
@@ -263,7 +263,7 @@ class StubRegistry:
     """The published plans without Kafka: one collection, versions 1 and 2."""
 
     def __init__(self, spec: CollectionSpec) -> None:
-        self._plans = [Plan(spec), Plan(spec.model_copy(update={"version": 2}))]
+        self._plans = [Plan(spec), Plan(spec.replace(version=2))]
 
     def plans(self) -> list[Plan]:
         return self._plans

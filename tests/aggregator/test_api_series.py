@@ -153,8 +153,7 @@ class ShuffledStore(MemoryStore):
 
 
 def test_a_shuffled_collection_s_windows_carry_their_central_epsilon() -> None:
-    spec = load_spec(PROJECT_ROOT / "examples" / "shuffled.yaml").model_copy(update={"partitions": 1,
-                                                                                      "windows": ["1m"]})
+    spec = load_spec(PROJECT_ROOT / "examples" / "shuffled.yaml").replace(partitions=1, windows=["1m"])
     start = 1_700_000_040_000 // MINUTE * MINUTE
 
     def batch(window_ms: int, epsilon: float, version: int = 1) -> WindowFigures:

@@ -171,7 +171,7 @@ def test_duplicates_within_a_batch_and_against_what_the_partition_counted() -> N
 
 
 def test_reports_off_their_devices_partition_are_rejected() -> None:
-    spec8 = parse_spec(SPEC.model_dump_json().replace('"partitions":1', '"partitions":8'))
+    spec8 = parse_spec(SPEC.canonical_json().replace('"partitions":1', '"partitions":8'))
     plan8 = Plan(spec8, PLAN.mechanisms)
     proc = PartitionProcessor(lambda name, version: plan8, lambda: NOW)
     devices = [8, 3, 16, 11, 24]  # partitions 0, 3, 0, 3, 0

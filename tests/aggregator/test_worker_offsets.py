@@ -15,7 +15,7 @@ from ldpstream.aggregator.worker import BatchHandler
 from ldpstream.contract.spec import parse_spec
 from ldpstream.runtime.dlq import DeadLetter, DeadLetterProducer
 
-PLAN2 = Plan(parse_spec(PLAN.spec.model_dump_json().replace('"partitions":1', '"partitions":2')), PLAN.mechanisms)
+PLAN2 = Plan(parse_spec(PLAN.spec.canonical_json().replace('"partitions":1', '"partitions":2')), PLAN.mechanisms)
 
 
 class Plans:

@@ -28,8 +28,8 @@ MINUTE = 60_000
 @pytest.fixture(scope="module")
 def latency(live_services: Settings) -> Iterator[Windows]:
     """Two one-minute windows of examples/request_latency.yaml (request_ms: Square Wave) in the real Redis."""
-    spec = load_spec(PROJECT_ROOT / "examples" / "request_latency.yaml").model_copy(
-        update={"name": f"test-quantiles-{uuid.uuid4().hex[:10]}", "partitions": 1, "windows": ["1m"]})
+    spec = load_spec(PROJECT_ROOT / "examples" / "request_latency.yaml").replace(
+        name=f"test-quantiles-{uuid.uuid4().hex[:10]}", partitions=1, windows=["1m"])
     publish_spec(spec, live_services.bootstrap)
     store = RedisStore(live_services.redis)
     try:

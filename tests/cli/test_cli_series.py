@@ -39,8 +39,8 @@ def api(live_services: Settings) -> Iterator[SeriesApi]:
 @pytest.fixture(scope="module")
 def in_redis(live_services: Settings) -> Iterator[Windows]:
     """Six one-minute windows of a published spec in the real Redis (as workers leave them)."""
-    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
-        update={"name": f"test-series-{uuid.uuid4().hex[:10]}", "partitions": 1, "windows": ["1m"]})
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").replace(
+        name=f"test-series-{uuid.uuid4().hex[:10]}", partitions=1, windows=["1m"])
     publish_spec(spec, live_services.bootstrap)
     store = RedisStore(live_services.redis)
     try:

@@ -39,8 +39,8 @@ def test_collector_follows_the_spec() -> None:
     split = collector_for(mixed_spec(sampling="split"))
     assert split.k == 5 and all(m.epsilon == pytest.approx(2.0 / 5) for m in split.mechanisms.values())
     assert collector_for(mixed_spec()) is collector_for(mixed_spec())  # cached per content
-    fixed = mixed_spec().model_copy(update={"attributes": [
-        a.model_copy(update={"mechanism": "pm" if a.type == "numeric" else "oue"}) for a in mixed_spec().attributes]})
+    fixed = mixed_spec().replace(attributes=[
+        a.replace(mechanism="pm" if a.type == "numeric" else "oue") for a in mixed_spec().attributes])
     assert set(resolved_mechanisms(fixed).values()) == {"pm", "oue"}
 
 

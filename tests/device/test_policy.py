@@ -66,7 +66,7 @@ def test_a_spec_without_a_lifetime_commits_the_per_collection_cap_and_stops_ther
 def test_the_day_is_capped_over_every_collection_of_the_device() -> None:
     policy = PrivacyPolicy(max_lifetime_per_collection=16.0)
     ledger = PrivacyLedger()
-    other = SPEC.model_copy(update={"name": "other"})
+    other = SPEC.replace(name="other")
     for spec in (SPEC, other):
         ledger.commit(spec.name, 16.0)
     for hour in range(2):
@@ -77,11 +77,11 @@ def test_the_day_is_capped_over_every_collection_of_the_device() -> None:
         ledger.check(SPEC, T0 + 3 * HOUR_MS, policy=policy)
     ledger.check(SPEC, T0 + DAY_MS, policy=policy)  # the next day
     with pytest.raises(BudgetExceeded, match="has not accepted"):
-        ledger.check(SPEC.model_copy(update={"name": "never-accepted"}), T0 + DAY_MS, policy=policy)
+        ledger.check(SPEC.replace(name="never-accepted"), T0 + DAY_MS, policy=policy)
 
 
 def test_a_device_made_directly_is_judged_too_and_none_means_no_policy() -> None:
-    greedy = SPEC.model_copy(update={"epsilon": 50.0})
+    greedy = SPEC.replace(epsilon=50.0)
     with pytest.raises(SpecRefused) as refused:
         Device(greedy, "phone")
     assert refused.value.code == "policy_epsilon_per_report"

@@ -71,7 +71,7 @@ class Collection:
 def published_collection(cfg: Settings, example: str = "diagnostics.yaml") -> Iterator[Collection]:
     """The spec `examples/<example>` published under a unique name on `cfg`'s Kafka, its statistics in `cfg`'s Redis;
     its Redis keys and topic are removed afterwards (where the services are still there)."""
-    spec = load_spec(PROJECT_ROOT / "examples" / example).model_copy(update={"name": f"it-{uuid.uuid4().hex[:10]}"})
+    spec = load_spec(PROJECT_ROOT / "examples" / example).replace(name=f"it-{uuid.uuid4().hex[:10]}")
     publish_spec(spec, cfg.bootstrap)
     c = Collection(cfg, spec, RedisStore(cfg.redis), f"ldp-aggregator-it-{spec.name}")
     try:

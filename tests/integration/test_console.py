@@ -79,8 +79,8 @@ def latency_stack(live_services: Settings, tmp_path: Path) -> Iterator[Stack]:
 @contextmanager
 def running_stack(live_services: Settings, tmp_path: Path, example: str) -> Iterator[Stack]:
     """examples/<example> published under a test name with 5 s and 1 h windows, a worker, and `ldp serve`."""
-    spec = load_spec(PROJECT_ROOT / "examples" / example).model_copy(
-        update={"name": f"it-console-{uuid.uuid4().hex[:8]}", "windows": [f"{WINDOW_S}s", "1h"]})
+    spec = load_spec(PROJECT_ROOT / "examples" / example).replace(
+        name=f"it-console-{uuid.uuid4().hex[:8]}", windows=[f"{WINDOW_S}s", "1h"])
     publish_spec(spec, live_services.bootstrap)
     env = {"KAFKA_BOOTSTRAP": live_services.bootstrap, "REDIS_URL": live_services.redis}
     worker = start_worker(f"ldp-aggregator-{spec.name}", log_file=tmp_path / "worker.log", env=env)

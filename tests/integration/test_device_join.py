@@ -239,7 +239,7 @@ def test_an_older_version_served_again_is_a_rollback(
     cfg, name = collection.cfg, collection.spec.name
     first = urllib.request.urlopen(f"{edge.url}/v1/collections/{name}", timeout=10)
     old_pointer, old_signature = first.read(), first.headers["LDP-Signature"]
-    publish_spec(collection.spec.model_copy(update={"version": 2, "description": "v2"}), cfg.bootstrap)
+    publish_spec(collection.spec.replace(version=2, description="v2"), cfg.bootstrap)
     deadline = time.monotonic() + 60  # the edge re-reads the published specs every few seconds
     while json.loads(urllib.request.urlopen(f"{edge.url}/v1/collections/{name}", timeout=10).read())["version"] < 2:
         assert time.monotonic() < deadline, "the edge never pointed to version 2"
@@ -274,7 +274,7 @@ def test_a_pointer_signed_by_the_spec_key_or_an_unpinned_key_is_refused(
 def test_a_spec_above_the_policy_is_refused_with_its_reason_kept(
         live_services: Settings, edge: EdgeProcess, keys: dict[str, Any], tmp_path: Path) -> None:
     with published_collection(live_services) as honest:
-        greedy = honest.spec.model_copy(update={"name": f"greedy-{uuid.uuid4().hex[:8]}", "epsilon": 50.0})
+        greedy = honest.spec.replace(name=f"greedy-{uuid.uuid4().hex[:8]}", epsilon=50.0)
         publish_spec(greedy, live_services.bootstrap)  # signed by the real admin key: the compromised-server case
         state = tmp_path / "phone"
         assert_refused_and_nothing_spent(
@@ -290,7 +290,7 @@ def test_ten_renamed_collections_asking_the_same_question_cannot_reset_the_budge
     with published_collection(live_services) as base:
         names = [f"{base.spec.name}-copy{i}" for i in range(10)]
         for name in names:
-            publish_spec(base.spec.model_copy(update={"name": name}), live_services.bootstrap)
+            publish_spec(base.spec.replace(name=name), live_services.bootstrap)
         token = token_for(live_services, *names)
         state = tmp_path / "phone"
         verdicts = []

@@ -58,8 +58,7 @@ def own_kafka(live_services: Settings, tmp_path_factory: pytest.TempPathFactory)
 def setup(own_kafka: KafkaService, live_services: Settings, tmp_path: Path) -> Iterator[tuple[CollectionSpec, dict]]:
     """A collection published on the own broker, and the environment its processes run with."""
     env = {"KAFKA_BOOTSTRAP": own_kafka.address}
-    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
-        update={"name": f"itf-{uuid.uuid4().hex[:10]}"})
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").replace(name=f"itf-{uuid.uuid4().hex[:10]}")
     old = os.environ.get("KAFKA_BOOTSTRAP")
     os.environ["KAFKA_BOOTSTRAP"] = own_kafka.address  # the specs topic is looked up from the environment
     try:

@@ -43,8 +43,8 @@ def wait_for(check, timeout_s: float) -> bool:  # type: ignore[no-untyped-def]
 
 
 def test_healthz_follows_the_workers_and_the_lag(live_services: Settings) -> None:
-    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(
-        update={"name": f"it-health-{uuid.uuid4().hex[:8]}", "partitions": 2})
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").replace(
+        name=f"it-health-{uuid.uuid4().hex[:8]}", partitions=2)
     publish_spec(spec, live_services.bootstrap)
     store = RedisStore(live_services.redis)
     collection = Collection(live_services, spec, store, f"ldp-aggregator-{spec.name}")

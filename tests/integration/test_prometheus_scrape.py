@@ -85,7 +85,7 @@ def prometheus_program() -> str:
 def test_prometheus_scrapes_report_totals_estimates_and_worker_latency(
         live_services: Settings, prometheus_program: str, tmp_path: Path) -> None:
     name = f"it-prom-{uuid.uuid4().hex[:10]}"
-    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").model_copy(update={"name": name})
+    spec = load_spec(PROJECT_ROOT / "examples" / "diagnostics.yaml").replace(name=name)
     publish_spec(spec, live_services.bootstrap)
     store = RedisStore(live_services.redis)
     api_port, worker_port, prom_port = free_port(), free_port(), free_port()

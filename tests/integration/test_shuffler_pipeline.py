@@ -45,8 +45,9 @@ def shuffled_collection(cfg: Settings, min_batch: int) -> Iterator[Collection]:
     """examples/shuffled.yaml under a unique name with 10 s windows and 20 s of grace (the fleet's reports are made at
     once, then sent), published; removed afterwards."""
     spec = load_spec(PROJECT_ROOT / "examples" / "shuffled.yaml")
-    spec = spec.model_copy(update={"name": f"it-{uuid.uuid4().hex[:10]}", "windows": ["10s"],
-                                   "shuffle": Shuffle(delta=1e-6, min_batch=min_batch, grace_s=20)})
+    spec = spec.replace(
+        name=f"it-{uuid.uuid4().hex[:10]}", windows=["10s"],
+        shuffle=Shuffle(delta=1e-6, min_batch=min_batch, grace_s=20))
     publish_spec(spec, cfg.bootstrap)
     c = Collection(cfg, spec, RedisStore(cfg.redis), f"ldp-aggregator-it-{spec.name}")
     try:

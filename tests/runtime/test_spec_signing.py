@@ -82,7 +82,7 @@ def test_only_specs_signed_by_a_trusted_key_are_read(own: Settings, topics: list
     producer = ReportProducer(own.bootstrap, linger_ms=0)
     for kind, extra in headers.items():
         producer.produce(own.specs_topic, message(forged[kind])[1], message(forged[kind])[0], headers=extra)
-    changed = good.model_copy(update={"epsilon": 9.0})
+    changed = good.replace(epsilon=9.0)
     producer.produce(own.specs_topic, changed.canonical_json().encode(), good.key.encode())  # after the good one
     producer.produce(own.specs_topic, message(late)[1], message(late)[0])
     producer.flush()
@@ -143,7 +143,7 @@ def test_rotation_keeps_every_spec_readable_and_retiring_the_old_key_keeps_the_r
     invalid: list[str] = []
     assert third.key not in read_specs(own.bootstrap, invalid, trusted=only_old)
     assert any(f"[{third.key}]: signed by key {rotation.new_key}, which is not trusted" in r for r in invalid)
-    changed = first.model_copy(update={"epsilon": 5.0})
+    changed = first.replace(epsilon=5.0)
     produce_signed(own.bootstrap, own.specs_topic, [changed], new)  # validly signed, but the key is published
     assert read_specs(own.bootstrap)[first.key] == first
     with pytest.raises(SpecError, match="already published with different content"):

@@ -42,7 +42,7 @@ def test_publish_once_then_same_content_is_a_no_op_and_different_content_is_refu
     published = read_specs(live_services.bootstrap)
     assert published[spec.key] == spec
     assert published[spec.key].epsilon == 1.0
-    newer = changed.model_copy(update={"version": 2})
+    newer = changed.replace(version=2)
     assert publish_spec(newer, live_services.bootstrap).created
     again = read_specs(live_services.bootstrap, known=published)  # known keys are not parsed again
     assert again[spec.key] is published[spec.key] and again[newer.key].epsilon == 2.0

@@ -82,7 +82,7 @@ def test_a_spec_is_read_only_under_its_one_valid_signature(headers: Headers | No
 def test_a_refused_message_before_a_valid_one_of_its_key_is_superseded_not_reported() -> None:
     value = OTHER_VALUE
     stale = Record(OTHER_KEY, value, ((SIGNATURE_HEADER, sign(STRANGER, OTHER_KEY, value)),))  # e.g. a retired key
-    changed = signed(OTHER_KEY, GOOD.model_copy(update={"name": OTHER.name, "version": OTHER.version})
+    changed = signed(OTHER_KEY, GOOD.replace(name=OTHER.name, version=OTHER.version)
                      .canonical_json().encode())  # validly signed, but not the first valid message of its key
     invalid: list[str] = []
     with specs_topic([stale, signed(OTHER_KEY, value), changed, Record(b"x@1", value, ())]):

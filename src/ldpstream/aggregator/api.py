@@ -393,7 +393,7 @@ def version_summary(store: StatsStore, plan: Plan, windows: list[tuple[int, str,
                            "mechanism": mechanism.name, **domain})
     return {"version": spec.version, "description": spec.description, "epsilon": spec.epsilon,
             "privacy": privacy_budgets(spec, plan.strategies),
-            "shuffle": None if spec.shuffle is None else spec.shuffle.model_dump(mode="json"),
+            "shuffle": None if spec.shuffle is None else spec.shuffle.to_dict(),
             "sampling": spec.sampling, "attributes_per_report": plan.attributes_per_device,
             "one_report_per_window": spec.one_report_per_window, "topic": spec.topic,
             "windows": [*spec.windows, ALL_TIME],

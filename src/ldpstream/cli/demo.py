@@ -107,7 +107,7 @@ def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: in
     from ldpstream.runtime.specs import publish_spec
     from ldpstream.simulator.edge_client import join_fleet, send_fleet
 
-    greedy = spec.model_copy(update={"name": f"{spec.name}-greedy", "epsilon": 16.0})
+    greedy = spec.replace(name=f"{spec.name}-greedy", epsilon=16.0)
     publish_spec(greedy, cfg.bootstrap)
     now = now_ms()
     token = mint(load_token_key(cfg), new_token([spec.name, greedy.name], devices + 1, now, now + 3_600_000))
@@ -145,9 +145,8 @@ def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: in
 def demo_timescale(spec: CollectionSpec, devices: int) -> CollectionSpec:
     """A shuffled spec on the demo's timescale: 10 s windows, 3 s of grace, and a smallest batch the fleet fills."""
     assert spec.shuffle is not None
-    shuffle = spec.shuffle.model_copy(update={"grace_s": 3, "min_batch": max(100, min(spec.shuffle.min_batch,
-                                                                                      devices // 2))})
-    return spec.model_copy(update={"windows": ["10s"], "shuffle": shuffle})
+    shuffle = spec.shuffle.replace(grace_s=3, min_batch=max(100, min(spec.shuffle.min_batch, devices // 2)))
+    return spec.replace(windows=["10s"], shuffle=shuffle)
 
 
 def free_port() -> int:
@@ -179,7 +178,7 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     require_services()
     cfg = Settings.from_env()
     base = load_spec(spec_file)
-    spec = base.model_copy(update={"name": f"{base.name}-demo-{time.strftime('%Y%m%d-%H%M%S')}"})
+    spec = base.replace(name=f"{base.name}-demo-{time.strftime('%Y%m%d-%H%M%S')}")
     if spec.shuffle is not None:
         if direct:
             console.print("[red]error:[/] a shuffled collection's reports go through the edge and the shuffler: "

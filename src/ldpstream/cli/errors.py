@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 START_STACK = "start the local services with `ldp up` (or point KAFKA_BOOTSTRAP and REDIS_URL at yours)"
 CLIENT_LOGGERS = ("ldpstream.kafka.client", "aiokafka", "kafka", "redis")
-SERVER_MODULES = ("confluent_kafka", "faust", "aiokafka", "redis", "aiohttp", "scipy", "prometheus_client", "uvloop")
+SERVER_MODULES = ("confluent_kafka", "faust", "aiokafka", "redis", "aiohttp", "scipy", "prometheus_client", "uvloop",
+                  "pydantic")
 
 
 class CliError(Exception):

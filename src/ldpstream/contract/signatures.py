@@ -33,11 +33,10 @@ import hashlib
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+if TYPE_CHECKING:  # cryptography is loaded when a key is first read or used: an import of the device SDK stays light
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 SPEC_DOMAIN = b"ldpstream collection spec signature v1\x00"
 POINTER_DOMAIN = b"ldpstream collection pointer signature v1\x00"
@@ -47,7 +46,7 @@ BLOCK_BYTES = KEY_ID_BYTES + SIGNATURE_BYTES
 ROLES = ("spec", "pointer")  # which documents a pinned key may sign
 MAX_PINNED = 16  # keys per role in a pinned-keys document: current, next, and a few during a slow rotation
 
-KeysById = Mapping[bytes, Ed25519PublicKey]
+KeysById = Mapping[bytes, "Ed25519PublicKey"]
 
 
 class SignatureError(ValueError):
@@ -62,6 +61,8 @@ class SignatureError(ValueError):
 
 def raw_public(public: Ed25519PublicKey) -> bytes:
     """The 32 raw bytes of a public key."""
+    from cryptography.hazmat.primitives import serialization
+
     return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
@@ -98,6 +99,8 @@ def verify_block(keys: KeysById, block: bytes | None, message: bytes, where: str
     if public is None:
         raise SignatureError(f"{where}: signed by key {signer.hex()}, which is not trusted (trusted: "
                              f"{', '.join(k.hex() for k in keys) or 'none'})", "untrusted_key")
+    from cryptography.exceptions import InvalidSignature
+
     try:
         public.verify(signature, message)
     except InvalidSignature:
@@ -146,6 +149,8 @@ class TrustedKeys:
         SignatureError if it is not that, a key's id does not match it, or a role has no key."""
         if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
             raise SignatureError('pinned keys are a JSON object with a "keys" list (`ldp spec keys --json`)')
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         by_role: dict[str, dict[bytes, Ed25519PublicKey]] = {role: {} for role in ROLES}
         for entry in data["keys"]:
             if not isinstance(entry, dict) or entry.get("role") not in ROLES:

@@ -1,7 +1,7 @@
 """The device SDK: perturb on the device, charge the privacy budget, keep an outbox, send to the ingestion edge.
 
-It needs only the base install (numpy, msgspec, pydantic, pyyaml, cryptography): no Kafka, Redis, HTTP server or
-SciPy module is imported here or below (`tests/test_install.py`, `benchmarks/bench_startup.py`).
+It needs only the base install (numpy, msgspec, pyyaml, cryptography): no Kafka, Redis, HTTP server, SciPy or
+pydantic module is imported here or below (`tests/test_install.py`, `benchmarks/bench_startup.py`).
 
     from ldpstream.device import Device, HttpTransport, Outbox, PrivacyLedger
 """

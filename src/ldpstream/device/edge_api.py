@@ -14,16 +14,17 @@ up to a size bound (a hostile server cannot fill the device's memory) and within
 from __future__ import annotations
 
 import json
-import ssl
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ldpstream.contract.auth import Credential, authorization
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.signatures import block_from_header
+
+if TYPE_CHECKING:
+    import ssl
+    import urllib.error
 
 MAX_POINTER_BYTES = 4 * 2**10
 MAX_SPEC_BYTES = 256 * 2**10  # a spec is at most 256 KiB (ldpstream.contract.spec)
@@ -96,6 +97,9 @@ class EdgeClient:
 
     def _call(self, method: str, path: str, body: bytes | None, headers: dict[str, str], limit: int,
               not_modified: bool = False) -> Any:
+        import urllib.error  # loaded at the first call: an import of the SDK stays light
+        import urllib.request
+
         request = urllib.request.Request(self.url + path, data=body, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s, context=self.tls) as response:

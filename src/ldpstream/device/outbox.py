@@ -22,8 +22,6 @@ from __future__ import annotations
 import os
 import random
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -151,6 +149,9 @@ class HttpTransport:
         return sent
 
     def _send(self, body: bytes) -> int:
+        import urllib.error  # loaded when a device first sends: an import of the SDK stays light
+        import urllib.request
+
         """POST one body with retries; the final status (0: no answer)."""
         path = f"/v1/collections/{self.credential.collection}/reports"
         status = 0

@@ -21,12 +21,11 @@ and sends nothing.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -44,6 +43,9 @@ from ldpstream.device.perturb import perturb, report_memos
 from ldpstream.device.policy import PrivacyPolicy, judge
 from ldpstream.device.state import CollectionState, DeviceState, StateError
 from ldpstream.device.trust import Seen, TrustError, check_pointer, check_spec
+
+if TYPE_CHECKING:
+    import ssl  # only the type of a TLS context the app passes in
 
 DEFAULT_POLICY = PrivacyPolicy()
 

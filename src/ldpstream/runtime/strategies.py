@@ -61,8 +61,8 @@ def with_strategies(spec: CollectionSpec, epsilon: float, bootstrap: str | None)
             _atomic_save(mechanism, path)
         if bootstrap is not None:
             store_strategy(path, mechanism.hash, bootstrap)
-        attributes[i] = attr.model_copy(update={"strategy": mechanism.hash})
-    return spec.model_copy(update={"attributes": attributes})
+        attributes[i] = attr.replace(strategy=mechanism.hash)
+    return spec.replace(attributes=attributes)
 
 
 def strategies_for(spec: CollectionSpec, bootstrap: str | None = None) -> Strategies:
