@@ -42,11 +42,12 @@ Specs are read from the specs topic, so `parse_spec` takes outside bytes: whatev
 spec or raises `SpecError`, nothing else. A spec is at most `MAX_SPEC_SIZE` long and a tree: YAML aliases are
 refused (JSON has none; an alias can make a small text a huge or recursive structure, "billion laughs").
 
-Validation is plain Python, one table of checks per class (`_Model`), with the rules the specs have been published
-under (pydantic's lax mode, which earlier versions of this module used, and whose canonical JSON every published spec
-keeps): an int or a numeric string is taken where a float belongs, an integral float or an integral string where an
-int does, UTF-8 bytes (YAML's !!binary) where a string does; nothing infinite or NaN; unknown keys refused; the
-attribute's class picked by its `type`; every problem reported at once, `location: message; location: message`.
+Validation is plain Python, one table of checks per class (`ldpstream.contract.checks.Record`), with the rules the
+specs have been published under (pydantic's lax mode, which earlier versions of this module used, and whose canonical
+JSON every published spec keeps): an int or a numeric string is taken where a float belongs, an integral float or an
+integral string where an int does, UTF-8 bytes (YAML's !!binary) where a string does; nothing infinite or NaN; unknown
+keys refused; the attribute's class picked by its `type`; every problem reported at once, `location: message;
+location: message`.
 """
 
 from __future__ import annotations
@@ -58,8 +59,27 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, Literal
 
+from ldpstream.contract.checks import (
+    REQUIRED,
+    Invalid,
+    Record,
+    boolean,
+    describe,
+    integer,
+    invalid,
+    list_of,
+    literal,
+    mechanism_parameters,
+    number,
+    optional,
+    pair,
+    printable,
+    string,
+    then,
+    within,
+)
 from ldpstream.contract.topics import raw_topic, report_topic
 from ldpstream.contract.untrusted import rejecting
 from ldpstream.mechanisms import registry
@@ -79,454 +99,10 @@ class SpecError(ValueError):
     """A collection spec is invalid; the message says where and why."""
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The checks. Each takes a value from parsed YAML or JSON and returns it converted, or raises `_Invalid` with the
-# problems found (location relative to the value, message). A validator's own rule raises ValueError, reported at its
-# field as "Value error, ...". `_Invalid` is no ValueError, so the two stay apart.
+class _SpecRecord(Record):
+    """A part of a spec: its constructor raises SpecError."""
 
-Loc = tuple[Any, ...]
-Check = Callable[[Any], Any]
-M = TypeVar("M", bound="_Model")
-
-
-class _Invalid(Exception):  # internal: never leaves this module (`SpecError` does)
-    def __init__(self, errors: list[tuple[Loc, str]]) -> None:
-        super().__init__(errors)
-        self.errors = errors
-
-
-def _invalid(message: str) -> _Invalid:
-    return _Invalid([((), message)])
-
-
-def _within(prefix: Loc, exc: _Invalid) -> list[tuple[Loc, str]]:
-    return [((*prefix, *loc), message) for loc, message in exc.errors]
-
-
-def _printable(text: str) -> str:
-    """`text` with each lone surrogate (JSON can hold one) shown as replacement characters, as pydantic did."""
-    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-
-
-def _key(key: Any) -> Any:
-    """A mapping's key as a location names it (YAML's `on:` is the key True, named 1)."""
-    if isinstance(key, str):
-        return _printable(key)
-    return int(key) if isinstance(key, bool) else key
-
-
-def _describe(errors: list[tuple[Loc, str]]) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in loc) or '<root>'}: {message}" for loc, message in errors)
-
-
-def _bounds(value: float, gt: float | None, ge: float | None, lt: float | None, le: float | None) -> None:
-    if gt is not None and not value > gt:
-        raise _invalid(f"Input should be greater than {gt}")
-    if ge is not None and not value >= ge:
-        raise _invalid(f"Input should be greater than or equal to {ge}")
-    if lt is not None and not value < lt:
-        raise _invalid(f"Input should be less than {lt}")
-    if le is not None and not value <= le:
-        raise _invalid(f"Input should be less than or equal to {le}")
-
-
-NOT_UNICODE = "Input should be a valid string, unable to parse raw data as a unicode string"
-
-
-def _unicode(text: str) -> str:
-    """`text`, if it is Unicode text: a lone surrogate (JSON's "\\ud800") is not."""
-    if text.isascii():
-        return text
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        raise _invalid(NOT_UNICODE) from None
-    return text
-
-
-def _not_unicode(text: str) -> bool:
-    try:
-        _unicode(text)
-    except _Invalid:
-        return True
-    return False
-
-
-def _text(value: Any, error: str, surrogates: bool = False) -> str:
-    """A str (with a lone surrogate only if `surrogates`), or UTF-8 bytes decoded; `error` for bytes that are not
-    UTF-8."""
-    if isinstance(value, str):
-        return value if surrogates else _unicode(value)
-    if isinstance(value, (bytes, bytearray)):
-        try:
-            return value.decode()
-        except UnicodeDecodeError:
-            raise _invalid(error) from None
-    raise _invalid("Input should be a valid string")
-
-
-def string(min_length: int | None = None, max_length: int | None = None, pattern: str | None = None) -> Check:
-    """A string, its length in characters within the bounds, matching `pattern` (whose `$` is the end of the text,
-    never before a final newline)."""
-    compiled = re.compile(pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern) if pattern else None
-    plain = min_length is None and max_length is None and pattern is None  # a checked string is Unicode text
-
-    def check(value: Any) -> str:
-        text = _text(value, NOT_UNICODE, surrogates=plain)
-        if min_length is not None and len(text) < min_length:
-            raise _invalid(f"String should have at least {min_length} character{'s' * (min_length != 1)}")
-        if max_length is not None and len(text) > max_length:
-            raise _invalid(f"String should have at most {max_length} character{'s' * (max_length != 1)}")
-        if compiled is not None and not compiled.search(text):
-            raise _invalid(f"String should match pattern '{pattern}'")
-        return text
-
-    return check
-
-
-_WHITESPACE = " \t\n\r\x0b\x0c\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
-              "\u2028\u2029\u202f\u205f\u3000"  # what a number's text may have around it (Unicode White_Space)
-_FLOAT_TEXT = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)\Z",
-                         re.IGNORECASE)
-_INT_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")  # a JSON int
-MAX_INT_TEXT = 4300  # characters: Python's own limit on int(str)
-
-
-def _without_underscores(text: str) -> str | None:
-    """`text` without its underscores, if they stand only between other characters, one at a time (1_000)."""
-    if "_" not in text or text.startswith("_") or text.endswith("_") or "__" in text:
-        return None
-    return text.replace("_", "")
-
-
-def _float_of_text(text: str) -> float:
-    for candidate in (text.strip(_WHITESPACE), _without_underscores(text)):
-        if candidate is not None and _FLOAT_TEXT.match(candidate):
-            return float(candidate)
-    raise _invalid("Input should be a valid number, unable to parse string as a number")
-
-
-def number(gt: float | None = None, ge: float | None = None, lt: float | None = None,
-           le: float | None = None) -> Check:
-    """A finite float: a float, an int, or the text of a number (lax)."""
-
-    def check(value: Any) -> float:
-        if isinstance(value, float):
-            result = value
-        elif isinstance(value, int):
-            try:
-                result = float(value)
-            except OverflowError:
-                raise _invalid("Input should be a valid number") from None
-        elif isinstance(value, (str, bytes)):
-            result = _float_of_text(_text(value, "Input should be a valid number, unable to parse string as a number"))
-        else:
-            raise _invalid("Input should be a valid number")
-        if not math.isfinite(result):
-            raise _invalid("Input should be a finite number")
-        _bounds(result, gt, ge, lt, le)
-        return result
-
-    return check
-
-
-def _leading_zeros_dropped(s: str) -> str | None:
-    """`s` from its first significant digit (one zero kept before a dot or alone; underscores among the zeros go)."""
-    if not s or s[0] not in "0123456789-":
-        return None
-    if s[0] != "0":
-        return s
-    for i in range(1, len(s)):
-        if s[i] in "123456789-":
-            return s[i:]
-        if s[i] == ".":
-            return s[i - 1:]
-        if s[i] not in "0_":
-            return None
-    return s[-1]
-
-
-def _cleaned_int_text(text: str) -> str | None:
-    """The text of an int in lax forms (spaces around, a plus sign, leading zeros, underscores, a fraction of zeros:
-    " +0_1.00") as plain JSON digits, or None when there is nothing to clean (pydantic-core's `clean_int_str`)."""
-    s = text.strip(_WHITESPACE)
-    if s.startswith("+"):
-        if s[1:].startswith("-"):
-            return None
-        s = s[1:]
-    sign = ""
-    if s.startswith("-"):
-        if s[1:].startswith(("-", "+")):
-            return None
-        sign, s = "-", s[1:]
-    dropped = _leading_zeros_dropped(s)
-    if dropped is None:
-        return None
-    s = dropped
-    dot = s.find(".")
-    if dot >= 0 and s[dot + 1:] and set(s[dot + 1:]) == {"0"}:
-        s = s[:dot]
-    plain = _without_underscores(s)
-    if plain is not None:
-        return sign + plain
-    return None if len(s) == len(text) else sign + s
-
-
-def _int_of_text(text: str) -> int:
-    if _INT_TEXT.match(text):
-        if len(text.lstrip("-")) > MAX_INT_TEXT:
-            raise _invalid("Unable to parse input string as an integer, exceeded maximum size")
-        return int(text)
-    cleaned = _cleaned_int_text(text)
-    if cleaned is not None and _INT_TEXT.match(cleaned) and len(cleaned.lstrip("-")) <= MAX_INT_TEXT:
-        return int(cleaned)
-    raise _invalid("Input should be a valid integer, unable to parse string as an integer")
-
-
-def integer(ge: int | None = None, le: int | None = None) -> Check:
-    """An int: an int, an integral float, or the text of an int (lax)."""
-
-    def check(value: Any) -> int:
-        if isinstance(value, int):
-            result = int(value)
-        elif isinstance(value, float):
-            if not math.isfinite(value):
-                raise _invalid("Input should be a finite number")
-            if value % 1:
-                raise _invalid("Input should be a valid integer, got a number with a fractional part")
-            if not -2.0 ** 63 < value < 2.0 ** 63:
-                raise _invalid("Unable to parse input string as an integer, exceeded maximum size")
-            result = int(value)
-        elif isinstance(value, (str, bytes)):
-            result = _int_of_text(_text(value, "Input should be a valid integer, unable to parse string as an "
-                                               "integer"))
-        else:
-            raise _invalid("Input should be a valid integer")
-        _bounds(result, None, ge, None, le)
-        return result
-
-    return check
-
-
-def boolean(value: Any) -> bool:
-    """true or false (`_misplaced_booleans` lets nothing else reach here from a spec's text)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise _invalid("Input should be a valid boolean")
-
-
-def literal(*choices: str) -> Check:
-    """One of the strings `choices`, exactly."""
-    quoted = [f"'{c}'" for c in choices]
-    expected = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
-
-    def check(value: Any) -> str:
-        if isinstance(value, str) and value in choices:
-            return value
-        raise _invalid(NOT_UNICODE if isinstance(value, str) and _not_unicode(value) else f"Input should be {expected}")
-
-    return check
-
-
-def optional(inner: Check) -> Check:
-    """None, or what `inner` takes."""
-    return lambda value: None if value is None else inner(value)
-
-
-_SEQUENCES = (list, tuple, set, frozenset)
-
-
-def list_of(item: Check, min_length: int = 0) -> Check:
-    """A list (a tuple or a set also) of what `item` takes, at least `min_length` long."""
-
-    def check(value: Any) -> list[Any]:
-        if not isinstance(value, _SEQUENCES):
-            raise _invalid("Input should be a valid list")
-        result, errors = [], []
-        for i, v in enumerate(value):
-            try:
-                result.append(item(v))
-            except _Invalid as exc:
-                errors += _within((i,), exc)
-        if errors:
-            raise _Invalid(errors)
-        if len(result) < min_length:
-            raise _invalid(f"List should have at least {min_length} item{'s' * (min_length != 1)} after validation, "
-                           f"not {len(result)}")
-        return result
-
-    return check
-
-
-def pair(item: Check) -> Check:
-    """A tuple of two of what `item` takes (from a list, a tuple or a set of two)."""
-
-    def check(value: Any) -> tuple[Any, Any]:
-        if not isinstance(value, _SEQUENCES):
-            raise _invalid("Input should be a valid tuple")
-        items = list(value)
-        if len(items) > 2:
-            raise _invalid(f"Tuple should have at most 2 items after validation, not {len(items)}")
-        result, errors = [], []
-        for i in range(2):
-            if i >= len(items):
-                errors.append(((i,), "Field required"))
-                continue
-            try:
-                result.append(item(items[i]))
-            except _Invalid as exc:
-                errors += _within((i,), exc)
-        if errors:
-            raise _Invalid(errors)
-        return result[0], result[1]
-
-    return check
-
-
-def _exact_number(value: Any) -> int | float:
-    """An int or a finite float as it is, nothing converted (a mechanism's parameter: the mechanism checks)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and math.isfinite(value):
-        return value
-    not_float = "Input should be a finite number" if isinstance(value, float) else "Input should be a valid number"
-    raise _Invalid([(("int",), "Input should be a valid integer"), (("float",), not_float)])
-
-
-def mechanism_parameters(value: Any) -> dict[str, int | float]:
-    """A mechanism's structural parameters by name (`registry.longitudinal_parameters`), e.g. RAPPOR's
-    {hashes: 2, bloom_bits: 32, cohorts: 16}; the budgets of the privacy block fix its probabilities."""
-    if not isinstance(value, dict):
-        raise _invalid("Input should be a valid dictionary")
-    result, errors = {}, []
-    for key, item in value.items():
-        name: str | None = None
-        try:
-            name = _PARAMETER_NAME(key)
-        except _Invalid as exc:
-            errors += _within((_key(key), "[key]"), exc)
-        try:
-            checked = _exact_number(item)
-        except _Invalid as exc:
-            errors += _within((_key(key),), exc)
-            continue
-        if name is not None:
-            result[name] = checked
-    if errors:
-        raise _Invalid(errors)
-    return result
-
-
-_PARAMETER_NAME = string(max_length=32)
-
-
-def then(check: Check, rule: Callable[[Any], Any]) -> Check:
-    """`check`, then a field's own rule on what it returned (the rule raises ValueError)."""
-    return lambda value: rule(check(value))
-
-
-_REQUIRED: Any = object()
-
-
-class _Model:
-    """A frozen record whose fields are checked from a mapping by the table `_fields`: name -> (check, default),
-    default `_REQUIRED` or a value (a `list` or `dict` default is a fresh copy each time). `_before` may rewrite the
-    mapping first; `_after` checks the whole once every field passed (ValueError)."""
-
-    _fields: ClassVar[dict[str, tuple[Check, Any]]]
-
-    def __init__(self, **data: Any) -> None:
-        """Check `data` as a spec's mapping is checked; SpecError listing every problem."""
-        try:
-            self._fill(data)
-        except _Invalid as exc:
-            raise SpecError(_describe(exc.errors)) from None
-
-    @classmethod
-    def _check(cls: type[M], value: Any) -> M:
-        if isinstance(value, cls):
-            return value
-        if not isinstance(value, dict):
-            raise _invalid(f"Input should be a valid dictionary or instance of {cls.__name__}")
-        model = cls.__new__(cls)
-        model._fill(value)
-        return model
-
-    @classmethod
-    def _before(cls, data: dict[Any, Any]) -> dict[Any, Any]:
-        return data
-
-    def _after(self) -> None:
-        pass
-
-    def _fill(self, data: dict[Any, Any]) -> None:
-        try:
-            data = self._before(data)
-        except ValueError as exc:
-            raise _invalid(f"Value error, {exc}") from None
-        if any(isinstance(key, str) and not key.isascii() and _not_unicode(key) for key in data):
-            raise _invalid(NOT_UNICODE)
-        values: dict[str, Any] = {}
-        errors: list[tuple[Loc, str]] = []
-        for name, (check, default) in self._fields.items():
-            if name in data:
-                try:
-                    values[name] = check(data[name])
-                except _Invalid as exc:
-                    errors += _within((name,), exc)
-                except ValueError as exc:  # the field's own rule
-                    errors.append(((name,), f"Value error, {exc}"))
-            elif default is _REQUIRED:
-                errors.append(((name,), "Field required"))
-            else:
-                values[name] = default.copy() if isinstance(default, (list, dict)) else default
-        for key in data:
-            if not isinstance(key, str):
-                errors.append(((_key(key),), "Keys should be strings"))
-            elif key not in self._fields:
-                errors.append(((key,), "Extra inputs are not permitted"))
-        if errors:
-            raise _Invalid(errors)
-        self.__dict__.update(values)
-        try:
-            self._after()
-        except ValueError as exc:
-            raise _invalid(f"Value error, {exc}") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is frozen: replace(...) makes a changed copy")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is frozen")
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.__dict__ == self.__dict__
-
-    def __hash__(self) -> int:
-        return hash((type(self), *self.__dict__.values()))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as JSON data (a new dict; tuples as lists, nested records as dicts), every field present."""
-        return {name: _plain(getattr(self, name)) for name in self._fields}
-
-    def replace(self: M, **changes: Any) -> M:
-        """A copy with `changes`, checked again as a whole (SpecError): e.g. spec.replace(name="other")."""
-        return type(self)(**{**self.to_dict(), **{k: _plain(v) for k, v in changes.items()}})
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, _Model):
-        return value.to_dict()
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
+    error = SpecError
 
 
 def known_mechanism(name: str, kind: str, known: Iterable[str], also: tuple[str, ...] = ("auto",)) -> str:
@@ -586,7 +162,7 @@ def _distinct(what: str) -> Callable[[list[str]], list[str]]:
     return rule
 
 
-class NumericAttribute(_Model):
+class NumericAttribute(_SpecRecord):
     """A numeric attribute with a declared range, mapped to [-1, 1] for the mechanism."""
 
     name: str
@@ -599,11 +175,11 @@ class NumericAttribute(_Model):
     distribution: Literal["gaussian", "uniform", "power_law"]  # simulator population only
 
     _fields = {
-        "name": (_NAME, _REQUIRED),
+        "name": (_NAME, REQUIRED),
         "type": (literal("numeric"), "numeric"),
         "description": (DESCRIPTION, None),
         "unit": (UNIT, None),
-        "range": (then(pair(_ANY_FLOAT), _ordered), _REQUIRED),
+        "range": (then(pair(_ANY_FLOAT), _ordered), REQUIRED),
         "mechanism": (then(string(), lambda v: known_mechanism(
             v, "numeric mechanism", sorted(registry.NUMERIC) + memoized_names("numeric")
             + sorted(registry.DISTRIBUTION))), "auto"),
@@ -612,7 +188,7 @@ class NumericAttribute(_Model):
     }
 
 
-class CategoricalAttribute(_Model):
+class CategoricalAttribute(_SpecRecord):
     """A categorical attribute over a fixed list of values (codes 0..K-1 in the order given).
 
     With `mechanism: factorization` it answers a linear-query `workload` over its values (e.g. `prefix`: the CDF)
@@ -632,11 +208,11 @@ class CategoricalAttribute(_Model):
     zipf_exponent: float  # simulator population only
 
     _fields = {
-        "name": (_NAME, _REQUIRED),
+        "name": (_NAME, REQUIRED),
         "type": (literal("categorical"), "categorical"),
         "description": (DESCRIPTION, None),
         "unit": (UNIT, None),
-        "values": (then(list_of(string(), min_length=2), _distinct("categorical values")), _REQUIRED),
+        "values": (then(list_of(string(), min_length=2), _distinct("categorical values")), REQUIRED),
         "mechanism": (then(string(), lambda v: known_mechanism(
             v, "frequency oracle", sorted(registry.FREQUENCY) + memoized_names("frequency"),
             also=("auto", FACTORIZATION))), "auto"),
@@ -655,7 +231,7 @@ class CategoricalAttribute(_Model):
             raise ValueError(f"unknown workload {self.workload!r}; known: {', '.join(WORKLOAD_NAMES)}")
 
 
-class KeyValueAttribute(_Model):
+class KeyValueAttribute(_SpecRecord):
     """Key-value pairs: each device holds a set of (key, value) pairs, values in `range`; one report estimates every
     key's frequency and its mean value (`ldpstream.mechanisms.keyvalue`). Keys come from a list (`keys`, codes 0..d-1 in
     the order given) or an open domain hashed into `buckets` (`code_of`; two keys of one bucket are one key to the
@@ -676,13 +252,13 @@ class KeyValueAttribute(_Model):
     zipf_exponent: float  # simulator population only
 
     _fields = {
-        "name": (_NAME, _REQUIRED),
+        "name": (_NAME, REQUIRED),
         "type": (literal("keyvalue"), "keyvalue"),
         "description": (DESCRIPTION, None),
         "unit": (UNIT, None),
         "keys": (optional(then(list_of(string(), min_length=1), _distinct("keys"))), None),
         "buckets": (optional(integer(ge=1, le=1 << 16)), None),
-        "range": (then(pair(_ANY_FLOAT), _ordered), _REQUIRED),
+        "range": (then(pair(_ANY_FLOAT), _ordered), REQUIRED),
         "mechanism": (then(string(), lambda v: known_mechanism(v, "key-value mechanism", registry.KEYVALUE)), "auto"),
         "padding": (integer(ge=1, le=1024), 1),
         "pairs_per_device": (number(gt=0, le=1024), 2.0),
@@ -715,7 +291,7 @@ class KeyValueAttribute(_Model):
         return int.from_bytes(digest, "little") % self.domain_size
 
 
-class StringAttribute(_Model):
+class StringAttribute(_SpecRecord):
     """A string attribute over an open domain: at most `max_length` bytes over `alphabet` (printable ASCII) or any
     non-NUL byte; estimated as its `top` heavy hitters (`ldpstream.mechanisms.open_domain`: mechanism auto, hcms_tree,
     pem
@@ -733,11 +309,11 @@ class StringAttribute(_Model):
     zipf_exponent: float  # simulator population only
 
     _fields = {
-        "name": (_NAME, _REQUIRED),
+        "name": (_NAME, REQUIRED),
         "type": (literal("string"), "string"),
         "description": (DESCRIPTION, None),
         "unit": (UNIT, None),
-        "max_length": (integer(ge=1, le=64), _REQUIRED),
+        "max_length": (integer(ge=1, le=64), REQUIRED),
         "alphabet": (optional(string(min_length=1, max_length=95)), None),
         "mechanism": (then(string(), lambda v: known_mechanism(v, "heavy-hitter mechanism", registry.HEAVY_HITTERS)),
                       "auto"),
@@ -757,21 +333,21 @@ def attribute(value: Any) -> Attribute:
     if isinstance(value, (NumericAttribute, CategoricalAttribute, KeyValueAttribute, StringAttribute)):
         return value
     if not isinstance(value, dict):
-        raise _invalid("Input should be a valid dictionary or object to extract fields from")
+        raise invalid("Input should be a valid dictionary or object to extract fields from")
     if "type" not in value:
-        raise _invalid("Unable to extract tag using discriminator 'type'")
+        raise invalid("Unable to extract tag using discriminator 'type'")
     tag = value["type"]
     cls = ATTRIBUTE_TYPES.get(tag) if isinstance(tag, str) else None
     if cls is None:
-        raise _invalid(f"Input tag '{_printable(str(tag))}' found using 'type' does not match any of the expected "
+        raise invalid(f"Input tag '{printable(str(tag))}' found using 'type' does not match any of the expected "
                        f"tags: {', '.join(repr(t) for t in ATTRIBUTE_TYPES)}")
     try:
         return cls._check(value)
-    except _Invalid as exc:
-        raise _Invalid(_within((tag,), exc)) from None
+    except Invalid as exc:
+        raise Invalid(within((tag,), exc)) from None
 
 
-class Privacy(_Model):
+class Privacy(_SpecRecord):
     """A device's two guarantees: one report is `per_report`-LDP, all its reports together `lifetime`-LDP while
     each attribute it reports takes at most `values` distinct values (module docstring)."""
 
@@ -780,8 +356,8 @@ class Privacy(_Model):
     values: int
 
     _fields = {
-        "per_report": (number(gt=0, le=50), _REQUIRED),
-        "lifetime": (number(gt=0, le=500), _REQUIRED),
+        "per_report": (number(gt=0, le=50), REQUIRED),
+        "lifetime": (number(gt=0, le=500), REQUIRED),
         "values": (integer(ge=1, le=1000), 1),
     }
 
@@ -796,7 +372,7 @@ class Privacy(_Model):
         return self.lifetime / self.values
 
 
-class Shuffle(_Model):
+class Shuffle(_SpecRecord):
     """A shuffled collection (`ldpstream.shuffler`): the central `delta` its accounting is stated at, the fewest
     reports a window's batch must hold before it is shuffled and released (`min_batch`; a smaller one rolls into the
     next window, never dropped), and how long after a window's end the edge still admits its reports (`grace_s`:
@@ -807,7 +383,7 @@ class Shuffle(_Model):
     grace_s: int
 
     _fields = {
-        "delta": (number(gt=0, lt=1e-3), _REQUIRED),
+        "delta": (number(gt=0, lt=1e-3), REQUIRED),
         "min_batch": (integer(ge=100, le=100_000_000), 10_000),
         "grace_s": (integer(ge=0, le=3600), 60),
     }
@@ -822,13 +398,13 @@ def sampling_choice(value: Any) -> str | int:
     """auto, one, split, or an integer k >= 1 (both reported when neither fits)."""
     try:
         return _SAMPLING_NAME(value)  # type: ignore[no-any-return]
-    except _Invalid as exc:
+    except Invalid as exc:
         name_error = exc
     try:
         return _SAMPLING_K(value)  # type: ignore[no-any-return]
-    except _Invalid as exc:
-        raise _Invalid(_within(("literal['auto','one','split']",), name_error)
-                       + _within(("constrained-int",), exc)) from None
+    except Invalid as exc:
+        raise Invalid(within(("literal['auto','one','split']",), name_error)
+                       + within(("constrained-int",), exc)) from None
 
 
 def _windows(v: list[str]) -> list[str]:
@@ -840,7 +416,7 @@ def _windows(v: list[str]) -> list[str]:
     return sorted(set(v) - {ALL_TIME}, key=window_seconds)
 
 
-class CollectionSpec(_Model):
+class CollectionSpec(_SpecRecord):
     """A versioned collection: its attributes, privacy budget, sampling, windows and topic layout."""
 
     name: str
@@ -856,10 +432,10 @@ class CollectionSpec(_Model):
     description: str
 
     _fields = {
-        "name": (_NAME, _REQUIRED),
-        "version": (integer(ge=1), _REQUIRED),
-        "epsilon": (number(gt=0, le=50), _REQUIRED),
-        "attributes": (list_of(attribute, min_length=1), _REQUIRED),
+        "name": (_NAME, REQUIRED),
+        "version": (integer(ge=1), REQUIRED),
+        "epsilon": (number(gt=0, le=50), REQUIRED),
+        "attributes": (list_of(attribute, min_length=1), REQUIRED),
         "privacy": (optional(Privacy._check), None),
         "shuffle": (optional(Shuffle._check), None),
         "sampling": (sampling_choice, "auto"),
@@ -1037,8 +613,8 @@ def _validated(data: dict[str, object]) -> CollectionSpec:
         raise SpecError("; ".join(misplaced))
     try:
         return CollectionSpec._check(data)
-    except _Invalid as exc:
-        raise SpecError(_describe(exc.errors)) from None
+    except Invalid as exc:
+        raise SpecError(describe(exc.errors)) from None
 
 
 def load_spec(path: str | Path) -> CollectionSpec:
