@@ -41,13 +41,16 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--max-clock-skew-s / LDP_MAX_CLOCK_SKEW_S: {exc}")
     act_as("aggregator")
     cfg = Settings.from_env()
-    if kafka_security(cfg) and cfg.kafka_config is None and not args.group.startswith(AGGREGATOR_GROUPS):
-        parser.error(f"--group {args.group}: the aggregator principal may join only consumer groups named "
-                     f"{AGGREGATOR_GROUPS}* (its ACLs, ldpstream.runtime.access)")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    app = build_app(WorkerConfig(cfg.bootstrap, cfg.redis, group=args.group, max_messages=args.max_messages,
-                                 metrics_port=args.metrics_port, max_batch_bytes=args.max_batch_bytes,
-                                 max_skew_ms=max_skew_ms))
+    try:
+        if kafka_security(cfg) and cfg.kafka_config is None and not args.group.startswith(AGGREGATOR_GROUPS):
+            parser.error(f"--group {args.group}: the aggregator principal may join only consumer groups named "
+                         f"{AGGREGATOR_GROUPS}* (its ACLs, ldpstream.runtime.access)")
+        app = build_app(WorkerConfig(cfg.bootstrap, cfg.redis, group=args.group, max_messages=args.max_messages,
+                                     metrics_port=args.metrics_port, max_batch_bytes=args.max_batch_bytes,
+                                     max_skew_ms=max_skew_ms))
+    except FileNotFoundError as exc:  # no credentials yet (`ldp up` makes them): one line
+        sys.exit(f"ldpstream.aggregator: {exc}")
     argv = list(sys.argv)
     # faust allocates several objects per message: collect the young generation 70x less often than Python's
     # default (700), and keep the start-up objects out of every collection (about 10% more one-report messages/s).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 from ldpstream.edge.app import EdgeConfig, serve, server_tls
@@ -65,8 +66,11 @@ def main(argv: list[str] | None = None) -> None:
                         enrol_limits=EnrolLimits(args.enrol_per_address, args.enrol_per_token,
                                                  args.enrol_per_address_day),
                         cors_origins=frozenset(args.cors_origin))
-    serve(config, args.host, args.port, reuse_port=args.reuse_port, loop=args.loop,
-          ssl_context=None if args.tls_cert is None else server_tls(args.tls_cert, args.tls_key))
+    try:
+        serve(config, args.host, args.port, reuse_port=args.reuse_port, loop=args.loop,
+              ssl_context=None if args.tls_cert is None else server_tls(args.tls_cert, args.tls_key))
+    except FileNotFoundError as exc:  # no credentials yet (`ldp up` makes them), a certificate not there: one line
+        sys.exit(f"ldpstream.edge: {exc}")
 
 
 if __name__ == "__main__":
