@@ -85,6 +85,19 @@ def read_through_api(collection: str, token: str, timeout_s: float = 60.0) -> tu
         stop_pid(server.pid)
 
 
+GREEDY_EPSILON = 16.0  # per report: twice the most the default device policy takes
+
+
+def greedy_variant(spec: CollectionSpec) -> CollectionSpec:
+    """`spec` renamed and asking GREEDY_EPSILON per report (a lifetime budget raised to allow it), as a compromised
+    server would publish it."""
+    privacy = spec.privacy
+    if privacy is not None:
+        privacy = privacy.replace(per_report=GREEDY_EPSILON,
+                                  lifetime=max(privacy.lifetime, GREEDY_EPSILON * privacy.values))
+    return spec.replace(name=f"{spec.name}-greedy", epsilon=GREEDY_EPSILON, privacy=privacy)
+
+
 def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: int) -> tuple[SimulationResult, str]:
     """Start an edge process; mint an enrolment token; have `devices` simulated devices join like phones (enrol with
     the token, fetch and verify the spec against this machine's pinned keys, accept it under the default privacy
@@ -107,7 +120,7 @@ def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: in
     from ldpstream.runtime.specs import publish_spec
     from ldpstream.simulator.edge_client import join_fleet, send_fleet
 
-    greedy = spec.replace(name=f"{spec.name}-greedy", epsilon=16.0)
+    greedy = greedy_variant(spec)
     publish_spec(greedy, cfg.bootstrap)
     now = now_ms()
     token = mint(load_token_key(cfg), new_token([spec.name, greedy.name], devices + 1, now, now + 3_600_000))
