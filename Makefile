@@ -7,6 +7,12 @@ LDP    := $(VENV)/bin/ldp
 PYTEST_ARGS ?=
 # pip's own notices and the editable build's chatter stay out of the terminal; errors still show
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
+# Bytecode is written, whatever the shell says: under PYTHONDONTWRITEBYTECODE every pytest process would rewrite the
+# asserts of every test module again (half of its 16 s collection here) and every process compile what it imports.
+unexport PYTHONDONTWRITEBYTECODE
+# The test brokers' JVMs compile with C1 only: a broker start costs about 6 CPU-s instead of 10 here, and the
+# tests' loads are light. (`ldp up` outside `make test` keeps Java's defaults.)
+TEST_JVM := JAVA_TOOL_OPTIONS=-XX:TieredStopAtLevel=1
 
 .PHONY: demo test check lint types docs test-cluster install install-test up down status bench clean compose-secrets chromium
 
@@ -70,21 +76,20 @@ docs: install-test
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # Runs the whole suite against real services (stopped afterwards only if this target started them): the tests that
-# need no service on every core, then the integration tests one at a time (they share Kafka, Redis and the ports),
-# then the cluster tests.
+# need no service on every core, then side by side (tests/lanes.py) the integration tests in two lanes, the second
+# with a Kafka and a Redis of its own, and the cluster tests with their clusters.
 test: install-test docs
 	@if $(LDP) status --services-only >/dev/null 2>&1; then started=no; else started=yes; fi; \
-	$(LDP) up || exit 1; \
+	$(TEST_JVM) $(LDP) up || exit 1; \
 	$(PY) -m pytest -n auto -m 'not integration and not cluster' $(PYTEST_ARGS) && \
-	$(PY) -m pytest -m 'integration and not cluster' $(PYTEST_ARGS); rc=$$?; \
+	$(TEST_JVM) $(PY) tests/lanes.py --lanes 2 --cluster -- $(PYTEST_ARGS); rc=$$?; \
 	if [ "$$started" = yes ]; then $(LDP) down; fi; \
-	[ $$rc -eq 0 ] || exit $$rc; \
-	$(MAKE) test-cluster
+	exit $$rc
 
 # The cluster tests: they start their own 3-node Kafka and Redis Cluster (temporary state dir, ports 29092-29094,
 # 29192-29194, 21001-21006) and stop them at the end; the Kafka jars of `ldp up` are reused when present.
 test-cluster: install-test
-	$(PY) -m pytest -m cluster tests/cluster $(PYTEST_ARGS)
+	$(TEST_JVM) $(PY) -m pytest -m cluster tests/cluster $(PYTEST_ARGS)
 
 # The docker compose deployment's secrets (deploy/secrets/, 0700, git-ignored), made once: see deploy/docker-compose.yml.
 compose-secrets: install

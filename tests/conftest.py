@@ -2,32 +2,90 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
+from pathlib import Path
 
 import pytest
 
 from ldpstream.contract.topics import SPECS_TOPIC
+from ldpstream.runtime.join_keys import ensure_join_keys
 from ldpstream.runtime.kafka import TopicError, delete_topic, metadata_answers
 from ldpstream.runtime.redis import redis_answers
 from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.signing import ensure_signing_keys
+from ldpstream.services import ServiceError, services
+from tests.lanes import WEIGHTS, lane_option, module_of, split_into_lanes
 
-# Tests that move LDP_STATE_DIR (a fresh cache, a broker of their own) keep the running services' credentials, and
-# so do the processes they start.
-os.environ.setdefault("LDP_SECRETS_DIR", str(Settings.from_env().secrets_dir))
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--own-services", type=int, metavar="PORT", default=None,
+                     help="start a Kafka (client port PORT, controller PORT + 1) and a Redis (PORT + 2) of this "
+                          "session's own, in a temporary state dir with its own credentials, and stop them at the "
+                          "end: several pytest processes can then run integration tests side by side")
+    parser.addoption("--lane", type=lane_option, metavar="K/N", default=None,
+                     help="keep only the integration tests of lane K of N (whole modules, balanced by "
+                          "tests/lane_weights.json): see tests/lanes.py")
+    parser.addoption("--module-times", metavar="PATH", default=None,
+                     help="write the seconds each test module took (setup, call, teardown) to PATH as JSON")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    port = config.getoption("own_services")
+    if port is not None:
+        state = Path(tempfile.mkdtemp(prefix=f"ldp-services-{port}-"))
+        live = Settings.from_env()  # the developer's state dir: its Kafka jars are reused, not fetched again
+        os.environ.update({"LDP_STATE_DIR": str(state), "LDP_SECRETS_DIR": str(state / "secrets"),
+                           "KAFKA_PORT": str(port), "KAFKA_CONTROLLER_PORT": str(port + 1),
+                           "REDIS_PORT": str(port + 2)})
+        for name in ("LDP_CLUSTER", "KAFKA_BOOTSTRAP", "REDIS_URL", "REDIS_CLUSTER_NODES"):
+            os.environ.pop(name, None)
+        jars = live.state_dir / "kafka" / f"lib-{live.kafka_version}"
+        if (jars / ".complete").exists():
+            (state / "kafka").mkdir()
+            (state / "kafka" / jars.name).symlink_to(jars, target_is_directory=True)
+    # Tests that move LDP_STATE_DIR (a fresh cache, a broker of their own) keep the running services' credentials,
+    # and so do the processes they start.
+    os.environ.setdefault("LDP_SECRETS_DIR", str(Settings.from_env().secrets_dir))
 
 
 @pytest.fixture(scope="session")
-def live_services() -> Settings:
-    """The Kafka and Redis the project points at; fails (not skips) with a hint if they do not answer."""
+def live_services(request: pytest.FixtureRequest) -> Iterator[Settings]:
+    """The Kafka and Redis the project points at (or this session's own, `--own-services`); fails (not skips) with a
+    hint if they do not answer."""
     cfg = Settings.from_env()
+    if request.config.getoption("own_services") is not None:
+        with own_services(cfg):
+            yield cfg
+        return
     missing = [name for name, ok in (("Kafka at " + cfg.bootstrap, metadata_answers(cfg.bootstrap, 10.0)),
                                      ("Redis at " + cfg.redis, redis_answers(cfg.redis))) if not ok]
     if missing:
         pytest.fail(f"{' and '.join(missing)} not answering: run `ldp up` (or `make test`, which does it)")
-    return cfg
+    yield cfg
+
+
+@contextmanager
+def own_services(cfg: Settings) -> Iterator[None]:
+    """What `ldp up` does, in the session's own state dir, undone at the end (its data too)."""
+    ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys)
+    ensure_join_keys(cfg)
+    started = []
+    try:
+        for svc in services(cfg):
+            svc.start()
+            started.append(svc)
+        yield
+    finally:
+        for svc in reversed(started):
+            with suppress(ServiceError):
+                svc.stop()
+        shutil.rmtree(cfg.state_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -63,7 +121,32 @@ def topics(live_services: Settings) -> Iterator[list[str]]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that uses the running services (the `live_services` fixture, directly or through another fixture) is
-    an integration test, whatever its module says: `make check` (-m 'not integration') runs without them."""
+    an integration test, whatever its module says: `make check` (-m 'not integration') runs without them. With
+    `--lane K/N`, the integration tests of the other lanes' modules are deselected."""
     for item in items:
         if "live_services" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.integration)
+    integration = [item for item in items if item.get_closest_marker("integration")]
+    if (lane := config.getoption("lane")) is None:
+        return
+    modules = sorted({module_of(item.nodeid) for item in integration})
+    weights = json.loads(WEIGHTS.read_text())
+    mine = set(split_into_lanes(modules, weights, lane[1])[lane[0] - 1])
+    other = [item for item in integration if module_of(item.nodeid) not in mine]
+    if other:
+        config.hook.pytest_deselected(items=other)
+        dropped = set(map(id, other))
+        items[:] = [item for item in items if id(item) not in dropped]
+
+
+MODULE_TIMES: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = module_of(report.nodeid)
+    MODULE_TIMES[module] = MODULE_TIMES.get(module, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if path := session.config.getoption("module_times"):
+        Path(path).write_text(json.dumps({m: round(s, 1) for m, s in sorted(MODULE_TIMES.items())}, indent=2) + "\n")

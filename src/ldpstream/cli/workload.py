@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ldpstream.cli.output import print_fields
-from ldpstream.mechanisms.workload.workloads import WORKLOAD_NAMES
+from ldpstream.mechanisms.workload.names import WORKLOAD_NAMES
 
 if TYPE_CHECKING:
     from ldpstream.mechanisms.workload.workloads import Workload

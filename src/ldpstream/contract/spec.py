@@ -84,7 +84,7 @@ from ldpstream.contract.topics import raw_topic, report_topic
 from ldpstream.contract.untrusted import rejecting
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.base import LDPError
-from ldpstream.mechanisms.workload.workloads import WORKLOAD_NAMES
+from ldpstream.mechanisms.workload.names import WORKLOAD_NAMES
 
 NAME = r"^[a-z][a-z0-9_\-]{0,62}$"
 WINDOW = re.compile(r"^(\d+)([smhd])$")

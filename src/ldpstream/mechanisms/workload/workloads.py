@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ldpstream.mechanisms.base import LDPError
-
-WORKLOAD_NAMES = ("histogram", "prefix", "all_range", "all_marginals", "3way_marginals", "parity")
+from ldpstream.mechanisms.workload.names import WORKLOAD_NAMES
 
 
 @dataclass(frozen=True, eq=False)
