@@ -39,6 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
     port = config.getoption("own_services")
     if port is not None:
         state = Path(tempfile.mkdtemp(prefix=f"ldp-services-{port}-"))
+        config.add_cleanup(lambda: shutil.rmtree(state, ignore_errors=True))  # after the services have stopped
         live = Settings.from_env()  # the developer's state dir: its Kafka jars are reused, not fetched again
         os.environ.update({"LDP_STATE_DIR": str(state), "LDP_SECRETS_DIR": str(state / "secrets"),
                            "KAFKA_PORT": str(port), "KAFKA_CONTROLLER_PORT": str(port + 1),
@@ -72,7 +73,7 @@ def live_services(request: pytest.FixtureRequest) -> Iterator[Settings]:
 
 @contextmanager
 def own_services(cfg: Settings) -> Iterator[None]:
-    """What `ldp up` does, in the session's own state dir, undone at the end (its data too)."""
+    """What `ldp up` does, in the session's own state dir; the services stopped at the end."""
     ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys)
     ensure_join_keys(cfg)
     started = []
@@ -85,7 +86,6 @@ def own_services(cfg: Settings) -> Iterator[None]:
         for svc in reversed(started):
             with suppress(ServiceError):
                 svc.stop()
-        shutil.rmtree(cfg.state_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module", autouse=True)
