@@ -7,7 +7,7 @@ lane starts a Kafka and a Redis of its own (`--own-services`, ports 29300 + 3 (K
 restarts a service only affects its own lane. Lanes split whole modules, balanced by tests/lane_weights.json.
 
 Each lane's output is printed when the lane ends (its log is in .local/test-lanes/). The exit status is 0 only if
-every lane passed. `--update-weights` rewrites tests/lane_weights.json from the times this run measured.
+every lane passed. `--update-weights` averages the times this run measured into tests/lane_weights.json.
 
 Run: .venv/bin/python tests/lanes.py [--lanes 2] [--cluster] [--update-weights] [-- PYTEST_ARGS...]
 """
@@ -112,11 +112,13 @@ def run(runs: list[Lane]) -> int:
 
 
 def update_weights(runs: list[Lane]) -> None:
-    """Merge the modules' measured times into tests/lane_weights.json (the cluster tests are not split)."""
+    """Average the modules' measured times into tests/lane_weights.json (the cluster tests are not split): a module's
+    time moves by tens of percent with what runs beside it, so one run alone balances the next one poorly."""
     weights = json.loads(WEIGHTS.read_text())
     for lane in runs:
         if lane.name.startswith("lane-") and lane.times.exists():
-            weights.update(json.loads(lane.times.read_text()))
+            for module, seconds in json.loads(lane.times.read_text()).items():
+                weights[module] = round((weights[module] + seconds) / 2, 1) if module in weights else seconds
     WEIGHTS.write_text(json.dumps(dict(sorted(weights.items())), indent=2) + "\n")
 
 
