@@ -126,7 +126,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lanes", type=int, default=2, help="integration lanes (processes), default 2")
     parser.add_argument("--cluster", action="store_true", help="also run the cluster tests, beside the lanes")
-    parser.add_argument("--update-weights", action="store_true", help="rewrite tests/lane_weights.json afterwards")
+    parser.add_argument("--update-weights", action="store_true",
+                        help="average this run's times into tests/lane_weights.json")
     parser.add_argument("pytest_args", nargs="*", help="passed to every pytest (after --)")
     args = parser.parse_args()
     if args.lanes < 1:
