@@ -44,8 +44,8 @@ chromium:
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test $(TS_SDK)/dist/.built chromium
-	@# byte-compile the package (only what changed): pip does it for an install, an editable one compiles on import, and
-	@# not at all under PYTHONDONTWRITEBYTECODE, so every worker, edge and CLI process of the tests would compile it again
+	@# byte-compile the package (only what changed) before the tests' processes start side by side: pip does it for an
+	@# install, an editable one compiles on first import, in each process that gets there before a .pyc exists
 	@$(PY) -m compileall -q src/ldpstream > /dev/null
 
 up: install
