@@ -20,7 +20,7 @@ from ldpstream.runtime.redis import redis_answers
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.signing import ensure_signing_keys
 from ldpstream.services import ServiceError, services
-from tests.lanes import WEIGHTS, lane_option, module_of, split_into_lanes
+from tests.lanes import WEIGHTS, lane_option, link_kafka_jars, module_of, split_into_lanes
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,10 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
                            "REDIS_PORT": str(port + 2)})
         for name in ("LDP_CLUSTER", "KAFKA_BOOTSTRAP", "REDIS_URL", "REDIS_CLUSTER_NODES"):
             os.environ.pop(name, None)
-        jars = live.state_dir / "kafka" / f"lib-{live.kafka_version}"
-        if (jars / ".complete").exists():
-            (state / "kafka").mkdir()
-            (state / "kafka" / jars.name).symlink_to(jars, target_is_directory=True)
+        link_kafka_jars(live, state)
     # Tests that move LDP_STATE_DIR (a fresh cache, a broker of their own) keep the running services' credentials,
     # and so do the processes they start.
     os.environ.setdefault("LDP_SECRETS_DIR", str(Settings.from_env().secrets_dir))

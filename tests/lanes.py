@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ldpstream.runtime.settings import Settings
+
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / ".local" / "test-lanes"
 WEIGHTS = ROOT / "tests" / "lane_weights.json"
@@ -58,6 +60,15 @@ def split_into_lanes(modules: list[str], weights: dict[str, float], lanes: int) 
         split[lightest].append(module)
         totals[lightest] += weights.get(module, UNKNOWN_MODULE_S)
     return split
+
+
+def link_kafka_jars(live: Settings, state_dir: Path) -> None:
+    """Let services started in `state_dir` use the Kafka jars `ldp up` fetched into `live`'s state dir (if it has
+    them) instead of fetching them again."""
+    jars = live.state_dir / "kafka" / f"lib-{live.kafka_version}"
+    if (jars / ".complete").exists():
+        (state_dir / "kafka").mkdir(exist_ok=True)
+        (state_dir / "kafka" / jars.name).symlink_to(jars, target_is_directory=True)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from ldpstream.runtime.settings import CLUSTER, TOPOLOGY_FILE, Settings
 from ldpstream.runtime.signing import ensure_signing_keys
 from ldpstream.services import LocalKafkaCluster, LocalRedisCluster
 from ldpstream.services.cluster import NodeGroup
+from tests.lanes import link_kafka_jars
 
 # the pipeline helpers (a published collection, a fleet in the background, a reference run) are the integration
 # tests'; these tests use them on the cluster
@@ -41,10 +42,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         os.environ.pop(name, None)
     (state / TOPOLOGY_FILE).write_text(CLUSTER + "\n")
     cfg = Settings.from_env()
-    jars = live.state_dir / "kafka" / f"lib-{cfg.kafka_version}"
-    if (jars / ".complete").exists():
-        (state / "kafka").mkdir()
-        (state / "kafka" / jars.name).symlink_to(jars, target_is_directory=True)
+    link_kafka_jars(live, state)
     ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys)
     groups = [LocalKafkaCluster(cfg), LocalRedisCluster(cfg)]
     try:
