@@ -52,6 +52,10 @@ class GradientMechanism(ABC):
     def report_bytes(self) -> int:
         """The size of one device's report on the wire (its columns' itemsizes times widths)."""
 
+    def bias_bound(self) -> float:
+        """An upper bound on ||E[x_hat] - x|| over inputs (0: unbiased)."""
+        return 0.0
+
     def parameters(self) -> dict[str, Any]:
         """The keyword arguments beyond dims and epsilon that rebuild this mechanism."""
         return {}

@@ -135,6 +135,12 @@ class ProjUnit(GradientMechanism):
         c = self.spread()
         return abs(cap.second_moment - 1.0) / cap.scale**2 * max(c - 1.0, self.padded / self.k - c) + 3.0 / self.k
 
+    def bias_bound(self) -> float:
+        """sqrt(3 (d' - k) / (k (d' - 1))): the normalisation's bias (module docstring); 0 when k = d'."""
+        if self.k == self.padded:
+            return 0.0
+        return math.sqrt(3.0 * (self.padded - self.k) / (self.k * (self.padded - 1)))
+
     def projection(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(signs (n, d') in {-1, 1}, rows (n, k)): D and S of W for each report's seed."""
         n, m, k = seeds.shape[0], self.padded, self.k
