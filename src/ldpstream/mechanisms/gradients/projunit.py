@@ -36,6 +36,7 @@ c << d the error is PrivUnitG's in d dimensions plus (c - 1)(E[alpha^2] - 1)/m^2
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -57,6 +58,7 @@ from ldpstream.mechanisms.multidim import check_dims
 PROJECTED_DIMS = 1000  # AFNNT23's k in their experiments: a 4,008-byte report
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment
 _SEED_HIGH = np.iinfo(np.int64).max
+_BLOCK = 64  # the Hadamard transform's low Kronecker factor, applied as a matrix product
 
 
 def padded_dims(dims: int) -> int:
@@ -64,11 +66,23 @@ def padded_dims(dims: int) -> int:
     return 1 << (dims - 1).bit_length()
 
 
+@lru_cache(maxsize=8)
+def _sylvester(size: int) -> np.ndarray:
+    """The unnormalised size x size Sylvester-Hadamard matrix of +-1 (size a power of two)."""
+    h = np.ones((1, 1))
+    while h.shape[0] < size:
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
 def hadamard(x: np.ndarray) -> np.ndarray:
     """H x for each row of x (n, m), m a power of two, H the orthonormal Sylvester-Hadamard matrix (symmetric, so
-    also H^T x): the fast Walsh-Hadamard transform, in place on x, which is returned."""
+    also H^T x). H_m = H_{m/B} (x) H_B: the low factor is one matrix product per block of B = min(m, 64) entries,
+    the high one the butterflies of the fast Walsh-Hadamard transform over contiguous halves. x is overwritten."""
     n, m = x.shape
-    h = 1
+    block = min(m, _BLOCK)
+    x = (x.reshape(n * (m // block), block) @ _sylvester(block)).reshape(n, m)
+    h = block
     while h < m:
         y = x.reshape(n, m // (2 * h), 2, h)
         top = y[:, :, 0, :].copy()
@@ -142,13 +156,16 @@ class ProjUnit(GradientMechanism):
         return math.sqrt(3.0 * (self.padded - self.k) / (self.k * (self.padded - 1)))
 
     def projection(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(signs (n, d') in {-1, 1}, rows (n, k)): D and S of W for each report's seed."""
+        """(signs (n, d') in {-1, 1}, rows (n, k)): D and S of W for each report's seed; D from the bits of the
+        seed's first ceil(d'/64) stream words, S the indices of the k smallest of the next d' (a uniform k-subset)."""
         n, m, k = seeds.shape[0], self.padded, self.k
-        words = seed_stream(seeds, m if k == m else 2 * m)
-        signs = np.where(words[:, :m] >> np.uint64(63), -1.0, 1.0)
+        sign_words = -(-m // 64)
+        words = seed_stream(seeds, sign_words + (0 if k == m else m))
+        bits = np.unpackbits(words[:, :sign_words].view(np.uint8), axis=1, count=m)
+        signs = 1.0 - 2.0 * bits
         if k == m:
             return signs, np.broadcast_to(np.arange(m), (n, m))
-        return signs, np.argpartition(words[:, m:], k - 1, axis=1)[:, :k]
+        return signs, np.argpartition(words[:, sign_words:], k - 1, axis=1)[:, :k]
 
     def project(self, v: np.ndarray, seeds: np.ndarray) -> np.ndarray:
         """W v for unit rows v (n, d): (n, k)."""
