@@ -108,9 +108,13 @@ def table(result: dict[str, Any]) -> str:
             by = {c["mechanism"]: c for c in result["cells"] if c["d"] == d and c["epsilon"] == eps}
             ratios = ["-" if "error" in by[n] else ratio_text(by[n]["over_privunitg"]) for n in names]
             z = max(abs(c["z"]) for c in by.values() if "z" in c)
-            lines.append(f"| {d:,} | {eps:g} | {by['privunitg']['closed_form']:,.4g} | " + " | ".join(ratios)
+            lines.append(f"| {d:,} | {eps:g} | {mse_text(by['privunitg']['closed_form'])} | " + " | ".join(ratios)
                          + f" | {z:.1f} |")
     return "\n".join(lines)
+
+
+def mse_text(mse: float) -> str:
+    return f"{mse:,.0f}" if mse >= 1000 else f"{mse:.4g}"
 
 
 def ratio_text(ratio: float) -> str:

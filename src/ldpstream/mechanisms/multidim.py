@@ -38,7 +38,6 @@ from ldpstream.mechanisms.base import Column, Estimate, LDPError, Mechanism, Rep
 from ldpstream.mechanisms.numeric.base import check_numeric_epsilon, check_unit_values, quadratic_mean_estimate
 from ldpstream.mechanisms.numeric.duchi import agreement_weights, duchi_bound
 
-
 MAX_DUCHI_DIMS = 1023  # `DuchiVector`'s agreement weights are divided by 2^d, a float64 up to 2^1023
 
 
