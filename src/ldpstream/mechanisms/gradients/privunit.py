@@ -143,7 +143,7 @@ class CapMechanism(GradientMechanism):
 
     def privatize(self, v: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The unbiased (n, d) reports U / m for unit rows v."""
-        n = v.shape[0]
+        n: int = v.shape[0]
         above = rng.random(n) < self.cap.p
         u = 1.0 - rng.random(n)  # in (0, 1]: the quantile functions below stay finite
         alpha = self.projections(above, u)

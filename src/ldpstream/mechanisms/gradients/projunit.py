@@ -177,7 +177,7 @@ class ProjUnit(GradientMechanism):
 
     def perturb(self, gradients: np.ndarray, rng: np.random.Generator) -> Reports:
         x = self.check(gradients)
-        n = x.shape[0]
+        n: int = x.shape[0]
         seeds = rng.integers(0, _SEED_HIGH, size=n, dtype=np.int64)
         value = np.empty((n, self.k), dtype=np.float32)
         step = max(1, CHUNK_ELEMENTS // self.padded)
