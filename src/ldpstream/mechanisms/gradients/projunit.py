@@ -1,5 +1,5 @@
 """FastProjUnit (Asi, Feldman, Nelson, Nguyen and Talwar, "Fast optimal locally private mean estimation via random
-projections", NeurIPS 2023, "AFNNT23", Sec. 3, Algorithm FastProjUnit): PrivUnitG in k dimensions after a seeded
+projections", NeurIPS 2023, "AFNNT23", algorithm FastProjUnit): PrivUnitG in k dimensions after a seeded
 randomized Hadamard projection, so that a report is k float32 numbers and a seed whatever d is.
 
 Construction. d' is d rounded up to a power of two, k <= d' (1000 by default), x is padded with zeros to R^d'.
@@ -21,7 +21,7 @@ without replacement from the y_i^2 of mean 1/d', E y_i^4 <= 3/d'^2 over D); AFNN
 k = 1000, d = 10^5 that is under 0.056, below the noise of a mean of n reports (sqrt(MSE / n) ~ 200 / sqrt(n)) for
 any n under ~10^7.
 
-Error (derived here; AFNNT23 Thm. 3.2 bounds it). With R_k's scale m and E[alpha^2] (module privunit):
+Error (derived here; AFNNT23 bound it). With R_k's scale m and E[alpha^2] (module privunit):
 E[u u^T | y] = (1/m^2) (I_k + (E[alpha^2] - 1) w w^T), w = y / ||y||, so with A = W P_d W^T,
     E||x_hat||^2 = (1/m^2) (tr A + (E[alpha^2] - 1) E[w^T A w]),   tr A = tr(P_d W^T W) = d exactly,
 and E<x_hat, x> = E[<w, W x>] = E||W x||. Hence, for a unit x,
