@@ -163,6 +163,7 @@ def test_mse_at_another_dimension_and_the_defaults() -> None:
     ("privunit2", {"dims": 1}, "dims >= 2"),
     ("projunit", {"k": 0}, "positive integer"),
     ("duchi", {"k": 2}, "takes no k"),
+    ("duchi", {"dims": 1024}, "d <= 1023"),
     ("privunitg", {"k": 2}, "unexpected parameters"),
 ])
 def test_bad_arguments_raise_ldperror(name: str, kwargs: dict[str, object], match: str) -> None:

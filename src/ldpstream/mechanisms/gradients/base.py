@@ -122,8 +122,9 @@ def check_l2_matrix(values: np.ndarray, dims: int) -> np.ndarray:
 def round_to_sphere(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Unit rows v with E[v] = x for rows x of norm r <= 1: v = +-x/r with P[+] = (1 + r)/2 (Duchi, Jordan and
     Wainwright 2018, the first step of their L2 mechanism); a zero row gets a uniform direction
-    (+-v with equal odds, so its mean is 0 too). Data-independent coins, so any eps-LDP randomizer of unit vectors
-    stays eps-LDP on the ball."""
+    (+-v with equal odds, so its mean is 0 too). A randomizer R that is eps-LDP on unit vectors stays so on the
+    ball: the density of R(v) given x is a mixture over v, so f(u | x) <= max_v f(u | v) <= e^eps min_v f(u | v)
+    <= e^eps f(u | x')."""
     n, d = x.shape
     r = np.sqrt(np.einsum("ij,ij->i", x, x))
     zero = r == 0.0
