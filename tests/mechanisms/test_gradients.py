@@ -125,6 +125,26 @@ def test_projunit_seed_is_independent_of_the_input_and_the_report_small() -> Non
     assert a["value"].shape == (1, PROJECTED_DIMS)
 
 
+def test_projection_is_defined_bit_for_bit() -> None:
+    """ProjUnit's D and S, rebuilt from a seed in plain Python integers as its docstring defines them (what another
+    implementation of the device or the server must reproduce)."""
+    m = gradient_mechanism("projunit", dims=200, epsilon=1.0, k=16)  # d' = 256: 4 sign words, then 256 row words
+    seed, mask = 12345, 2**64 - 1
+
+    def mix(z: int) -> int:
+        z ^= z >> 30
+        z = z * 0xBF58476D1CE4E5B9 & mask
+        z ^= z >> 27
+        z = z * 0x94D049BB133111EB & mask
+        return z ^ (z >> 31)
+
+    words = [mix((seed + (j + 1) * 0x9E3779B97F4A7C15) & mask) for j in range(4 + 256)]
+    signs = [-1.0 if (words[j // 64] >> (j % 64)) & 1 else 1.0 for j in range(256)]
+    rows = sorted(sorted(range(256), key=lambda i: words[4 + i])[:16])
+    got_signs, got_rows = m.projection(np.array([seed]))  # type: ignore[attr-defined]
+    assert got_signs[0].tolist() == signs and got_rows[0].tolist() == rows
+
+
 def test_hadamard_is_the_orthonormal_sylvester_matrix() -> None:
     from scipy.linalg import hadamard as sylvester
 

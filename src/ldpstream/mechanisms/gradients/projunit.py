@@ -156,16 +156,19 @@ class ProjUnit(GradientMechanism):
         return math.sqrt(3.0 * (self.padded - self.k) / (self.k * (self.padded - 1)))
 
     def projection(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(signs (n, d') in {-1, 1}, rows (n, k)): D and S of W for each report's seed; D from the bits of the
-        seed's first ceil(d'/64) stream words, S the indices of the k smallest of the next d' (a uniform k-subset)."""
+        """(signs (n, d') in {-1, 1}, rows (n, k)): D and S of W for each report's seed, defined bit for bit so that
+        any implementation rebuilds them: with w_j = mix64(s + (j + 1) * golden) (`seed_stream`), D_j = -1 iff bit
+        j mod 64 (least significant first) of w_{j // 64} is set, j < d'; S lists in increasing order the k indices
+        i < d' with the smallest w_{ceil(d'/64) + i} (all of them when k = d'); report value i goes with row S_i."""
         n, m, k = seeds.shape[0], self.padded, self.k
         sign_words = -(-m // 64)
         words = seed_stream(seeds, sign_words + (0 if k == m else m))
-        bits = np.unpackbits(words[:, :sign_words].view(np.uint8), axis=1, count=m)
-        signs = 1.0 - 2.0 * bits
+        j = np.arange(m, dtype=np.uint64)
+        bits = (words[:, j // np.uint64(64)] >> (j % np.uint64(64))) & np.uint64(1)
+        signs = 1.0 - 2.0 * bits.astype(np.float64)
         if k == m:
             return signs, np.broadcast_to(np.arange(m), (n, m))
-        return signs, np.argpartition(words[:, sign_words:], k - 1, axis=1)[:, :k]
+        return signs, np.sort(np.argpartition(words[:, sign_words:], k - 1, axis=1)[:, :k], axis=1)
 
     def project(self, v: np.ndarray, seeds: np.ndarray) -> np.ndarray:
         """W v for unit rows v (n, d): (n, k)."""
