@@ -29,6 +29,8 @@ EPSILON = 4.0
 N = 3000
 # Two-sided normal quantile of each check: a false alarm has probability ~6e-7 (the seeds are fixed in any case).
 Z = 5.0
+# Every name at its defaults, and ProjUnit projecting 1,024 padded dimensions to 128 (its defaults project to 1,000).
+CASES = [(name, {}) for name in NAMES] + [("projunit", {"k": 128})]
 
 
 def direction(d: int, seed: int) -> np.ndarray:
@@ -44,11 +46,11 @@ def test_the_names_are_the_registry() -> None:
         assert any(t.examples for t in doctest.DocTestFinder(recurse=False).find(cls)), name
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_unbiased_at_d_1000(name: str) -> None:
+@pytest.mark.parametrize(("name", "params"), CASES)
+def test_unbiased_at_d_1000(name: str, params: dict[str, int]) -> None:
     """<mean - x, w> for fixed unit w has variance Var<x_hat, w> / n <= (E||x_hat - x||^2) / n <= (mse + 1) / n
     (the error of a row of norm r is mse + 1 - r^2 for the L2 mechanisms, d a + b r^2 <= mse + 1 for the cube ones)."""
-    m = gradient_mechanism(name, dims=D, epsilon=EPSILON)
+    m = gradient_mechanism(name, dims=D, epsilon=EPSILON, **params)
     x = 0.6 * direction(D, 1)  # norm < 1: the L2 mechanisms' rounding to the sphere is exercised
     est = m.mean(m.perturb(np.tile(x, (N, 1)), np.random.default_rng(2)))
     sd = math.sqrt((m.mse() + 1.0) / N)
@@ -56,11 +58,11 @@ def test_unbiased_at_d_1000(name: str) -> None:
         assert abs(float((est - x) @ w)) <= Z * sd + m.bias_bound(), (name, w[:3])
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_error_is_the_closed_form(name: str) -> None:
+@pytest.mark.parametrize(("name", "params"), CASES)
+def test_error_is_the_closed_form(name: str, params: dict[str, int]) -> None:
     """The mean of n iid per-report errors ||x_hat - x||^2 is within Z sample standard errors of `mse` (CLT over
     n), plus ProjUnit's stated approximation slack."""
-    m = gradient_mechanism(name, dims=D, epsilon=EPSILON)
+    m = gradient_mechanism(name, dims=D, epsilon=EPSILON, **params)
     x = direction(D, 4)
     errors = ((m.decode(m.perturb(np.tile(x, (N, 1)), np.random.default_rng(5))) - x) ** 2).sum(axis=1)
     slack = getattr(m, "mse_slack", lambda: 0.0)()
