@@ -67,6 +67,9 @@ class StoreFamilies:
     shuffle_reports: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
         "ldp_shuffle_batch_reports", "A shuffled collection's newest released batch: its reports",
         labels=["collection"]))
+    shuffle_overdue: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_shuffle_window_overdue_seconds", "A shuffled collection: how long its next window has been due to "
+        "close (0 while none is overdue; grows while the shuffler is stopped or stuck)", labels=["collection"]))
     estimate: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
         "ldp_estimate", "Unbiased estimate: a numeric attribute's mean (value '') or a categorical value's "
         "frequency", labels=ESTIMATE_LABELS))
@@ -91,7 +94,7 @@ class StoreFamilies:
 
     def all(self) -> list[Metric]:
         return [self.collections, self.reports, self.lag, self.freshness, self.shuffle_epsilon, self.shuffle_reports,
-                self.estimate, self.stderr, self.set_aside, self.alert, self.threshold, self.gain_removed,
+                self.shuffle_overdue, self.estimate, self.stderr, self.set_aside, self.alert, self.threshold, self.gain_removed,
                 self.defended]
 
 
@@ -123,14 +126,22 @@ class StoreCollector(Collector):
             for key, n in sorted(self.store.outcomes(name).items()):
                 outcome, _, reason = key.partition(":")
                 families.reports.add_metric([name, outcome, reason], n)
-            if plan.spec.shuffle is not None and (figures := self.store.shuffle_figures(name)):
-                families.shuffle_epsilon.add_metric([name], figures[-1].epsilon)
-                families.shuffle_reports.add_metric([name], figures[-1].reports)
+            if plan.spec.shuffle is not None:
+                self._shuffle(families, name, now_s)
             newest_ms = self.store.freshness(name).get("newest_report_ms")
             if newest_ms is not None:
                 families.freshness.add_metric([name], now_s - newest_ms / 1000)
             self._estimates(families, plan)
         return families.all()
+
+    def _shuffle(self, families: StoreFamilies, name: str, now_s: float) -> None:
+        """A shuffled collection's newest release and whether its next close is overdue."""
+        if figures := self.store.shuffle_figures(name):
+            families.shuffle_epsilon.add_metric([name], figures[-1].epsilon)
+            families.shuffle_reports.add_metric([name], figures[-1].reports)
+        due_ms = self.store.shuffle_due_ms(name)
+        if due_ms is not None:
+            families.shuffle_overdue.add_metric([name], max(0.0, now_s - due_ms / 1000))
 
     def _lag(self, family: GaugeMetricFamily, plans: list[Plan]) -> None:
         """High watermark - (applied offset + 1) per partition; left out (and logged) if Kafka does not answer."""
