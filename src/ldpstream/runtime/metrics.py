@@ -32,6 +32,8 @@ SGD_GRADIENTS = Counter("ldp_sgd_gradients", "Device gradients by outcome (accep
                         "sent to ldp.dlq) as checkpointed by this coordinator", ["job", "outcome", "reason"])
 SGD_HELD_OUT_LOSS = Gauge("ldp_sgd_held_out_loss", "Mean loss of the current model on held-out rows (simulated "
                           "jobs only)", ["job"])
+SGD_HELD_OUT_ERROR = Gauge("ldp_sgd_held_out_error", "The current model's error on held-out rows (simulated jobs "
+                           "only): metric misclassification (a ratio: 1 - accuracy) or mse", ["job", "metric"])
 SGD_MODEL_NORM = Gauge("ldp_sgd_model_norm", "L2 norm of the current model's parameters beta", ["job"])
 
 
@@ -57,6 +59,8 @@ EDGE_REQUESTS = Counter("ldp_edge_requests", "Report requests answered by the ed
                         ["status", "reason"])
 EDGE_REPORTS = Counter("ldp_edge_reports", "Reports answered by the edge: accepted (to Kafka or the spool) "
                        "or rejected with a reason", ["outcome", "reason"])
+EDGE_ENROLMENTS = Counter("ldp_edge_enrolments", "Device enrolments (POST /v1/enroll): enrolled, or refused with a "
+                          "reason of ldpstream.edge.join", ["outcome", "reason"])
 EDGE_SECONDS = Histogram("ldp_edge_request_duration_seconds", "Time from a report request's arrival to its answer",
                          buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0))
 EDGE_SPOOL_BYTES = Gauge("ldp_edge_spool_bytes", "Bytes in the edge processes' on-disk spools",
