@@ -11,9 +11,11 @@ Services: `ldp up --prometheus` on the ports the environment names (KAFKA_PORT, 
 stopped at the end if the run started them); the edge, the API and the workers on free loopback ports.
 
 Measured: per stage (the load generator, the edge, Kafka, the aggregator workers, Redis, the API, Prometheus) its
-CPU seconds (its processes' user + system, from /proc, the supervisors' children included) per 1,000 reports counted
-and the sum of its processes' peak resident memory (VmHWM); reports per second sent, admitted by the edge and counted
-by the workers (each over its own stage's active time); from Prometheus: the freshness p50 and p99 over the sending
+CPU seconds (its processes' user + system, from /proc, the supervisors' children included) per 1,000 reports counted,
+in all and above its idle CPU (`--idle-seconds` with no load first: polls, heartbeats, scrapes; what a stage costs per
+report at any rate is the marginal figure, its idle cores a fixed cost), and
+the sum of its processes' peak resident memory (VmHWM); reports per second sent, admitted by the edge and counted by
+the workers (each over its own stage's active time); from Prometheus: the freshness p50 and p99 over the sending
 time (`quantile_over_time` of `ldp_freshness_seconds`), the peak consumer lag, and whether any alert fired. The graphs
 (requests/s by status, reports counted/s, consumer lag, freshness, CPU by job) are written as PNG files from
 Prometheus' query_range into `--out`.
@@ -156,6 +158,7 @@ def main() -> None:
                         help="devices enrolled and sent at a time (their reports are made just before it)")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--edge-workers", type=int, default=1)
+    parser.add_argument("--idle-seconds", type=float, default=10.0, help="CPU measured with no load first")
     parser.add_argument("--out", type=Path, default=None, help="where the graphs go (default .local/soak-<time>)")
     args = parser.parse_args()
     started = time.time()
@@ -189,7 +192,11 @@ def main() -> None:
         url = f"http://127.0.0.1:{edge_port}"
         wait_for("edge", lambda: port_in_use(edge_port), 60)
         wait_for("targets scraped", lambda: len(prom.get("query", query='up{job=~"ldp-.*"} == 1')) >= 3, 60)
+        idle0 = {stage: cpu_seconds(pid) for stage, pid in pids.items() if pid}
+        idle_start = time.monotonic()
+        time.sleep(args.idle_seconds)  # every stage's CPU with no load: heartbeats, polls, scrapes
         cpu0 = {stage: cpu_seconds(pid) for stage, pid in pids.items() if pid}
+        idle_cores = {stage: (cpu0[stage] - idle0[stage]) / (time.monotonic() - idle_start) for stage in cpu0}
         own0 = resource.getrusage(resource.RUSAGE_SELF)
         registry = DeviceRegistry(client, Keyring.create(cfg.edge_key))
         send_start = time.time()
@@ -236,6 +243,8 @@ def main() -> None:
             prom.graph(path, title, promql.replace("$c", spec.name), unit, send_start - 10, end)
             graphs.append(str(path))
         per_1k = 1000 / max(counted, 1)
+        loaded_s = end - send_start
+        marginal = {stage: max(0.0, cpu[stage] - idle_cores.get(stage, 0.0) * loaded_s) for stage in cpu}
         result = {
             "sent": sent, "admitted": admitted, "counted": counted, "equal": sent == admitted == counted,
             "spec": "examples/diagnostics.yaml (10 attributes, one report per device per window)",
@@ -246,6 +255,8 @@ def main() -> None:
             "freshness_s": {q: None if v is None else round(v, 3) for q, v in freshness.items()},
             "peak_lag": peak_lag, "alerts_fired": alerts,
             "cpu_s_per_1k": {stage: round(s * per_1k, 4) for stage, s in sorted(cpu.items())},
+            "cpu_s_per_1k_marginal": {stage: round(s * per_1k, 4) for stage, s in sorted(marginal.items())},
+            "cpu_idle_cores": {stage: round(c, 4) for stage, c in sorted(idle_cores.items())},
             "rss_peak_bytes": dict(sorted(rss.items())),
             "seconds": {"sending": round(send_end - send_start, 1), "drain": round(counted_at - send_end, 1),
                         "total": round(time.time() - started, 1)},
