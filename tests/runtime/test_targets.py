@@ -21,7 +21,7 @@ def cfg(tmp_path: Path) -> Settings:
 
 def test_an_announcement_is_prometheus_file_discovery_with_its_job(cfg: Settings) -> None:
     path = announce(cfg, "ldp-edge", 8080, TOKEN, host="127.0.0.1")
-    assert path.parent == targets_dir(cfg, TOKEN)
+    assert path is not None and path.parent == targets_dir(cfg, TOKEN)
     [entry] = json.loads(path.read_text())
     assert entry["targets"] == ["127.0.0.1:8080"]
     assert entry["labels"]["job"] == "ldp-edge" and PID_LABEL.startswith("__")  # dropped after discovery
@@ -42,3 +42,8 @@ def test_a_process_withdraws_at_exit_and_a_killed_ones_is_pruned(cfg: Settings, 
     left = Path(killed.stdout.strip())
     assert left.exists() and left.parent.name == OPEN  # os._exit skips atexit, as a SIGKILL would
     assert prune(cfg) == [left] and not left.exists()
+
+
+def test_a_state_dir_that_cannot_be_written_leaves_the_service_unannounced(tmp_path: Path) -> None:
+    (tmp_path / "prometheus").write_text("a file where the directory would be")
+    assert announce(Settings.from_env({"LDP_STATE_DIR": str(tmp_path)}), "ldp-api", 8000, TOKEN) is None

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 from pathlib import Path
 
 from ldpstream.runtime.process import pid_alive
 from ldpstream.runtime.settings import Settings
 
+log = logging.getLogger(__name__)
 OPEN, TOKEN = "open", "token"  # how a target's /metrics is read
 PID_LABEL = "__meta_ldp_pid"
 
@@ -28,22 +30,27 @@ def targets_dir(cfg: Settings, access: str | None = None) -> Path:
     return root if access is None else root / access
 
 
-def announce(cfg: Settings, job: str, port: int, access: str = OPEN, host: str | None = None) -> Path:
+def announce(cfg: Settings, job: str, port: int, access: str = OPEN, host: str | None = None) -> Path | None:
     """Announce this process's /metrics at `host`:`port` (default: `cfg.metrics_addr`, or loopback where that is
-    every interface) under `job` until it exits; the file written."""
+    every interface) under `job` until it exits; the file written (None, logged, where the state dir cannot be
+    written: the service runs on, unannounced)."""
     if access not in (OPEN, TOKEN):
         raise ValueError(f"access is {OPEN} or {TOKEN}, not {access!r}")
     address = host or cfg.metrics_addr
     if address in ("0.0.0.0", "", "::"):
         address = "127.0.0.1"
     directory = targets_dir(cfg, access)
-    directory.mkdir(parents=True, exist_ok=True)
-    prune(cfg)
     path = directory / f"{job}-{port}.json"
     entry = [{"targets": [f"{address}:{port}"], "labels": {"job": job, PID_LABEL: str(os.getpid())}}]
     tmp = path.with_suffix(".tmp")  # Prometheus reads *.json only: never a half-written file
-    tmp.write_text(json.dumps(entry))
-    tmp.replace(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        prune(cfg)
+        tmp.write_text(json.dumps(entry))
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("metrics on port %d not announced to a local Prometheus: %s", port, exc)
+        return None
     pid = os.getpid()
     atexit.register(lambda: _withdraw(path, pid))
     return path
