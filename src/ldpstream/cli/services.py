@@ -17,7 +17,8 @@ from ldpstream.cli.errors import START_STACK
 if TYPE_CHECKING:
     from ldpstream.aggregator.health import Health
     from ldpstream.runtime.settings import Settings
-    from ldpstream.services.base import LocalService
+    from ldpstream.services import Service
+    from ldpstream.services.prometheus import PrometheusService
 
 
 console = Console()
@@ -101,7 +102,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
         raise typer.Exit(1)
 
 
-def with_prometheus(cfg: Settings) -> list[LocalService]:
+def with_prometheus(cfg: Settings) -> list[Service | PrometheusService]:
     """The local services, and Prometheus when it runs (`ldp up --prometheus`) or PROMETHEUS_URL names one."""
     from ldpstream.services import services
     from ldpstream.services.prometheus import PrometheusService
