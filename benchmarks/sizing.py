@@ -17,6 +17,7 @@ rebalance, a lost member's share):
                           (the per-device and per-request costs measured by `benchmarks/capacity.py`,
                           docs/reference/capacity.md); devices per window = min(D, r x window length)
     Redis cores         = cores_redis (the soak's: admission and statistics together)
+    read API cores      = what it used in the soak (it works per scrape and per query, not per report)
 
 One machine: the sum of the stages' cores. The cluster layout (`ldp up --cluster`: 3 Kafka brokers at RF 3, a
 Redis Cluster of 3 primaries with a replica each): every broker does the single broker's work (it writes every
@@ -54,7 +55,9 @@ def size(soak: dict[str, Any], devices: int, per_day: float, peak: float, window
     per_window = min(devices, r * window_s)
     redis_bytes = (STATS_B * per_window * 2 + ENROLLED_B * devices + MARK_B * per_window * 2
                    + SIGNATURE_B * r * SIGNATURE_S)
-    stage_cores = {stage: round(cores(stage), 2) for stage in ("edge", "kafka", "aggregator", "redis", "api")}
+    stage_cores = {stage: round(cores(stage), 2) for stage in ("edge", "kafka", "aggregator", "redis")}
+    # the read API works per scrape and per request, not per report: what it used during the soak, at any scale
+    stage_cores["api"] = round(idle.get("api", 0.0) + soak["rates"]["counted_per_s"] * marginal["api"] / 1000, 2)
     shuffler = r_peak / SHUFFLER_REPORTS_PER_CPU_S
     return {
         "devices": devices, "reports_per_s": round(r, 1), "peak_reports_per_s": round(r_peak, 1),
