@@ -340,21 +340,10 @@ class Shuffler:
             self._publish_due(c)
         return made
 
-    def next_due(self, c: Collection) -> int | None:
-        """When the first window not closed yet of any spec version of `c` is due to close (epoch ms); None before
-        the first close."""
-        dues, margin = [], int(self.cfg.margin_s * 1000)
-        for v, spec in c.specs.items():
-            if v in c.state.closed:
-                assert spec.shuffle is not None
-                length = window_seconds(spec.windows[0]) * 1000
-                dues.append(c.state.closed[v] + 2 * length + spec.shuffle.grace_s * 1000 + margin)
-        return min(dues, default=None)
-
     def _publish_due(self, c: Collection) -> None:
         """The collection's next due close to Redis (`DUE_FIELD`) when it changed: a shuffler that stops closing
         windows shows as overdue on the API's metrics; a Redis outage is logged, the next close retries."""
-        due = self.next_due(c)
+        due = next_due(c, self.cfg.margin_s)
         if due is None or due == c.due_ms:
             return
         try:
@@ -441,6 +430,18 @@ class Shuffler:
             if time.monotonic() >= next_tick:
                 self.tick()
                 next_tick = time.monotonic() + self.cfg.tick_s
+
+
+def next_due(c: Collection, margin_s: float) -> int | None:
+    """When the first window not closed yet of any spec version of `c` is due to close (epoch ms: the window after
+    the last closed ends, then its grace and the margin pass); None before the first close."""
+    dues = []
+    for v, spec in c.specs.items():
+        if v in c.state.closed:
+            assert spec.shuffle is not None
+            length = window_seconds(spec.windows[0]) * 1000
+            dues.append(c.state.closed[v] + 2 * length + spec.shuffle.grace_s * 1000 + int(margin_s * 1000))
+    return min(dues, default=None)
 
 
 def run(cfg: ShufflerConfig, stop: Event, retry_s: float = 2.0) -> None:
