@@ -159,7 +159,7 @@ def poison_window(c: Collection, w: int, first_ms: int, attacked: bool) -> None:
 def job_file(path: Path, job_id: str) -> Path:
     path.write_text(yaml.safe_dump({
         "job": {"job_id": job_id, "model": "logistic", "dims": 3, "epsilon": 2.0, "mechanism": "hm",
-                "batch_size": 200, "gamma0": 2.0, "max_iterations": 40},
+                "batch_size": 200, "gamma0": 2.0, "max_iterations": 30},
         "simulation": {"dataset": "synthetic", "devices": 10_000, "test_rows": 1000, "seed": 1}}))
     return path
 
@@ -288,6 +288,11 @@ def test_every_panel_and_variable_returns_data_and_every_service_passes_promtool
             assert not re.search(rb'[{,]device\w*="', text), f"{job}: a device label"
             checked.add(job)
     assert checked >= JOBS - {"ldp-sgd"}
+    status = subprocess.run([*LDP, "status", "--services-only", "--json"], capture_output=True, text=True,
+                            env=s.env, timeout=60)
+    rows = {row["name"]: row for row in json.loads(status.stdout)["services"]}
+    assert rows["prometheus"]["answers"] and rows["prometheus"]["address"] == s.prometheus.address
+    assert "ldp-aggregator x1" in rows["prometheus"]["detail"], rows["prometheus"]
 
 
 def test_each_alert_fires_when_its_fault_is_made_and_clears_after(stack: Stack) -> None:
