@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_edge import cpu_seconds  # run as a script: benchmarks/ is on the path
+from bench_edge import cpu_seconds, process_tree  # run as a script: benchmarks/ is on the path
 
 from ldpstream.aggregator.store import RedisStore
 from ldpstream.contract.spec import load_spec
@@ -81,7 +81,7 @@ def free_port() -> int:
 
 def peak_rss(pid: int) -> int:
     """The sum of the peak resident memory (VmHWM) of a process and its descendants, in bytes."""
-    tree, total = descendants(pid), 0
+    (tree, _), total = process_tree(pid), 0
     for p in tree:
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
@@ -90,20 +90,6 @@ def peak_rss(pid: int) -> int:
         except OSError:
             continue
     return total
-
-
-def descendants(pid: int) -> set[int]:
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    tree, grown = {pid}, True
-    while grown:
-        more = {p for p, parent in parents.items() if parent in tree} - tree
-        tree, grown = tree | more, bool(more)
-    return tree
 
 
 class Prometheus:
