@@ -136,9 +136,8 @@ def loadgen() -> Path:
     return LOADGEN
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) of a process and its descendants so far (Linux /proc), e.g. a server and its
-    workers."""
+def process_tree(pid: int) -> tuple[set[int], dict[int, float]]:
+    """A process and its descendants (Linux /proc), and the CPU seconds (user + system) of every process so far."""
     parents, times = {}, {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -152,6 +151,12 @@ def cpu_seconds(pid: int) -> float:
     while grown:
         more = {p for p, parent in parents.items() if parent in tree} - tree
         tree, grown = tree | more, bool(more)
+    return tree, times
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its descendants so far, e.g. a server and its workers."""
+    tree, times = process_tree(pid)
     return sum(times.get(p, 0.0) for p in tree)
 
 

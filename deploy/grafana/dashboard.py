@@ -126,6 +126,14 @@ def edge_row() -> Row:
                                               Query("sum(ldp_edge_reports_in_flight)", "reports in flight")),
               description="A non-empty spool means Kafka was unreachable: it drains oldest first when Kafka is "
                           "back; a full spool answers 507"),
+        Panel("Enrolments per second", (Query(
+            f"sum by (outcome, reason) (rate(ldp_edge_enrolments_total[{RATE}]))", "{{outcome}} {{reason}}"),),
+            unit="reqps", description="POST /v1/enroll: devices enrolled with a token, or refused with the reason "
+                                      "(bad_token, used_up, rate_limited, ...)"),
+        Panel("4xx answers per second by reason", (Query(
+            f'sum by (status, reason) (rate(ldp_edge_requests_total{{status=~"4.."}}[{RATE}]))',
+            "{{status}} {{reason}}"),), unit="reqps",
+            description="Requests the edge refused as the client's fault, by status and reason"),
     ))
 
 
@@ -138,14 +146,58 @@ def sgd_row() -> Row:
             "{{job}} {{outcome}} {{reason}}"),), unit="reqps",
             description="accepted (g per version); dropped: stale (computed on an older version); rejected: sent "
                         "to ldp.dlq with the reason"),
-        Panel("Held-out loss", (Query("max by (job) (ldp_sgd_held_out_loss)", "{{job}}"),),
-              description="Mean loss of the current model on held-out rows (simulated jobs)"),
+        Panel("Held-out loss and accuracy", (
+            Query("max by (job) (ldp_sgd_held_out_loss)", "{{job}} loss"),
+            Query('1 - max by (job) (ldp_sgd_held_out_error{metric="misclassification"})', "{{job}} accuracy")),
+            description="Mean loss of the current model on held-out rows and, for a classifier, its accuracy "
+                        "(simulated jobs)"),
         Panel("Model norm", (Query("max by (job) (ldp_sgd_model_norm)", "{{job}}"),),
               description="L2 norm of the current parameters beta"),
     ))
 
 
-ROWS: list[Callable[[], Row]] = [ingestion_row, estimates_row, worker_row, edge_row, sgd_row]
+def shuffler_row() -> Row:
+    return Row("Shuffler", (
+        Panel("Reports held", (Query("sum by (collection) (ldp_shuffler_held_reports)", "{{collection}}"),),
+              description="Reports of windows not released yet: a window is released when it closes with at least "
+                          "the spec's min_batch reports, else rolled into the next"),
+        Panel("Released batches and reports per second", (
+            Query(f"sum by (collection) (rate(ldp_shuffler_released_batches_total[{RATE}]))",
+                  "{{collection}} batches"),
+            Query(f"sum by (collection) (rate(ldp_shuffler_released_reports_total[{RATE}]))",
+                  "{{collection}} reports")), unit="ops"),
+        Panel("Central epsilon of the newest batch", (Query("ldp_shuffle_central_epsilon", "{{collection}}"),),
+              description="Each released batch's (epsilon, delta)-DP guarantee after shuffling, at the spec's delta"),
+        Panel("Window close overdue", (Query("ldp_shuffle_window_overdue_seconds", "{{collection}}"),), unit="s",
+              description="How long the next window has been due to close: 0 unless the shuffler is stopped or "
+                          "stuck (alert LdpShuffleWindowOverdue)"),
+    ))
+
+
+def poisoning_row() -> Row:
+    return Row("Poisoning", (
+        Panel("Set-aside ratio", (Query("ldp_poisoning_set_aside_ratio", "{{collection}} {{window}}"),
+                                  Query("ldp_poisoning_alert_threshold", "{{collection}} threshold")),
+              unit="percentunit", description="The share of a window's reports its detectors set aside, and the "
+                                              "threshold above which the window raises the alert"),
+        Panel("Suspected poisoning", (Query("max by (collection, window) (ldp_poisoning_alert)",
+                                            "{{collection}} {{window}}"),),
+              description="1 while a window's set-aside ratio is above the threshold (alert LdpSuspectedPoisoning): "
+                          "`ldp poisoning status NAME`"),
+    ))
+
+
+def privacy_row() -> Row:
+    return Row("Devices' privacy", (
+        Panel("Epsilon per report and per window", (Query("ldp_privacy_epsilon", "{{collection}} per {{scope}}"),),
+              width=COLUMNS, description="What a device spends as the newest published spec states it: per report, "
+                                         "per window (one report a window) and over its lifetime (a spec's privacy "
+                                         "block); a shuffled collection's central epsilon is in the Shuffler row"),
+    ))
+
+
+ROWS: list[Callable[[], Row]] = [ingestion_row, estimates_row, worker_row, edge_row, shuffler_row, poisoning_row,
+                                 sgd_row, privacy_row]
 
 
 def variable(name: str, query: str, multi: bool = False) -> dict[str, Any]:

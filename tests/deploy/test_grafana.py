@@ -182,3 +182,7 @@ def test_compose_provisions_grafana_and_prometheus_scrapes_our_services() -> Non
     edge_port = services["edge"]["command"][services["edge"]["command"].index("--port") + 1]
     assert jobs["ldp-edge"]["dns_sd_configs"][0] == {"names": ["edge"], "type": "A", "port": int(edge_port)}
     assert jobs["ldp-edge"]["authorization"] == jobs["ldp-api"]["authorization"]  # a metrics-scope API token
+    shuffler_port = services["shuffler"]["command"][services["shuffler"]["command"].index("--metrics-port") + 1]
+    assert jobs["ldp-shuffler"]["dns_sd_configs"][0] == {"names": ["shuffler"], "type": "A",
+                                                          "port": int(shuffler_port)}
+    assert services["shuffler"]["environment"]["LDP_METRICS_ADDR"] == "0.0.0.0"

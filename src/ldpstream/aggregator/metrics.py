@@ -10,6 +10,8 @@ Labels and their values (no device ids, no free text):
 - window: all (the all-time window), or a window length such as 1h for the newest window of that length.
 - partition: a report topic's partition number (a spec's `partitions`, 8 by default) or of `ldp.sgd.gradients`;
 - topic: a report topic (one per collection) or `ldp.sgd.gradients` (`ldp_lost_messages`).
+- scope (`ldp_privacy_epsilon`): report | window | lifetime;
+- metric (`ldp_sgd_held_out_error`): misclassification | mse;
 - job: an SGD training job's id (one coordinator per job); for `ldp_sgd_gradients`, outcome: accepted | dropped |
   rejected and reason: '' or one of `ldpstream.sgd.coordinator`'s (stale, or the 7 `REJECT_REASONS`).
 Worker processes serve the per-process metrics (batches, latency, rejects seen by that worker); the API serves
@@ -67,6 +69,12 @@ class StoreFamilies:
     shuffle_reports: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
         "ldp_shuffle_batch_reports", "A shuffled collection's newest released batch: its reports",
         labels=["collection"]))
+    privacy: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_privacy_epsilon", "The epsilon a device spends as the newest published spec states it: per report, per "
+        "window (one report per window) and over its lifetime (a privacy block)", labels=["collection", "scope"]))
+    shuffle_overdue: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        "ldp_shuffle_window_overdue_seconds", "A shuffled collection: how long its next window has been due to "
+        "close (0 while none is overdue; grows while the shuffler is stopped or stuck)", labels=["collection"]))
     estimate: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
         "ldp_estimate", "Unbiased estimate: a numeric attribute's mean (value '') or a categorical value's "
         "frequency", labels=ESTIMATE_LABELS))
@@ -91,8 +99,8 @@ class StoreFamilies:
 
     def all(self) -> list[Metric]:
         return [self.collections, self.reports, self.lag, self.freshness, self.shuffle_epsilon, self.shuffle_reports,
-                self.estimate, self.stderr, self.set_aside, self.alert, self.threshold, self.gain_removed,
-                self.defended]
+                self.privacy, self.shuffle_overdue, self.estimate, self.stderr, self.set_aside, self.alert,
+                self.threshold, self.gain_removed, self.defended]
 
 
 class StoreCollector(Collector):
@@ -123,14 +131,33 @@ class StoreCollector(Collector):
             for key, n in sorted(self.store.outcomes(name).items()):
                 outcome, _, reason = key.partition(":")
                 families.reports.add_metric([name, outcome, reason], n)
-            if plan.spec.shuffle is not None and (figures := self.store.shuffle_figures(name)):
-                families.shuffle_epsilon.add_metric([name], figures[-1].epsilon)
-                families.shuffle_reports.add_metric([name], figures[-1].reports)
+            self._privacy(families.privacy, plan)
+            if plan.spec.shuffle is not None:
+                self._shuffle(families, name, now_s)
             newest_ms = self.store.freshness(name).get("newest_report_ms")
             if newest_ms is not None:
                 families.freshness.add_metric([name], now_s - newest_ms / 1000)
             self._estimates(families, plan)
         return families.all()
+
+    @staticmethod
+    def _privacy(family: GaugeMetricFamily, plan: Plan) -> None:
+        """The spec's epsilon per report, per window (when a device reports at most once a window) and lifetime."""
+        spec = plan.spec
+        family.add_metric([spec.name, "report"], spec.epsilon)
+        if spec.one_report_per_window:
+            family.add_metric([spec.name, "window"], spec.epsilon)
+        if spec.privacy is not None:
+            family.add_metric([spec.name, "lifetime"], spec.privacy.lifetime)
+
+    def _shuffle(self, families: StoreFamilies, name: str, now_s: float) -> None:
+        """A shuffled collection's newest release and whether its next close is overdue."""
+        if figures := self.store.shuffle_figures(name):
+            families.shuffle_epsilon.add_metric([name], figures[-1].epsilon)
+            families.shuffle_reports.add_metric([name], figures[-1].reports)
+        due_ms = self.store.shuffle_due_ms(name)
+        if due_ms is not None:
+            families.shuffle_overdue.add_metric([name], max(0.0, now_s - due_ms / 1000))
 
     def _lag(self, family: GaugeMetricFamily, plans: list[Plan]) -> None:
         """High watermark - (applied offset + 1) per partition; left out (and logged) if Kafka does not answer."""

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ldpstream.contract.clock import now_ms
-from ldpstream.contract.shuffled import WindowFigures, decode_figures, figures_key
+from ldpstream.contract.shuffled import DUE_FIELD, WindowFigures, decode_figures, figures_key
 from ldpstream.runtime.offsets import NOT_APPLIED
 from ldpstream.runtime.redis import move_applied_offset, redis_client
 
@@ -159,6 +159,11 @@ class StatsStore(ABC):
         """The figures the shuffler published for a shuffled collection's released windows, oldest first (none for
         a store without them)."""
         return []
+
+    def shuffle_due_ms(self, collection: str) -> int | None:
+        """When the shuffler's next close of a shuffled collection is due (epoch ms; None before its first close,
+        or for a store without it)."""
+        return None
 
     @abstractmethod
     def put_poisoning(self, collection: str, key: WindowKey, record: bytes) -> None:
@@ -352,8 +357,15 @@ class RedisStore(StatsStore):
         return {k: int(v) for k, v in self._hash(f"{prefix(collection)}:meta").items()}
 
     def shuffle_figures(self, collection: str) -> list[WindowFigures]:
-        figures = [decode_figures(v) for v in self._hash(figures_key(collection)).values()]
+        figures = [decode_figures(v) for k, v in self._hash(figures_key(collection)).items() if k != DUE_FIELD]
         return sorted((f for f in figures if f is not None), key=lambda f: (f.spec_version, f.window_ms))
+
+    def shuffle_due_ms(self, collection: str) -> int | None:
+        raw = self.redis.hget(figures_key(collection), DUE_FIELD)
+        try:
+            return int(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):  # none yet, or not a number (a store is outside bytes too)
+            return None
 
     def put_poisoning(self, collection: str, key: WindowKey, record: bytes) -> None:
         self.redis.hset(poisoning_key(collection), window_member(*key), record)

@@ -537,6 +537,6 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
     if cfg.metrics_port is not None:
         @app.task
         async def serve_metrics() -> None:
-            metrics.serve(cfg.metrics_port, settings.metrics_addr)  # type: ignore[arg-type]
+            metrics.serve(cfg.metrics_port, settings, "ldp-aggregator")  # type: ignore[arg-type]
 
     return app

@@ -48,8 +48,10 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
     from ldpstream.edge.processes import start_edge, stop_edge
     from ldpstream.runtime.metrics import MULTIPROCESS_DIR
     from ldpstream.runtime.settings import Settings
+    from ldpstream.runtime.targets import TOKEN, announce
 
-    state = Settings.from_env().state_dir / "edge"
+    cfg = Settings.from_env()
+    state = cfg.state_dir / "edge"
     tls = ["--tls-cert", str(tls_cert), "--tls-key", str(tls_key)] if tls_cert or tls_key else []
     args = ["--max-reports", str(max_reports), "--rate", str(rate), "--max-connections", str(max_connections),
             "--idle-timeout-s", str(idle_timeout_s), "--body-timeout-s", str(body_timeout_s),
@@ -66,6 +68,8 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
                           env={MULTIPROCESS_DIR: str(metrics_dir)})
 
     procs = [start(i) for i in range(workers)]
+    if not tls:  # to the local Prometheus (`ldp up --prometheus`), which reads /metrics over plain HTTP
+        announce(cfg, "ldp-edge", port, TOKEN, host=host)
     stopping = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.append(True))

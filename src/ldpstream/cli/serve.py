@@ -43,6 +43,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.
     from ldpstream.aggregator.api import serve as serve_api
     from ldpstream.runtime.access import act_as
     from ldpstream.runtime.settings import Settings
+    from ldpstream.runtime.targets import TOKEN, announce
 
     act_as("api")
     client_logs(verbose=True)  # a service in the foreground: its clients' warnings are its log
@@ -51,8 +52,13 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.
     if hint is not None:
         typer.echo(hint, err=True)
     typer.echo(f"console: http://{host}:{port}/console/ (with a read token: ldp tokens create --scope read)")
+
+    def started(line: str) -> None:  # listening: announced to the local Prometheus (`ldp up --prometheus`)
+        typer.echo(line)
+        announce(cfg, "ldp-api", port, TOKEN, host=host)
+
     try:
-        serve_api(cfg, host, port, on_start=typer.echo)
+        serve_api(cfg, host, port, on_start=started)
     except OSError as exc:
         typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror}", err=True)
         raise typer.Exit(1) from exc

@@ -17,20 +17,27 @@ from ldpstream.cli.errors import START_STACK
 if TYPE_CHECKING:
     from ldpstream.aggregator.health import Health
     from ldpstream.runtime.settings import Settings
+    from ldpstream.services import Service
+    from ldpstream.services.prometheus import PrometheusService
 
 
 console = Console()
 
 
 def up(cluster: bool = typer.Option(False, "--cluster", help="a 3-node Kafka cluster and a Redis Cluster of 3 "
-                                                                  "primaries with a replica each, not single servers")
+                                                                  "primaries with a replica each, not single servers"),
+       prometheus: bool = typer.Option(False, "--prometheus", help="also Prometheus on PROMETHEUS_PORT (9090), "
+                                                                   "scraping every local service that runs")
        ) -> None:
     """Make the spec-signing keys if missing, start the local Kafka broker and Redis server, or with --cluster the
-    local clusters (idempotent). The state dir remembers which: later commands use the same."""
+    local clusters (idempotent). The state dir remembers which: later commands use the same. With --prometheus,
+    Debian's Prometheus too (`make prometheus` installs it), its configuration generated: it scrapes every edge,
+    aggregator worker, read API, shuffler and training coordinator started on this state dir."""
     from ldpstream.runtime.join_keys import ensure_join_keys
     from ldpstream.runtime.settings import CLUSTER, Settings, recorded_topology
     from ldpstream.runtime.signing import SigningError, ensure_signing_keys
     from ldpstream.services import ServiceError, services
+    from ldpstream.services.prometheus import PrometheusService
 
     cfg = Settings.from_env()
     try:
@@ -38,7 +45,7 @@ def up(cluster: bool = typer.Option(False, "--cluster", help="a 3-node Kafka clu
             cfg = record_topology(replace(cfg, cluster=False), CLUSTER)
         console.print(f"[bold]spec signing[/]: {ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys)}")
         console.print(f"[bold]device join[/]: {ensure_join_keys(cfg)}")
-        for svc in services(cfg):
+        for svc in [*services(cfg), *([PrometheusService(cfg)] if prometheus else [])]:
             with console.status(f"starting {svc.name} ..."):
                 console.print(f"[bold]{svc.name}[/]: {svc.start()}")
     except (ServiceError, SigningError) as exc:
@@ -49,11 +56,11 @@ def up(cluster: bool = typer.Option(False, "--cluster", help="a 3-node Kafka clu
 def down(purge: bool = typer.Option(False, "--purge", help="also delete the services' data")) -> None:
     """Stop the local services that `ldp up` started."""
     from ldpstream.runtime.settings import TOPOLOGY_FILE, Settings
-    from ldpstream.services import ServiceError, services
+    from ldpstream.services import ServiceError
 
     cfg = Settings.from_env()
     failed = False
-    for svc in reversed(services(cfg)):
+    for svc in reversed(with_prometheus(cfg)):
         try:
             console.print(f"[bold]{svc.name}[/]: {svc.stop()}")
         except ServiceError as exc:
@@ -73,10 +80,9 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
     """Show each service, its address and whether it answers, then the pipeline's health (workers, crash loops,
     collections with messages waiting); exit 1 if a service does not answer or the pipeline is unhealthy."""
     from ldpstream.runtime.settings import Settings
-    from ldpstream.services import services
 
     cfg = Settings.from_env()
-    rows = [row for svc in services(cfg) for row in svc.statuses()]
+    rows = [row for svc in with_prometheus(cfg) for row in svc.statuses()]
     health = pipeline_status(cfg) if all(r.answers for r in rows) and not services_only else None
     if as_json:
         typer.echo(json.dumps({"services": [r.__dict__ for r in rows],
@@ -94,6 +100,15 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
             print_health(health)
     if not all(r.answers for r in rows) or (health is not None and not health.ok):
         raise typer.Exit(1)
+
+
+def with_prometheus(cfg: Settings) -> list[Service | PrometheusService]:
+    """The local services, and Prometheus when it runs (`ldp up --prometheus`) or PROMETHEUS_URL names one."""
+    from ldpstream.services import services
+    from ldpstream.services.prometheus import PrometheusService
+
+    prometheus = PrometheusService(cfg)
+    return [*services(cfg), *([prometheus] if prometheus.running else [])]
 
 
 def record_topology(cfg: Settings, topology: str) -> Settings:

@@ -15,6 +15,8 @@ def shuffle(margin_s: Annotated[float, typer.Option(help="after a window's end a
             memory_rows: Annotated[int, typer.Option(min=1000, help="rows of a window held in memory before it "
                                                                     "spills to disk")] = 5_000_000,
             spill_dir: Annotated[Path | None, typer.Option(help="where windows larger than memory spill")] = None,
+            metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus metrics here (held reports, "
+                                                                   "released batches)")] = None,
             ) -> None:
     """Shuffle the reports of shuffled collections window by window until SIGINT/SIGTERM (each window released once,
     in a Kafka transaction)."""
@@ -22,6 +24,7 @@ def shuffle(margin_s: Annotated[float, typer.Option(help="after a window's end a
     import signal
     import threading
 
+    from ldpstream.runtime import metrics
     from ldpstream.runtime.access import act_as
     from ldpstream.runtime.settings import Settings
     from ldpstream.shuffler.service import ShufflerConfig, run
@@ -31,6 +34,8 @@ def shuffle(margin_s: Annotated[float, typer.Option(help="after a window's end a
     cfg = Settings.from_env()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     client_logs(verbose=True)
+    if metrics_port is not None:
+        metrics.serve(metrics_port, cfg, "ldp-shuffler")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -120,7 +120,7 @@ def train_job(ctx: typer.Context, job_file: Path, metrics_port: int | None) -> N
     cfg = Settings.from_env()
     checkpoint = RedisCheckpoint(cfg.redis)
     if metrics_port is not None:
-        metrics.serve(metrics_port, cfg.metrics_addr)
+        metrics.serve(metrics_port, cfg, "ldp-sgd")
     as_json = bool(ctx.params.get("as_json"))
     source = ctx.get_parameter_source("devices")  # typer's own click: compare the enum member by name
     with_fleet = source is not None and source.name == "COMMANDLINE"

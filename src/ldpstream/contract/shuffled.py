@@ -1,6 +1,7 @@
 """What the shuffler publishes about each window it released, for the estimates and the read API: the batch size,
 each report's local epsilon, the central (epsilon, delta) of the batch and the bound that gave it. Stored in Redis
-(`figures_key`: one hash per collection, a field per spec version and window) by the shuffler, read by the API."""
+(`figures_key`: one hash per collection, a field per spec version and window) by the shuffler, read by the API; in
+the same hash, `DUE_FIELD`: when the collection's next window is due to close (the API's overdue alert)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ def figures_key(collection: str) -> str:
     'ldp:shuffle:diagnostics'
     """
     return f"ldp:shuffle:{collection}"
+
+
+DUE_FIELD = "due_ms"  # in `figures_key`: when the next window of the collection is due to close (epoch ms, decimal)
 
 
 def figures_field(spec_version: int, window_ms: int) -> str:

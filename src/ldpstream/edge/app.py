@@ -87,6 +87,7 @@ from ldpstream.edge.plans import EdgePlan, EdgePlans
 from ldpstream.edge.spool import Spool
 from ldpstream.runtime.join_keys import load_enrolment_keys
 from ldpstream.runtime.metrics import (
+    EDGE_ENROLMENTS,
     EDGE_IN_FLIGHT,
     EDGE_REPORTS,
     EDGE_REQUESTS,
@@ -454,8 +455,13 @@ class Routes:
     async def enroll(self, request: web.BaseRequest) -> web.Response:
         if request.content_length is None or request.content_length > MAX_ENROL_BODY:
             raise Refusal(413, TOO_LARGE, f"an enrolment is at most {MAX_ENROL_BODY} bytes, with a Content-Length")
-        body = await self.edge._body(request)
-        credential = await self.edge.join.enroll(body, request.remote or "", now_ms())
+        try:
+            body = await self.edge._body(request)
+            credential = await self.edge.join.enroll(body, request.remote or "", now_ms())
+        except Refusal as refusal:
+            EDGE_ENROLMENTS.labels("refused", refusal.reason).inc()
+            raise
+        EDGE_ENROLMENTS.labels("enrolled", "").inc()
         return _json(credential.to_json(), 201)
 
     async def pointer(self, request: web.BaseRequest, name: str) -> web.Response:

@@ -8,6 +8,9 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.targets import announce
+
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # set (before this module is imported) by a parent of processes that
 # share one /metrics, such as `ldp edge --workers N`: each writes its values there and any of them serves the sum
 
@@ -29,12 +32,16 @@ SGD_GRADIENTS = Counter("ldp_sgd_gradients", "Device gradients by outcome (accep
                         "sent to ldp.dlq) as checkpointed by this coordinator", ["job", "outcome", "reason"])
 SGD_HELD_OUT_LOSS = Gauge("ldp_sgd_held_out_loss", "Mean loss of the current model on held-out rows (simulated "
                           "jobs only)", ["job"])
+SGD_HELD_OUT_ERROR = Gauge("ldp_sgd_held_out_error", "The current model's error on held-out rows (simulated jobs "
+                           "only): metric misclassification (a ratio: 1 - accuracy) or mse", ["job", "metric"])
 SGD_MODEL_NORM = Gauge("ldp_sgd_model_norm", "L2 norm of the current model's parameters beta", ["job"])
 
 
-def serve(port: int, addr: str = "127.0.0.1") -> None:
-    """Serve this process's metrics on `addr`:`port` (a background thread)."""
-    start_http_server(port, addr=addr)
+def serve(port: int, cfg: Settings, job: str) -> None:
+    """Serve this process's metrics on `cfg.metrics_addr`:`port` (a background thread), announced to the local
+    Prometheus as a target of `job` (`ldpstream.runtime.targets`)."""
+    start_http_server(port, addr=cfg.metrics_addr)
+    announce(cfg, job, port)
 
 
 def metrics_text() -> bytes:
@@ -52,9 +59,19 @@ EDGE_REQUESTS = Counter("ldp_edge_requests", "Report requests answered by the ed
                         ["status", "reason"])
 EDGE_REPORTS = Counter("ldp_edge_reports", "Reports answered by the edge: accepted (to Kafka or the spool) "
                        "or rejected with a reason", ["outcome", "reason"])
+EDGE_ENROLMENTS = Counter("ldp_edge_enrolments", "Device enrolments (POST /v1/enroll): enrolled, or refused with a "
+                          "reason of ldpstream.edge.join", ["outcome", "reason"])
 EDGE_SECONDS = Histogram("ldp_edge_request_duration_seconds", "Time from a report request's arrival to its answer",
                          buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0))
 EDGE_SPOOL_BYTES = Gauge("ldp_edge_spool_bytes", "Bytes in the edge processes' on-disk spools",
                          multiprocess_mode="livesum")
 EDGE_IN_FLIGHT = Gauge("ldp_edge_reports_in_flight", "Reports the edge processes hold, not yet acknowledged",
                        multiprocess_mode="livesum")
+
+# The shuffler (`ldp shuffle --metrics-port P`); its central epsilon per release is on the API's /metrics
+# (`ldp_shuffle_central_epsilon`), read from the figures it publishes.
+SHUFFLER_HELD = Gauge("ldp_shuffler_held_reports", "Reports the shuffler holds for windows not released yet",
+                      ["collection"])
+SHUFFLER_BATCHES = Counter("ldp_shuffler_released_batches", "Shuffled batches released (one per window group "
+                           "committed)", ["collection"])
+SHUFFLER_REPORTS = Counter("ldp_shuffler_released_reports", "Reports released in shuffled batches", ["collection"])

@@ -46,6 +46,7 @@ class Settings:
     redis_url: str | None = None
     specs_topic: str = SPECS_TOPIC
     metrics_addr: str = "127.0.0.1"
+    prometheus_port: int = 9090
     edge_key_file: Path | None = None
     spec_signing_key_file: Path | None = None
     spec_trusted_keys_file: Path | None = None
@@ -62,7 +63,8 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read LDP_STATE_DIR, LDP_DEPLOY_DIR, KAFKA_PORT, KAFKA_CONTROLLER_PORT, KAFKA_VERSION, LOG4J2_VERSION,
-        KAFKA_HEAP, REDIS_PORT, KAFKA_BOOTSTRAP, REDIS_URL, LDP_SPECS_TOPIC, LDP_METRICS_ADDR, LDP_EDGE_KEY_FILE,
+        KAFKA_HEAP, REDIS_PORT, KAFKA_BOOTSTRAP, REDIS_URL, LDP_SPECS_TOPIC, LDP_METRICS_ADDR, PROMETHEUS_PORT,
+        LDP_EDGE_KEY_FILE,
         LDP_SECRETS_DIR, LDP_SECURITY, LDP_KAFKA_CONFIG, LDP_SPEC_SIGNING_KEY, LDP_SPEC_TRUSTED_KEYS,
         LDP_POINTER_SIGNING_KEY, LDP_ENROLMENT_TOKEN_KEY, LDP_ENROLMENT_TRUSTED_KEYS,
         REDIS_CLUSTER_NODES (host:port,host:port,...), KAFKA_REPLICATION, LDP_CLUSTER (defaults: `.local/` and
@@ -85,6 +87,7 @@ class Settings:
             redis_url=e.get("REDIS_URL") or cluster_url(e.get("REDIS_CLUSTER_NODES") or ""),
             specs_topic=e.get("LDP_SPECS_TOPIC") or SPECS_TOPIC,
             metrics_addr=e.get("LDP_METRICS_ADDR") or "127.0.0.1",
+            prometheus_port=int(e.get("PROMETHEUS_PORT", 9090)),
             edge_key_file=_path(e, "LDP_EDGE_KEY_FILE"),
             spec_signing_key_file=_path(e, "LDP_SPEC_SIGNING_KEY"),
             spec_trusted_keys_file=_path(e, "LDP_SPEC_TRUSTED_KEYS"),

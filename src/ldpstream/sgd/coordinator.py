@@ -501,3 +501,5 @@ class Coordinator:
         if self.evaluate is not None:
             self.last_evaluation = self.evaluate(trainer)
             metrics.SGD_HELD_OUT_LOSS.labels(self.job.job_id).set(self.last_evaluation["loss"])
+            name = trainer.model.metric_name
+            metrics.SGD_HELD_OUT_ERROR.labels(self.job.job_id, name).set(self.last_evaluation[name])

@@ -38,11 +38,12 @@ from confluent_kafka.admin import OffsetSpec
 
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.collector import collector_for
-from ldpstream.contract.shuffled import encode_figures, figures_field, figures_key
+from ldpstream.contract.shuffled import DUE_FIELD, encode_figures, figures_field, figures_key
 from ldpstream.contract.spec import CollectionSpec, SpecError, window_seconds
 from ldpstream.contract.topics import SHUFFLER_STATE_TOPIC, raw_collection, raw_topic
 from ldpstream.contract.wire import Envelope, WireError, check_envelope, concatenate, decode_envelope
 from ldpstream.mechanisms.base import LDPError
+from ldpstream.runtime import metrics
 from ldpstream.runtime.access import SHUFFLER_GROUP
 from ldpstream.runtime.kafka import (
     TopicError,
@@ -90,6 +91,7 @@ class Collection:
     state: ShufflerState = field(default_factory=ShufflerState)
     read_next: dict[int, int] = field(default_factory=dict)  # raw partition -> the next offset to read
     skipped: int = 0  # raw messages that were not reports of a published shuffled spec (logged)
+    due_ms: int | None = None  # when its next window is due to close, as published
 
 
 @dataclass(frozen=True)
@@ -265,6 +267,7 @@ class Shuffler:
             c.skipped += len(joined.rejected)
             held += c.pending.add(c.state, version, joined, np.array([p for p, _, _ in items]),
                                   np.array([o for _, o, _ in items]))
+        metrics.SHUFFLER_HELD.labels(c.name).set(c.pending.total)
         return held
 
     def _envelope(self, c: Collection, value: bytes | None) -> Envelope | None:
@@ -334,7 +337,20 @@ class Shuffler:
                 continue
             self.catch_up(c)
             made += self._close(c, closes, now)
+            self._publish_due(c)
         return made
+
+    def _publish_due(self, c: Collection) -> None:
+        """The collection's next due close to Redis (`DUE_FIELD`) when it changed: a shuffler that stops closing
+        windows shows as overdue on the API's metrics; a Redis outage is logged, the next close retries."""
+        due = next_due(c, self.cfg.margin_s)
+        if due is None or due == c.due_ms:
+            return
+        try:
+            self.redis.hset(figures_key(c.name), DUE_FIELD, str(due))
+            c.due_ms = due
+        except Exception as exc:  # noqa: BLE001 - redis errors of every kind: published again at the next close
+            log.warning("%s: next due close not published: %s", c.name, exc)
 
     def _close(self, c: Collection, closes: dict[int, int], started: int) -> list[Outcome]:
         """One transaction closing windows `closes` (spec version -> window) of a collection."""
@@ -367,6 +383,10 @@ class Shuffler:
             raise
         c.state = state
         self._publish_figures()
+        for _, _, n in made:
+            metrics.SHUFFLER_BATCHES.labels(c.name).inc()
+            metrics.SHUFFLER_REPORTS.labels(c.name).inc(n)
+        metrics.SHUFFLER_HELD.labels(c.name).set(c.pending.total)
         seconds = (self.clock() - started) / 1000
         outcomes = [Outcome(c.name, v, at, n, f.rolled, seconds) for (v, at, n), f in zip(made, figures, strict=True)]
         for o in outcomes:
@@ -410,6 +430,18 @@ class Shuffler:
             if time.monotonic() >= next_tick:
                 self.tick()
                 next_tick = time.monotonic() + self.cfg.tick_s
+
+
+def next_due(c: Collection, margin_s: float) -> int | None:
+    """When the first window not closed yet of any spec version of `c` is due to close (epoch ms: the window after
+    the last closed ends, then its grace and the margin pass); None before the first close."""
+    dues = []
+    for v, spec in c.specs.items():
+        if v in c.state.closed:
+            assert spec.shuffle is not None
+            length = window_seconds(spec.windows[0]) * 1000
+            dues.append(c.state.closed[v] + 2 * length + spec.shuffle.grace_s * 1000 + int(margin_s * 1000))
+    return min(dues, default=None)
 
 
 def run(cfg: ShufflerConfig, stop: Event, retry_s: float = 2.0) -> None:

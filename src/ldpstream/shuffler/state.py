@@ -120,6 +120,11 @@ class Pending:
         """The windows <= `through_ms` of a spec version with rows held, in order."""
         return sorted(w for v, w in self.windows if v == spec_version and w <= through_ms)
 
+    @property
+    def total(self) -> int:
+        """The rows held, every window's."""
+        return sum(rows.n for rows in self.windows.values())
+
     def count(self, spec_version: int, window_ms: int) -> int:
         rows = self.windows.get((spec_version, window_ms))
         return 0 if rows is None else rows.n
