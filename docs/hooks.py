@@ -1,36 +1,54 @@
 """mkdocs hooks: the command-line reference, generated from the `ldp` app itself (every command and subcommand,
-its help and its options), so the docs cannot drift from the code."""
+its help and its options), so the docs cannot drift from the code.
+
+typer builds its commands from its own copy of click (`typer.core`), not from the `click` package: the walk below
+checks against typer's classes, and anything it does not know is an error, never a silent omission
+(tests/docs/test_cli_reference.py checks every command and option of the app is on the page).
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-import click
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 MARKER = "<!-- ldp commands -->"
+ROOT = f"{Path(__file__).resolve().parents[1]}/"  # a default path inside the checkout is shown relative to it
 
 
-def _options(command: click.Command) -> list[str]:
+def _cell(text: str) -> str:
+    """Text for one table cell: on one line, its pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _options(command: TyperCommand | TyperGroup) -> list[str]:
     rows = ["| option | help |", "| --- | --- |"]
     for param in command.params:
-        if isinstance(param, click.Argument):
-            rows.append(f"| `{param.human_readable_name}` (argument) | |")
-            continue
-        if not isinstance(param, click.Option) or param.hidden:
-            continue
-        names = ", ".join(f"`{n}`" for n in [*param.opts, *param.secondary_opts])
-        default = "" if param.default in (None, False, ()) or param.is_flag else f" (default: `{param.default}`)"
-        rows.append(f"| {names} | {(param.help or '').replace('|', '/')}{default} |")
+        if isinstance(param, TyperArgument):
+            rows.append(f"| `{param.human_readable_name}` (argument) | {_cell(param.help or '')} |")
+        elif isinstance(param, TyperOption):
+            if param.hidden:
+                continue
+            names = ", ".join(f"`{n}`" for n in [*param.opts, *param.secondary_opts])
+            default = ("" if param.default in (None, False, ()) or param.is_flag
+                       else f" (default: `{str(param.default).replace(ROOT, '')}`)")
+            rows.append(f"| {names} | {_cell(param.help or '')}{default} |")
+        else:
+            raise TypeError(f"{command.name}: a parameter of an unknown kind {type(param).__name__}")
     return rows if len(rows) > 2 else []
 
 
-def _command(path: str, command: click.Command) -> list[str]:
+def _command(path: str, command: Any) -> list[str]:
+    if not isinstance(command, TyperCommand | TyperGroup):
+        raise TypeError(f"{path}: not a typer command ({type(command).__name__})")
     out = [f"### `{path}`", "", (command.help or command.short_help or "").strip(), ""]
     out += _options(command)
     out.append("")
-    if isinstance(command, click.Group):
+    if isinstance(command, TyperGroup):
         for name in sorted(command.commands):
-            out += _command(f"{path} {name}", command.commands[name])
+            if not command.commands[name].hidden:
+                out += _command(f"{path} {name}", command.commands[name])
     return out
 
 

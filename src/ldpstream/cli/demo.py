@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.progress import Progress
 
 from ldpstream.cli.errors import require_services
-from ldpstream.cli.output import estimates_table, shuffle_table
+from ldpstream.cli.output import estimates_table, fail, shuffle_table, styled
+from ldpstream.cli.output import wide as console
 from ldpstream.runtime.settings import PROJECT_ROOT
 
 if TYPE_CHECKING:
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from ldpstream.runtime.settings import Settings
     from ldpstream.simulator.simulator import SimulationResult
 
-console = Console(width=None if Console().is_terminal else 120)
 DEFAULT_SPEC = PROJECT_ROOT / "examples" / "diagnostics.yaml"
 
 
@@ -194,12 +193,9 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     spec = base.replace(name=f"{base.name}-demo-{time.strftime('%Y%m%d-%H%M%S')}")
     if spec.shuffle is not None:
         if direct:
-            console.print("[red]error:[/] a shuffled collection's reports go through the edge and the shuffler: "
-                          "drop --direct")
-            raise typer.Exit(2)
+            fail("a shuffled collection's reports go through the edge and the shuffler: drop --direct", code=2)
         if devices < 200:
-            console.print("[red]error:[/] a shuffled demo needs --devices 200 or more (a batch holds at least 100)")
-            raise typer.Exit(2)
+            fail("a shuffled demo needs --devices 200 or more (a batch holds at least 100)", code=2)
         spec = demo_timescale(spec, devices)
     publish_spec(spec, cfg.bootstrap)
     store = RedisStore(cfg.redis)
@@ -229,8 +225,7 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
             shuffler.terminate()
             shuffler.wait(30)
     if accepted != devices:
-        console.print(f"[red]error:[/] the aggregator applied {accepted:,} of {devices:,} reports; see {log_file}")
-        raise typer.Exit(1)
+        fail(f"the aggregator applied {accepted:,} of {devices:,} reports; see {log_file}")
     tokens = TokenStore(redis_client(cfg.redis, 10.0))
     token = tokens.issue([Scope.READ, Scope.METRICS], "ldp demo", now_ms(), ttl_ms=600_000)
     try:
@@ -258,17 +253,18 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
                   f"Redis in {elapsed:.1f} s, the worker's start-up included.")
     if refusal:
         console.print(refusal[0].upper() + refusal[1:] + ".")
-    console.print(f"Read through the HTTP API; /metrics {'exports' if metrics_ok else '[red]does not export[/]'} "
-                  f"the report totals and estimates. Any time: [bold]ldp estimate {spec.name}[/], or "
-                  f"[bold]ldp serve[/] and http://127.0.0.1:8000/collections/{spec.name}/estimates, "
-                  f"http://127.0.0.1:8000/metrics with a token from [bold]ldp tokens create --scope read "
-                  f"--scope metrics[/] (header Authorization: Bearer TOKEN); its series: [bold]ldp series {spec.name} "
-                  f"-a {spec.attributes[0].name}[/]; the console: "
-                  f"http://127.0.0.1:8000/console/collection?name={spec.name} (it asks for the token)")
+    console.print(styled(
+        "Read through the HTTP API; /metrics ", ("exports", "") if metrics_ok else ("does not export", "red"),
+        " the report totals and estimates. Any time: ", (f"ldp estimate {spec.name}", "bold"), ", or ",
+        ("ldp serve", "bold"), f" and http://127.0.0.1:8000/collections/{spec.name}/estimates, "
+        "http://127.0.0.1:8000/metrics with a token from ", ("ldp tokens create --scope read --scope metrics", "bold"),
+        " (header Authorization: Bearer TOKEN); its series: ",
+        (f"ldp series {spec.name} -a {spec.attributes[0].name}", "bold"),
+        f"; the console: http://127.0.0.1:8000/console/collection?name={spec.name} (it asks for the token)"))
     if training is not None:
         console.print(f"LDP SGD over Kafka ({training['devices']:,} devices, eps = {training['epsilon']}, HM, "
                       f"{training['iterations']} iterations of {training['batch_size']:,} gradients, "
-                      f"{training['seconds']:.0f} s): logistic misclassification [bold]{training['private']:.4f}[/] "
+                      f"{training['seconds']:.0f} s): logistic misclassification {training['private']:.4f} "
                       f"private vs {training['non_private']:.4f} non-private on the same held-out rows "
                       f"(`ldp train status {training['job']} --json`).")
     if not metrics_ok:

@@ -8,17 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ldpstream.cli.errors import require_services
+from ldpstream.cli.output import console, errors, fail
 from ldpstream.cli.spec import load_checked
 
 if TYPE_CHECKING:
     from ldpstream.contract.spec import CollectionSpec
 
-console = Console()
-errors = Console(stderr=True, soft_wrap=True)  # one line per error, whatever the width (a path is never cut)
 
 
 def simulate_command(
@@ -76,8 +74,7 @@ def simulate_command(
             result = simulate(spec, devices, producer, seed=seed, batch=batch, rate=rate, single=single,
                               clock_ms=clock, on_progress=lambda n: progress.advance(task, n))
     except (ValueError, TopicError, DeliveryError) as exc:
-        errors.print(f"[red]simulation failed[/]: {exc}")
-        raise typer.Exit(1) from exc
+        fail(str(exc), label="simulation failed")
     if truth is not None:
         truth.write_text(json.dumps(result.truth, indent=2))
     numbers = {"collection": spec.key, "topic": spec.topic, "reports": result.reports, "messages": result.messages,
@@ -87,7 +84,7 @@ def simulate_command(
         typer.echo(json.dumps(numbers))
         return
     console.print(f"{result.reports:,} reports in {result.messages:,} messages ({result.bytes / 1e6:.1f} MB) to "
-                  f"{spec.topic} in {result.seconds:.2f} s = [bold]{result.reports_per_s:,.0f} reports/s[/]"
+                  f"{spec.topic} in {result.seconds:.2f} s = {result.reports_per_s:,.0f} reports/s"
                   + (f"; truth in {truth}" if truth is not None else ""))
 
 
@@ -98,12 +95,10 @@ def simulate_via(spec: CollectionSpec, devices: int, via: str, credentials: Path
     from ldpstream.simulator.edge_client import send_fleet
 
     if credentials is None:
-        errors.print("[red]--via needs --credentials[/] (a file from `ldp devices enroll`)")
-        raise typer.Exit(2)
+        fail("--via needs --credentials (a file from `ldp devices enroll`)", code=2)
     enrolled = [c for c in load_credentials(credentials) if c.collection == spec.name][:devices]
     if len(enrolled) < devices:
-        errors.print(f"[red]{credentials} holds {len(enrolled)} devices of {spec.name}, not {devices}[/]")
-        raise typer.Exit(1)
+        fail(f"{credentials} holds {len(enrolled)} devices of {spec.name}, not {devices}")
     result, answers = send_fleet(spec, enrolled, via, seed=seed, concurrency=concurrency, tls=tls)
     if truth is not None:
         truth.write_text(json.dumps(result.truth, indent=2))
@@ -129,8 +124,7 @@ def simulate_join(spec: CollectionSpec, devices: int, url: str, token: Path | No
     from ldpstream.simulator.edge_client import join_fleet, send_fleet
 
     if token is None:
-        errors.print("[red]--join needs --token[/] (a file from `ldp devices mint-token --out`)")
-        raise typer.Exit(2)
+        fail("--join needs --token (a file from `ldp devices mint-token --out`)", code=2)
     keys = TrustedKeys.from_json(json.loads(trust.read_text()) if trust else pinned_keys(Settings.from_env()))
     rules = PrivacyPolicy.load(policy) if policy else PrivacyPolicy()
     joined = asyncio.run(join_fleet(url, spec.name, token.read_text().strip(), keys, rules, devices, concurrency,
