@@ -1,5 +1,6 @@
 """mkdocs hooks: the command-line reference, generated from the `ldp` app itself (every command and subcommand,
-its help and its options), so the docs cannot drift from the code.
+its help and its options), so the docs cannot drift from the code; and a site that makes no third-party request
+(a privacy project's docs tell no font server or code host who reads them) and ships no bytecode.
 
 typer builds its commands from its own copy of click (`typer.core`), not from the `click` package: the walk below
 checks against typer's classes, and anything it does not know is an error, never a silent omission
@@ -64,3 +65,28 @@ def cli_reference() -> str:
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
     return markdown.replace(MARKER, cli_reference()) if MARKER in markdown else markdown
+
+
+def on_config(config: Any, **_: Any) -> Any:
+    """The theme's fonts off: mkdocs-material would load Roboto from fonts.googleapis.com on every page; the pages use
+    the system's fonts instead."""
+    config.theme["font"] = False
+    return config
+
+
+def on_files(files: Any, **_: Any) -> Any:
+    """Everything but the bytecode Python left beside this hook (docs/__pycache__/hooks.*.pyc)."""
+    for file in [f for f in files if "__pycache__" in f.src_uri.split("/") or f.src_uri.endswith(".pyc")]:
+        files.remove(file)
+    return files
+
+
+def on_post_page(output: str, **_: Any) -> str:
+    """The repository link as a plain link: mkdocs-material's "source" component would fetch the repository's stars,
+    forks and latest release from api.github.com on every page."""
+    return output.replace(' data-md-component="source"', "")
+
+
+def on_post_template(output: str, **_: Any) -> str:
+    """The same for the pages rendered from a template alone (404.html)."""
+    return on_post_page(output)
