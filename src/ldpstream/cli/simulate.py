@@ -16,6 +16,7 @@ from ldpstream.cli.spec import load_checked
 
 if TYPE_CHECKING:
     from ldpstream.contract.spec import CollectionSpec
+    from ldpstream.simulator.edge_client import FleetAnswers
 
 
 
@@ -62,6 +63,8 @@ def simulate_command(
     if via is not None:
         simulate_via(spec, devices, via, credentials, seed, concurrency, truth, as_json, tls)
         return
+    if timestamp_ms is not None:
+        refused_in_time(spec, timestamp_ms, now_ms())
     require_services(redis=False)
     bootstrap = Settings.from_env().bootstrap
     try:
@@ -88,6 +91,25 @@ def simulate_command(
                   + (f"; truth in {truth}" if truth is not None else ""))
 
 
+def refused_in_time(spec: CollectionSpec, timestamp_ms: int, now: int) -> None:
+    """Exit 1 before sending anything when every report, stamped `timestamp_ms`, would be refused for its time by
+    the rule the edge and the workers apply (`ldpstream.contract.validation.time_problems`)."""
+    import numpy as np
+
+    from ldpstream.contract.validation import MAX_FUTURE_SKEW_MS, max_age_ms, time_problems
+
+    future, stale = time_problems(spec, np.array([timestamp_ms], dtype=np.int64), now)
+    if stale[0]:
+        fail(f"nothing sent: every report stamped --timestamp-ms {timestamp_ms} would be refused as stale, "
+             f"{(now - timestamp_ms) / 1000:,.0f} s old, and {spec.name} admits reports up to "
+             f"{max_age_ms(spec) / 1000:,.0f} s old (its first window, {spec.windows[0] if spec.windows else 'none'}"
+             f"{', and its grace once the window closed' if spec.shuffle else ''})")
+    if future[0]:
+        fail(f"nothing sent: every report stamped --timestamp-ms {timestamp_ms} would be refused as from the future, "
+             f"{(timestamp_ms - now) / 1000:,.0f} s ahead of this clock (at most {MAX_FUTURE_SKEW_MS / 1000:,.0f} s "
+             f"are allowed)")
+
+
 def simulate_via(spec: CollectionSpec, devices: int, via: str, credentials: Path | None, seed: int,
                  concurrency: int, truth: Path | None, as_json: bool, tls: ssl.SSLContext | None = None) -> None:
     """`ldp simulate --via URL`: the fleet's reports as signed HTTP requests of enrolled devices."""
@@ -103,12 +125,22 @@ def simulate_via(spec: CollectionSpec, devices: int, via: str, credentials: Path
     if truth is not None:
         truth.write_text(json.dumps(result.truth, indent=2))
     numbers = {"collection": spec.key, "via": via, "requests": result.messages, "acknowledged": result.reports,
-               "statuses": answers.statuses, "seconds": round(result.seconds, 3),
+               "statuses": answers.statuses, "refused": answers.refused, "seconds": round(result.seconds, 3),
                "requests_per_s": round(result.messages / result.seconds)}
-    typer.echo(json.dumps(numbers) if as_json else
-               f"{result.messages:,} requests to {via} in {result.seconds:.2f} s: {answers.statuses}")
+    if as_json:
+        typer.echo(json.dumps(numbers))
+    else:
+        console.print(f"{result.messages:,} requests to {via} in {result.seconds:.2f} s: "
+                      f"{answers.acknowledged:,} admitted, {result.messages - answers.acknowledged:,} not")
+        print_refusals(answers)
     if answers.acknowledged < devices:
         raise typer.Exit(1)
+
+
+def print_refusals(answers: FleetAnswers) -> None:
+    """What the edge refused: per reason, how many requests and the edge's words for the first one."""
+    for reason, count in sorted(answers.refused.items(), key=lambda kv: -kv[1]):
+        errors.print(f"{count:,} refused ({reason}): {answers.details[reason]}")
 
 
 def simulate_join(spec: CollectionSpec, devices: int, url: str, token: Path | None, policy: Path | None,
@@ -138,6 +170,7 @@ def simulate_join(spec: CollectionSpec, devices: int, url: str, token: Path | No
         if truth is not None:
             truth.write_text(json.dumps(result.truth, indent=2))
         numbers.update({"spec": joined.spec.key, "acknowledged": answers.acknowledged, "statuses": answers.statuses,
+                        "refused": answers.refused,
                         "seconds": round(result.seconds, 3)})
     if as_json:
         typer.echo(json.dumps(numbers))
@@ -148,6 +181,8 @@ def simulate_join(spec: CollectionSpec, devices: int, url: str, token: Path | No
             console.print(f"{count:,} device(s) refused the spec ({code}): {joined.reasons[code]}")
         for status, count in sorted(joined.enrol_failures.items()):
             console.print(f"{count:,} device(s) could not enrol: {status}")
+        if joined.spec is not None:
+            print_refusals(answers)
     unsent = joined.spec is not None and numbers["acknowledged"] != len(joined.credentials)
     if joined.enrol_failures or unsent:  # a refusal is the policy at work, not a failure
         raise typer.Exit(1)

@@ -14,7 +14,7 @@ import asyncio
 import ssl
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 import numpy as np
@@ -79,9 +79,12 @@ class EdgeClient:
 
 @dataclass(frozen=True)
 class FleetAnswers:
-    """How a fleet's requests ended: per status, the count."""
+    """How a fleet's requests ended: per status, the count; per refusal reason (the edge's `reason`, else the status),
+    the count of requests refused and the edge's words (`error`) for the first of them."""
 
     statuses: dict[int, int]
+    refused: dict[str, int] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)
 
     @property
     def acknowledged(self) -> int:
@@ -92,7 +95,7 @@ async def post_all(base_url: str, requests: Sequence[tuple[Credential, bytes]], 
                    timeout_s: float = 60.0, tls: ssl.SSLContext | None = None) -> FleetAnswers:
     """Send every (credential, body) request, `concurrency` at a time; the count of final answers per status
     (`tls`: how an https edge is verified; default: the system's CAs)."""
-    statuses: dict[int, int] = {}
+    answers = FleetAnswers({})
     queue = iter(requests)
     connector = aiohttp.TCPConnector(limit=concurrency, ssl=tls if tls is not None else True)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
@@ -101,10 +104,15 @@ async def post_all(base_url: str, requests: Sequence[tuple[Credential, bytes]], 
         async def worker() -> None:
             for credential, body in queue:
                 answer = await client.post(credential, body)
-                statuses[answer.status] = statuses.get(answer.status, 0) + 1
+                answers.statuses[answer.status] = answers.statuses.get(answer.status, 0) + 1
+                if answer.status not in (200, 202):
+                    body = answer.body if isinstance(answer.body, dict) else {}
+                    reason = str(body.get("reason") or answer.status)[:100]
+                    answers.refused[reason] = answers.refused.get(reason, 0) + 1
+                    answers.details.setdefault(reason, str(body.get("error", ""))[:300])
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return FleetAnswers(statuses)
+    return answers
 
 
 def fleet_requests(spec: CollectionSpec, credentials: Sequence[Credential], seed: int = 0,
