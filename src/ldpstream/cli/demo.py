@@ -20,7 +20,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +27,7 @@ import typer
 from rich.progress import Progress
 
 from ldpstream.cli.errors import require_services
-from ldpstream.cli.output import estimates_table, fail, shuffle_table, styled
+from ldpstream.cli.output import estimates_table, fail, progress, shuffle_table, styled
 from ldpstream.cli.output import wide as console
 from ldpstream.runtime.settings import PROJECT_ROOT
 
@@ -42,12 +41,15 @@ DEFAULT_SPEC = PROJECT_ROOT / "examples" / "diagnostics.yaml"
 
 
 def wait_for_accepted(store: RedisStore, collection: str, target: int, timeout_s: float,
-                      worker_alive: Callable[[], bool] = lambda: True) -> int:
-    """Poll the store until `target` reports of `collection` are accepted; the count reached."""
+                      worker_alive: Callable[[], bool] = lambda: True,
+                      on_count: Callable[[int], None] = lambda n: None) -> int:
+    """Poll the store until `target` reports of `collection` are accepted (`on_count` told each count read); the
+    count reached."""
     deadline = time.monotonic() + timeout_s
     accepted = 0
     while time.monotonic() < deadline and worker_alive():
         accepted = store.outcomes(collection).get("accepted", 0)
+        on_count(accepted)
         if accepted >= target:
             break
         time.sleep(0.1)
@@ -97,13 +99,14 @@ def greedy_variant(spec: CollectionSpec) -> CollectionSpec:
     return spec.replace(name=f"{spec.name}-greedy", epsilon=GREEDY_EPSILON, privacy=privacy)
 
 
-def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: int) -> tuple[SimulationResult, str]:
+def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: int,
+                     shown: Progress | None = None) -> tuple[SimulationResult, str]:
     """Start an edge process; mint an enrolment token; have `devices` simulated devices join like phones (enrol with
     the token, fetch and verify the spec against this machine's pinned keys, accept it under the default privacy
     policy) and send their reports; then have one real SDK device try to join a copy of the collection published
     at epsilon 16 (signed by the real key: the compromised-server case). The run, and that device's refusal
     (RuntimeError if a device could not join or report, or the greedy spec was accepted). The devices are removed
-    afterwards."""
+    afterwards. `shown`: where the devices joined and the reports sent are counted as they go."""
     import asyncio
     import tempfile
 
@@ -130,12 +133,16 @@ def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: in
                       str(devices + 10), log_file=cfg.state_dir / "demo-edge.log")
     try:
         wait_live(url, edge, probe="/readyz")
+        shown = shown or Progress(disable=True)
+        joining = shown.add_task("devices join (enrol, verify the spec)", total=devices)
+        sending = shown.add_task("reports sent through the edge", total=devices)
         joined = asyncio.run(join_fleet(url, spec.name, token, TrustedKeys.from_json(keys), PrivacyPolicy(), devices,
-                                        concurrency=128))
+                                        concurrency=128, on_device=lambda n: shown.advance(joining, n)))
         if joined.spec is None or len(joined.credentials) != devices:
             raise RuntimeError(f"{len(joined.credentials):,} of {devices:,} devices joined: refused {joined.reasons}, "
                                f"enrolment failures {joined.enrol_failures}; see {cfg.state_dir / 'demo-edge.log'}")
-        result, answers = send_fleet(joined.spec, joined.credentials, url, seed=seed, concurrency=128)
+        result, answers = send_fleet(joined.spec, joined.credentials, url, seed=seed, concurrency=128,
+                                     on_answer=lambda n: shown.advance(sending, n))
         with tempfile.TemporaryDirectory() as state:
             try:
                 Device.join(url, greedy.name, token, keys, state_dir=state)
@@ -207,17 +214,17 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     try:
         started = time.perf_counter()
         refusal = ""
-        if direct:
-            with Progress(console=console, transient=True, disable=as_json) as progress:
-                task = progress.add_task(f"{devices:,} devices -> {spec.topic}", total=devices)
+        with progress(console, disable=as_json, transient=True) as shown:
+            if direct:
+                task = shown.add_task(f"reports produced to {spec.topic}", total=devices)
                 result = simulate(spec, devices, ReportProducer(cfg.bootstrap), seed=seed,
-                                  on_progress=lambda k: progress.advance(task, k))
-        else:
-            with console.status(f"{devices:,} devices join and report through the edge -> {spec.topic} ...") \
-                    if not as_json else nullcontext():
-                result, refusal = through_the_edge(cfg, spec, devices, seed)
-        accepted = wait_for_accepted(store, spec.name, devices, timeout_s=300,
-                                     worker_alive=lambda: worker.poll() is None)
+                                  on_progress=lambda k: shown.advance(task, k))
+            else:
+                result, refusal = through_the_edge(cfg, spec, devices, seed, shown)
+            counted = shown.add_task("reports aggregated into Redis", total=devices)
+            accepted = wait_for_accepted(store, spec.name, devices, timeout_s=300,
+                                         worker_alive=lambda: worker.poll() is None,
+                                         on_count=lambda n: shown.update(counted, completed=n))
         elapsed = time.perf_counter() - started
     finally:
         stop_worker(worker)

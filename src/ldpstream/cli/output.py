@@ -14,8 +14,10 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import typer
+from rich import box
 from rich.console import Console
-from rich.table import Table
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Column, Table
 from rich.text import Text
 
 
@@ -33,6 +35,25 @@ console = plain_console()
 errors = plain_console(stderr=True, soft_wrap=True)  # one line per error, whatever the width (a path is never cut)
 # wide tables: the terminal's width (or COLUMNS), 120 columns when piped
 wide = plain_console(width=None if console.is_terminal or os.environ.get("COLUMNS") else 120)
+
+
+def name_column(header: str) -> Column:
+    """A column of names (attributes, labels, addresses): never wrapped or cut; the other columns give way."""
+    return Column(header, no_wrap=True, min_width=len(header))
+
+
+def figure_column(header: str) -> Column:
+    """A column of figures: as narrow as its header's longest word, a figure wider than that folded (every digit
+    kept), never cut."""
+    return Column(header, overflow="fold", min_width=max(len(word) for word in header.split()))
+
+
+def progress(on: Console, disable: bool = False, transient: bool = False) -> Progress:
+    """A progress display for long work: per task its description, a bar, "done/total" and the time left (then
+    elapsed)."""
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("left"), TimeRemainingColumn(), TextColumn("elapsed"), TimeElapsedColumn(),
+                    console=on, disable=disable, transient=transient)
 
 
 def fail(message: str, code: int = 1, label: str = "error") -> NoReturn:
@@ -55,7 +76,8 @@ def print_fields(payload: dict[str, Any], as_json: bool) -> None:
 def estimates_table(result: dict[str, Any], truth: dict[str, Any] | None = None) -> Table:
     """A table of a collection's estimates (and, given the truth, |error| / stderr)."""
     title = f"{result['collection']} v{result['version']} window {result['window']}: {result['reports']:,} reports"
-    columns = ["attribute", "value", "estimate", "stderr", *(["truth", "|err|/stderr"] if truth else ["95% CI"])]
+    columns = [name_column("attribute"), name_column("value"), figure_column("estimate"), figure_column("stderr"),
+               *([figure_column("truth"), figure_column("|err|/stderr")] if truth else [figure_column("95% CI")])]
     table = Table(*columns, title=title)
     for name, entry in result["attributes"].items():
         kind = "frequencies" if "frequencies" in entry else "answers"
@@ -90,7 +112,9 @@ def poisoning_table(result: dict[str, Any]) -> Table:
     title = styled(f"suspected poisoning ({p['source']}; reference: {reference}): {p['set_aside']:,.0f} report(s) set "
                    f"aside, {100 * p['set_aside_fraction']:.3f}% (alert above {100 * p['alert_threshold']:.2f}%)",
                    (" ALERT" if p["alert"] else "", "red"))
-    table = Table("attribute", "status", "set aside", "gain removed", "suspect", "live", "defended", title=title)
+    table = Table(name_column("attribute"), figure_column("status"), figure_column("set aside"),
+                  figure_column("gain removed"), name_column("suspect"), figure_column("live"),
+                  figure_column("defended"), title=title, box=box.SIMPLE_HEAVY)  # no rules between columns: 80 suffice
     for name, entry in p["attributes"].items():
         live = result["attributes"][name]
         shown = entry["suspects"][:10] or [""]

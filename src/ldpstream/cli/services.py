@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from ldpstream.cli.errors import START_STACK
-from ldpstream.cli.output import console, fail, styled
+from ldpstream.cli.output import console, fail, name_column, styled
 
 if TYPE_CHECKING:
     from ldpstream.aggregator.health import Health
@@ -81,12 +81,15 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
         typer.echo(json.dumps({"services": [r.__dict__ for r in rows],
                                "pipeline": None if health is None else health.as_dict()}))
     else:
-        table = Table("service", "address", "managed", "pid", "answers", "authentication", "detail")
+        table = Table(name_column("service"), name_column("address"), "pid", "answers", "authentication")
         for r in rows:
             auth = styled((r.authentication, "red" if r.authentication == "off" else ""))
-            table.add_row(r.name, r.address, "yes" if r.managed else "no", str(r.pid or "-"),
-                          styled(("yes", "green") if r.answers else ("no", "red")), auth, r.detail)
+            table.add_row(r.name, r.address, str(r.pid or "-"),
+                          styled(("yes", "green") if r.answers else ("no", "red")), auth)
         console.print(table)
+        for r in rows:  # below the table, which then fits 80 columns
+            if r.detail:
+                console.print(styled((r.name, "bold"), f": {r.detail}"))
         if not all(r.answers for r in rows):
             console.print(styled(("not every service answers", "red"), f": {START_STACK}"))
         if health is not None:

@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ldpstream.cli.errors import require_services
-from ldpstream.cli.output import console, errors, fail
+from ldpstream.cli.output import console, errors, fail, progress
 from ldpstream.cli.spec import load_checked
 
 if TYPE_CHECKING:
@@ -70,12 +69,11 @@ def simulate_command(
     try:
         ensure_topic(bootstrap, spec.topic, spec.partitions, exact=False)
         producer = ReportProducer(bootstrap)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                      console=errors, disable=as_json) as progress:
-            task = progress.add_task(f"{spec.key} -> {spec.topic}", total=devices)
+        with progress(errors, disable=as_json) as shown:
+            task = shown.add_task(f"{spec.key} -> {spec.topic}", total=devices)
             clock = now_ms if timestamp_ms is None else lambda: timestamp_ms
             result = simulate(spec, devices, producer, seed=seed, batch=batch, rate=rate, single=single,
-                              clock_ms=clock, on_progress=lambda n: progress.advance(task, n))
+                              clock_ms=clock, on_progress=lambda n: shown.advance(task, n))
     except (ValueError, TopicError, DeliveryError) as exc:
         fail(str(exc), label="simulation failed")
     if truth is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -92,9 +92,10 @@ class FleetAnswers:
 
 
 async def post_all(base_url: str, requests: Sequence[tuple[Credential, bytes]], concurrency: int = 64,
-                   timeout_s: float = 60.0, tls: ssl.SSLContext | None = None) -> FleetAnswers:
+                   timeout_s: float = 60.0, tls: ssl.SSLContext | None = None,
+                   on_answer: Callable[[int], None] | None = None) -> FleetAnswers:
     """Send every (credential, body) request, `concurrency` at a time; the count of final answers per status
-    (`tls`: how an https edge is verified; default: the system's CAs)."""
+    (`tls`: how an https edge is verified; default: the system's CAs; `on_answer(1)` after each final answer)."""
     answers = FleetAnswers({})
     queue = iter(requests)
     connector = aiohttp.TCPConnector(limit=concurrency, ssl=tls if tls is not None else True)
@@ -110,6 +111,8 @@ async def post_all(base_url: str, requests: Sequence[tuple[Credential, bytes]], 
                     reason = str(body.get("reason") or answer.status)[:100]
                     answers.refused[reason] = answers.refused.get(reason, 0) + 1
                     answers.details.setdefault(reason, str(body.get("error", ""))[:300])
+                if on_answer is not None:
+                    on_answer(1)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return answers
@@ -132,11 +135,13 @@ def fleet_requests(spec: CollectionSpec, credentials: Sequence[Credential], seed
 
 
 def send_fleet(spec: CollectionSpec, credentials: Sequence[Credential], base_url: str, *, seed: int = 0,
-               concurrency: int = 64, tls: ssl.SSLContext | None = None) -> tuple[SimulationResult, FleetAnswers]:
-    """Every enrolled device's report sent through the edge at `base_url`; the run and its answers."""
+               concurrency: int = 64, tls: ssl.SSLContext | None = None,
+               on_answer: Callable[[int], None] | None = None) -> tuple[SimulationResult, FleetAnswers]:
+    """Every enrolled device's report sent through the edge at `base_url`; the run and its answers (`on_answer(1)`
+    after each)."""
     requests, truth = fleet_requests(spec, credentials, seed)
     start = time.perf_counter()
-    answers = asyncio.run(post_all(base_url, requests, concurrency, tls=tls))
+    answers = asyncio.run(post_all(base_url, requests, concurrency, tls=tls, on_answer=on_answer))
     return (SimulationResult(truth, answers.acknowledged, len(requests), sum(len(b) for _, b in requests),
                              time.perf_counter() - start), answers)
 
@@ -156,12 +161,13 @@ class JoinedFleet:
 
 async def join_fleet(base_url: str, collection: str, token: str, keys: TrustedKeys, policy: PrivacyPolicy | None,
                      devices: int, concurrency: int = 64, tls: ssl.SSLContext | None = None,
-                     timeout_s: float = 60.0) -> JoinedFleet:
+                     timeout_s: float = 60.0, on_device: Callable[[int], None] | None = None) -> JoinedFleet:
     """`devices` simulated devices joining like phones: each fetches the pointer and the spec, verifies both against
     `keys` (`ldpstream.device.trust`), holds the spec against `policy` (`ldpstream.device.policy.judge`, as a device
     that has accepted nothing before), and if it accepts enrols with `token`. Every device checks its
     pointer's signature; a spec's checks and verdict are computed once per distinct (pointer, spec, signature)
-    bytes, since every device given the same bytes reaches the same result."""
+    bytes, since every device given the same bytes reaches the same result. `on_device(1)` after each device, joined
+    or not."""
     joined = JoinedFleet([], None, {}, {}, {})
     judged: dict[tuple[bytes, bytes, bytes | None], tuple[CollectionSpec, Verdict | None]] = {}
     remaining = iter(range(devices))
@@ -212,6 +218,8 @@ async def join_fleet(base_url: str, collection: str, token: str, keys: TrustedKe
         async def worker() -> None:
             for _ in remaining:
                 await one()
+                if on_device is not None:
+                    on_device(1)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return joined
