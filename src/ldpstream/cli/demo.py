@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ldpstream.simulator.simulator import SimulationResult
 
 DEFAULT_SPEC = PROJECT_ROOT / "examples" / "diagnostics.yaml"
+LAST_DEMO = "demo-collection"  # in the state dir: the name of the collection the last demo made (`ldp demo --last`)
 
 
 def wait_for_accepted(store: RedisStore, collection: str, target: int, timeout_s: float,
@@ -179,7 +180,10 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
          seed: int = typer.Option(0, help="population and noise seed"),
          direct: bool = typer.Option(False, "--direct", help="produce to Kafka in bulk instead of through the edge"),
          train_devices: int = typer.Option(200_000, min=0, help="devices of the LDP SGD demo over Kafka (0: skip)"),
-         as_json: bool = typer.Option(False, "--json", help="print the estimates and truth as JSON")) -> None:
+         as_json: bool = typer.Option(False, "--json", help="print the estimates and truth as JSON"),
+         last: bool = typer.Option(False, "--last", help="only print the name of the collection the last demo made "
+                                                         "(each demo makes its own, SPEC-demo-TIME), for "
+                                                         "`ldp series \"$(ldp demo --last)\" ...`")) -> None:
     """Publish a spec, send a simulated fleet's reports through the edge and Kafka into Redis, compare with the
     truth."""
     from ldpstream.aggregator.processes import start_worker, stop_worker
@@ -194,6 +198,9 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     from ldpstream.sgd.jobs import train_over_kafka_demo
     from ldpstream.simulator.simulator import simulate
 
+    if last:
+        print_last_demo(Settings.from_env().state_dir)
+        return
     require_services()
     cfg = Settings.from_env()
     base = load_spec(spec_file)
@@ -205,6 +212,7 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
             fail("a shuffled demo needs --devices 200 or more (a batch holds at least 100)", code=2)
         spec = demo_timescale(spec, devices)
     publish_spec(spec, cfg.bootstrap)
+    (cfg.state_dir / LAST_DEMO).write_text(spec.name + "\n")
     store = RedisStore(cfg.redis)
     log_file = cfg.state_dir / "demo-worker.log"
     worker = start_worker(group=f"ldp-aggregator-{spec.name}", log_file=log_file)
@@ -276,6 +284,14 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
                       f"(`ldp train status {training['job']} --json`).")
     if not metrics_ok:
         raise typer.Exit(1)
+
+
+def print_last_demo(state_dir: Path) -> None:
+    """The name of the collection the last `ldp demo` on `state_dir` made; exit 1 if none did."""
+    try:
+        typer.echo((state_dir / LAST_DEMO).read_text().strip())
+    except FileNotFoundError:
+        fail(f"no demo has run on {state_dir} yet: run `make demo` (or `ldp up` and `ldp demo`)")
 
 
 def register(app: typer.Typer) -> None:
