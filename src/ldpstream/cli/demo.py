@@ -249,8 +249,10 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
         tokens.revoke(token.record.id, now_ms())
     training = None
     if train_devices:
-        with console.status(f"training a logistic model over Kafka with LDP SGD ({train_devices:,} devices) ..."):
-            training = train_over_kafka_demo(cfg, train_devices, seed)
+        with progress(console, disable=as_json, transient=True) as shown:
+            task = shown.add_task(f"LDP SGD over Kafka ({train_devices:,} devices): model versions", total=None)
+            training = train_over_kafka_demo(cfg, train_devices, seed, on_iteration=lambda t, total: shown.update(
+                task, completed=t, total=max(t, total)))
     if as_json:
         typer.echo(json.dumps({"estimates": estimates, "truth": result.truth, "seconds": elapsed,
                                "training": training, "refusal": refusal}))

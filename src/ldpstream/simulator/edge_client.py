@@ -107,10 +107,10 @@ async def post_all(base_url: str, requests: Sequence[tuple[Credential, bytes]], 
                 answer = await client.post(credential, body)
                 answers.statuses[answer.status] = answers.statuses.get(answer.status, 0) + 1
                 if answer.status not in (200, 202):
-                    body = answer.body if isinstance(answer.body, dict) else {}
-                    reason = str(body.get("reason") or answer.status)[:100]
+                    said = answer.body if isinstance(answer.body, dict) else {}
+                    reason = str(said.get("reason") or answer.status)[:100]
                     answers.refused[reason] = answers.refused.get(reason, 0) + 1
-                    answers.details.setdefault(reason, str(body.get("error", ""))[:300])
+                    answers.details.setdefault(reason, str(said.get("error", ""))[:300])
                 if on_answer is not None:
                     on_answer(1)
 
