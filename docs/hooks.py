@@ -1,36 +1,55 @@
 """mkdocs hooks: the command-line reference, generated from the `ldp` app itself (every command and subcommand,
-its help and its options), so the docs cannot drift from the code."""
+its help and its options), so the docs cannot drift from the code; and a site that makes no third-party request
+(a privacy project's docs tell no font server or code host who reads them) and ships no bytecode.
+
+typer builds its commands from its own copy of click (`typer.core`), not from the `click` package: the walk below
+checks against typer's classes, and anything it does not know is an error, never a silent omission
+(tests/docs/test_cli_reference.py checks every command and option of the app is on the page).
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-import click
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 MARKER = "<!-- ldp commands -->"
+ROOT = f"{Path(__file__).resolve().parents[1]}/"  # a default path inside the checkout is shown relative to it
 
 
-def _options(command: click.Command) -> list[str]:
+def _cell(text: str) -> str:
+    """Text for one table cell: on one line, its pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _options(command: TyperCommand | TyperGroup) -> list[str]:
     rows = ["| option | help |", "| --- | --- |"]
     for param in command.params:
-        if isinstance(param, click.Argument):
-            rows.append(f"| `{param.human_readable_name}` (argument) | |")
-            continue
-        if not isinstance(param, click.Option) or param.hidden:
-            continue
-        names = ", ".join(f"`{n}`" for n in [*param.opts, *param.secondary_opts])
-        default = "" if param.default in (None, False, ()) or param.is_flag else f" (default: `{param.default}`)"
-        rows.append(f"| {names} | {(param.help or '').replace('|', '/')}{default} |")
+        if isinstance(param, TyperArgument):
+            rows.append(f"| `{param.human_readable_name}` (argument) | {_cell(param.help or '')} |")
+        elif isinstance(param, TyperOption):
+            if param.hidden:
+                continue
+            names = ", ".join(f"`{n}`" for n in [*param.opts, *param.secondary_opts])
+            default = ("" if param.default in (None, False, ()) or param.is_flag
+                       else f" (default: `{str(param.default).replace(ROOT, '')}`)")
+            rows.append(f"| {names} | {_cell(param.help or '')}{default} |")
+        else:
+            raise TypeError(f"{command.name}: a parameter of an unknown kind {type(param).__name__}")
     return rows if len(rows) > 2 else []
 
 
-def _command(path: str, command: click.Command) -> list[str]:
+def _command(path: str, command: Any) -> list[str]:
+    if not isinstance(command, TyperCommand | TyperGroup):
+        raise TypeError(f"{path}: not a typer command ({type(command).__name__})")
     out = [f"### `{path}`", "", (command.help or command.short_help or "").strip(), ""]
     out += _options(command)
     out.append("")
-    if isinstance(command, click.Group):
+    if isinstance(command, TyperGroup):
         for name in sorted(command.commands):
-            out += _command(f"{path} {name}", command.commands[name])
+            if not command.commands[name].hidden:
+                out += _command(f"{path} {name}", command.commands[name])
     return out
 
 
@@ -46,3 +65,28 @@ def cli_reference() -> str:
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
     return markdown.replace(MARKER, cli_reference()) if MARKER in markdown else markdown
+
+
+def on_config(config: Any, **_: Any) -> Any:
+    """The theme's fonts off: mkdocs-material would load Roboto from fonts.googleapis.com on every page; the pages use
+    the system's fonts instead."""
+    config.theme["font"] = False
+    return config
+
+
+def on_files(files: Any, **_: Any) -> Any:
+    """Everything but the bytecode Python left beside this hook (docs/__pycache__/hooks.*.pyc)."""
+    for file in [f for f in files if "__pycache__" in f.src_uri.split("/") or f.src_uri.endswith(".pyc")]:
+        files.remove(file)
+    return files
+
+
+def on_post_page(output: str, **_: Any) -> str:
+    """The repository link as a plain link: mkdocs-material's "source" component would fetch the repository's stars,
+    forks and latest release from api.github.com on every page."""
+    return output.replace(' data-md-component="source"', "")
+
+
+def on_post_template(output: str, **_: Any) -> str:
+    """The same for the pages rendered from a template alone (404.html)."""
+    return on_post_page(output)

@@ -16,6 +16,7 @@ imported when used.
 
 from __future__ import annotations
 
+import importlib
 import json
 import urllib.error
 import urllib.parse
@@ -35,6 +36,20 @@ METADATA = ("collection", "version", "attribute", "type", "mechanism", "descript
             "from_ms", "to_ms", "confidence")
 DISTRIBUTION_COLUMNS = ("lower", "upper", "density", "probability", "cdf", "cdf_stderr")
 DISTRIBUTION_METADATA = ("collection", "version", "attribute", "window", "window_start_ms")
+
+
+CLIENT_INSTALL = "pip install 'ldpstream[client]'"
+
+
+def needs(module: str) -> Any:
+    """`module` (pandas, pyarrow) imported; a ModuleNotFoundError that says which install brings it otherwise."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        raise ModuleNotFoundError(f"No module named {module!r}: DataFrames and Parquet come with the client "
+                                  f"install: {CLIENT_INSTALL}", name=module) from exc
 
 
 class ClientError(Exception):
@@ -169,6 +184,7 @@ class Client:
     def save_series(self, path: str | Path, name: str, attribute: str | None = None, window: str | None = None,
                     start: Time | None = None, end: Time | None = None, version: int | None = None) -> pd.DataFrame:
         """Write the series to a Parquet file at `path` (with its metadata); returns the DataFrame written."""
+        needs("pyarrow")
         frame = self.series(name, attribute, window, start, end, version)
         frame.to_parquet(path, engine="pyarrow", index=False)
         return frame
@@ -176,8 +192,7 @@ class Client:
 
 def series_frame(document: dict[str, Any]) -> pd.DataFrame:
     """A series document as a DataFrame (`Client.series`)."""
-    import pandas as pd
-
+    pd = needs("pandas")
     frame = pd.DataFrame(series_rows(document), columns=list(COLUMNS))
     for column in ("start", "end"):
         frame[column] = pd.to_datetime(frame[column].astype("int64"), unit="ms", utc=True)
@@ -189,8 +204,7 @@ def series_frame(document: dict[str, Any]) -> pd.DataFrame:
 
 def distribution_frame(document: dict[str, Any]) -> pd.DataFrame:
     """A distribution document (`GET /collections/{name}/distribution`) as a DataFrame (`Client.distribution`)."""
-    import pandas as pd
-
+    pd = needs("pandas")
     dist = document["distribution"]
     if dist is None:
         frame = pd.DataFrame({c: pd.Series(dtype="float64") for c in DISTRIBUTION_COLUMNS})
@@ -213,7 +227,6 @@ def distribution_frame(document: dict[str, Any]) -> pd.DataFrame:
 def quantile_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """The quantiles of a `Client.distribution` frame as a DataFrame indexed by level, columns estimate and stderr
     (NaN where the API gave null: an infinite standard error where the density is 0)."""
-    import pandas as pd
-
+    pd = needs("pandas")
     rows = frame.attrs.get("quantiles", [])
     return pd.DataFrame(rows, columns=["level", "estimate", "stderr"]).astype("float64").set_index("level")

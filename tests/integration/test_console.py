@@ -1,8 +1,10 @@
 """The console that `ldp serve` serves, in a real headless Chromium over a running stack: a worker aggregates a
 fleet's reports from the real Kafka into the real Redis, window after window (5 s windows), while `ldp serve` runs
 as its own process. The catalogue lists the collection with its attributes' descriptions and units; the collection's
-page draws each attribute's series with its band and a histogram, shows the newest windows' figures from the API,
-and picks up a new window by itself. A collection with a Square Wave attribute (examples/request_latency.yaml) has its
+page draws each attribute's series with its band and a histogram, as panels of a grid, shows the newest windows'
+figures from the API, marks a window still open as partial, says its times are UTC, shows the range picked (the last
+windows, a preset, from/to), and picks up a new window by itself; an unknown collection's page says so and points to
+the nearest published names. A collection with a Square Wave attribute (examples/request_latency.yaml) has its
 distribution drawn (density, CDF, quantile marks) from the distribution route, refreshed live too. No page logs an
 error or a warning; screenshots are kept in artifacts/console/ (git-ignored) and in the test's tmp dir."""
 
@@ -144,13 +146,70 @@ async def scenario(stack: Stack, tmp_path: Path) -> None:
         bars = await page.evaluate("[...document.querySelectorAll('[data-attribute=\"network_type\"] .bar-row')]"
                                    ".map(r => r.dataset.label)")
         assert bars == ["wifi", "5g", "4g", "3g", "offline"]
+        await check_layout(page)
         await shot(page, "collection", tmp_path)
 
         refreshes = await page.evaluate("window.ldpConsole.refreshes")
         await asyncio.to_thread(stack.send_window)  # a fourth window: the page draws it by itself
         await page.wait_for(f"window.ldpConsole.refreshes > {refreshes} && "
                             "window.ldpConsole.points.battery_level >= 4", timeout_s=30)
+        await check_range_picker(page, stack)
         assert page.problems() == []
+
+        await page.navigate(f"{stack.url}/console/collection?name={stack.spec.name[:-1]}")
+        await page.wait_for("document.body.dataset.ready === '1'")
+        assert await page.evaluate("window.ldpConsole.missing") == stack.spec.name[:-1]
+        text = await page.evaluate("document.getElementById('missing').innerText")
+        assert f"No collection named \u201c{stack.spec.name[:-1]}\u201d" in text and "Did you mean" in text, text
+        links = await page.evaluate("[...document.querySelectorAll('#missing .suggest a')].map(a => a.textContent)")
+        assert links[0] == stack.spec.name
+        assert await page.evaluate("document.getElementById('main').hidden") is True
+        await shot(page, "missing", tmp_path)
+        assert page.problems() == []
+
+
+async def check_layout(page: Page) -> None:
+    """Panels side by side; times said to be UTC; the windows still open when drawn marked partial, no other."""
+    tops = await page.evaluate("[...document.querySelectorAll('#attributes > .card')].map(c => c.offsetTop)")
+    assert len(tops) >= 2 and tops[0] == tops[1], tops  # a grid at 1280 px: the first two panels share a row
+    assert "UTC" in await page.evaluate("document.getElementById('timezone').textContent")
+    assert "(UTC)" in await page.evaluate("document.getElementById('status').textContent")
+    assert not {"AM", "PM"} & set((await page.evaluate("document.body.innerText")).split())
+    drawn = await page.evaluate("window.ldpConsole.renderedAt")
+    for name, doc in (await page.evaluate("window.ldpConsole.series")).items():
+        open_windows = [w["start_ms"] for w in doc["windows"] if w["end_ms"] > drawn]
+        assert await page.evaluate(f"window.ldpConsole.partial[{json.dumps(name)}]") == open_windows
+    notes = await page.evaluate("[...document.querySelectorAll('.partial-note')].map(n => [n.hidden, n.textContent])")
+    assert all(hidden == (text == "") for hidden, text in notes), notes
+    assert all("partial" in text for hidden, text in notes if not hidden)
+
+
+async def choose_range(page: Page, value: str) -> None:
+    await page.evaluate(f"(() => {{ const r = document.getElementById('range'); r.value = {json.dumps(value)}; "
+                        "r.dispatchEvent(new Event('change')); return true; })()")
+
+
+async def check_range_picker(page: Page, stack: Stack) -> None:
+    """A preset: the windows of the last 15 minutes; from/to (UTC): exactly the windows that start in it."""
+    refreshes = await page.evaluate("window.ldpConsole.refreshes")
+    await choose_range(page, "15m")
+    await page.wait_for(f"window.ldpConsole.refreshes > {refreshes}")
+    picked = await page.evaluate("window.ldpConsole.range")
+    assert 900_000 <= picked["to"] - picked["from"] <= 900_000 + WINDOW_S * 1000 + 1
+    shown = await page.evaluate("window.ldpConsole.series.battery_level.windows")
+    second = shown[1]["start_ms"]  # from the second window on: the first one drops out
+    refreshes = await page.evaluate("window.ldpConsole.refreshes")
+    await choose_range(page, "custom")
+    await page.wait_for(f"window.ldpConsole.refreshes > {refreshes}")
+    assert await page.evaluate("document.getElementById('custom').hidden") is False
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second / 1000))
+    refreshes = await page.evaluate("window.ldpConsole.refreshes")
+    await page.evaluate(f"document.getElementById('from').value = {json.dumps(start)}; "
+                        "document.getElementById('apply').click(); true")
+    await page.wait_for(f"window.ldpConsole.refreshes > {refreshes}")
+    assert (await page.evaluate("window.ldpConsole.range"))["from"] == second
+    starts = await page.evaluate("window.ldpConsole.series.battery_level.windows.map(w => w.start_ms)")
+    assert starts and starts[0] == second and len(starts) == len(shown) - 1
 
 
 def test_the_console_shows_a_running_stack_live_in_chromium(stack: Stack, tmp_path: Path) -> None:

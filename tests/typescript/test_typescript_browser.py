@@ -129,3 +129,16 @@ def test_a_page_in_chromium_joins_reports_and_survives_a_reload(collection: Coll
         worker.wait(30)
     assert (ARTIFACTS / "browser-first-visit.png").stat().st_size > 0
     assert (ARTIFACTS / "browser-after-reload.png").stat().st_size > 0
+
+
+def test_a_page_whose_origin_the_edge_does_not_allow_says_what_to_configure(
+        collection: Collection, pages: PageServer, edge: EdgeProcess, live_services: Settings) -> None:
+    other = PageServer(pinned_keys(live_services))  # another port: another origin, not the edge's --cors-origin
+    try:
+        query = urllib.parse.urlencode({"edge": edge.url, "collection": collection.spec.name, "token": "x"})
+        seen = json.loads(run_node(HERE / "browser_status.mjs", f"{other.origin}/examples/web/index.html?{query}",
+                                   timeout=120).stdout)
+    finally:
+        other.close()
+    assert seen["state"] == "error", seen
+    assert f"ldp edge --cors-origin {other.origin}" in seen["text"], seen

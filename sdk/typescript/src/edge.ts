@@ -57,6 +57,21 @@ function refusal(body: Uint8Array): [string, string] {
   }
 }
 
+/** In a page, what to configure when the edge may have refused its origin: a browser reports a CORS refusal as no
+ * answer at all ("Failed to fetch"), like an edge that is down. Empty outside a browser, or for the page's own origin. */
+export function corsHint(edgeUrl: string): string {
+  const origin = (globalThis as { location?: { origin?: string } }).location?.origin;
+  let edgeOrigin = "";
+  try {
+    edgeOrigin = new URL(edgeUrl).origin;
+  } catch {
+    return "";
+  }
+  if (!origin || origin === "null" || origin === edgeOrigin) return "";
+  return `; if the edge is running, it may not allow this page's origin (CORS): start it with ` +
+    `\`ldp edge --cors-origin ${origin}\``;
+}
+
 export class EdgeClient {
   readonly url: string;
   readonly #fetcher: Fetch;
@@ -78,7 +93,8 @@ export class EdgeClient {
       return { status: response.status, headers: response.headers, body: await bounded(response, limit) };
     } catch (exc) {
       if (exc instanceof EdgeError) throw exc;
-      throw new EdgeError(0, "unreachable", `${method} ${path}: no answer from ${this.url} (${String(exc)})`);
+      throw new EdgeError(0, "unreachable",
+        `${method} ${path}: no answer from ${this.url} (${String(exc)})${corsHint(this.url)}`);
     } finally {
       clearTimeout(timer);
     }

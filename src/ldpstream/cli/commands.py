@@ -58,7 +58,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def module_commands(module: str) -> dict[str, Any]:
     """The commands that `ldpstream.cli.<module>.register` adds, by name."""
-    holder = typer.Typer()
+    holder = typer.Typer(rich_markup_mode=None)  # passed down to every command and group under it
     holder.callback()(lambda: None)  # a group, even for a module that registers one command
     importlib.import_module(f"ldpstream.cli.{module}").register(holder)
     return dict(typer.main.get_command(holder).commands)  # type: ignore[attr-defined]
@@ -85,7 +85,10 @@ class LazyGroup(TyperGroup):
         return name, command, rest
 
 
+# Help and usage errors as plain text: typer's "rich" mode reads square brackets as markup and drops them
+# ("P[report 1 | bit 0]" printed as "P"); no help text here is markup.
 app = typer.Typer(cls=LazyGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
                   help="ldpstream: private telemetry over Kafka.")
 DEBUG = {"on": False}
 

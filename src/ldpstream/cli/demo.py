@@ -20,16 +20,15 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.progress import Progress
 
 from ldpstream.cli.errors import require_services
-from ldpstream.cli.output import estimates_table, shuffle_table
+from ldpstream.cli.output import estimates_table, fail, progress, shuffle_table, styled
+from ldpstream.cli.output import wide as console
 from ldpstream.runtime.settings import PROJECT_ROOT
 
 if TYPE_CHECKING:
@@ -38,17 +37,20 @@ if TYPE_CHECKING:
     from ldpstream.runtime.settings import Settings
     from ldpstream.simulator.simulator import SimulationResult
 
-console = Console(width=None if Console().is_terminal else 120)
 DEFAULT_SPEC = PROJECT_ROOT / "examples" / "diagnostics.yaml"
+LAST_DEMO = "demo-collection"  # in the state dir: the name of the collection the last demo made (`ldp demo --last`)
 
 
 def wait_for_accepted(store: RedisStore, collection: str, target: int, timeout_s: float,
-                      worker_alive: Callable[[], bool] = lambda: True) -> int:
-    """Poll the store until `target` reports of `collection` are accepted; the count reached."""
+                      worker_alive: Callable[[], bool] = lambda: True,
+                      on_count: Callable[[int], None] = lambda n: None) -> int:
+    """Poll the store until `target` reports of `collection` are accepted (`on_count` told each count read); the
+    count reached."""
     deadline = time.monotonic() + timeout_s
     accepted = 0
     while time.monotonic() < deadline and worker_alive():
         accepted = store.outcomes(collection).get("accepted", 0)
+        on_count(accepted)
         if accepted >= target:
             break
         time.sleep(0.1)
@@ -98,13 +100,14 @@ def greedy_variant(spec: CollectionSpec) -> CollectionSpec:
     return spec.replace(name=f"{spec.name}-greedy", epsilon=GREEDY_EPSILON, privacy=privacy)
 
 
-def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: int) -> tuple[SimulationResult, str]:
+def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: int,
+                     shown: Progress | None = None) -> tuple[SimulationResult, str]:
     """Start an edge process; mint an enrolment token; have `devices` simulated devices join like phones (enrol with
     the token, fetch and verify the spec against this machine's pinned keys, accept it under the default privacy
     policy) and send their reports; then have one real SDK device try to join a copy of the collection published
     at epsilon 16 (signed by the real key: the compromised-server case). The run, and that device's refusal
     (RuntimeError if a device could not join or report, or the greedy spec was accepted). The devices are removed
-    afterwards."""
+    afterwards. `shown`: where the devices joined and the reports sent are counted as they go."""
     import asyncio
     import tempfile
 
@@ -131,12 +134,16 @@ def through_the_edge(cfg: Settings, spec: CollectionSpec, devices: int, seed: in
                       str(devices + 10), log_file=cfg.state_dir / "demo-edge.log")
     try:
         wait_live(url, edge, probe="/readyz")
+        shown = shown or Progress(disable=True)
+        joining = shown.add_task("devices join (enrol, verify the spec)", total=devices)
+        sending = shown.add_task("reports sent through the edge", total=devices)
         joined = asyncio.run(join_fleet(url, spec.name, token, TrustedKeys.from_json(keys), PrivacyPolicy(), devices,
-                                        concurrency=128))
+                                        concurrency=128, on_device=lambda n: shown.advance(joining, n)))
         if joined.spec is None or len(joined.credentials) != devices:
             raise RuntimeError(f"{len(joined.credentials):,} of {devices:,} devices joined: refused {joined.reasons}, "
                                f"enrolment failures {joined.enrol_failures}; see {cfg.state_dir / 'demo-edge.log'}")
-        result, answers = send_fleet(joined.spec, joined.credentials, url, seed=seed, concurrency=128)
+        result, answers = send_fleet(joined.spec, joined.credentials, url, seed=seed, concurrency=128,
+                                     on_answer=lambda n: shown.advance(sending, n))
         with tempfile.TemporaryDirectory() as state:
             try:
                 Device.join(url, greedy.name, token, keys, state_dir=state)
@@ -173,7 +180,10 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
          seed: int = typer.Option(0, help="population and noise seed"),
          direct: bool = typer.Option(False, "--direct", help="produce to Kafka in bulk instead of through the edge"),
          train_devices: int = typer.Option(200_000, min=0, help="devices of the LDP SGD demo over Kafka (0: skip)"),
-         as_json: bool = typer.Option(False, "--json", help="print the estimates and truth as JSON")) -> None:
+         as_json: bool = typer.Option(False, "--json", help="print the estimates and truth as JSON"),
+         last: bool = typer.Option(False, "--last", help="only print the name of the collection the last demo made "
+                                                         "(each demo makes its own, SPEC-demo-TIME), for "
+                                                         "`ldp series \"$(ldp demo --last)\" ...`")) -> None:
     """Publish a spec, send a simulated fleet's reports through the edge and Kafka into Redis, compare with the
     truth."""
     from ldpstream.aggregator.processes import start_worker, stop_worker
@@ -188,20 +198,21 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     from ldpstream.sgd.jobs import train_over_kafka_demo
     from ldpstream.simulator.simulator import simulate
 
+    if last:
+        print_last_demo(Settings.from_env().state_dir)
+        return
     require_services()
     cfg = Settings.from_env()
     base = load_spec(spec_file)
     spec = base.replace(name=f"{base.name}-demo-{time.strftime('%Y%m%d-%H%M%S')}")
     if spec.shuffle is not None:
         if direct:
-            console.print("[red]error:[/] a shuffled collection's reports go through the edge and the shuffler: "
-                          "drop --direct")
-            raise typer.Exit(2)
+            fail("a shuffled collection's reports go through the edge and the shuffler: drop --direct", code=2)
         if devices < 200:
-            console.print("[red]error:[/] a shuffled demo needs --devices 200 or more (a batch holds at least 100)")
-            raise typer.Exit(2)
+            fail("a shuffled demo needs --devices 200 or more (a batch holds at least 100)", code=2)
         spec = demo_timescale(spec, devices)
     publish_spec(spec, cfg.bootstrap)
+    (cfg.state_dir / LAST_DEMO).write_text(spec.name + "\n")
     store = RedisStore(cfg.redis)
     log_file = cfg.state_dir / "demo-worker.log"
     worker = start_worker(group=f"ldp-aggregator-{spec.name}", log_file=log_file)
@@ -211,17 +222,17 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     try:
         started = time.perf_counter()
         refusal = ""
-        if direct:
-            with Progress(console=console, transient=True, disable=as_json) as progress:
-                task = progress.add_task(f"{devices:,} devices -> {spec.topic}", total=devices)
+        with progress(console, disable=as_json, transient=True) as shown:
+            if direct:
+                task = shown.add_task(f"reports produced to {spec.topic}", total=devices)
                 result = simulate(spec, devices, ReportProducer(cfg.bootstrap), seed=seed,
-                                  on_progress=lambda k: progress.advance(task, k))
-        else:
-            with console.status(f"{devices:,} devices join and report through the edge -> {spec.topic} ...") \
-                    if not as_json else nullcontext():
-                result, refusal = through_the_edge(cfg, spec, devices, seed)
-        accepted = wait_for_accepted(store, spec.name, devices, timeout_s=300,
-                                     worker_alive=lambda: worker.poll() is None)
+                                  on_progress=lambda k: shown.advance(task, k))
+            else:
+                result, refusal = through_the_edge(cfg, spec, devices, seed, shown)
+            counted = shown.add_task("reports aggregated into Redis", total=devices)
+            accepted = wait_for_accepted(store, spec.name, devices, timeout_s=300,
+                                         worker_alive=lambda: worker.poll() is None,
+                                         on_count=lambda n: shown.update(counted, completed=n))
         elapsed = time.perf_counter() - started
     finally:
         stop_worker(worker)
@@ -229,8 +240,7 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
             shuffler.terminate()
             shuffler.wait(30)
     if accepted != devices:
-        console.print(f"[red]error:[/] the aggregator applied {accepted:,} of {devices:,} reports; see {log_file}")
-        raise typer.Exit(1)
+        fail(f"the aggregator applied {accepted:,} of {devices:,} reports; see {log_file}")
     tokens = TokenStore(redis_client(cfg.redis, 10.0))
     token = tokens.issue([Scope.READ, Scope.METRICS], "ldp demo", now_ms(), ttl_ms=600_000)
     try:
@@ -239,8 +249,10 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
         tokens.revoke(token.record.id, now_ms())
     training = None
     if train_devices:
-        with console.status(f"training a logistic model over Kafka with LDP SGD ({train_devices:,} devices) ..."):
-            training = train_over_kafka_demo(cfg, train_devices, seed)
+        with progress(console, disable=as_json, transient=True) as shown:
+            task = shown.add_task(f"LDP SGD over Kafka ({train_devices:,} devices): model versions", total=None)
+            training = train_over_kafka_demo(cfg, train_devices, seed, on_iteration=lambda t, total: shown.update(
+                task, completed=t, total=max(t, total)))
     if as_json:
         typer.echo(json.dumps({"estimates": estimates, "truth": result.truth, "seconds": elapsed,
                                "training": training, "refusal": refusal}))
@@ -258,21 +270,30 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
                   f"Redis in {elapsed:.1f} s, the worker's start-up included.")
     if refusal:
         console.print(refusal[0].upper() + refusal[1:] + ".")
-    console.print(f"Read through the HTTP API; /metrics {'exports' if metrics_ok else '[red]does not export[/]'} "
-                  f"the report totals and estimates. Any time: [bold]ldp estimate {spec.name}[/], or "
-                  f"[bold]ldp serve[/] and http://127.0.0.1:8000/collections/{spec.name}/estimates, "
-                  f"http://127.0.0.1:8000/metrics with a token from [bold]ldp tokens create --scope read "
-                  f"--scope metrics[/] (header Authorization: Bearer TOKEN); its series: [bold]ldp series {spec.name} "
-                  f"-a {spec.attributes[0].name}[/]; the console: "
-                  f"http://127.0.0.1:8000/console/collection?name={spec.name} (it asks for the token)")
+    console.print(styled(
+        "Read through the HTTP API; /metrics ", ("exports", "") if metrics_ok else ("does not export", "red"),
+        " the report totals and estimates. Any time: ", (f"ldp estimate {spec.name}", "bold"), ", or ",
+        ("ldp serve", "bold"), f" and http://127.0.0.1:8000/collections/{spec.name}/estimates, "
+        "http://127.0.0.1:8000/metrics with a token from ", ("ldp tokens create --scope read --scope metrics", "bold"),
+        " (header Authorization: Bearer TOKEN); its series: ",
+        (f"ldp series {spec.name} -a {spec.attributes[0].name}", "bold"),
+        f"; the console: http://127.0.0.1:8000/console/collection?name={spec.name} (it asks for the token)"))
     if training is not None:
         console.print(f"LDP SGD over Kafka ({training['devices']:,} devices, eps = {training['epsilon']}, HM, "
                       f"{training['iterations']} iterations of {training['batch_size']:,} gradients, "
-                      f"{training['seconds']:.0f} s): logistic misclassification [bold]{training['private']:.4f}[/] "
+                      f"{training['seconds']:.0f} s): logistic misclassification {training['private']:.4f} "
                       f"private vs {training['non_private']:.4f} non-private on the same held-out rows "
                       f"(`ldp train status {training['job']} --json`).")
     if not metrics_ok:
         raise typer.Exit(1)
+
+
+def print_last_demo(state_dir: Path) -> None:
+    """The name of the collection the last `ldp demo` on `state_dir` made; exit 1 if none did."""
+    try:
+        typer.echo((state_dir / LAST_DEMO).read_text().strip())
+    except FileNotFoundError:
+        fail(f"no demo has run on {state_dir} yet: run `make demo` (or `ldp up` and `ldp demo`)")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,8 +9,10 @@ module (`client_logs`), never a library's raw lines on the terminal.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import sys
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,19 +31,36 @@ class CliError(Exception):
 class NotPublished(CliError):
     """A command named a collection that has no published spec."""
 
-    def __init__(self, name: str, version: int | None = None) -> None:
+    def __init__(self, name: str, version: int | None = None, published: Collection[str] = ()) -> None:
         which = f"{name!r}" + (f" version {version}" if version is not None else "")
-        super().__init__(f"no published collection {which}: publish its spec with `ldp spec publish FILE`")
+        near = [] if name in published else nearest(name, published)
+        hint = f"did you mean {' or '.join(near)}? If not, " if near else ""
+        super().__init__(f"no published collection {which}: {hint}publish its spec with `ldp spec publish FILE`")
+
+
+def nearest(name: str, names: Collection[str], most: int = 3) -> list[str]:
+    """The published names a mistyped `name` may have meant: those it begins (newest first by name: a demo's
+    `diagnostics-demo-TIME`), then the closest spellings.
+
+    Examples
+    --------
+    >>> nearest("diagnostic", ["diagnostics", "latency", "diagnostics-demo-20260101-120000"])
+    ['diagnostics-demo-20260101-120000', 'diagnostics']
+    """
+    longer = sorted((n for n in names if n.startswith(name) and n != name), reverse=True)
+    close = difflib.get_close_matches(name, list(names), n=most, cutoff=0.75)
+    return list(dict.fromkeys([*longer, *close]))[:most]
 
 
 def published_plan(bootstrap: str, name: str, version: int | None = None) -> Plan:
-    """The aggregator's plan of a published collection: its newest version, or `version`; NotPublished otherwise."""
+    """The aggregator's plan of a published collection: its newest version, or `version`; NotPublished otherwise
+    (with the published names it may have meant)."""
     from ldpstream.aggregator.plans import PlanRegistry
 
     plans = PlanRegistry(bootstrap)
     plan = plans.latest(name) if version is None else plans.get(name, version)
     if plan is None:
-        raise NotPublished(name, version)
+        raise NotPublished(name, version, {p.spec.name for p in plans.plans()})
     return plan
 
 

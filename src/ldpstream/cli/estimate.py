@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
 
 from ldpstream.cli.errors import published_plan, require_services
-from ldpstream.cli.output import estimates_table, poisoning_table, shuffle_table
-
-console = Console(width=None if Console().is_terminal else 120)
+from ldpstream.cli.output import estimates_table, fail, poisoning_table, shuffle_table
+from ldpstream.cli.output import wide as console
 
 
 def estimate(name: str = typer.Argument(..., help="collection name"),
@@ -37,13 +35,11 @@ def estimate(name: str = typer.Argument(..., help="collection name"),
     cfg = Settings.from_env()
     plan = published_plan(cfg.bootstrap, name, version)
     if postprocess not in POSTPROCESS:
-        console.print(f"[red]error:[/] --postprocess must be one of {', '.join(POSTPROCESS)}")
-        raise typer.Exit(2)
+        fail(f"--postprocess must be one of {', '.join(POSTPROCESS)}", code=2)
     try:
         levels = None if quantiles is None else tuple(check_levels([float(q) for q in quantiles.split(",")]))
-    except ValueError as exc:  # LDPError is a ValueError
-        console.print(f"[red]error:[/] --quantiles must be comma-separated levels in (0, 1), not {quantiles!r}")
-        raise typer.Exit(2) from exc
+    except ValueError:  # LDPError is a ValueError
+        fail(f"--quantiles must be comma-separated levels in (0, 1), not {quantiles!r}", code=2)
     store = RedisStore(cfg.redis)
     try:
         result = collection_estimates(store, plan, window, postprocess)  # type: ignore[arg-type]
@@ -52,8 +48,7 @@ def estimate(name: str = typer.Argument(..., help="collection name"),
                 entry["distribution"] = attribute_distribution(store, plan, attribute, result["window"],
                                                                levels)["distribution"]
     except (SpecError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
+        fail(str(exc), code=2)
     if as_json:
         typer.echo(json.dumps(result))
         return

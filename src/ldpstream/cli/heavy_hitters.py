@@ -11,13 +11,12 @@ from __future__ import annotations
 import string
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from ldpstream.cli.output import print_fields
+from ldpstream.cli.output import console, fail, print_fields
 from ldpstream.mechanisms import registry
 
 if TYPE_CHECKING:
@@ -25,7 +24,6 @@ if TYPE_CHECKING:
 
     from ldpstream.mechanisms.open_domain import StringDomain
 
-console = Console()
 heavy_hitters_app = typer.Typer(no_args_is_help=True, add_completion=False,
                                 help="Heavy hitters of strings over an open domain.")
 _TEXT = set(string.printable) - set("\t\n\r\x0b\x0c")
@@ -57,11 +55,6 @@ def domain_for(items: np.ndarray, max_length: int | None, alphabet: str | None) 
         chars = {chr(b) for b in present if b}
         alphabet = "".join(sorted(chars)) if chars <= _TEXT else None
     return StringDomain(length, alphabet or None)
-
-
-def _fail(exc: Exception) -> NoReturn:
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(2) from exc
 
 
 @heavy_hitters_app.command("run")
@@ -98,7 +91,7 @@ def run(
         found = tree.heavy_hitters(tree.accumulate(tree.perturb(rows, np.random.default_rng(seed))))
         seconds = time.perf_counter() - start
     except LDPError as exc:
-        _fail(exc)
+        fail(str(exc), code=2)
     levels = tree.positions if isinstance(tree, SFP) else tree.lengths
     hitters = found.to_rows()
     payload = {"mechanism": name, "epsilon": epsilon, "devices": int(rows.shape[0]), "levels": list(levels),

@@ -28,13 +28,12 @@ from __future__ import annotations
 import inspect
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from ldpstream.cli.output import print_fields
+from ldpstream.cli.output import console, fail, print_fields
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
     from ldpstream.mechanisms.base import Mechanism
     from ldpstream.mechanisms.longitudinal.base import Longitudinal
 
-console = Console()
 mechanisms_app = typer.Typer(no_args_is_help=True, add_completion=False, help="LDP mechanisms: variances, simulation.")
 
 MECHANISM = typer.Option(..., "--mechanism", "-m", help="mechanism name, e.g. pm, hm, duchi, oue, olh")
@@ -105,11 +103,6 @@ def build_longitudinal(name: str, lifetime: float | None, domain: int | None, op
     return build(lifetime, *positional, **options)
 
 
-def _fail(exc: Exception) -> NoReturn:
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(2) from exc
-
-
 def _worst_case_variance(name: str, epsilon: float, domain: int) -> float:
     from ldpstream.mechanisms import registry
     from ldpstream.mechanisms.open_domain.strings import StringDomain
@@ -149,7 +142,7 @@ def list_mechanisms(
             try:
                 variance = _worst_case_variance(name, epsilon, domain)
             except LDPError as exc:
-                _fail(exc)
+                fail(str(exc), code=2)
             rows.append({"mechanism": name, "kind": kind, "class": target, "worst_case_variance": variance})
     if as_json:
         typer.echo(json.dumps({"epsilon": epsilon, "domain": domain, "mechanisms": rows}))
@@ -175,7 +168,7 @@ def variance(
         mech = build_mechanism(mechanism, epsilon, dims, domain)
         worst = float(mech.worst_case_variance())  # type: ignore[attr-defined]
     except LDPError as exc:
-        _fail(exc)
+        fail(str(exc), code=2)
     print_fields(
         {"mechanism": mechanism, "epsilon": epsilon, "dims": dims, "domain": domain, "worst_case_variance": worst},
         as_json,
@@ -227,7 +220,7 @@ def simulate(
         mech = build_mechanism(mechanism, epsilon, dims, domain)
         empirical, theoretical = simulate_mse(mech, n, seed, trials)
     except LDPError as exc:
-        _fail(exc)
+        fail(str(exc), code=2)
     payload = {
         "mechanism": mechanism,
         "epsilon": epsilon,
@@ -283,7 +276,7 @@ def audit(
         else:
             result = audit_longitudinal(mech, reports, seed=seed, n=n, n_select=n_select, confidence=confidence)
     except LDPError as exc:
-        _fail(exc)
+        fail(str(exc), code=2)
     claimed = reports * mech.epsilon
     if isinstance(mech, Longitudinal):
         claimed = min(claimed, mech.epsilon_lifetime)
@@ -310,11 +303,11 @@ def _audit_shuffled(mechanism: str, epsilon: float, domain: int, batch: int, del
     from ldpstream.mechanisms.shuffle_audit import audit_shuffle
 
     if mechanism != "grr":
-        _fail(LDPError(f"--shuffled-batch audits grr (generalized randomized response), not {mechanism!r}"))
+        fail(f"--shuffled-batch audits grr (generalized randomized response), not {mechanism!r}", code=2)
     try:
         result = audit_shuffle(epsilon, domain, batch, delta, windows, samples, seed, confidence)
     except LDPError as exc:
-        _fail(exc)
+        fail(str(exc), code=2)
     print_fields(result.to_dict(), as_json)
     if not result.within:
         raise typer.Exit(1)
@@ -349,7 +342,7 @@ def privacy(
         lifetime = epsilon_lifetime if epsilon_lifetime is not None else epsilon
         mech = build_longitudinal(mechanism, lifetime, domain, {k: v for k, v in given.items() if v is not None})
     except LDPError as exc:
-        _fail(exc)
+        fail(str(exc), code=2)
     print_fields({"mechanism": mechanism, **mech.privacy()}, as_json)
 
 
@@ -420,7 +413,7 @@ def distribution(
     try:
         levels = [float(q) for q in quantiles.split(",") if q.strip()]
     except ValueError:
-        _fail(LDPError(f"--quantiles must be comma-separated numbers, got {quantiles!r}"))
+        fail(f"--quantiles must be comma-separated numbers, got {quantiles!r}", code=2)
     try:
         lo, hi = value_range
         scaler = RangeScaler(lo, hi)
@@ -440,7 +433,7 @@ def distribution(
         mean = scaler.estimate_from_unit(mech.estimate(stats))
         found = [(low, high, *dist.range_probability(low, high)) for low, high in asked]
     except (LDPError, typer.BadParameter) as exc:
-        _fail(exc)
+        fail(str(exc), code=2)
     result = {"mechanism": mechanism, "epsilon": epsilon, "range": [lo, hi], "seed": seed,
               "report_mean": {"estimate": float(mean.value), "stderr": float(mean.stderr)}, **payload}
     if asked:

@@ -1,16 +1,65 @@
-"""How commands print: a flat result as one JSON line or a two-column table; estimates as a table."""
+"""How commands print: a flat result as one JSON line or a two-column table; estimates as a table; an error as one
+line.
+
+Every console of the command line comes from `plain_console`: rich's markup is off, because the text printed (an
+error's message, a spec's labels, a path) is not markup, and rich reads any "[word ...]" in it as a tag and drops it
+("range must be [lo, hi]" printed as "range must be "). Styles come from `Text` objects (`styled`), never from tags.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
+from rich import box
 from rich.console import Console
-from rich.table import Table
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Column, Table
+from rich.text import Text
 
-console = Console()
+
+def plain_console(stderr: bool = False, **options: Any) -> Console:
+    """A rich console that prints strings as they are (no markup, no highlighting)."""
+    return Console(stderr=stderr, markup=False, highlight=False, **options)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """Text from plain strings and (string, style) pairs: `styled(("error:", "red"), " ", message)`."""
+    return Text.assemble(*parts)
+
+
+console = plain_console()
+errors = plain_console(stderr=True, soft_wrap=True)  # one line per error, whatever the width (a path is never cut)
+# wide tables: the terminal's width (or COLUMNS), 120 columns when piped
+wide = plain_console(width=None if console.is_terminal or os.environ.get("COLUMNS") else 120)
+
+
+def name_column(header: str) -> Column:
+    """A column of names (attributes, labels, addresses): never wrapped or cut; the other columns give way."""
+    return Column(header, no_wrap=True, min_width=len(header))
+
+
+def figure_column(header: str) -> Column:
+    """A column of figures: as narrow as its header's longest word, a figure wider than that folded (every digit
+    kept), never cut."""
+    return Column(header, overflow="fold", min_width=max(len(word) for word in header.split()))
+
+
+def progress(on: Console, disable: bool = False, transient: bool = False) -> Progress:
+    """A progress display for long work: per task its description, a bar, "done/total" and the time left (then
+    elapsed)."""
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("left"), TimeRemainingColumn(), TextColumn("elapsed"), TimeElapsedColumn(),
+                    console=on, disable=disable, transient=transient)
+
+
+def fail(message: str, code: int = 1, label: str = "error") -> NoReturn:
+    """Print "LABEL: MESSAGE" on standard error (one line) and exit with `code` (2: a usage error)."""
+    errors.print(styled((f"{label}:", "red"), " ", message))
+    raise typer.Exit(code)
 
 
 def print_fields(payload: dict[str, Any], as_json: bool) -> None:
@@ -27,7 +76,8 @@ def print_fields(payload: dict[str, Any], as_json: bool) -> None:
 def estimates_table(result: dict[str, Any], truth: dict[str, Any] | None = None) -> Table:
     """A table of a collection's estimates (and, given the truth, |error| / stderr)."""
     title = f"{result['collection']} v{result['version']} window {result['window']}: {result['reports']:,} reports"
-    columns = ["attribute", "value", "estimate", "stderr", *(["truth", "|err|/stderr"] if truth else ["95% CI"])]
+    columns = [name_column("attribute"), name_column("value"), figure_column("estimate"), figure_column("stderr"),
+               *([figure_column("truth"), figure_column("|err|/stderr")] if truth else [figure_column("95% CI")])]
     table = Table(*columns, title=title)
     for name, entry in result["attributes"].items():
         kind = "frequencies" if "frequencies" in entry else "answers"
@@ -40,12 +90,12 @@ def estimates_table(result: dict[str, Any], truth: dict[str, Any] | None = None)
         rows += [(f"quantile {level}", q["estimate"], q["stderr"], None)  # a distribution mechanism's (sw)
                  for level, q in (entry.get("distribution") or {}).get("quantiles", {}).items()]
         for i, (label, est, se, true) in enumerate(rows):
-            cells = [name if i == 0 else "", str(label), _fmt(est), _fmt(se)]
+            cells: list[str | Text] = [name if i == 0 else "", str(label), _fmt(est), _fmt(se)]
             if truth is not None and true is None:
                 cells += ["-", "-"]
             elif truth is not None:
                 z = abs(est - true) / se if None not in (est, se) and se > 0 else float("nan")
-                cells += [_fmt(true), f"[{'green' if z < 3 else 'red'}]{z:.2f}[/]"]
+                cells += [_fmt(true), styled((f"{z:.2f}", "green" if z < 3 else "red"))]
             else:
                 cells.append("-" if None in (est, se) else f"[{_fmt(est - 1.96 * se)}, {_fmt(est + 1.96 * se)}]")
             table.add_row(*cells)
@@ -59,10 +109,12 @@ def poisoning_table(result: dict[str, Any]) -> Table:
     p = result["poisoning"]
     reference = f"{p['reference']['windows']} earlier window(s), {p['reference']['reports']:,} reports" \
         if p["reference"] else "none"
-    alert = " [red]ALERT[/]" if p["alert"] else ""
-    title = (f"suspected poisoning ({p['source']}; reference: {reference}): {p['set_aside']:,.0f} report(s) set "
-             f"aside, {100 * p['set_aside_fraction']:.3f}% (alert above {100 * p['alert_threshold']:.2f}%){alert}")
-    table = Table("attribute", "status", "set aside", "gain removed", "suspect", "live", "defended", title=title)
+    title = styled(f"suspected poisoning ({p['source']}; reference: {reference}): {p['set_aside']:,.0f} report(s) set "
+                   f"aside, {100 * p['set_aside_fraction']:.3f}% (alert above {100 * p['alert_threshold']:.2f}%)",
+                   (" ALERT" if p["alert"] else "", "red"))
+    table = Table(name_column("attribute"), figure_column("status"), figure_column("set aside"),
+                  figure_column("gain removed"), name_column("suspect"), figure_column("live"),
+                  figure_column("defended"), title=title, box=box.SIMPLE_HEAVY)  # no rules between columns: 80 suffice
     for name, entry in p["attributes"].items():
         live = result["attributes"][name]
         shown = entry["suspects"][:10] or [""]

@@ -7,12 +7,12 @@ import logging
 import time
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ldpstream.cli.errors import CliError, client_logs, published_plan, require_services
+from ldpstream.cli.output import styled
+from ldpstream.cli.output import wide as console
 
-console = Console(width=None if Console().is_terminal else 120)
 poisoning_app = typer.Typer(help="Suspected poisoning: audit closed windows, show what was set aside.",
                             no_args_is_help=True)
 FOLLOW_S = 30.0
@@ -88,7 +88,7 @@ def status(name: str = typer.Argument(..., help="collection name"),
                              for a, e in r["attributes"].items() if e["suspects"])
         reference = f"{r['reference']['windows']} window(s)" if r["reference"] else "-"
         table.add_row(r["window"], f"{r['reports']:,}", r["source"], reference, f"{r['set_aside']:,.0f}",
-                      f"{100 * r['set_aside_fraction']:.3f}%", "[red]ALERT[/]" if r["alert"] else "", suspects)
+                      f"{100 * r['set_aside_fraction']:.3f}%", styled(("ALERT" if r["alert"] else "", "red")), suspects)
     console.print(table)
 
 

@@ -6,11 +6,11 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from ldpstream.cli.output import console
+
 privacy_app = typer.Typer(no_args_is_help=True, help="Privacy accounting: amplification by shuffling.")
-console = Console()
 
 
 @privacy_app.command("shuffle")

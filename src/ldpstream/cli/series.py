@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ldpstream.cli.errors import published_plan, require_services
+from ldpstream.cli.output import fail
+from ldpstream.cli.output import wide as console
 
-console = Console(width=None if Console().is_terminal else 120)
 RELATIVE = re.compile(r"([0-9]{1,9})([smhd])")
 UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 BAR = 40  # characters of a chart's interval column
@@ -49,8 +49,7 @@ def series(name: str = typer.Argument(..., help="collection name"),
     from ldpstream.contract.clock import now_ms
 
     if as_json and as_csv:
-        console.print("[red]error:[/] --json or --csv, not both")
-        raise typer.Exit(2)
+        fail("--json or --csv, not both", code=2)
     now = now_ms()
     start, end = absolute(from_, now), absolute(to, now)
     document = (remote(url, token, name, attribute, window, start, end, version) if url is not None else
@@ -77,8 +76,7 @@ def local(name: str, attribute: str | None, window: str | None, start: str | Non
     try:
         query = series_query(plan, attribute, window, start, end, now)
     except SeriesError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
+        fail(str(exc), code=2)
     return collection_series(RedisStore(cfg.redis), plan, query)
 
 
@@ -88,13 +86,11 @@ def remote(url: str, token: str | None, name: str, attribute: str | None, window
     from ldpstream.client import Client, ClientError
 
     if not token:
-        console.print("[red]error:[/] --url needs --token (or LDP_API_TOKEN): `ldp tokens create --scope read`")
-        raise typer.Exit(2)
+        fail("--url needs --token (or LDP_API_TOKEN): `ldp tokens create --scope read`", code=2)
     try:
         return Client(url, token).series_document(name, attribute, window, start, end, version)
     except (ClientError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2 if getattr(exc, "status", 400) is not None else 1) from exc
+        fail(str(exc), code=2 if getattr(exc, "status", 400) is not None else 1)
 
 
 def write_csv(document: dict[str, Any]) -> None:

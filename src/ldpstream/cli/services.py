@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ldpstream.cli.errors import START_STACK
+from ldpstream.cli.output import console, fail, name_column, styled
 
 if TYPE_CHECKING:
     from ldpstream.aggregator.health import Health
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from ldpstream.services.prometheus import PrometheusService
 
 
-console = Console()
 
 
 def up(cluster: bool = typer.Option(False, "--cluster", help="a 3-node Kafka cluster and a Redis Cluster of 3 "
@@ -43,14 +42,14 @@ def up(cluster: bool = typer.Option(False, "--cluster", help="a 3-node Kafka clu
     try:
         if (cluster or cfg.cluster) and recorded_topology(cfg.state_dir) != CLUSTER:
             cfg = record_topology(replace(cfg, cluster=False), CLUSTER)
-        console.print(f"[bold]spec signing[/]: {ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys)}")
-        console.print(f"[bold]device join[/]: {ensure_join_keys(cfg)}")
+        signing = ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys)
+        console.print(styled(("spec signing", "bold"), f": {signing}"))
+        console.print(styled(("device join", "bold"), f": {ensure_join_keys(cfg)}"))
         for svc in [*services(cfg), *([PrometheusService(cfg)] if prometheus else [])]:
             with console.status(f"starting {svc.name} ..."):
-                console.print(f"[bold]{svc.name}[/]: {svc.start()}")
+                console.print(styled((svc.name, "bold"), f": {svc.start()}"))
     except (ServiceError, SigningError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from exc
+        fail(str(exc))
 
 
 def down(purge: bool = typer.Option(False, "--purge", help="also delete the services' data")) -> None:
@@ -62,9 +61,9 @@ def down(purge: bool = typer.Option(False, "--purge", help="also delete the serv
     failed = False
     for svc in reversed(with_prometheus(cfg)):
         try:
-            console.print(f"[bold]{svc.name}[/]: {svc.stop()}")
+            console.print(styled((svc.name, "bold"), f": {svc.stop()}"))
         except ServiceError as exc:
-            console.print(f"[red]{svc.name}: {exc}[/]")
+            console.print(styled((f"{svc.name}: {exc}", "red")))
             failed = True
         for path in svc.purgeable if purge else []:
             shutil.rmtree(path, ignore_errors=True)
@@ -88,14 +87,17 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
         typer.echo(json.dumps({"services": [r.__dict__ for r in rows],
                                "pipeline": None if health is None else health.as_dict()}))
     else:
-        table = Table("service", "address", "managed", "pid", "answers", "authentication", "detail")
+        table = Table(name_column("service"), name_column("address"), "pid", "answers", "authentication")
         for r in rows:
-            auth = f"[red]{r.authentication}[/]" if r.authentication == "off" else r.authentication
-            table.add_row(r.name, r.address, "yes" if r.managed else "no", str(r.pid or "-"),
-                          "[green]yes[/]" if r.answers else "[red]no[/]", auth, r.detail)
+            auth = styled((r.authentication, "red" if r.authentication == "off" else ""))
+            table.add_row(r.name, r.address, str(r.pid or "-"),
+                          styled(("yes", "green") if r.answers else ("no", "red")), auth)
         console.print(table)
+        for r in rows:  # below the table, which then fits 80 columns
+            if r.detail:
+                console.print(styled((r.name, "bold"), f": {r.detail}"))
         if not all(r.answers for r in rows):
-            console.print(f"[red]not every service answers[/]: {START_STACK}")
+            console.print(styled(("not every service answers", "red"), f": {START_STACK}"))
         if health is not None:
             print_health(health)
     if not all(r.answers for r in rows) or (health is not None and not health.ok):
@@ -141,11 +143,11 @@ def pipeline_status(cfg: Settings) -> Health:
 def print_health(health: Health) -> None:
     alive = sum(w["alive"] for w in health.workers)
     waiting = sum(c["waiting"] for c in health.collections)
-    verdict = "[green]healthy[/]" if health.ok else "[red]unhealthy[/]"
-    console.print(f"pipeline: {verdict}; {alive} of {len(health.workers)} worker(s) alive; {waiting:,} message(s) "
-                  f"waiting in {len(health.collections)} collection(s)")
+    verdict = ("healthy", "green") if health.ok else ("unhealthy", "red")
+    console.print(styled("pipeline: ", verdict, f"; {alive} of {len(health.workers)} worker(s) alive; {waiting:,} "
+                         f"message(s) waiting in {len(health.collections)} collection(s)"))
     for reason in health.reasons:
-        console.print(f"  [red]-[/] {reason}")
+        console.print(styled("  ", ("-", "red"), f" {reason}"))
 
 
 def rotate_credentials(principal: str = typer.Argument(..., help="admin, edge, aggregator, api, coordinator, gateway")
@@ -161,8 +163,7 @@ def rotate_credentials(principal: str = typer.Argument(..., help="admin, edge, a
     try:
         rotate(cfg, principal)
     except (ValueError, OSError, KafkaException, RedisError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from exc
+        fail(str(exc))
     console.print(f"{principal}: new passwords set on Kafka and Redis and written under {cfg.secrets_dir}")
 
 
@@ -188,8 +189,7 @@ def apply_credentials() -> None:
     try:
         apply_access(cfg)
     except (OSError, KafkaException, RuntimeError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from exc
+        fail(str(exc))
     console.print(f"users, ACLs and shared topics applied at {cfg.bootstrap}")
 
 

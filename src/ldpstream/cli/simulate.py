@@ -8,17 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ldpstream.cli.errors import require_services
+from ldpstream.cli.output import console, errors, fail, progress
 from ldpstream.cli.spec import load_checked
 
 if TYPE_CHECKING:
     from ldpstream.contract.spec import CollectionSpec
+    from ldpstream.simulator.edge_client import FleetAnswers
 
-console = Console()
-errors = Console(stderr=True, soft_wrap=True)  # one line per error, whatever the width (a path is never cut)
 
 
 def simulate_command(
@@ -64,20 +62,20 @@ def simulate_command(
     if via is not None:
         simulate_via(spec, devices, via, credentials, seed, concurrency, truth, as_json, tls)
         return
+    if timestamp_ms is not None:
+        refused_in_time(spec, timestamp_ms, now_ms())
     require_services(redis=False)
     bootstrap = Settings.from_env().bootstrap
     try:
         ensure_topic(bootstrap, spec.topic, spec.partitions, exact=False)
         producer = ReportProducer(bootstrap)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                      console=errors, disable=as_json) as progress:
-            task = progress.add_task(f"{spec.key} -> {spec.topic}", total=devices)
+        with progress(errors, disable=as_json) as shown:
+            task = shown.add_task(f"{spec.key} -> {spec.topic}", total=devices)
             clock = now_ms if timestamp_ms is None else lambda: timestamp_ms
             result = simulate(spec, devices, producer, seed=seed, batch=batch, rate=rate, single=single,
-                              clock_ms=clock, on_progress=lambda n: progress.advance(task, n))
+                              clock_ms=clock, on_progress=lambda n: shown.advance(task, n))
     except (ValueError, TopicError, DeliveryError) as exc:
-        errors.print(f"[red]simulation failed[/]: {exc}")
-        raise typer.Exit(1) from exc
+        fail(str(exc), label="simulation failed")
     if truth is not None:
         truth.write_text(json.dumps(result.truth, indent=2))
     numbers = {"collection": spec.key, "topic": spec.topic, "reports": result.reports, "messages": result.messages,
@@ -87,8 +85,27 @@ def simulate_command(
         typer.echo(json.dumps(numbers))
         return
     console.print(f"{result.reports:,} reports in {result.messages:,} messages ({result.bytes / 1e6:.1f} MB) to "
-                  f"{spec.topic} in {result.seconds:.2f} s = [bold]{result.reports_per_s:,.0f} reports/s[/]"
+                  f"{spec.topic} in {result.seconds:.2f} s = {result.reports_per_s:,.0f} reports/s"
                   + (f"; truth in {truth}" if truth is not None else ""))
+
+
+def refused_in_time(spec: CollectionSpec, timestamp_ms: int, now: int) -> None:
+    """Exit 1 before sending anything when every report, stamped `timestamp_ms`, would be refused for its time by
+    the rule the edge and the workers apply (`ldpstream.contract.validation.time_problems`)."""
+    import numpy as np
+
+    from ldpstream.contract.validation import MAX_FUTURE_SKEW_MS, max_age_ms, time_problems
+
+    future, stale = time_problems(spec, np.array([timestamp_ms], dtype=np.int64), now)
+    if stale[0]:
+        fail(f"nothing sent: every report stamped --timestamp-ms {timestamp_ms} would be refused as stale, "
+             f"{(now - timestamp_ms) / 1000:,.0f} s old, and {spec.name} admits reports up to "
+             f"{max_age_ms(spec) / 1000:,.0f} s old (its first window, {spec.windows[0] if spec.windows else 'none'}"
+             f"{', and its grace once the window closed' if spec.shuffle else ''})")
+    if future[0]:
+        fail(f"nothing sent: every report stamped --timestamp-ms {timestamp_ms} would be refused as from the future, "
+             f"{(timestamp_ms - now) / 1000:,.0f} s ahead of this clock (at most {MAX_FUTURE_SKEW_MS / 1000:,.0f} s "
+             f"are allowed)")
 
 
 def simulate_via(spec: CollectionSpec, devices: int, via: str, credentials: Path | None, seed: int,
@@ -98,22 +115,30 @@ def simulate_via(spec: CollectionSpec, devices: int, via: str, credentials: Path
     from ldpstream.simulator.edge_client import send_fleet
 
     if credentials is None:
-        errors.print("[red]--via needs --credentials[/] (a file from `ldp devices enroll`)")
-        raise typer.Exit(2)
+        fail("--via needs --credentials (a file from `ldp devices enroll`)", code=2)
     enrolled = [c for c in load_credentials(credentials) if c.collection == spec.name][:devices]
     if len(enrolled) < devices:
-        errors.print(f"[red]{credentials} holds {len(enrolled)} devices of {spec.name}, not {devices}[/]")
-        raise typer.Exit(1)
+        fail(f"{credentials} holds {len(enrolled)} devices of {spec.name}, not {devices}")
     result, answers = send_fleet(spec, enrolled, via, seed=seed, concurrency=concurrency, tls=tls)
     if truth is not None:
         truth.write_text(json.dumps(result.truth, indent=2))
     numbers = {"collection": spec.key, "via": via, "requests": result.messages, "acknowledged": result.reports,
-               "statuses": answers.statuses, "seconds": round(result.seconds, 3),
+               "statuses": answers.statuses, "refused": answers.refused, "seconds": round(result.seconds, 3),
                "requests_per_s": round(result.messages / result.seconds)}
-    typer.echo(json.dumps(numbers) if as_json else
-               f"{result.messages:,} requests to {via} in {result.seconds:.2f} s: {answers.statuses}")
+    if as_json:
+        typer.echo(json.dumps(numbers))
+    else:
+        console.print(f"{result.messages:,} requests to {via} in {result.seconds:.2f} s: "
+                      f"{answers.acknowledged:,} admitted, {result.messages - answers.acknowledged:,} not")
+        print_refusals(answers)
     if answers.acknowledged < devices:
         raise typer.Exit(1)
+
+
+def print_refusals(answers: FleetAnswers) -> None:
+    """What the edge refused: per reason, how many requests and the edge's words for the first one."""
+    for reason, count in sorted(answers.refused.items(), key=lambda kv: -kv[1]):
+        errors.print(f"{count:,} refused ({reason}): {answers.details[reason]}")
 
 
 def simulate_join(spec: CollectionSpec, devices: int, url: str, token: Path | None, policy: Path | None,
@@ -129,8 +154,7 @@ def simulate_join(spec: CollectionSpec, devices: int, url: str, token: Path | No
     from ldpstream.simulator.edge_client import join_fleet, send_fleet
 
     if token is None:
-        errors.print("[red]--join needs --token[/] (a file from `ldp devices mint-token --out`)")
-        raise typer.Exit(2)
+        fail("--join needs --token (a file from `ldp devices mint-token --out`)", code=2)
     keys = TrustedKeys.from_json(json.loads(trust.read_text()) if trust else pinned_keys(Settings.from_env()))
     rules = PrivacyPolicy.load(policy) if policy else PrivacyPolicy()
     joined = asyncio.run(join_fleet(url, spec.name, token.read_text().strip(), keys, rules, devices, concurrency,
@@ -144,6 +168,7 @@ def simulate_join(spec: CollectionSpec, devices: int, url: str, token: Path | No
         if truth is not None:
             truth.write_text(json.dumps(result.truth, indent=2))
         numbers.update({"spec": joined.spec.key, "acknowledged": answers.acknowledged, "statuses": answers.statuses,
+                        "refused": answers.refused,
                         "seconds": round(result.seconds, 3)})
     if as_json:
         typer.echo(json.dumps(numbers))
@@ -154,6 +179,8 @@ def simulate_join(spec: CollectionSpec, devices: int, url: str, token: Path | No
             console.print(f"{count:,} device(s) refused the spec ({code}): {joined.reasons[code]}")
         for status, count in sorted(joined.enrol_failures.items()):
             console.print(f"{count:,} device(s) could not enrol: {status}")
+        if joined.spec is not None:
+            print_refusals(answers)
     unsent = joined.spec is not None and numbers["acknowledged"] != len(joined.credentials)
     if joined.enrol_failures or unsent:  # a refusal is the policy at work, not a failure
         raise typer.Exit(1)

@@ -7,17 +7,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ldpstream.cli.errors import require_services
+from ldpstream.cli.output import console, fail, styled
 
 if TYPE_CHECKING:
     from ldpstream.contract.spec import CollectionSpec
 
 
-console = Console()
-errors = Console(stderr=True, soft_wrap=True)  # one line per error, whatever the width (a path is never cut)
 spec_app = typer.Typer(no_args_is_help=True, help="Collection specs: validate and publish.")
 keys_app = typer.Typer(help="The keys that sign published specs and pointers: what apps pin, and what readers trust.")
 spec_app.add_typer(keys_app, name="keys")
@@ -58,8 +56,7 @@ def load_checked(path: Path) -> CollectionSpec:
         spec = with_strategies(spec, spec.epsilon / sampled_count(spec), bootstrap=None)  # optimised, cached here
         privacy_budgets(spec, strategies_for(spec))  # builds the mechanisms, and checks they keep the budgets
     except (SpecError, LDPError) as exc:
-        errors.print(f"[red]invalid spec[/]: {exc}")
-        raise typer.Exit(1) from exc
+        fail(str(exc), label="invalid spec")
     return spec
 
 
@@ -120,7 +117,7 @@ def validate(file: Annotated[Path, typer.Argument(help="spec file (YAML or JSON)
     """Check a spec; print OK and its summary (resolved mechanisms, k), or the error and exit 1."""
     spec = load_checked(file)
     line, table = summary(spec)
-    console.print(f"[green]OK[/] {file}")
+    console.print(styled(("OK", "green"), f" {file}"))
     console.print(line)
     console.print(table)
 
@@ -139,8 +136,7 @@ def publish(file: Annotated[Path, typer.Argument(help="spec file (YAML or JSON)"
     try:
         result = publish_spec(spec, Settings.from_env().bootstrap)
     except (SpecError, SigningError, TopicError, DeliveryError) as exc:
-        errors.print(f"[red]not published[/]: {exc}")
-        raise typer.Exit(1) from exc
+        fail(str(exc), label="not published")
     what = "published" if result.created else "already published with the same content"
     console.print(f"{result.key}: {what}; reports go to {result.topic}")
 
@@ -158,8 +154,7 @@ def keys_init() -> None:
         console.print(ensure_signing_keys(cfg.spec_signing_key, cfg.spec_trusted_keys))
         console.print(ensure_join_keys(cfg))
     except SigningError as exc:
-        errors.print(f"[red]error[/]: {exc}")
-        raise typer.Exit(1) from exc
+        fail(str(exc))
 
 
 @keys_app.command("list")
@@ -173,8 +168,7 @@ def keys_list() -> None:
         trusted = load_trusted_keys(cfg.spec_trusted_keys)
         signer = key_id(load_signing_key(cfg.spec_signing_key).public_key()) if cfg.spec_signing_key.exists() else None
     except SigningError as exc:
-        errors.print(f"[red]error[/]: {exc}")
-        raise typer.Exit(1) from exc
+        fail(str(exc))
     for kid in trusted:
         console.print(f"{kid.hex()}{'  (signing key)' if kid == signer else ''}")
 
@@ -192,8 +186,7 @@ def keys_rotate(retire_old: bool = typer.Option(False, "--retire-old",
     try:
         rotation = rotate_signing_key(Settings.from_env().bootstrap, retire_old)
     except (SigningError, SpecError, TopicError, DeliveryError) as exc:
-        errors.print(f"[red]rotation not finished[/]: {exc}")
-        raise typer.Exit(1) from exc
+        fail(str(exc), label="rotation not finished")
     console.print(f"signing key {rotation.new_key}: re-signed {len(rotation.resigned)} published spec(s)")
     if rotation.retired:
         console.print(f"no longer trusted: {', '.join(rotation.retired)}")
@@ -211,8 +204,7 @@ def keys_retire() -> None:
     try:
         retired = retire_old_keys(Settings.from_env().bootstrap)
     except (SigningError, SpecError, TopicError) as exc:
-        errors.print(f"[red]nothing retired[/]: {exc}")
-        raise typer.Exit(1) from exc
+        fail(str(exc), label="nothing retired")
     console.print(f"no longer trusted: {', '.join(retired) or 'none (only the signing key was trusted)'}")
 
 

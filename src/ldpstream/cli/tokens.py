@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Column, Table
 
 from ldpstream.cli.errors import require_services
+from ldpstream.cli.output import console
 from ldpstream.runtime.tokens import Scope
 
 if TYPE_CHECKING:
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 
 
 tokens_app = typer.Typer(no_args_is_help=True, help="Issue, list and revoke the bearer tokens of the HTTP API.")
-console = Console()
 
 
 def token_store() -> TokenStore:

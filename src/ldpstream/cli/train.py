@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ldpstream.cli.errors import client_logs
+from ldpstream.cli.output import fail
+from ldpstream.cli.output import wide as console
 from ldpstream.sgd import GRADIENT_MECHANISMS
 
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from ldpstream.sgd.datasets import Dataset
 
 
-console = Console(width=None if Console().is_terminal else 120)
 
 
 def _data(model: str, use_synthetic: bool, census: bool, devices: int, dims: int, seed: int) -> tuple[Dataset, Dataset]:
@@ -178,8 +178,7 @@ def status(job: str = typer.Argument(..., help="training job id"),
     checkpoint = RedisCheckpoint(cfg.redis)
     state = checkpoint.load(job)
     if state is None:
-        console.print(f"[red]error:[/] no training job {job!r}")
-        raise typer.Exit(1)
+        fail(f"no training job {job!r}")
     summary = state_summary(state, checkpoint)
     if as_json:
         typer.echo(json.dumps(summary))

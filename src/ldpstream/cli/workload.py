@@ -14,19 +14,17 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from ldpstream.cli.output import print_fields
+from ldpstream.cli.output import console, fail, print_fields
 from ldpstream.mechanisms.workload.names import WORKLOAD_NAMES
 
 if TYPE_CHECKING:
     from ldpstream.mechanisms.workload.workloads import Workload
 
-console = Console()
 workload_app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Workload-adaptive factorization mechanism: optimise, compare."
 )
@@ -36,11 +34,6 @@ DOMAIN = typer.Option(..., "--domain", "-n", help="domain size n (2^k for margin
 EPSILON = typer.Option(..., "--epsilon", "-e", help="privacy budget per user")
 SEED = typer.Option(0, "--seed", help="seed of the optimiser's random start")
 JSON = typer.Option(False, "--json", help="print JSON")
-
-
-def _fail(exc: Exception) -> NoReturn:
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(2) from exc
 
 
 def comparison(workload: Workload, epsilon: float, seed: int = 0) -> dict[str, Any]:
@@ -69,7 +62,7 @@ def compare(
     try:
         result = comparison(workload_by_name(workload, domain), epsilon, seed)
     except LDPError as exc:
-        _fail(exc)
+        fail(str(exc), code=2)
     payload = {"workload": workload, "domain": domain, "epsilon": epsilon, **result}
     if as_json:
         typer.echo(json.dumps(payload))
@@ -103,7 +96,7 @@ def optimize(
         mechanism = FactorizationMechanism(result.q, target.matrix(), epsilon)
         digest = mechanism.save(out)
     except (LDPError, OSError) as exc:
-        _fail(exc)
+        fail(str(exc), code=2)
     payload = {
         "workload": workload,
         "domain": domain,

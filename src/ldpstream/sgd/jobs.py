@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -150,14 +151,18 @@ def state_summary(state: JobState, checkpoint: Checkpoint) -> dict[str, Any]:
     return summary
 
 
-def train_over_kafka_demo(cfg: Settings, devices: int, seed: int) -> dict[str, Any]:
+def train_over_kafka_demo(cfg: Settings, devices: int, seed: int,
+                          on_iteration: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Train a small logistic model (d = 10, eps = 4, HM) over Kafka on `devices` simulated devices, and non-private
-    SGD with the same devices, order and schedule; both evaluated on the same held-out rows."""
+    SGD with the same devices, order and schedule; both evaluated on the same held-out rows. `on_iteration(t, total)`
+    at each published version t (of about `total`: the population's mini-batches)."""
     job = TrainingJob(job_id=f"sgd-demo-{time.strftime('%Y%m%d-%H%M%S')}-{seed}", model="logistic", dims=10,
                       epsilon=4.0, mechanism="hm", batch_size=max(500, devices // 100), gamma0=2.0,
                       expected_population=devices)
     simulation = Simulation(devices=devices, test_rows=held_out_rows(devices), seed=seed)
-    run = run_with_fleet(job, simulation, cfg, RedisCheckpoint(cfg.redis))
+    total = max(1, devices // job.mini_batch_size)
+    run = run_with_fleet(job, simulation, cfg, RedisCheckpoint(cfg.redis),
+                         on_version=None if on_iteration is None else lambda state, _: on_iteration(state.t, total))
     trainer = run.result.state.trainer()
     baseline = train_offline(job, run.train.x, run.train.y, seed, private=False).trainer
     return {"job": job.job_id, "model": job.model, "metric": trainer.model.metric_name,

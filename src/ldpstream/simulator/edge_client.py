@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import aiohttp
 import numpy as np
@@ -79,9 +79,12 @@ class EdgeClient:
 
 @dataclass(frozen=True)
 class FleetAnswers:
-    """How a fleet's requests ended: per status, the count."""
+    """How a fleet's requests ended: per status, the count; per refusal reason (the edge's `reason`, else the status),
+    the count of requests refused and the edge's words (`error`) for the first of them."""
 
     statuses: dict[int, int]
+    refused: dict[str, int] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)
 
     @property
     def acknowledged(self) -> int:
@@ -89,10 +92,11 @@ class FleetAnswers:
 
 
 async def post_all(base_url: str, requests: Sequence[tuple[Credential, bytes]], concurrency: int = 64,
-                   timeout_s: float = 60.0, tls: ssl.SSLContext | None = None) -> FleetAnswers:
+                   timeout_s: float = 60.0, tls: ssl.SSLContext | None = None,
+                   on_answer: Callable[[int], None] | None = None) -> FleetAnswers:
     """Send every (credential, body) request, `concurrency` at a time; the count of final answers per status
-    (`tls`: how an https edge is verified; default: the system's CAs)."""
-    statuses: dict[int, int] = {}
+    (`tls`: how an https edge is verified; default: the system's CAs; `on_answer(1)` after each final answer)."""
+    answers = FleetAnswers({})
     queue = iter(requests)
     connector = aiohttp.TCPConnector(limit=concurrency, ssl=tls if tls is not None else True)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
@@ -101,10 +105,17 @@ async def post_all(base_url: str, requests: Sequence[tuple[Credential, bytes]], 
         async def worker() -> None:
             for credential, body in queue:
                 answer = await client.post(credential, body)
-                statuses[answer.status] = statuses.get(answer.status, 0) + 1
+                answers.statuses[answer.status] = answers.statuses.get(answer.status, 0) + 1
+                if answer.status not in (200, 202):
+                    said = answer.body if isinstance(answer.body, dict) else {}
+                    reason = str(said.get("reason") or answer.status)[:100]
+                    answers.refused[reason] = answers.refused.get(reason, 0) + 1
+                    answers.details.setdefault(reason, str(said.get("error", ""))[:300])
+                if on_answer is not None:
+                    on_answer(1)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return FleetAnswers(statuses)
+    return answers
 
 
 def fleet_requests(spec: CollectionSpec, credentials: Sequence[Credential], seed: int = 0,
@@ -124,11 +135,13 @@ def fleet_requests(spec: CollectionSpec, credentials: Sequence[Credential], seed
 
 
 def send_fleet(spec: CollectionSpec, credentials: Sequence[Credential], base_url: str, *, seed: int = 0,
-               concurrency: int = 64, tls: ssl.SSLContext | None = None) -> tuple[SimulationResult, FleetAnswers]:
-    """Every enrolled device's report sent through the edge at `base_url`; the run and its answers."""
+               concurrency: int = 64, tls: ssl.SSLContext | None = None,
+               on_answer: Callable[[int], None] | None = None) -> tuple[SimulationResult, FleetAnswers]:
+    """Every enrolled device's report sent through the edge at `base_url`; the run and its answers (`on_answer(1)`
+    after each)."""
     requests, truth = fleet_requests(spec, credentials, seed)
     start = time.perf_counter()
-    answers = asyncio.run(post_all(base_url, requests, concurrency, tls=tls))
+    answers = asyncio.run(post_all(base_url, requests, concurrency, tls=tls, on_answer=on_answer))
     return (SimulationResult(truth, answers.acknowledged, len(requests), sum(len(b) for _, b in requests),
                              time.perf_counter() - start), answers)
 
@@ -148,12 +161,13 @@ class JoinedFleet:
 
 async def join_fleet(base_url: str, collection: str, token: str, keys: TrustedKeys, policy: PrivacyPolicy | None,
                      devices: int, concurrency: int = 64, tls: ssl.SSLContext | None = None,
-                     timeout_s: float = 60.0) -> JoinedFleet:
+                     timeout_s: float = 60.0, on_device: Callable[[int], None] | None = None) -> JoinedFleet:
     """`devices` simulated devices joining like phones: each fetches the pointer and the spec, verifies both against
     `keys` (`ldpstream.device.trust`), holds the spec against `policy` (`ldpstream.device.policy.judge`, as a device
     that has accepted nothing before), and if it accepts enrols with `token`. Every device checks its
     pointer's signature; a spec's checks and verdict are computed once per distinct (pointer, spec, signature)
-    bytes, since every device given the same bytes reaches the same result."""
+    bytes, since every device given the same bytes reaches the same result. `on_device(1)` after each device, joined
+    or not."""
     joined = JoinedFleet([], None, {}, {}, {})
     judged: dict[tuple[bytes, bytes, bytes | None], tuple[CollectionSpec, Verdict | None]] = {}
     remaining = iter(range(devices))
@@ -204,6 +218,8 @@ async def join_fleet(base_url: str, collection: str, token: str, keys: TrustedKe
         async def worker() -> None:
             for _ in remaining:
                 await one()
+                if on_device is not None:
+                    on_device(1)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return joined

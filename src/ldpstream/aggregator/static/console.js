@@ -1,22 +1,29 @@
 // The ldpstream console (`ldpstream.aggregator.console`): the catalogue of collections (`/console/`) and a page per
 // collection (`/console/collection?name=NAME`) with each attribute's live series, its 95% band, and a histogram of the
 // newest window; a numeric attribute reported by a distribution mechanism (sw, hh) also has its distribution in the
-// newest window with data: density, CDF with its 95% band, and marks at the median, 90% and 99% quantiles. Reads
-// `/collections`, `/collections/NAME/series` and `/collections/NAME/distribution` with the bearer token the person gave
-// (the address's `#token=...`, or the form), kept in this tab's sessionStorage. Outside text goes into the page as
-// text.
+// newest window with data: density, CDF with its 95% band, and marks at the median, 90% and 99% quantiles. The
+// attributes are panels in a grid; a time-range picker chooses the windows shown (the last 48, a preset duration, or
+// from/to); every time is UTC, and a window still open (filling) is marked partial. An unknown collection's page says
+// so and lists the published ones, nearest names first. Reads `/collections`, `/collections/NAME/series` and
+// `/collections/NAME/distribution` with the bearer token the person gave (the address's `#token=...`, or the form),
+// kept in this tab's sessionStorage. Outside text goes into the page as text.
 "use strict";
 
 (function () {
   const TOKEN_KEY = "ldp-console-token";
   const REFRESH_MS = 5000;
   const MAX_LINES = 8; // lines per chart: the largest estimates of the newest window
+  const HEIGHT = 220; // of a panel's charts, in CSS pixels
+  const MAX_WINDOWS = 1000; // windows one series request may span (`ldpstream.aggregator.series.MAX_WINDOWS`)
+  const DURATIONS = { "15m": 900e3, "1h": 3600e3, "6h": 6 * 3600e3, "24h": 24 * 3600e3, "7d": 7 * 86400e3,
+    "30d": 30 * 86400e3 };
   const COLORS = ["#2f6fde", "#e8590c", "#2b8a3e", "#c2255c", "#7048e8", "#0b7285", "#a61e4d", "#5c940d"];
   // Mechanisms whose attributes have a distribution (`DistributionMechanism`), and the quantiles marked on its chart.
   const DISTRIBUTION_MECHANISMS = ["sw", "hh"];
   const MARKS = [["0.5", "median"], ["0.9", "90%"], ["0.99", "99%"]];
   // What the tests read: the series and distributions shown, points per chart, refreshes done, the page's state.
-  const state = { ready: false, refreshes: 0, series: {}, points: {}, distributions: {}, error: null };
+  const state = { ready: false, refreshes: 0, series: {}, points: {}, distributions: {}, partial: {}, error: null,
+    renderedAt: null, range: null, missing: null };
   window.ldpConsole = state;
   let token = null;
 
@@ -74,6 +81,16 @@
 
   const number = (x, digits) => (x === null || x === undefined) ? "-" : Number(x).toPrecision(digits || 4);
   const when = (ms) => new Date(ms).toISOString().replace("T", " ").replace(/\.000Z$/, "Z");
+  // a tick of a time axis, UTC and 24-hour: the date, or the time of day (with the date when the range spans days)
+  function tick(seconds, increment, span) {
+    const iso = new Date(seconds * 1000).toISOString();
+    if (increment >= 86400) return iso.slice(0, 10);
+    const time = increment < 60 ? iso.slice(11, 19) : iso.slice(11, 16);
+    return span > 86400 ? iso.slice(5, 10) + " " + time : time;
+  }
+  const timeAxis = { values: (u, splits, axis, space, increment) =>
+    splits.map((s) => tick(s, increment, u.scales.x.max - u.scales.x.min)), size: 40 };
+  const utc = (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC");
 
   function facts(pairs) {
     return el("dl", { class: "facts" }, ...pairs.map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v))));
@@ -148,8 +165,27 @@
     return data;
   }
 
-  function chartOptions(doc, shown, width) {
-    const series = [{}];
+  // A shade over the windows still open (their figures partial), labelled.
+  function shadePartial(name) {
+    return (u) => {
+      const starts = state.partial[name] || [];
+      if (!starts.length) return;
+      const ctx = u.ctx;
+      const ratio = window.devicePixelRatio || 1;
+      const left = Math.max(u.bbox.left, Math.round(u.valToPos(Math.min(...starts) / 1000, "x", true)) - 4 * ratio);
+      ctx.save();
+      ctx.fillStyle = "rgba(230, 140, 0, 0.12)";
+      ctx.fillRect(left, u.bbox.top, u.bbox.left + u.bbox.width - left, u.bbox.height);
+      ctx.fillStyle = "#b35c00";
+      ctx.font = (11 * ratio) + "px system-ui, sans-serif";
+      ctx.textAlign = "right";
+      ctx.fillText("partial", u.bbox.left + u.bbox.width - 4 * ratio, u.bbox.top + 12 * ratio);
+      ctx.restore();
+    };
+  }
+
+  function chartOptions(name, doc, shown, width) {
+    const series = [{ value: (u, v) => v === null || v === undefined ? "-" : when(v * 1000) }];
     const bands = [];
     shown.forEach((line, i) => {
       const color = COLORS[i % COLORS.length];
@@ -160,11 +196,16 @@
     });
     const unit = doc.unit ? " (" + doc.unit + ")" : "";
     const yLabel = shown.length && shown[0].group === "mean" ? "mean" + unit : "frequency";
-    return { width, height: 260, series, bands, scales: { x: { time: true } },
-      axes: [{}, { label: yLabel, size: 60 }], legend: { live: true } };
+    return { width, height: HEIGHT, series, bands, scales: { x: { time: true } }, tzDate: utc,
+      axes: [timeAxis, { label: yLabel, size: 60 }], hooks: { draw: [shadePartial(name)] }, legend: { live: true } };
   }
 
-  function drawChart(name, doc, holder) {
+  function drawChart(name, doc, holder, note) {
+    const open = doc.windows.filter((w) => w.end_ms > page.now);
+    state.partial[name] = open.map((w) => w.start_ms);
+    note.textContent = open.length ? "The window from " + when(open[0].start_ms) + " is still open: its figures " +
+      "are partial." : "";
+    note.hidden = !open.length;
     const shown = lines(doc);
     const signature = shown.map((l) => l.label).join("\u0000");
     const data = chartData(doc, shown);
@@ -178,7 +219,7 @@
         holder.append(el("p", { class: "note" }, "No window with reports in this range yet."));
         delete page.charts[name];
       } else {
-        const plot = new uPlot(chartOptions(doc, shown, Math.max(320, holder.clientWidth || 900)), data, holder);
+        const plot = new uPlot(chartOptions(name, doc, shown, Math.max(280, holder.clientWidth || 600)), data, holder);
         // the band's edges stay out of the legend (its rows: time, then estimate, low, high per line)
         plot.root.querySelectorAll(".u-legend .u-series").forEach((row, i) => { if (i > 0 && i % 3 !== 1) row.hidden = true; });
         page.charts[name] = { plot, signature };
@@ -204,8 +245,10 @@
     if (!found) return;
     const top = Math.max(1e-9, ...found.rows.map(([, p]) => Math.max(p.high || 0, p.estimate || 0)));
     const pct = (x) => (100 * Math.min(Math.max(x || 0, 0), top) / top).toFixed(2) + "%";
-    holder.append(el("div", { class: "note" }, "Window from " + when(found.window.start_ms) + ": " +
-      found.window.sampled.toLocaleString("en") + " reports of this attribute, 95% intervals"));
+    const open = found.window.end_ms > page.now;
+    holder.append(el("div", { class: "note" }, "Window from " + when(found.window.start_ms) +
+      (open ? " (open: partial)" : "") + ": " + found.window.sampled.toLocaleString("en") +
+      " reports of this attribute, 95% intervals"));
     for (const [label, p] of found.rows) {
       const bar = el("div", { class: "bar" });
       bar.style.width = pct(p.estimate);
@@ -253,7 +296,7 @@
 
   function densityOptions(name, a, width) {
     const unit = a.unit ? " (" + a.unit + ")" : "";
-    return { width, height: 260, scales: { x: { time: false }, cdf: { range: [0, 1] } },
+    return { width, height: HEIGHT, scales: { x: { time: false }, cdf: { range: [0, 1] } },
       series: [{ label: a.name + unit },
         { label: "density", stroke: COLORS[0], fill: COLORS[0] + "33", width: 1.5, scale: "y",
           paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } },
@@ -284,8 +327,9 @@
       const half = q.stderr === null ? "" : " \u00b1 " + String(Number((1.96 * q.stderr).toPrecision(2)));
       return label + " " + String(Number(Number(q.estimate).toPrecision(4))) + half + unit;
     });
+    const open = doc.window !== "all" && doc.window_start_ms + page.windowMs[doc.window.split(":")[0]] > page.now;
     const note = "Distribution in the window " + (doc.window === "all" ? "all time" : "from " +
-      when(doc.window_start_ms)) + " (" + dist.method + ", " + Math.round(dist.reports).toLocaleString("en") + " reports): " +
+      when(doc.window_start_ms)) + (open ? " (open: partial)" : "") + " (" + dist.method + ", " + Math.round(dist.reports).toLocaleString("en") + " reports): " +
       marks.join(", ") + " (95% intervals)";
     if (existing && existing.signature === signature) {
       existing.quantiles = dist.quantiles;
@@ -298,7 +342,7 @@
     const chart = el("div", { class: "density" });
     holder.replaceChildren(text, chart);
     page.densities[a.name] = { signature, quantiles: dist.quantiles, note: text, plot: null };
-    const plot = new uPlot(densityOptions(a.name, a, Math.max(320, holder.clientWidth || 900)), densityData(dist),
+    const plot = new uPlot(densityOptions(a.name, a, Math.max(280, holder.clientWidth || 600)), densityData(dist),
       chart);
     page.densities[a.name].plot = plot;
     // the band's edges stay out of the legend
@@ -318,7 +362,9 @@
     const recent = doc.windows.slice(-6).reverse();
     const shuffled = doc.privacy.shuffled !== null;
     const head = ["window start (UTC)", "reports", "eps per report", ...(shuffled ? ["central eps (delta)", "batches"] : [])];
-    const rows = recent.map((w) => el("tr", {}, el("td", {}, when(w.start_ms)), el("td", {}, w.reports.toLocaleString("en")),
+    const rows = recent.map((w) => el("tr", w.end_ms > page.now ? { class: "partial" } : {},
+      el("td", {}, when(w.start_ms) + (w.end_ms > page.now ? " (open: partial)" : "")),
+      el("td", {}, w.reports.toLocaleString("en")),
       el("td", {}, number(w.privacy.epsilon)),
       ...(shuffled ? [el("td", {}, w.privacy.central ? number(w.privacy.central.epsilon) + " (" + w.privacy.central.delta + ")" : "not released"),
         el("td", {}, w.privacy.central ? w.privacy.central.batches : 0)] : [])));
@@ -329,24 +375,59 @@
       el("table", {}, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))), el("tbody", {}, ...rows))));
   }
 
+  // The time range picked: {from, to} in ms, `to` exclusive (the last N windows, a duration back from now, or the
+  // from/to fields read as UTC).
+  function timeRange(now) {
+    const choice = document.getElementById("range").value;
+    const length = page.windowMs[document.getElementById("window").value];
+    if (choice === "custom") {
+      const from = Date.parse(document.getElementById("from").value + "Z");
+      const to = Date.parse(document.getElementById("to").value + "Z");
+      if (!(from < to)) throw new ApiError(400, "pick a range whose start (UTC) is before its end");
+      return { from, to };
+    }
+    const to = now + 1;
+    if (choice.endsWith("w")) return { from: (Math.ceil(to / length) - Number(choice.slice(0, -1))) * length, to };
+    return { from: Math.floor((to - DURATIONS[choice]) / length) * length, to };
+  }
+
+  // Presets that would span more windows than a series may hold are offered only with a longer window.
+  function fitRanges() {
+    const select = document.getElementById("range");
+    const length = page.windowMs[document.getElementById("window").value];
+    for (const option of select.options) {
+      option.disabled = option.value in DURATIONS && DURATIONS[option.value] / length > MAX_WINDOWS;
+    }
+    if (select.selectedOptions[0].disabled) select.value = "48w";
+  }
+
+  function pickRange() {
+    const custom = document.getElementById("range").value === "custom";
+    const fields = document.getElementById("custom");
+    if (custom && fields.hidden && state.range) {
+      const iso = (ms) => new Date(ms).toISOString().slice(0, 19);
+      document.getElementById("from").value = iso(state.range.from);
+      document.getElementById("to").value = iso(state.range.to);
+    }
+    fields.hidden = !custom;
+  }
+
   function query(attribute) {
-    const windowName = document.getElementById("window").value;
-    const count = Number(document.getElementById("count").value);
-    const length = page.windowMs[windowName];
-    const to = Date.now() + 1;
-    const from = (Math.ceil(to / length) - count) * length;
     return "/collections/" + encodeURIComponent(page.name) + "/series?attribute=" + encodeURIComponent(attribute) +
-      "&window=" + encodeURIComponent(windowName) + "&version=" + page.version + "&from=" + from + "&to=" + to;
+      "&window=" + encodeURIComponent(document.getElementById("window").value) + "&version=" + page.version +
+      "&from=" + state.range.from + "&to=" + state.range.to;
   }
 
   async function refresh() {
+    page.now = Date.now();
+    state.range = timeRange(page.now);
     const withDistribution = page.attributes.filter(hasDistribution);
     const [docs, dists] = await Promise.all([Promise.all(page.attributes.map((a) => api(query(a.name)))),
       Promise.all(withDistribution.map((a) => api(distributionQuery(a))))]);
     docs.forEach((doc, i) => {
       const a = page.attributes[i];
       state.series[a.name] = doc;
-      drawChart(a.name, doc, document.getElementById("chart-" + i));
+      drawChart(a.name, doc, document.getElementById("chart-" + i), document.getElementById("partial-" + i));
       drawHistogram(doc, document.getElementById("histogram-" + i));
     });
     dists.forEach((doc, i) => {
@@ -354,15 +435,16 @@
       drawDistribution(a, doc, document.getElementById("distribution-" + page.attributes.indexOf(a)));
     });
     if (docs.length) drawPrivacy(docs[0]);
+    state.renderedAt = page.now;
     state.refreshes += 1;
-    status("updated " + new Date().toLocaleTimeString("en-GB") + ", every " + REFRESH_MS / 1000 + " s");
+    status("updated " + when(page.now).slice(11, 19) + " (UTC), every " + REFRESH_MS / 1000 + " s");
   }
 
   async function collectionPage() {
     page.name = new URLSearchParams(location.search).get("name") || "";
     const { collections } = await api("/collections");
     const c = collections.find((x) => x.name === page.name);
-    if (!c) throw new ApiError(404, "no published collection " + JSON.stringify(page.name));
+    if (!c) { missing(page.name, collections); return; }
     const v = c.versions[c.versions.length - 1];
     page.version = v.version;
     page.attributes = v.attributes;
@@ -379,13 +461,58 @@
     root.replaceChildren(...v.attributes.map((a, i) => el("section", { class: "card", "data-attribute": a.name },
       el("h3", {}, a.name + (a.unit ? " (" + a.unit + ")" : "")),
       el("p", { class: "muted" }, [a.description, a.type, a.mechanism, domainOf(a)].filter(Boolean).join(" \u00b7 ")),
-      el("div", { class: "chart", id: "chart-" + i }), el("div", { class: "histogram", id: "histogram-" + i }),
+      el("div", { class: "chart", id: "chart-" + i }), el("p", { class: "partial-note", id: "partial-" + i, hidden: "" }),
+      el("div", { class: "histogram", id: "histogram-" + i }),
       hasDistribution(a) ? el("div", { class: "distribution", id: "distribution-" + i }) : null)));
-    for (const control of ["window", "count"]) {
-      document.getElementById(control).onchange = () => refresh().catch(failed);
-    }
+    const redraw = () => refresh().catch(failed);
+    document.getElementById("window").onchange = () => { fitRanges(); redraw(); };
+    document.getElementById("range").onchange = () => { pickRange(); redraw(); };
+    document.getElementById("apply").onclick = redraw;
+    fitRanges();
+    window.addEventListener("resize", () => {
+      for (const shown of [...Object.values(page.charts), ...Object.values(page.densities)]) {
+        const holder = shown.plot.root.parentElement;
+        if (holder) shown.plot.setSize({ width: Math.max(280, holder.clientWidth), height: HEIGHT });
+      }
+    });
     await refresh();
     setInterval(() => refresh().catch(failed), REFRESH_MS);
+  }
+
+  // Edit distance of two names (a missing collection's suggestions).
+  function distance(a, b) {
+    let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+    for (let i = 1; i <= a.length; i++) {
+      const next = [i];
+      for (let j = 1; j <= b.length; j++) {
+        next.push(Math.min(row[j] + 1, next[j - 1] + 1, row[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1)));
+      }
+      row = next;
+    }
+    return row[b.length];
+  }
+
+  // The page of a collection that is not published here: what was asked, the nearest names, every published one.
+  function missing(name, collections) {
+    state.missing = name;
+    document.title = "ldpstream console: no collection " + name;
+    document.getElementById("main").hidden = true;
+    const root = document.getElementById("missing");
+    root.hidden = false;
+    const link = (n) => el("a", { href: "/console/collection?name=" + encodeURIComponent(n) }, n);
+    const names = collections.map((c) => c.name);
+    const near = names.filter((n) => n.startsWith(name) || name.startsWith(n) ||
+      distance(n, name) <= Math.max(2, name.length / 3)).sort((a, b) => distance(a, name) - distance(b, name));
+    const list = (items) => items.flatMap((n, i) => i ? [", ", link(n)] : [link(n)]);
+    root.replaceChildren(el("section", { class: "card" },
+      el("h1", {}, name ? "No collection named \u201c" + name + "\u201d" : "No collection named in the address"),
+      el("p", {}, name ? "Nothing of that name is published on this server." :
+        "The address names no collection: /console/collection?name=NAME."),
+      near.length ? el("p", { class: "suggest" }, "Did you mean ", ...list(near.slice(0, 5)), "?") : null,
+      el("p", {}, ...(names.length ? ["Published here: ", ...list(names)] :
+        ["No collection is published yet: publish one with ", el("code", {}, "ldp spec publish FILE"), "."])),
+      el("p", {}, el("a", { href: "/console/" }, "All collections"))));
+    status("no published collection " + JSON.stringify(name));
   }
 
   function failed(error) {
