@@ -127,10 +127,14 @@ def removed_blocks(plan: Plan, findings: Mapping[int, tuple[Finding, ...]]) -> d
 
 # --- windows -------------------------------------------------------------------------------------------------------
 def _minus(stats: WindowStats, removed: Mapping[int, np.ndarray]) -> WindowStats:
-    """Statistics minus removed blocks; devices scaled by the largest share of an attribute's reports removed."""
+    """Statistics minus removed blocks; devices scaled by the largest share of an attribute's reports removed.
+
+    Nothing is clipped: a statistic may be negative (a numeric attribute's sum when its mean is below the middle of
+    its range, a key-value sum, a Hadamard or sketch sum), and a removal is the statistics of reports counted in the
+    window (or, for a test on sums, their estimate), so the difference is what the window holds without them."""
     share = max((float(r[0]) / float(stats.stats[j][0]) for j, r in removed.items()
                  if j in stats.stats and stats.stats[j][0] > 0), default=0.0)
-    blocks = {j: np.maximum(v - removed.get(j, 0.0), 0.0) for j, v in stats.stats.items()}
+    blocks = {j: v - removed[j] if j in removed else v for j, v in stats.stats.items()}
     return WindowStats(float(math.floor(stats.devices * (1.0 - min(share, 1.0)))), blocks)
 
 
