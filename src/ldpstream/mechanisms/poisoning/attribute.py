@@ -4,8 +4,11 @@ previous ones kept.
 1. Tests of individual reports, when the window's reports are at hand (a closed window read again, or the
    simulator): support itemsets (UE, local hashing), output density (numeric means). Their findings can also be
    given (`prior`, as an audit recorded them) instead of the reports.
-2. Tests of the sums on what is left: excess claims (every frequency oracle), the mean's bound (numeric),
-   disagreement then key frequency (PCKV), against the reference window when there is one.
+2. Tests of the sums on what is left: excess claims (every frequency oracle, both ways), the mean's bound
+   (numeric), disagreement then key frequency (PCKV), against the reference window when there is one. Given the
+   sequential test's state (`Drift`, the sums of the windows before), a frequency oracle's items and a numeric mean
+   first take this window's step of it (`ldpstream.mechanisms.poisoning.sequential`); what it finds drifting is held
+   to its reference on that side.
 3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`: a suspected prefix ranked by
    its reference frequency, the others by their estimates capped one standard deviation above it), nothing removed
    from the sums.
@@ -35,22 +38,52 @@ from ldpstream.mechanisms.poisoning.base import (
     Finding,
     Policy,
 )
-from ldpstream.mechanisms.poisoning.frequency import excess_claims, support_itemsets, supports_itemsets_apply
+from ldpstream.mechanisms.poisoning.frequency import (
+    excess_claims,
+    standardized_excess,
+    support_itemsets,
+    supports_itemsets_apply,
+    usable_reference,
+)
 from ldpstream.mechanisms.poisoning.heavy import HEAVY, ReferenceCap
 from ldpstream.mechanisms.poisoning.keyvalue import key_frequency_bound, keyvalue_disagreement
-from ldpstream.mechanisms.poisoning.numeric import mean_bound, output_density
+from ldpstream.mechanisms.poisoning.numeric import mean_bound, mean_excess, output_density
+from ldpstream.mechanisms.poisoning.sequential import CUSUM, cusum_step, threshold
 
 PER_REPORT = frozenset({"support_itemsets", "output_density"})  # detectors that flag individual reports
 
 
 @dataclass(frozen=True)
+class Drift:
+    """The sequential test's two sums of an attribute after a window: per item of a frequency oracle, or one for a
+    numeric mean (`ldpstream.mechanisms.poisoning.sequential`)."""
+
+    upper: np.ndarray
+    lower: np.ndarray
+
+    @staticmethod
+    def start(mech: Mechanism) -> Drift | None:
+        """Zero sums for a mechanism the sequential test applies to (frequency oracles, numeric means); else None."""
+        size = mech.domain_size if isinstance(mech, FrequencyOracle) else (
+            1 if isinstance(mech, NumericMechanism) else 0)
+        return Drift(np.zeros(size), np.zeros(size)) if size else None
+
+    def held(self, policy: Policy) -> tuple[np.ndarray, np.ndarray]:
+        """Per item, whether its upper (lower) sum is past the policy's threshold."""
+        h = threshold(policy.alpha_sequential, self.upper.size)
+        return self.upper > h, self.lower > h
+
+
+@dataclass(frozen=True)
 class Defence:
-    """The findings of an attribute's detectors, what they remove from its block, and the heavy-hitter cap."""
+    """The findings of an attribute's detectors, what they remove from its block, the heavy-hitter cap, and the
+    sequential test's sums after this window."""
 
     findings: tuple[Finding, ...]
     removed: np.ndarray
     cap: ReferenceCap | None = None
     strings: tuple[str, ...] = ()  # a tree's suspected strings (its top list's capped ones)
+    drift: Drift | None = None
 
     @property
     def set_aside(self) -> float:
@@ -86,10 +119,11 @@ def _block(finding: Finding, size: int) -> np.ndarray:
 
 
 def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = None, reports: Reports | None = None,
-           prior: Sequence[Finding] = (), policy: Policy = Policy()) -> Defence:
+           prior: Sequence[Finding] = (), policy: Policy = Policy(), drift: Drift | None = None) -> Defence:
     """The attribute's defence (module docstring). `reference`: the reference window's block (None: none);
     `reports`: the window's reports of this attribute (per-report tests); `prior`: per-report findings recorded
-    before (used instead of running them)."""
+    before (used instead of running them); `drift`: the sequential test's sums after the window before (None: the
+    sequential test is not run)."""
     block = np.asarray(block, dtype=np.float64)
     size = block.shape[0]
     removed = np.zeros(size)
@@ -107,14 +141,39 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     def ref_estimate() -> Estimate | None:
         return mech.estimate(ref[1:]) if ref is not None else None
 
+    def sequential(x: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """This window's step of the sequential test (None: not run, or nothing to compare with)."""
+        nonlocal drift
+        if drift is None or x is None:
+            return None
+        drift = Drift(*cusum_step(drift.upper, drift.lower, x))
+        held = drift.held(policy)
+        which = np.flatnonzero(held[0] | held[1])
+        findings.append(Finding(CUSUM, SUSPECTED if len(which) else CLEAN, int(block[0]),
+                                suspects=tuple(int(v) for v in which), false_positive=policy.alpha_sequential,
+                                detail=f"{len(which)} drifting over windows (up: {int(held[0].sum())}, down: "
+                                       f"{int(held[1].sum())}), held to the reference" if len(which) else ""))
+        return held
+
+    enough = float(block[0]) >= policy.min_reports
     if isinstance(mech, FrequencyOracle):
         if reports is not None and not prior and supports_itemsets_apply(mech):
             step(support_itemsets(mech, reports, ref_estimate(), policy))
-        step(excess_claims(mech, (block - removed)[1:], ref_estimate(), policy))
+        left = (block - removed)[1:]
+        reference_est = ref_estimate()
+        x = (standardized_excess(mech, mech.estimate(left), reference_est, policy)
+             if enough and usable_reference(reference_est, policy) else None)
+        step(excess_claims(mech, left, reference_est, policy, sequential(x)))
     elif isinstance(mech, NumericMechanism):
         if reports is not None and not prior:
             step(output_density(mech, np.asarray(reports["value"]), policy))
-        step(mean_bound(mech, (block - removed)[1:], ref_estimate(), None if ref is None else ref[1:], policy))
+        left, reference_est = (block - removed)[1:], ref_estimate()
+        reference_stats = None if ref is None else ref[1:]
+        x = (np.array([mean_excess(mech, left, reference_est, reference_stats, policy)])
+             if enough and reference_est is not None else None)
+        held = sequential(x)
+        step(mean_bound(mech, left, reference_est, reference_stats, policy,
+                        (False, False) if held is None else (bool(held[0][0]), bool(held[1][0]))))
     elif isinstance(mech, KeyValueMechanism):
         step(key_frequency_bound(mech, (block - removed)[1:], ref_estimate(), policy))
         step(keyvalue_disagreement(mech, (block - removed)[1:], policy))
@@ -122,7 +181,7 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
         return _tree_defence(mech, block, ref, policy)
     else:
         findings.append(Finding("none", UNTESTED, int(block[0]), detail=f"no poisoning detector for {mech.name}"))
-    return Defence(tuple(findings), removed)
+    return Defence(tuple(findings), removed, drift=drift)
 
 
 def _tree_defence(tree: PrefixTree, block: np.ndarray, reference: np.ndarray | None, policy: Policy) -> Defence:
