@@ -184,6 +184,43 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     return Defence(tuple(findings), removed, drift=drift)
 
 
+def defend_windows(mech: Mechanism, blocks: Sequence[np.ndarray | None], recorded: Sequence[Defence | None] = (),
+                   policy: Policy = Policy(), reference_windows: int = 4, first: int = 0) -> list[Defence | None]:
+    """Consecutive windows of an attribute defended in order, oldest first (None: a window without reports): each
+    against the sum of the defended blocks of the `reference_windows` before it, and with the sequential test's
+    sums carried from one to the next. A window with a `recorded` defence (an audit's) keeps it, and its sums
+    where it has them. Windows before `first` are not defended (their blocks enter the references raw), and the
+    sums start at zero there. The last entry's reference and sums are those the window after the list is defended
+    with (`reference_of`)."""
+    out: list[Defence | None] = []
+    drift = Drift.start(mech)
+    for i, block in enumerate(blocks):
+        record = recorded[i] if i < len(recorded) else None
+        if block is None:
+            out.append(None)
+        elif record is not None:
+            out.append(record)
+            drift = record.drift or drift
+        elif i < first:
+            out.append(Defence((), np.zeros(np.shape(block)), drift=drift))
+        else:
+            defence = defend(mech, block, reference_of(blocks, out, i, reference_windows), policy=policy,
+                             drift=drift)
+            drift = defence.drift
+            out.append(defence)
+    return out
+
+
+def reference_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int,
+                 reference_windows: int = 4) -> np.ndarray | None:
+    """The sum of the defended blocks (block - removed) of the `reference_windows` windows before `index` that have
+    reports (None: none has)."""
+    kept = [np.asarray(blocks[i], dtype=np.float64) - d.removed
+            for i in range(max(0, index - reference_windows), index)
+            if (d := defences[i]) is not None and blocks[i] is not None]
+    return np.sum(kept, axis=0) if kept else None
+
+
 def _tree_defence(tree: PrefixTree, block: np.ndarray, reference: np.ndarray | None, policy: Policy) -> Defence:
     """Heavy hitters: the decode capped by the reference; the capped strings of the last level are the suspects."""
     n = int(block[0])
