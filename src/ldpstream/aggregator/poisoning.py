@@ -92,8 +92,7 @@ def encode_record(key: WindowKey, attributes: Mapping[int, Defence], audited_ms:
         "record": RECORD_VERSION, "version": key[0], "window": key[1], "start_ms": key[2], "audited_ms": audited_ms,
         "reports": reports, "set_aside_messages": set_aside_messages, "reference_windows": reference_windows,
         "attributes": {str(j): [finding_json(f) for f in d.findings] for j, d in attributes.items()},
-        "drift": {str(j): [d.drift.upper.tolist(), d.drift.lower.tolist()] for j, d in attributes.items()
-                  if d.drift is not None},
+        "drift": {str(j): d.drift.as_lists() for j, d in attributes.items() if d.drift is not None},
     }).encode()
 
 
@@ -115,8 +114,8 @@ def decode_record(data: bytes) -> Record | None:
         if raw.get("record") != RECORD_VERSION:
             return None
         findings = {int(j): tuple(finding_from(f) for f in fs) for j, fs in raw["attributes"].items()}
-        drift = {int(j): Drift(np.asarray(up, dtype=np.float64), np.asarray(down, dtype=np.float64))
-                 for j, (up, down) in raw.get("drift", {}).items()}
+        drift = {int(j): Drift(*(np.asarray(a, dtype=np.float64) for a in arrays))
+                 for j, arrays in raw.get("drift", {}).items() if len(arrays) == 4}
         return Record(int(raw["audited_ms"]), int(raw["reports"]), int(raw.get("reference_windows", 0)), findings,
                       drift)
     except (ValueError, KeyError, TypeError, AttributeError):

@@ -20,6 +20,7 @@ The statistics are an attribute's block of the collector's ([n_j, the mechanism'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -55,23 +56,38 @@ PER_REPORT = frozenset({"support_itemsets", "output_density"})  # detectors that
 
 @dataclass(frozen=True)
 class Drift:
-    """The sequential test's two sums of an attribute after a window: per item of a frequency oracle, or one for a
-    numeric mean (`ldpstream.mechanisms.poisoning.sequential`)."""
+    """The sequential test's two sums of an attribute after a window, per item of a frequency oracle or one for a
+    numeric mean (`ldpstream.mechanisms.poisoning.sequential`), and each sum's anchor: the reference value when the
+    sum last stood at zero, the level before the drift began, to which what drifts is held (the reference itself
+    may by then hold part of it)."""
 
     upper: np.ndarray
     lower: np.ndarray
+    anchor_up: np.ndarray
+    anchor_down: np.ndarray
 
     @staticmethod
     def start(mech: Mechanism) -> Drift | None:
         """Zero sums for a mechanism the sequential test applies to (frequency oracles, numeric means); else None."""
         size = mech.domain_size if isinstance(mech, FrequencyOracle) else (
             1 if isinstance(mech, NumericMechanism) else 0)
-        return Drift(np.zeros(size), np.zeros(size)) if size else None
+        return Drift(np.zeros(size), np.zeros(size), np.full(size, np.nan), np.full(size, np.nan)) if size else None
 
-    def held(self, policy: Policy) -> tuple[np.ndarray, np.ndarray]:
-        """Per item, whether its upper (lower) sum is past the policy's threshold."""
+    def step(self, x: np.ndarray, reference: np.ndarray) -> Drift:
+        """The sums after a window of standardized excesses `x` over `reference` (the reference values)."""
+        upper, lower = cusum_step(self.upper, self.lower, x)
+        return Drift(upper, lower, np.where(self.upper == 0, reference, self.anchor_up),
+                     np.where(self.lower == 0, reference, self.anchor_down))
+
+    def levels(self, policy: Policy) -> tuple[np.ndarray, np.ndarray]:
+        """Per item, the level its upper (lower) side is held to, where that sum is past the policy's threshold
+        (NaN: not held)."""
         h = threshold(policy.alpha_sequential, self.upper.size)
-        return self.upper > h, self.lower > h
+        return np.where(self.upper > h, self.anchor_up, np.nan), np.where(self.lower > h, self.anchor_down, np.nan)
+
+    def as_lists(self) -> list[list[float]]:
+        """The four arrays as lists (an audit record keeps them)."""
+        return [a.tolist() for a in (self.upper, self.lower, self.anchor_up, self.anchor_down)]
 
 
 @dataclass(frozen=True)
@@ -141,19 +157,20 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     def ref_estimate() -> Estimate | None:
         return mech.estimate(ref[1:]) if ref is not None else None
 
-    def sequential(x: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
-        """This window's step of the sequential test (None: not run, or nothing to compare with)."""
+    def sequential(x: np.ndarray | None, reference_values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """This window's step of the sequential test: the levels held (None: not run, or nothing to compare)."""
         nonlocal drift
         if drift is None or x is None:
             return None
-        drift = Drift(*cusum_step(drift.upper, drift.lower, x))
-        held = drift.held(policy)
-        which = np.flatnonzero(held[0] | held[1])
+        drift = drift.step(x, reference_values)
+        up, down = drift.levels(policy)
+        which = np.flatnonzero(np.isfinite(up) | np.isfinite(down))
         findings.append(Finding(CUSUM, SUSPECTED if len(which) else CLEAN, int(block[0]),
                                 suspects=tuple(int(v) for v in which), false_positive=policy.alpha_sequential,
-                                detail=f"{len(which)} drifting over windows (up: {int(held[0].sum())}, down: "
-                                       f"{int(held[1].sum())}), held to the reference" if len(which) else ""))
-        return held
+                                detail=f"{len(which)} drifting over windows (up: {int(np.isfinite(up).sum())}, down: "
+                                       f"{int(np.isfinite(down).sum())}), held where they were before"
+                                if len(which) else ""))
+        return up, down
 
     enough = float(block[0]) >= policy.min_reports
     if isinstance(mech, FrequencyOracle):
@@ -163,7 +180,8 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
         reference_est = ref_estimate()
         x = (standardized_excess(mech, mech.estimate(left), reference_est, policy)
              if enough and usable_reference(reference_est, policy) else None)
-        step(excess_claims(mech, left, reference_est, policy, sequential(x)))
+        held = None if x is None or reference_est is None else sequential(x, np.asarray(reference_est.value))
+        step(excess_claims(mech, left, reference_est, policy, held))
     elif isinstance(mech, NumericMechanism):
         if reports is not None and not prior:
             step(output_density(mech, np.asarray(reports["value"]), policy))
@@ -171,9 +189,10 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
         reference_stats = None if ref is None else ref[1:]
         x = (np.array([mean_excess(mech, left, reference_est, reference_stats, policy)])
              if enough and reference_est is not None else None)
-        held = sequential(x)
+        levels = None if x is None or reference_est is None else sequential(
+            x, np.atleast_1d(np.asarray(reference_est.value, dtype=np.float64)))
         step(mean_bound(mech, left, reference_est, reference_stats, policy,
-                        (False, False) if held is None else (bool(held[0][0]), bool(held[1][0]))))
+                        (math.nan, math.nan) if levels is None else (float(levels[0][0]), float(levels[1][0]))))
     elif isinstance(mech, KeyValueMechanism):
         step(key_frequency_bound(mech, (block - removed)[1:], ref_estimate(), policy))
         step(keyvalue_disagreement(mech, (block - removed)[1:], policy))

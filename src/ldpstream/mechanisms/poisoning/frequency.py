@@ -149,8 +149,9 @@ def excess_claims(oracle: FrequencyOracle, stats: np.ndarray, reference: Estimat
     """Items whose estimate exceeds what an honest window shows, each brought back to its bound by setting aside
     the fewest reports that explain the excess, and items below the smallest (demoted), brought back up to it
     (module docstring). `reference`: the oracle's estimate of the collection's previous windows (None: only the
-    impossible, f > 1, is tested); `held`: per item, whether its sequential test found it drifting up (down): its
-    bound on that side is then its reference frequency itself."""
+    impossible, f > 1, is tested); `held`: per item, the level its sequential test holds it to from above (below),
+    where it found it drifting (NaN: not held): its bound on that side is then that level, or its reference
+    frequency where that is nearer."""
     counts, n = split_count(stats, oracle.stats_size)
     if n < policy.min_reports:
         return too_few(EXCESS, n, policy)
@@ -163,8 +164,10 @@ def excess_claims(oracle: FrequencyOracle, stats: np.ndarray, reference: Estimat
         assert reference is not None
         low = lower_bounds(oracle, est, reference, policy)
         if held is not None:
-            bound = np.where(held[0], base, bound)
-            low = np.where(held[1] & np.isfinite(low), np.maximum(0.0, base - policy.drift), low)
+            up, down = held
+            bound = np.where(np.isfinite(up), np.minimum(base, up), bound)
+            low = np.where(np.isfinite(down) & np.isfinite(low),
+                           np.maximum(np.maximum(0.0, base - policy.drift), down), low)
         demoted = np.flatnonzero(value < low)
     else:
         low, demoted = np.full_like(bound, -np.inf), np.zeros(0, dtype=np.int64)

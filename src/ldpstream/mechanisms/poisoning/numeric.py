@@ -80,11 +80,12 @@ def mean_excess(mech: NumericMechanism, stats: np.ndarray, reference: Estimate, 
 
 def mean_bound(mech: NumericMechanism, stats: np.ndarray, reference: Estimate | None = None,
                reference_stats: np.ndarray | None = None, policy: Policy = Policy(),
-               held: tuple[bool, bool] = (False, False)) -> Finding:
+               held: tuple[float, float] = (math.nan, math.nan)) -> Finding:
     """A mean beyond what an honest window shows, brought back to its bound (module docstring); `stats` and
     `reference_stats` are the mechanism's statistics (they begin with count, sum, sum of squares: a distribution
-    mechanism's histogram follows, and only the mean is defended), `reference` its estimate; `held`: whether the
-    sequential test found the mean drifting up (down): its bound on that side is then the reference mean itself."""
+    mechanism's histogram follows, and only the mean is defended), `reference` its estimate; `held`: the level the
+    sequential test holds the mean to from above (below), where it found it drifting (NaN: not held): its bound on
+    that side is then that level, or the reference mean where that is nearer."""
     count, total, _ = (float(x) for x in np.asarray(stats, dtype=np.float64)[:NUMERIC_STATS_SIZE])
     n = int(count)
     if n < policy.min_reports:
@@ -97,8 +98,10 @@ def mean_bound(mech: NumericMechanism, stats: np.ndarray, reference: Estimate | 
         assert reference is not None
         per_report = _per_report(reference, reference_stats)
         spread = z * math.sqrt(per_report / n + per_report / reference.n)
-        low = max(-1.0, float(reference.value) - policy.drift) - (0.0 if held[1] else spread)
-        high = min(1.0, float(reference.value) + policy.drift) + (0.0 if held[0] else spread)
+        high = min(1.0, float(reference.value) + policy.drift)
+        high = min(high, held[0]) if math.isfinite(held[0]) else high + spread
+        low = max(-1.0, float(reference.value) - policy.drift)
+        low = max(low, held[1]) if math.isfinite(held[1]) else low - spread
         allowance = policy.drift + spread
     else:
         spread = z * float(est.stderr)

@@ -43,7 +43,7 @@ def average_run_length(k: float, h: float) -> float:
     Examples
     --------
     >>> round(average_run_length(0.5, 4.0))
-    336
+    338
     """
     b = h + RHO
     return (math.exp(2 * k * b) - 2 * k * b - 1) / (2 * k * k)
@@ -56,7 +56,7 @@ def threshold(alpha: float, items: int, k: float = K) -> float:
     Examples
     --------
     >>> round(threshold(1e-4, 1024), 2)
-    15.78
+    14.98
     """
     target = 2 * max(1, items) / alpha
     lo, hi = 0.0, 200.0
