@@ -14,8 +14,9 @@ perturbed), four honest windows first, then:
   over the genuine frequency is that allowance plus what its earlier windows left in the reference (the mean of
   its rises there), so a reference that takes in its windows raises it window after window; the gain after ten
   windows against its first window's (the one-window adaptive gain), and the first window the alert fires;
-- `demotion`: one window of 5% fakes supporting none of r = 1 target, the most frequent item (PM: the smallest
-  output), over `--runs` seeds: how often it is detected, and the gain (negative) left;
+- `demotion`: ten windows of 5% fakes supporting none of r = 1 target, the most frequent item (PM: the smallest
+  output), over `--runs` seeds: how often it is found in the first window and within ten, and the gain (negative)
+  left at the first and the last window;
 - `honest`: `--honest-windows` honest windows: windows with any finding suspected (false alarms) and the genuine
   reports set aside.
 Gain: sum over the targets of (estimate with the fakes - estimate of the same genuine reports without them), each
@@ -24,7 +25,8 @@ attribute is suspected (what `ldp estimate` and the metrics show as the alert be
 
 Prints a table (stderr) and, last on stdout, JSON rows: oracle, epsilon, scenario, beta, gain_none, gain_raw_ref,
 gain_ours, removed_raw_ref, removed_ours, alerts (windows with an alert, of the attacked ones), and per scenario
-its extra fields (under: one_window_gain, ratio, first_alert; demotion: detected, runs; honest: windows,
+its extra fields (under: one_window_gain, ratio, first_alert; demotion: detected_first_window,
+detected_within_ten, runs, mean_first_alert and the gains at the first and last window; honest: windows,
 false_alarms, genuine_set_aside).
 Run: .venv/bin/python benchmarks/bench_poisoning_windows.py [--n 1000000] [--oracles grr,oue,olh,pm]
      [--epsilons 1,4] [--scenarios ramp,under,demotion,honest] [--runs 10] [--honest-windows 200] [--seed 7]
@@ -176,22 +178,30 @@ def under(w: Windows, targets: np.ndarray) -> dict[str, Any]:
 
 
 def demotion(w: Windows, runs: int) -> dict[str, Any]:
+    """Ten windows of 5% fakes demoting the top item, `runs` times: found in the first window, found within ten,
+    and the gain (negative) left at the first and the last window."""
     target = np.array([int(np.argmax(w.probs))]) if isinstance(w.mech, FrequencyOracle) else np.array([0])
     m = int(round(DEMOTION_BETA * w.n / (1 - DEMOTION_BETA)))
-    detected, none, left_raw, left = 0, [], [], []
+    first, within, when = 0, 0, []
+    out: dict[str, list[float]] = {}
     for _ in range(runs):
-        honest = [w.genuine() for _ in range(REFERENCE_WINDOWS + 1)]
-        attacked = [*honest[:-1], w.with_fakes(honest[-1], w.fakes("demotion", target, m))]
-        g = gains(w.mech, attacked, honest, target, REFERENCE_WINDOWS)
-        d = ours(w.mech, attacked)[-1]
-        assert d is not None
-        detected += any(f.status == SUSPECTED and (not isinstance(w.mech, FrequencyOracle)
-                                                    or int(target[0]) in f.suspects) for f in d.findings)
-        none.append(g["gain_none"])
-        left_raw.append(g["gain_raw_ref"])
-        left.append(g["gain_ours"])
-    return {"beta": DEMOTION_BETA, "gain_none": float(np.mean(none)), "gain_raw_ref": float(np.mean(left_raw)),
-            "gain_ours": float(np.mean(left)), "detected": detected, "runs": runs, "alerts": detected}
+        honest = [w.genuine() for _ in range(REFERENCE_WINDOWS + ATTACKED)]
+        attacked = honest[:REFERENCE_WINDOWS] + [w.with_fakes(b, w.fakes("demotion", target, m))
+                                                 for b in honest[REFERENCE_WINDOWS:]]
+        found = [d is not None and any(f.status == SUSPECTED and (not isinstance(w.mech, FrequencyOracle)
+                                                                   or int(target[0]) in f.suspects)
+                                       for f in d.findings) for d in ours(w.mech, attacked)[REFERENCE_WINDOWS:]]
+        first += found[0]
+        within += any(found)
+        if any(found):
+            when.append(found.index(True) + 1)
+        for at, label in ((REFERENCE_WINDOWS, "first"), (len(attacked) - 1, "last")):
+            for key, gain in gains(w.mech, attacked, honest, target, at).items():
+                out.setdefault(f"{key}_{label}", []).append(gain)
+    row: dict[str, Any] = {k: float(np.mean(v)) for k, v in out.items()}
+    return {"beta": DEMOTION_BETA, "gain_none": row["gain_none_first"], "gain_raw_ref": row["gain_raw_ref_first"],
+            "gain_ours": row["gain_ours_first"], **row, "detected_first_window": first,
+            "detected_within_ten": within, "runs": runs, "mean_first_alert": float(np.mean(when)) if when else None}
 
 
 def honest_windows(w: Windows, windows: int) -> dict[str, Any]:
