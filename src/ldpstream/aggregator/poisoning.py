@@ -114,8 +114,7 @@ def decode_record(data: bytes) -> Record | None:
         if raw.get("record") != RECORD_VERSION:
             return None
         findings = {int(j): tuple(finding_from(f) for f in fs) for j, fs in raw["attributes"].items()}
-        drift = {int(j): Drift(*(np.asarray(a, dtype=np.float64) for a in arrays))
-                 for j, arrays in raw.get("drift", {}).items() if len(arrays) == 4}
+        drift = {int(j): Drift.from_lists(arrays) for j, arrays in raw.get("drift", {}).items()}
         return Record(int(raw["audited_ms"]), int(raw["reports"]), int(raw.get("reference_windows", 0)), findings,
                       drift)
     except (ValueError, KeyError, TypeError, AttributeError):

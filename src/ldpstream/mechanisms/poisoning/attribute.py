@@ -57,37 +57,52 @@ PER_REPORT = frozenset({"support_itemsets", "output_density"})  # detectors that
 @dataclass(frozen=True)
 class Drift:
     """The sequential test's two sums of an attribute after a window, per item of a frequency oracle or one for a
-    numeric mean (`ldpstream.mechanisms.poisoning.sequential`), and each sum's anchor: the reference value when the
-    sum last stood at zero, the level before the drift began, to which what drifts is held (the reference itself
-    may by then hold part of it)."""
+    numeric mean (`ldpstream.mechanisms.poisoning.sequential`); each sum's anchor, the reference value when the sum
+    last stood at zero (the level before the drift began: the reference itself may by then hold part of it); and
+    whether each side is held to its anchor: from when its sum passes the threshold until it is back at zero (an
+    attacker who stops for a window or two is not let go)."""
 
     upper: np.ndarray
     lower: np.ndarray
     anchor_up: np.ndarray
     anchor_down: np.ndarray
+    held_up: np.ndarray
+    held_down: np.ndarray
 
     @staticmethod
     def start(mech: Mechanism) -> Drift | None:
         """Zero sums for a mechanism the sequential test applies to (frequency oracles, numeric means); else None."""
         size = mech.domain_size if isinstance(mech, FrequencyOracle) else (
             1 if isinstance(mech, NumericMechanism) else 0)
-        return Drift(np.zeros(size), np.zeros(size), np.full(size, np.nan), np.full(size, np.nan)) if size else None
+        if not size:
+            return None
+        zero, nan, no = np.zeros(size), np.full(size, np.nan), np.zeros(size, dtype=bool)
+        return Drift(zero, zero, nan, nan, no, no)
 
-    def step(self, x: np.ndarray, reference: np.ndarray) -> Drift:
-        """The sums after a window of standardized excesses `x` over `reference` (the reference values)."""
+    def step(self, x: np.ndarray, reference: np.ndarray, policy: Policy) -> Drift:
+        """The state after a window of standardized excesses `x` over `reference` (the reference values)."""
         upper, lower = cusum_step(self.upper, self.lower, x)
-        return Drift(upper, lower, np.where(self.upper == 0, reference, self.anchor_up),
-                     np.where(self.lower == 0, reference, self.anchor_down))
-
-    def levels(self, policy: Policy) -> tuple[np.ndarray, np.ndarray]:
-        """Per item, the level its upper (lower) side is held to, where that sum is past the policy's threshold
-        (NaN: not held)."""
         h = threshold(policy.alpha_sequential, self.upper.size)
-        return np.where(self.upper > h, self.anchor_up, np.nan), np.where(self.lower > h, self.anchor_down, np.nan)
+        return Drift(upper, lower, np.where(self.upper == 0, reference, self.anchor_up),
+                     np.where(self.lower == 0, reference, self.anchor_down),
+                     (self.held_up | (upper > h)) & (upper > 0), (self.held_down | (lower > h)) & (lower > 0))
+
+    def levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per item, the level its upper (lower) side is held to (NaN: not held)."""
+        return np.where(self.held_up, self.anchor_up, np.nan), np.where(self.held_down, self.anchor_down, np.nan)
 
     def as_lists(self) -> list[list[float]]:
-        """The four arrays as lists (an audit record keeps them)."""
-        return [a.tolist() for a in (self.upper, self.lower, self.anchor_up, self.anchor_down)]
+        """The six arrays as lists of numbers (an audit record keeps them)."""
+        return [np.asarray(a, dtype=np.float64).tolist() for a in (self.upper, self.lower, self.anchor_up,
+                                                                   self.anchor_down, self.held_up, self.held_down)]
+
+    @staticmethod
+    def from_lists(arrays: Sequence[Sequence[float]]) -> Drift:
+        """The state `as_lists` wrote; ValueError if it is not one."""
+        if len(arrays) != 6 or len({len(a) for a in arrays}) != 1:
+            raise ValueError("a drift state is six arrays of one length")
+        up, down, anchor_up, anchor_down, held_up, held_down = (np.asarray(a, dtype=np.float64) for a in arrays)
+        return Drift(up, down, anchor_up, anchor_down, held_up != 0, held_down != 0)
 
 
 @dataclass(frozen=True)
@@ -162,8 +177,8 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
         nonlocal drift
         if drift is None or x is None:
             return None
-        drift = drift.step(x, reference_values)
-        up, down = drift.levels(policy)
+        drift = drift.step(x, reference_values, policy)
+        up, down = drift.levels()
         which = np.flatnonzero(np.isfinite(up) | np.isfinite(down))
         findings.append(Finding(CUSUM, SUSPECTED if len(which) else CLEAN, int(block[0]),
                                 suspects=tuple(int(v) for v in which), false_positive=policy.alpha_sequential,

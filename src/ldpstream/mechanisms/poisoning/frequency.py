@@ -8,11 +8,15 @@ against earlier frequencies), with the recovery of LDPRecover (Sun et al., ICDE 
 window's unbiased estimate f_hat(v) is within z standard errors of its truth, and the truth is at most 1 and, for a
 stationary population, the reference window's (the collection's previous window): so an item is suspected when
 
-    f_hat(v) > min(1, f_ref(v) + drift) + z sqrt(se(v)^2 + se_ref(v)^2),    z = Phi^-1(1 - alpha_window / K),
+    f_hat(v) > min(1, f_ref(v) + drift) + z sqrt(se(v)^2 + se_ref(v)^2),    z = Phi^-1(1 - alpha_window / 2K),
 
 with both standard errors at the reference's frequency (the null's) and counting the sampling of devices (two windows
-are two samples of a population: `window_variance`), Bonferroni over the K items: an honest window
-is flagged with probability <= alpha_window. Where an item expects fewer than NORMAL_COUNT supports the normal tail is
+are two samples of a population: `window_variance`), and *demoted* (fake reports that withhold their support push it
+down) when f_hat(v) < max(0, f_ref(v) - drift) - z sqrt(...), the other tail; Bonferroni over the K items and both
+tails: an honest window is flagged with probability <= alpha_window. A demoted item's missing supports are given
+back up to its lower bound (a negative removal): the reports that withheld them look like any honest report that
+does not support v, so none is set aside for it. An item that expects fewer than NORMAL_COUNT supports is not tested
+below (it cannot fall far enough to be told from noise); above, its normal tail is
 too light, and its bound is also at least the exact Binomial quantile at the reference's upper confidence limit.
 The bound b(v) is what an attacker who knows the detector can keep:
 each suspected item is brought back to b(v), so the gain left is at most sum over targets of (b(v) - f_ref(v)).
