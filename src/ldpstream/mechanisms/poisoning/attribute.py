@@ -172,10 +172,10 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     def ref_estimate() -> Estimate | None:
         return mech.estimate(ref[1:]) if ref is not None else None
 
-    def sequential(x: np.ndarray | None, reference_values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """This window's step of the sequential test: the levels held (None: not run, or nothing to compare)."""
+    def sequential(x: np.ndarray, reference_values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """This window's step of the sequential test: the levels held (None: the test is not run)."""
         nonlocal drift
-        if drift is None or x is None:
+        if drift is None:
             return None
         drift = drift.step(x, reference_values, policy)
         up, down = drift.levels()
@@ -193,19 +193,20 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
             step(support_itemsets(mech, reports, ref_estimate(), policy))
         left = (block - removed)[1:]
         reference_est = ref_estimate()
-        x = (standardized_excess(mech, mech.estimate(left), reference_est, policy)
-             if enough and usable_reference(reference_est, policy) else None)
-        held = None if x is None or reference_est is None else sequential(x, np.asarray(reference_est.value))
+        held = None
+        if enough and reference_est is not None and usable_reference(reference_est, policy):
+            x = standardized_excess(mech, mech.estimate(left), reference_est, policy)
+            held = sequential(x, np.asarray(reference_est.value))
         step(excess_claims(mech, left, reference_est, policy, held))
     elif isinstance(mech, NumericMechanism):
         if reports is not None and not prior:
             step(output_density(mech, np.asarray(reports["value"]), policy))
         left, reference_est = (block - removed)[1:], ref_estimate()
         reference_stats = None if ref is None else ref[1:]
-        x = (np.array([mean_excess(mech, left, reference_est, reference_stats, policy)])
-             if enough and reference_est is not None else None)
-        levels = None if x is None or reference_est is None else sequential(
-            x, np.atleast_1d(np.asarray(reference_est.value, dtype=np.float64)))
+        levels = None
+        if enough and reference_est is not None:
+            levels = sequential(np.array([mean_excess(mech, left, reference_est, reference_stats, policy)]),
+                                np.atleast_1d(np.asarray(reference_est.value, dtype=np.float64)))
         step(mean_bound(mech, left, reference_est, reference_stats, policy,
                         (math.nan, math.nan) if levels is None else (float(levels[0][0]), float(levels[1][0]))))
     elif isinstance(mech, KeyValueMechanism):
