@@ -13,8 +13,9 @@ Frequency oracles (Cao, Jia and Gong, USENIX Security 2021, Sec. 3-4), r target 
   (one less than the itemset detector's threshold), and only enough fakes carry targets to raise each target by
   `rise` (under the excess-claims bound); the other fakes report a random non-target item honestly.
 - `demotion`: reports that support none of the targets, to push them down (the report crafted like an honest one
-  otherwise): GRR a non-target uniformly; UE the expected count of ones l on non-targets only; local hashing a
-  uniformly random seed and a bucket that holds no target under it (a uniform one where every bucket holds one).
+  otherwise): GRR a non-target uniformly; UE each non-target bit at the rate that gives an honest report's expected
+  count of ones, every target bit 0; local hashing a uniformly random seed and a bucket that holds no target under
+  it.
 Numeric means (Li et al., "Fine-grained poisoning attacks to LDP protocols for mean and variance estimation",
 USENIX Security 2023): `maximal_gain` reports the largest output; `random_value` a uniform output; `input` the
 largest input (1) perturbed honestly; `adaptive` spreads reports under the detectors' caps (`adaptive_numeric`);
@@ -171,10 +172,10 @@ def _demoting(oracle: FrequencyOracle, targets: np.ndarray, m: int, rng: np.rand
     others = np.setdiff1d(np.arange(oracle.domain_size), targets)
     if isinstance(oracle, GRR):
         return {"value": others[rng.integers(0, len(others), size=m)].astype(np.uint32)}
-    if isinstance(oracle, UnaryEncoding):
-        ones = min(len(others), int(np.floor(oracle.p + (oracle.domain_size - 1) * oracle.q)))
-        bits = np.zeros((m, oracle.domain_size), dtype=np.uint8)
-        bits[np.arange(m)[:, None], others[_sample_rows(len(others), ones, m, rng)]] = 1
+    if isinstance(oracle, UnaryEncoding):  # each non-target bit set at the rate that gives the honest count of ones
+        rate = min(1.0, (oracle.p + (oracle.domain_size - 1) * oracle.q) / len(others))
+        bits = (rng.random((m, oracle.domain_size)) < rate).astype(np.uint8)
+        bits[:, targets] = 0
         return {"bits": bits}
     if isinstance(oracle, LocalHash):
         a = rng.integers(1, HASH_PRIME, size=m)
