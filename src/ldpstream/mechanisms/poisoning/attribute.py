@@ -225,8 +225,8 @@ def defend_windows(mech: Mechanism, blocks: Sequence[np.ndarray | None], recorde
     against the sum of the defended blocks of the `reference_windows` before it, and with the sequential test's
     sums carried from one to the next. A window with a `recorded` defence (an audit's) keeps it, and its sums
     where it has them. Windows before `first` are not defended (their blocks enter the references raw), and the
-    sums start at zero there. The last entry's reference and sums are those the window after the list is defended
-    with (`reference_of`)."""
+    sums start at zero there; nor are a heavy-hitter tree's (its defence caps the decode and removes nothing). The
+    last entry's reference and sums are those the window after the list is defended with (`reference_of`)."""
     out: list[Defence | None] = []
     drift = Drift.start(mech)
     for i, block in enumerate(blocks):
@@ -236,7 +236,7 @@ def defend_windows(mech: Mechanism, blocks: Sequence[np.ndarray | None], recorde
         elif record is not None:
             out.append(record)
             drift = record.drift or drift
-        elif i < first:
+        elif i < first or isinstance(mech, PrefixTree):  # a tree's defence removes nothing: not run (its decode costs)
             out.append(Defence((), np.zeros(np.shape(block)), drift=drift))
         else:
             defence = defend(mech, block, reference_of(blocks, out, i, reference_windows), policy=policy,
