@@ -16,9 +16,9 @@ from ldpstream.aggregator.metrics import StoreCollector
 from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.poisoning import (
     audit_records,
+    chain,
     decode_record,
     encode_record,
-    reference_stats,
     window_defence,
 )
 from ldpstream.aggregator.processing import Message, PartitionProcessor
@@ -109,8 +109,9 @@ def test_an_audit_sets_aside_the_fakes_and_readers_show_its_record(
     assert reports.reports == N
     reference = window_defence(store, plan, "1m", key[2])  # only for its reference's size
     assert reference.reference_windows == 2
-    ref, count = reference_stats(store, plan, "1m", key[2], audit_records(store, plan))
-    audit = audit_reports(plan, before, reports, ref, count)
+    found = chain(store, plan, "1m", key[2], audit_records(store, plan))
+    count = found.windows
+    audit = audit_reports(plan, before, reports, found.reference, count, drift=found.drift)
     rows = {(m.offset, r) for m in audit.set_aside for r in m.rows or ()}
     fake_rows = {(attacked[i // 500].offset, i % 500) for i in range(N - M, N)}
     assert fake_rows <= rows  # every MGA fake supports all 5 targets: set aside, as its message's rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -192,3 +193,13 @@ def test_large_dedupe_lists_round_trip(store: tuple[StatsStore, str]) -> None:
     assert s.apply(update(c, 0, devices.tolist())).status == "applied"
     _, lists = s.seen_devices(c, "t:0", 0, [(1, "1h", 0)])
     np.testing.assert_array_equal(lists[(1, "1h", 0)], devices)
+
+
+def test_one_auditor_claims_a_window_until_the_claim_expires(store: tuple[StatsStore, str]) -> None:
+    s, c = store
+    key = (1, "1h", 3_600_000)
+    assert s.claim_audit(c, key, "a", 1)
+    assert not s.claim_audit(c, key, "b", 1)  # another auditor: the window is taken
+    assert s.claim_audit(c, (1, "1h", 7_200_000), "b", 1)  # another window is not
+    time.sleep(1.1)
+    assert s.claim_audit(c, key, "b", 1)  # an auditor that died frees the window when its claim expires

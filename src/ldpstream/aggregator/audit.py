@@ -11,7 +11,8 @@ audit (`ldp poisoning audit`, or `--follow` for every window that closes):
    device's reports all go to one partition). Rows the worker refused as stale or from the future at the time are
    counted here if their time is in the window: the audit's n can exceed the live one by those;
 3. runs each attribute's defence (`ldpstream.mechanisms.poisoning.attribute.defend`) with the reports, against the
-   reference of the window's earlier windows (`ldpstream.aggregator.poisoning.reference_stats`);
+   reference of the window's earlier windows, defended, and with the sequential test's sums after the window before
+   (`ldpstream.aggregator.poisoning.chain`); the record keeps the sums after this one;
 4. sends the reports its per-report tests set aside to the set-aside topic (the original message with the rows and
    the detector in headers, as dead letters are kept) and waits until Kafka has them, then writes the record
    (`encode_record`) with one Redis command: the statistics are never touched, so the live estimate and the
@@ -25,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,7 @@ import numpy as np
 from confluent_kafka import KafkaError, TopicPartition
 
 from ldpstream.aggregator.plans import Plan
-from ldpstream.aggregator.poisoning import DEFAULT_POLICY, audit_records, encode_record, reference_stats
+from ldpstream.aggregator.poisoning import DEFAULT_POLICY, audit_records, chain, encode_record
 from ldpstream.aggregator.store import ALL_TIME, StatsStore, WindowStats
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.spec import window_seconds
@@ -51,7 +52,7 @@ from ldpstream.contract.wire import AttributeColumns, Envelope, WireError, check
 from ldpstream.mechanisms.base import Mechanism, Reports
 from ldpstream.mechanisms.frequency.base import FrequencyOracle
 from ldpstream.mechanisms.numeric.base import NumericMechanism
-from ldpstream.mechanisms.poisoning.attribute import PER_REPORT, Defence, defend
+from ldpstream.mechanisms.poisoning.attribute import PER_REPORT, Defence, Drift, defend
 from ldpstream.mechanisms.poisoning.base import Policy
 from ldpstream.mechanisms.poisoning.frequency import supports_itemsets_apply
 from ldpstream.runtime.access import READER_GROUP
@@ -160,19 +161,22 @@ class Audit:
 
 
 def audit_reports(plan: Plan, live: WindowStats, reports: WindowReports, reference: WindowStats | None,
-                  reference_windows: int = 0, policy: Policy = DEFAULT_POLICY) -> Audit:
+                  reference_windows: int = 0, policy: Policy = DEFAULT_POLICY,
+                  drift: Mapping[int, Drift | None] | None = None) -> Audit:
     """Step 3 and the set-aside reports of step 4 (pure). The tests on sums, and the choice of the items the
     per-report tests examine, read the window's `live` statistics (the worker's; the audit does not add the
-    reports up again); the per-report tests read the reports."""
+    reports up again); the per-report tests read the reports. `drift`: per attribute, the sequential test's sums
+    after the window before (None: not run)."""
+    drift = drift or {}
     defences: dict[int, Defence] = {}
     flagged_rows: dict[tuple[int, str], list[int]] = defaultdict(list)  # (message, detector) -> rows
     for j, mech in enumerate(plan.mechanisms):
         ref = None if reference is None else reference.stats[j]
         if j not in reports.attributes:
-            defences[j] = defend(mech, live.stats[j], ref, policy=policy)
+            defences[j] = defend(mech, live.stats[j], ref, policy=policy, drift=drift.get(j))
             continue
         msg_index, local, cols = reports.attributes[j]
-        defence = defend(mech, live.stats[j], ref, reports=cols, policy=policy)
+        defence = defend(mech, live.stats[j], ref, reports=cols, policy=policy, drift=drift.get(j))
         defences[j] = defence
         for f in defence.findings:
             if f.detector in PER_REPORT and f.flagged is not None:
@@ -282,13 +286,13 @@ def audit_window(bootstrap: str, store: StatsStore, plan: Plan, window: str, sta
     if reports.reports > MAX_AUDIT_REPORTS:
         raise AuditError(f"{reports.reports} reports: too many to audit in memory (at most {MAX_AUDIT_REPORTS})")
     live = store.read_window(plan.spec.name, plan.spec.version, window, start_ms, plan.sizes)
-    reference, count = reference_stats(store, plan, window, start_ms, audit_records(store, plan))
-    result = audit_reports(plan, live, reports, reference, count, policy)
+    before = chain(store, plan, window, start_ms, audit_records(store, plan), policy)
+    result = audit_reports(plan, live, reports, before.reference, before.windows, policy, before.drift)
     if result.set_aside:
         (setaside or DeadLetterProducer(bootstrap, SETASIDE_TOPIC)).send(plan.spec.topic, result.set_aside)
     store.put_poisoning(plan.spec.name, (plan.spec.version, window, start_ms),
                         encode_record((plan.spec.version, window, start_ms), result.attributes, now_ms(),
-                                      result.reports, len(result.set_aside), count))
+                                      result.reports, len(result.set_aside), before.windows))
     log.info("%s %s:%s audited: %d reports, %d message(s) with reports set aside", plan.spec.key, window, start_ms,
              result.reports, len(result.set_aside))
     return result

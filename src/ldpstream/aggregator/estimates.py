@@ -34,6 +34,7 @@ from ldpstream.contract.spec import (
 )
 from ldpstream.mechanisms.base import Estimate
 from ldpstream.mechanisms.distribution.base import DEFAULT_QUANTILES, Distribution, DistributionMechanism
+from ldpstream.mechanisms.poisoning.base import SUSPECTED
 from ldpstream.mechanisms.postprocess import clip_mean, norm_sub, project_simplex
 
 PostProcess = Literal["none", "clip", "norm_sub", "project"]
@@ -112,7 +113,8 @@ def attribute_entries(plan: Plan, estimates: dict[str, Estimate], postprocess: P
 def poisoning_summary(plan: Plan, raw: dict[str, Any], defence: WindowDefence, reports: int,
                       postprocess: PostProcess) -> dict[str, Any]:
     """The window's "suspected poisoning" figure (docs/explanation/fake-devices.md): where it comes from, the
-    reference, the reports set aside (fraction of the window's), whether that is above the alert threshold, and per
+    reference, the reports set aside (fraction of the window's), the alert (that fraction above the threshold, or any
+    attribute suspected: a demoted item or a heavy hitter's capped prefix sets little or nothing aside), and per
     attribute the detectors' findings, the suspects, the gain removed and the defended estimate."""
     policy = DEFAULT_POLICY
     defended = attribute_entries(plan, plan.estimate(defence.defended, defence.caps), postprocess)
@@ -131,7 +133,9 @@ def poisoning_summary(plan: Plan, raw: dict[str, Any], defence: WindowDefence, r
             "reference": {"windows": defence.reference_windows, "reports": defence.reference_reports}
             if defence.reference_windows else None,
             "set_aside": round(defence.set_aside, 3), "set_aside_fraction": fraction,
-            "alert": fraction > policy.alert_fraction, "alert_threshold": policy.alert_fraction,
+            "alert": fraction > policy.alert_fraction
+            or any(d.status == SUSPECTED for d in defence.attributes.values()),
+            "alert_threshold": policy.alert_fraction,
             "false_positive": {"per_report": policy.alpha_report, "per_window": policy.alpha_window},
             "attributes": attributes}
 

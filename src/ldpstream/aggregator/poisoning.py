@@ -9,9 +9,12 @@ Two sources, the better one used (`window_defence`):
 - **live**: any other window (the open one, or a closed one not audited yet) gets the tests the sums carry
   (`ldpstream.mechanisms.poisoning.attribute.defend` without reports), computed on read.
 The reference of a window is the sum of up to REFERENCE_WINDOWS earlier windows of the same length and spec version
-that have reports, each as defended as it was recorded (raw where not audited): a population's recent past, which
-the attack, if it started later, did not reach. The all-time window has no reference: it is defended by the audits of
-its windows of the spec's first length (their removals summed) and the tests that need none.
+that have reports, each *defended*: as its audit recorded it, or, where it has no audit, as its own live defence
+leaves it, against its own defended reference (`chain`: windows are defended in order, oldest first, from
+CHAIN_WINDOWS before the window read; older windows without an audit enter raw). So an attack the tests found in a
+window never becomes the next windows' reference. The sequential test's sums (`Drift`) are carried along the same
+chain, and an audit record keeps them, so they resume there. The all-time window has no reference: it is defended
+by the audits of its windows of the spec's first length (their removals summed) and the tests that need none.
 
 Devices: the defended window counts N (1 - max over attributes of the share of its reports set aside) devices (a fake
 device reports k attributes; each attribute's estimate weighs its reports by n_j / N, which this keeps).
@@ -30,11 +33,13 @@ import numpy as np
 from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.store import ALL_TIME, StatsStore, WindowKey, WindowStats
 from ldpstream.contract.spec import window_seconds
+from ldpstream.mechanisms.base import Mechanism
 from ldpstream.mechanisms.open_domain.tree import LevelCap, PrefixTree
-from ldpstream.mechanisms.poisoning.attribute import Defence, defend
+from ldpstream.mechanisms.poisoning.attribute import Defence, Drift, defend, defend_windows
 from ldpstream.mechanisms.poisoning.base import STATUSES, SUSPECTED, Finding, Policy
 
 REFERENCE_WINDOWS = 4
+CHAIN_WINDOWS = 12  # windows before the one read that are defended live, in order, to defend its reference
 RECORD_VERSION = 1
 DEFAULT_POLICY = Policy()
 
@@ -82,11 +87,12 @@ def finding_from(raw: Mapping[str, Any]) -> Finding:
 
 def encode_record(key: WindowKey, attributes: Mapping[int, Defence], audited_ms: int, reports: int,
                   set_aside_messages: int, reference_windows: int) -> bytes:
-    """The audit record of a window (module docstring)."""
+    """The audit record of a window (module docstring); `drift`: per attribute, the sequential test's sums after it."""
     return json.dumps({
         "record": RECORD_VERSION, "version": key[0], "window": key[1], "start_ms": key[2], "audited_ms": audited_ms,
         "reports": reports, "set_aside_messages": set_aside_messages, "reference_windows": reference_windows,
         "attributes": {str(j): [finding_json(f) for f in d.findings] for j, d in attributes.items()},
+        "drift": {str(j): d.drift.as_lists() for j, d in attributes.items() if d.drift is not None},
     }).encode()
 
 
@@ -98,6 +104,7 @@ class Record:
     reports: int
     reference_windows: int
     findings: dict[int, tuple[Finding, ...]]
+    drift: dict[int, Drift] = field(default_factory=dict)
 
 
 def decode_record(data: bytes) -> Record | None:
@@ -107,7 +114,9 @@ def decode_record(data: bytes) -> Record | None:
         if raw.get("record") != RECORD_VERSION:
             return None
         findings = {int(j): tuple(finding_from(f) for f in fs) for j, fs in raw["attributes"].items()}
-        return Record(int(raw["audited_ms"]), int(raw["reports"]), int(raw.get("reference_windows", 0)), findings)
+        drift = {int(j): Drift.from_lists(arrays) for j, arrays in raw.get("drift", {}).items()}
+        return Record(int(raw["audited_ms"]), int(raw["reports"]), int(raw.get("reference_windows", 0)), findings,
+                      drift)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -127,10 +136,14 @@ def removed_blocks(plan: Plan, findings: Mapping[int, tuple[Finding, ...]]) -> d
 
 # --- windows -------------------------------------------------------------------------------------------------------
 def _minus(stats: WindowStats, removed: Mapping[int, np.ndarray]) -> WindowStats:
-    """Statistics minus removed blocks; devices scaled by the largest share of an attribute's reports removed."""
+    """Statistics minus removed blocks; devices scaled by the largest share of an attribute's reports removed.
+
+    Nothing is clipped: a statistic may be negative (a numeric attribute's sum when its mean is below the middle of
+    its range, a key-value sum, a Hadamard or sketch sum), and a removal is the statistics of reports counted in the
+    window (or, for a test on sums, their estimate), so the difference is what the window holds without them."""
     share = max((float(r[0]) / float(stats.stats[j][0]) for j, r in removed.items()
                  if j in stats.stats and stats.stats[j][0] > 0), default=0.0)
-    blocks = {j: np.maximum(v - removed.get(j, 0.0), 0.0) for j, v in stats.stats.items()}
+    blocks = {j: v - removed[j] if j in removed else v for j, v in stats.stats.items()}
     return WindowStats(float(math.floor(stats.devices * (1.0 - min(share, 1.0)))), blocks)
 
 
@@ -144,25 +157,51 @@ def audit_records(store: StatsStore, plan: Plan) -> dict[WindowKey, Record]:
     return out
 
 
-def reference_stats(store: StatsStore, plan: Plan, window: str, start_ms: int,
-                    records: Mapping[WindowKey, Record]) -> tuple[WindowStats | None, int]:
-    """The reference of a window (module docstring): its statistics and how many windows it sums; (None, 0) for
-    the all-time window or when no earlier window has reports."""
+@dataclass(frozen=True)
+class Chain:
+    """What a window is defended against: its reference (the sum of its defended earlier windows), how many windows
+    that sums, and per attribute the sequential test's sums after the window before (None where it does not apply)."""
+
+    reference: WindowStats | None
+    windows: int
+    drift: dict[int, Drift | None]
+
+
+def chain(store: StatsStore, plan: Plan, window: str, start_ms: int, records: Mapping[WindowKey, Record],
+          policy: Policy = DEFAULT_POLICY) -> Chain:
+    """The chain of defended windows before a window (module docstring); none for the all-time window."""
     if window == ALL_TIME:
-        return None, 0
+        return Chain(None, 0, {j: Drift.start(m) for j, m in enumerate(plan.mechanisms)})
     length = window_seconds(window) * 1000
+    slots = [start_ms - i * length for i in range(CHAIN_WINDOWS + REFERENCE_WINDOWS, 0, -1)]  # oldest first
     have = {s for v, w, s in store.windows(plan.spec.name) if v == plan.spec.version and w == window}
-    starts = [start_ms - i * length for i in range(1, REFERENCE_WINDOWS + 1) if start_ms - i * length in have]
-    if not starts:
-        return None, 0
+    starts = [s for s in slots if s in have]
+    stats = dict(zip(starts, store.read_windows(plan.spec.name, plan.spec.version, window, starts, plan.sizes),
+                     strict=True))
+    found = [records.get((plan.spec.version, window, s)) for s in slots]
+    defences: dict[int, list[Defence | None]] = {}
+    for j, mech in enumerate(plan.mechanisms):
+        recorded = [None if r is None else Defence(r.findings.get(j, ()), removed_blocks(plan, r.findings)[j],
+                                                   drift=r.drift.get(j)) for r in found]
+        defences[j] = defend_windows(mech, [stats[s].stats[j] if s in stats else None for s in slots], recorded,
+                                     policy, REFERENCE_WINDOWS, REFERENCE_WINDOWS)
+    drift = {j: _last_drift(mech, defences[j]) for j, mech in enumerate(plan.mechanisms)}
+    before = [i for i, s in enumerate(slots) if i >= len(slots) - REFERENCE_WINDOWS and s in stats]
+    if not before:
+        return Chain(None, 0, drift)
     total = WindowStats(0.0, {j: np.zeros(size) for j, size in plan.sizes.items()})
-    for s in starts:
-        stats = store.read_window(plan.spec.name, plan.spec.version, window, s, plan.sizes)
-        record = records.get((plan.spec.version, window, s))
-        if record is not None:
-            stats = _minus(stats, removed_blocks(plan, record.findings))
-        total = WindowStats(total.devices + stats.devices, {j: total.stats[j] + stats.stats[j] for j in total.stats})
-    return total, len(starts)
+    for i in before:
+        kept = _minus(stats[slots[i]], {j: d.removed for j, ds in defences.items() if (d := ds[i]) is not None})
+        total = WindowStats(total.devices + kept.devices, {j: total.stats[j] + kept.stats[j] for j in total.stats})
+    return Chain(total, len(before), drift)
+
+
+def _last_drift(mech: Mechanism, defences: list[Defence | None]) -> Drift | None:
+    """The sequential test's sums after the last window of a chain that has them (zero sums if none has)."""
+    for d in reversed(defences):
+        if d is not None and d.drift is not None:
+            return d.drift
+    return Drift.start(mech)
 
 
 def window_defence(store: StatsStore, plan: Plan, window: str, start_ms: int, stats: WindowStats | None = None,
@@ -173,7 +212,8 @@ def window_defence(store: StatsStore, plan: Plan, window: str, start_ms: int, st
         stats = store.read_window(name, plan.spec.version, window, start_ms, plan.sizes)
     records = audit_records(store, plan)
     key = (plan.spec.version, window, start_ms)
-    reference, count = reference_stats(store, plan, window, start_ms, records)
+    before = chain(store, plan, window, start_ms, records, policy)
+    reference, count = before.reference, before.windows
     attributes: dict[int, Defence] = {}
     if window == ALL_TIME:  # the audits of the first window length, summed, then the tests that need no reference
         first = plan.spec.windows[0] if plan.spec.windows else None
@@ -198,7 +238,7 @@ def window_defence(store: StatsStore, plan: Plan, window: str, start_ms: int, st
     else:
         for j, mech in enumerate(plan.mechanisms):
             ref = None if reference is None else reference.stats[j]
-            attributes[j] = defend(mech, stats.stats[j], ref, policy=policy)
+            attributes[j] = defend(mech, stats.stats[j], ref, policy=policy, drift=before.drift[j])
         source, audited_ms = "live", None
     defended = _minus(stats, {j: d.removed for j, d in attributes.items()})
     caps: dict[str, LevelCap] = {plan.spec.attributes[j].name: d.cap for j, d in attributes.items()

@@ -1,6 +1,7 @@
 """Aggregator worker processes: start them, supervise them (a worker that exits is started again, and an abnormal
 exit is recorded for the health check, `ldpstream.aggregator.health`), stop them cleanly (SIGTERM: the batch in hand is
-applied whole or not at all, since each batch is one atomic Redis script)."""
+applied whole or not at all, since each batch is one atomic Redis script). Beside them, the poisoning auditor
+(`ldpstream.aggregator.auditor`), supervised the same way."""
 
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ def start_worker(group: str = "ldp-aggregator", metrics_port: int | None = None,
             out.close()  # type: ignore[union-attr]
 
 
+def start_auditor() -> subprocess.Popen[bytes]:
+    """One `python -m ldpstream.aggregator.auditor` in its own process group."""
+    return subprocess.Popen([sys.executable, "-m", "ldpstream.aggregator.auditor"], start_new_session=True)
+
+
 def stop_worker(proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
     """SIGTERM the worker's process group and wait (SIGKILL if it hangs)."""
     if proc.poll() is None:
@@ -46,16 +52,19 @@ def stop_worker(proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
 
 
 class WorkerPool:
-    """N workers in one consumer group; a worker that dies is restarted; SIGTERM/SIGINT stop them all cleanly."""
+    """N workers in one consumer group, and with `audit` the poisoning auditor; one that dies is restarted;
+    SIGTERM/SIGINT stop them all cleanly."""
 
     def __init__(self, workers: int, group: str, metrics_port: int | None = None,
-                 registry: WorkerRegistry | None = None) -> None:
-        self.size, self.group, self.metrics_port = workers, group, metrics_port
+                 registry: WorkerRegistry | None = None, audit: bool = False) -> None:
+        self.size, self.group, self.metrics_port, self.audit = workers, group, metrics_port, audit
         self.registry = registry
         self.procs: list[subprocess.Popen[bytes]] = []
         self._stopping = False
 
     def _start(self, i: int) -> subprocess.Popen[bytes]:
+        if i == self.size:  # the last process: the auditor
+            return start_auditor()
         port = None if self.metrics_port is None else self.metrics_port + i
         return start_worker(self.group, metrics_port=port)
 
@@ -63,7 +72,7 @@ class WorkerPool:
         """Run until SIGTERM/SIGINT; return the exit status."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
-        self.procs = [self._start(i) for i in range(self.size)]
+        self.procs = [self._start(i) for i in range(self.size + self.audit)]
         log.warning("started %d aggregator worker(s) in group %s: pids %s", self.size, self.group,
                     [p.pid for p in self.procs])
         while not self._stopping:

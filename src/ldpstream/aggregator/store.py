@@ -40,6 +40,7 @@ Keys share one hash tag per collection (`ldp:{NAME}:...`) so one script touches 
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -173,6 +174,11 @@ class StatsStore(ABC):
     @abstractmethod
     def poisoning(self, collection: str) -> dict[WindowKey, bytes]:
         """The poisoning audits of a collection's windows, by (version, window, start ms)."""
+
+    @abstractmethod
+    def claim_audit(self, collection: str, key: WindowKey, owner: str, ttl_s: int) -> bool:
+        """Whether `owner` may audit the window now: true for the first to ask until `ttl_s` has passed (so that
+        of several auditors, one audits each window; an auditor that dies frees it when the claim expires)."""
 
 
 def prefix(collection: str) -> str:
@@ -373,6 +379,9 @@ class RedisStore(StatsStore):
     def poisoning(self, collection: str) -> dict[WindowKey, bytes]:
         return {parse_window_member(k): v for k, v in self._hash(poisoning_key(collection)).items()}
 
+    def claim_audit(self, collection: str, key: WindowKey, owner: str, ttl_s: int) -> bool:
+        return bool(self.redis.set(f"{prefix(collection)}:auditing:{window_member(*key)}", owner, nx=True, ex=ttl_s))
+
     def _hash(self, key: str) -> dict[str, bytes]:
         """A Redis hash with its field names decoded."""
         raw: dict[bytes, bytes] = self.redis.hgetall(key)  # type: ignore[assignment]
@@ -408,6 +417,7 @@ class MemoryStore(StatsStore):
         self._windows: dict[str, set[str]] = defaultdict(set)
         self._meta: dict[str, dict[str, int]] = defaultdict(dict)
         self._poisoning: dict[str, dict[WindowKey, bytes]] = defaultdict(dict)
+        self._claims: dict[tuple[str, WindowKey], tuple[str, float]] = {}
 
     def apply(self, update: BatchUpdate) -> ApplyResult:
         c = update.collection
@@ -479,3 +489,12 @@ class MemoryStore(StatsStore):
     def poisoning(self, collection: str) -> dict[WindowKey, bytes]:
         with self._lock:
             return dict(self._poisoning[collection])
+
+    def claim_audit(self, collection: str, key: WindowKey, owner: str, ttl_s: int) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            held = self._claims.get((collection, key))
+            if held is not None and held[1] > now:
+                return False
+            self._claims[(collection, key)] = (owner, now + ttl_s)
+            return True

@@ -11,8 +11,11 @@ from ldpstream.cli.errors import client_logs
 
 def aggregate(workers: int = typer.Option(1, min=1, max=64, help="worker processes (one consumer group)"),
               group: str = typer.Option("ldp-aggregator", help="consumer group (ldp-aggregator*: ACLs)"),
-              metrics_port: int = typer.Option(None, help="serve worker i's metrics on this port + i")) -> None:
-    """Run aggregator workers in the foreground until SIGINT/SIGTERM (each batch applied whole or not at all)."""
+              metrics_port: int = typer.Option(None, help="serve worker i's metrics on this port + i"),
+              audit: bool = typer.Option(True, help="also run the poisoning auditor, which audits each window as it "
+                                                    "closes (several `ldp aggregate` share the windows)")) -> None:
+    """Run aggregator workers in the foreground until SIGINT/SIGTERM (each batch applied whole or not at all), and
+    the poisoning auditor beside them."""
     from ldpstream.aggregator.health import WorkerRegistry
     from ldpstream.aggregator.processes import WorkerPool
     from ldpstream.runtime.redis import redis_client
@@ -21,7 +24,7 @@ def aggregate(workers: int = typer.Option(1, min=1, max=64, help="worker process
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     client_logs(verbose=True)  # a service in the foreground: its clients' warnings are its log
     registry = WorkerRegistry(redis_client(Settings.from_env().redis, 5.0))
-    raise typer.Exit(WorkerPool(workers, group, metrics_port, registry).run())
+    raise typer.Exit(WorkerPool(workers, group, metrics_port, registry, audit).run())
 
 
 def register(app: typer.Typer) -> None:

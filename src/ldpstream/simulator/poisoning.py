@@ -12,9 +12,14 @@ Frequency oracles (Cao, Jia and Gong, USENIX Security 2021, Sec. 3-4), r target 
 - `adaptive`: an attacker who knows the detectors (`Adaptive`): each report supports at most `per_report` targets
   (one less than the itemset detector's threshold), and only enough fakes carry targets to raise each target by
   `rise` (under the excess-claims bound); the other fakes report a random non-target item honestly.
+- `demotion`: reports that support none of the targets, to push them down (the report crafted like an honest one
+  otherwise): GRR a non-target uniformly; UE each non-target bit at the rate that gives an honest report's expected
+  count of ones, every target bit 0; local hashing a uniformly random seed and a bucket that holds no target under
+  it.
 Numeric means (Li et al., "Fine-grained poisoning attacks to LDP protocols for mean and variance estimation",
 USENIX Security 2023): `maximal_gain` reports the largest output; `random_value` a uniform output; `input` the
-largest input (1) perturbed honestly; `adaptive` spreads reports under the detectors' caps (`adaptive_numeric`).
+largest input (1) perturbed honestly; `adaptive` spreads reports under the detectors' caps (`adaptive_numeric`);
+`demotion` reports the smallest output (the mean pushed down).
 Key-value (Wu et al., USENIX Security 2022, M2GA): a target key with value +1, the report crafted like the oracle's.
 """
 
@@ -35,7 +40,7 @@ from ldpstream.mechanisms.keyvalue.pckv import PCKVGRR, PCKVUE
 from ldpstream.mechanisms.numeric.base import NumericMechanism
 from ldpstream.mechanisms.open_domain.tree import PrefixTree
 
-ATTACKS = ("maximal_gain", "random_item", "random_value", "input", "adaptive")
+ATTACKS = ("maximal_gain", "random_item", "random_value", "input", "adaptive", "demotion")
 HASH_TRIES = 1000  # seeds an MGA fake of local hashing tries (Cao et al.)
 SEED_POOL = 1 << 16  # the seeds the fakes draw their tries from (each fake tries HASH_TRIES of them)
 
@@ -75,6 +80,8 @@ def fake_frequency_reports(oracle: FrequencyOracle, attack: str, targets: Sequen
         return oracle.perturb(t[np.arange(m) % len(t)], rng)
     if attack == "random_value":
         return _uniform_output(oracle, m, rng)
+    if attack == "demotion":
+        return _demoting(oracle, t, m, rng)
     if attack == "adaptive":
         carriers = m if adaptive.rise is None else min(m, _carriers(oracle, t, adaptive, rng))
         crafted = _maximal(oracle, t, carriers, rng, adaptive.per_report)
@@ -160,6 +167,30 @@ def _hash_maximal(oracle: LocalHash, targets: np.ndarray, m: int, rng: np.random
     return {"a": a[chosen].astype(np.uint32), "b": b[chosen].astype(np.uint32), "y": bucket[chosen].astype(np.uint32)}
 
 
+def _demoting(oracle: FrequencyOracle, targets: np.ndarray, m: int, rng: np.random.Generator) -> Reports:
+    """Reports that support none of the targets (module docstring, `demotion`)."""
+    others = np.setdiff1d(np.arange(oracle.domain_size), targets)
+    if isinstance(oracle, GRR):
+        return {"value": others[rng.integers(0, len(others), size=m)].astype(np.uint32)}
+    if isinstance(oracle, UnaryEncoding):  # each non-target bit set at the rate that gives the honest count of ones
+        rate = min(1.0, (oracle.p + (oracle.domain_size - 1) * oracle.q) / len(others))
+        bits = (rng.random((m, oracle.domain_size)) < rate).astype(np.uint8)
+        bits[:, targets] = 0
+        return {"bits": bits}
+    if isinstance(oracle, LocalHash):
+        a = rng.integers(1, HASH_PRIME, size=m)
+        b = rng.integers(0, HASH_PRIME, size=m)
+        held = hash_buckets(a[:, None], b[:, None], targets[None, :], oracle.g)  # (m, r): the targets' buckets
+        y = rng.integers(0, oracle.g, size=m)
+        for _ in range(64):  # redraw the buckets that hold a target (g > r: each try succeeds w.p. >= 1 - r / g)
+            bad = (held == y[:, None]).any(axis=1)
+            if not bad.any():
+                break
+            y[bad] = rng.integers(0, oracle.g, size=int(bad.sum()))
+        return {"a": a.astype(np.uint32), "b": b.astype(np.uint32), "y": y.astype(np.uint32)}
+    raise AttackError(f"no demotion attack on {oracle.name}")
+
+
 def _uniform_output(oracle: FrequencyOracle, m: int, rng: np.random.Generator) -> Reports:
     if isinstance(oracle, GRR):
         return {"value": rng.integers(0, oracle.domain_size, size=m).astype(np.uint32)}
@@ -189,6 +220,8 @@ def fake_numeric_reports(mech: NumericMechanism, attack: str, m: int, rng: np.ra
     if attack == "adaptive":
         start = 1.0 if adaptive_low is None else adaptive_low
         return {"value": rng.uniform(start, top, size=m)}
+    if attack == "demotion":
+        return {"value": np.full(m, bottom)}
     raise AttackError(f"unknown attack {attack!r}; one of {ATTACKS}")
 
 

@@ -4,8 +4,11 @@ previous ones kept.
 1. Tests of individual reports, when the window's reports are at hand (a closed window read again, or the
    simulator): support itemsets (UE, local hashing), output density (numeric means). Their findings can also be
    given (`prior`, as an audit recorded them) instead of the reports.
-2. Tests of the sums on what is left: excess claims (every frequency oracle), the mean's bound (numeric),
-   disagreement then key frequency (PCKV), against the reference window when there is one.
+2. Tests of the sums on what is left: excess claims (every frequency oracle, both ways), the mean's bound
+   (numeric), disagreement then key frequency (PCKV), against the reference window when there is one. Given the
+   sequential test's state (`Drift`, the sums of the windows before), a frequency oracle's items and a numeric mean
+   first take this window's step of it (`ldpstream.mechanisms.poisoning.sequential`); what it finds drifting is held
+   to its reference on that side.
 3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`: a suspected prefix ranked by
    its reference frequency, the others by their estimates capped one standard deviation above it), nothing removed
    from the sums.
@@ -17,6 +20,7 @@ The statistics are an attribute's block of the collector's ([n_j, the mechanism'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,22 +39,82 @@ from ldpstream.mechanisms.poisoning.base import (
     Finding,
     Policy,
 )
-from ldpstream.mechanisms.poisoning.frequency import excess_claims, support_itemsets, supports_itemsets_apply
+from ldpstream.mechanisms.poisoning.frequency import (
+    excess_claims,
+    standardized_excess,
+    support_itemsets,
+    supports_itemsets_apply,
+    usable_reference,
+)
 from ldpstream.mechanisms.poisoning.heavy import HEAVY, ReferenceCap
 from ldpstream.mechanisms.poisoning.keyvalue import key_frequency_bound, keyvalue_disagreement
-from ldpstream.mechanisms.poisoning.numeric import mean_bound, output_density
+from ldpstream.mechanisms.poisoning.numeric import mean_bound, mean_excess, output_density
+from ldpstream.mechanisms.poisoning.sequential import CUSUM, cusum_step, threshold
 
 PER_REPORT = frozenset({"support_itemsets", "output_density"})  # detectors that flag individual reports
 
 
 @dataclass(frozen=True)
+class Drift:
+    """The sequential test's two sums of an attribute after a window, per item of a frequency oracle or one for a
+    numeric mean (`ldpstream.mechanisms.poisoning.sequential`); each sum's anchor, the reference value when the sum
+    last stood at zero (the level before the drift began: the reference itself may by then hold part of it); and
+    whether each side is held to its anchor: from when its sum passes the threshold until it is back at zero (an
+    attacker who stops for a window or two is not let go)."""
+
+    upper: np.ndarray
+    lower: np.ndarray
+    anchor_up: np.ndarray
+    anchor_down: np.ndarray
+    held_up: np.ndarray
+    held_down: np.ndarray
+
+    @staticmethod
+    def start(mech: Mechanism) -> Drift | None:
+        """Zero sums for a mechanism the sequential test applies to (frequency oracles, numeric means); else None."""
+        size = mech.domain_size if isinstance(mech, FrequencyOracle) else (
+            1 if isinstance(mech, NumericMechanism) else 0)
+        if not size:
+            return None
+        zero, nan, no = np.zeros(size), np.full(size, np.nan), np.zeros(size, dtype=bool)
+        return Drift(zero, zero, nan, nan, no, no)
+
+    def step(self, x: np.ndarray, reference: np.ndarray, policy: Policy) -> Drift:
+        """The state after a window of standardized excesses `x` over `reference` (the reference values)."""
+        upper, lower = cusum_step(self.upper, self.lower, x)
+        h = threshold(policy.alpha_sequential, self.upper.size)
+        return Drift(upper, lower, np.where(self.upper == 0, reference, self.anchor_up),
+                     np.where(self.lower == 0, reference, self.anchor_down),
+                     (self.held_up | (upper > h)) & (upper > 0), (self.held_down | (lower > h)) & (lower > 0))
+
+    def levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per item, the level its upper (lower) side is held to (NaN: not held)."""
+        return np.where(self.held_up, self.anchor_up, np.nan), np.where(self.held_down, self.anchor_down, np.nan)
+
+    def as_lists(self) -> list[list[float]]:
+        """The six arrays as lists of numbers (an audit record keeps them)."""
+        return [np.asarray(a, dtype=np.float64).tolist() for a in (self.upper, self.lower, self.anchor_up,
+                                                                   self.anchor_down, self.held_up, self.held_down)]
+
+    @staticmethod
+    def from_lists(arrays: Sequence[Sequence[float]]) -> Drift:
+        """The state `as_lists` wrote; ValueError if it is not one."""
+        if len(arrays) != 6 or len({len(a) for a in arrays}) != 1:
+            raise ValueError("a drift state is six arrays of one length")
+        up, down, anchor_up, anchor_down, held_up, held_down = (np.asarray(a, dtype=np.float64) for a in arrays)
+        return Drift(up, down, anchor_up, anchor_down, held_up != 0, held_down != 0)
+
+
+@dataclass(frozen=True)
 class Defence:
-    """The findings of an attribute's detectors, what they remove from its block, and the heavy-hitter cap."""
+    """The findings of an attribute's detectors, what they remove from its block, the heavy-hitter cap, and the
+    sequential test's sums after this window."""
 
     findings: tuple[Finding, ...]
     removed: np.ndarray
     cap: ReferenceCap | None = None
     strings: tuple[str, ...] = ()  # a tree's suspected strings (its top list's capped ones)
+    drift: Drift | None = None
 
     @property
     def set_aside(self) -> float:
@@ -86,10 +150,11 @@ def _block(finding: Finding, size: int) -> np.ndarray:
 
 
 def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = None, reports: Reports | None = None,
-           prior: Sequence[Finding] = (), policy: Policy = Policy()) -> Defence:
+           prior: Sequence[Finding] = (), policy: Policy = Policy(), drift: Drift | None = None) -> Defence:
     """The attribute's defence (module docstring). `reference`: the reference window's block (None: none);
     `reports`: the window's reports of this attribute (per-report tests); `prior`: per-report findings recorded
-    before (used instead of running them)."""
+    before (used instead of running them); `drift`: the sequential test's sums after the window before (None: the
+    sequential test is not run)."""
     block = np.asarray(block, dtype=np.float64)
     size = block.shape[0]
     removed = np.zeros(size)
@@ -107,14 +172,43 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     def ref_estimate() -> Estimate | None:
         return mech.estimate(ref[1:]) if ref is not None else None
 
+    def sequential(x: np.ndarray, reference_values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """This window's step of the sequential test: the levels held (None: the test is not run)."""
+        nonlocal drift
+        if drift is None:
+            return None
+        drift = drift.step(x, reference_values, policy)
+        up, down = drift.levels()
+        which = np.flatnonzero(np.isfinite(up) | np.isfinite(down))
+        findings.append(Finding(CUSUM, SUSPECTED if len(which) else CLEAN, int(block[0]),
+                                suspects=tuple(int(v) for v in which), false_positive=policy.alpha_sequential,
+                                detail=f"{len(which)} drifting over windows (up: {int(np.isfinite(up).sum())}, down: "
+                                       f"{int(np.isfinite(down).sum())}), held where they were before"
+                                if len(which) else ""))
+        return up, down
+
+    enough = float(block[0]) >= policy.min_reports
     if isinstance(mech, FrequencyOracle):
         if reports is not None and not prior and supports_itemsets_apply(mech):
             step(support_itemsets(mech, reports, ref_estimate(), policy))
-        step(excess_claims(mech, (block - removed)[1:], ref_estimate(), policy))
+        left = (block - removed)[1:]
+        reference_est = ref_estimate()
+        held = None
+        if enough and reference_est is not None and usable_reference(reference_est, policy):
+            x = standardized_excess(mech, mech.estimate(left), reference_est, policy)
+            held = sequential(x, np.asarray(reference_est.value))
+        step(excess_claims(mech, left, reference_est, policy, held))
     elif isinstance(mech, NumericMechanism):
         if reports is not None and not prior:
             step(output_density(mech, np.asarray(reports["value"]), policy))
-        step(mean_bound(mech, (block - removed)[1:], ref_estimate(), None if ref is None else ref[1:], policy))
+        left, reference_est = (block - removed)[1:], ref_estimate()
+        reference_stats = None if ref is None else ref[1:]
+        levels = None
+        if enough and reference_est is not None:
+            levels = sequential(np.array([mean_excess(mech, left, reference_est, reference_stats, policy)]),
+                                np.atleast_1d(np.asarray(reference_est.value, dtype=np.float64)))
+        step(mean_bound(mech, left, reference_est, reference_stats, policy,
+                        (math.nan, math.nan) if levels is None else (float(levels[0][0]), float(levels[1][0]))))
     elif isinstance(mech, KeyValueMechanism):
         step(key_frequency_bound(mech, (block - removed)[1:], ref_estimate(), policy))
         step(keyvalue_disagreement(mech, (block - removed)[1:], policy))
@@ -122,7 +216,44 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
         return _tree_defence(mech, block, ref, policy)
     else:
         findings.append(Finding("none", UNTESTED, int(block[0]), detail=f"no poisoning detector for {mech.name}"))
-    return Defence(tuple(findings), removed)
+    return Defence(tuple(findings), removed, drift=drift)
+
+
+def defend_windows(mech: Mechanism, blocks: Sequence[np.ndarray | None], recorded: Sequence[Defence | None] = (),
+                   policy: Policy = Policy(), reference_windows: int = 4, first: int = 0) -> list[Defence | None]:
+    """Consecutive windows of an attribute defended in order, oldest first (None: a window without reports): each
+    against the sum of the defended blocks of the `reference_windows` before it, and with the sequential test's
+    sums carried from one to the next. A window with a `recorded` defence (an audit's) keeps it, and its sums
+    where it has them. Windows before `first` are not defended (their blocks enter the references raw), and the
+    sums start at zero there; nor are a heavy-hitter tree's (its defence caps the decode and removes nothing). The
+    last entry's reference and sums are those the window after the list is defended with (`reference_of`)."""
+    out: list[Defence | None] = []
+    drift = Drift.start(mech)
+    for i, block in enumerate(blocks):
+        record = recorded[i] if i < len(recorded) else None
+        if block is None:
+            out.append(None)
+        elif record is not None:
+            out.append(record)
+            drift = record.drift or drift
+        elif i < first or isinstance(mech, PrefixTree):  # a tree's defence removes nothing: not run (its decode costs)
+            out.append(Defence((), np.zeros(np.shape(block)), drift=drift))
+        else:
+            defence = defend(mech, block, reference_of(blocks, out, i, reference_windows), policy=policy,
+                             drift=drift)
+            drift = defence.drift
+            out.append(defence)
+    return out
+
+
+def reference_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int,
+                 reference_windows: int = 4) -> np.ndarray | None:
+    """The sum of the defended blocks (block - removed) of the `reference_windows` windows before `index` that have
+    reports (None: none has)."""
+    kept = [np.asarray(blocks[i], dtype=np.float64) - d.removed
+            for i in range(max(0, index - reference_windows), index)
+            if (d := defences[i]) is not None and blocks[i] is not None]
+    return np.sum(kept, axis=0) if kept else None
 
 
 def _tree_defence(tree: PrefixTree, block: np.ndarray, reference: np.ndarray | None, policy: Policy) -> Defence:

@@ -47,6 +47,8 @@ class Policy:
     min_reports: windows (per attribute) with fewer reports are reported as too few to test.
     candidates: items examined for support itemsets (the largest estimates, and those above their reference).
     alert_fraction: the fraction of a window's reports set aside above which the window raises the alert.
+    alpha_sequential: the probability that the sequential test over windows (`sequential.py`) raises a false alarm
+      on an attribute in an honest window (family-wise over its items and both directions).
     """
 
     alpha_report: float = 1e-3
@@ -55,9 +57,10 @@ class Policy:
     min_reports: int = 1000
     candidates: int = 64
     alert_fraction: float = 0.005
+    alpha_sequential: float = 1e-4
 
     def __post_init__(self) -> None:
-        for name in ("alpha_report", "alpha_window", "alert_fraction"):
+        for name in ("alpha_report", "alpha_window", "alert_fraction", "alpha_sequential"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 < value < 1):
                 raise PoisoningError(f"{name} must lie in (0, 1), got {value!r}")

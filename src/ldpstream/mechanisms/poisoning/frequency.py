@@ -8,11 +8,15 @@ against earlier frequencies), with the recovery of LDPRecover (Sun et al., ICDE 
 window's unbiased estimate f_hat(v) is within z standard errors of its truth, and the truth is at most 1 and, for a
 stationary population, the reference window's (the collection's previous window): so an item is suspected when
 
-    f_hat(v) > min(1, f_ref(v) + drift) + z sqrt(se(v)^2 + se_ref(v)^2),    z = Phi^-1(1 - alpha_window / K),
+    f_hat(v) > min(1, f_ref(v) + drift) + z sqrt(se(v)^2 + se_ref(v)^2),    z = Phi^-1(1 - alpha_window / 2K),
 
 with both standard errors at the reference's frequency (the null's) and counting the sampling of devices (two windows
-are two samples of a population: `window_variance`), Bonferroni over the K items: an honest window
-is flagged with probability <= alpha_window. Where an item expects fewer than NORMAL_COUNT supports the normal tail is
+are two samples of a population: `window_variance`), and *demoted* (fake reports that withhold their support push it
+down) when f_hat(v) < max(0, f_ref(v) - drift) - z sqrt(...), the other tail; Bonferroni over the K items and both
+tails: an honest window is flagged with probability <= alpha_window. A demoted item's missing supports are given
+back up to its lower bound (a negative removal): the reports that withheld them look like any honest report that
+does not support v, so none is set aside for it. An item that expects fewer than NORMAL_COUNT supports is not tested
+below (it cannot fall far enough to be told from noise); above, its normal tail is
 too light, and its bound is also at least the exact Binomial quantile at the reference's upper confidence limit.
 The bound b(v) is what an attacker who knows the detector can keep:
 each suspected item is brought back to b(v), so the gain left is at most sum over targets of (b(v) - f_ref(v)).
@@ -94,21 +98,30 @@ def window_variance(oracle: FrequencyOracle, f: np.ndarray) -> np.ndarray:
     return oracle.variance(f) + f * (1.0 - f)
 
 
+def _spread(oracle: FrequencyOracle, est: Estimate, reference: Estimate, policy: Policy
+            ) -> tuple[np.ndarray, np.ndarray, float]:
+    """(f_ref clipped to [0, 1], the standard deviation of an honest window's f_hat - f_ref, z two-sided over the
+    K items at alpha_window)."""
+    z = bonferroni_z(policy.alpha_window, 2 * oracle.domain_size)
+    f0 = np.clip(reference.value, 0.0, 1.0)
+    var = window_variance(oracle, f0)
+    return f0, np.sqrt(var / est.n + var / reference.n), z
+
+
 def item_bounds(oracle: FrequencyOracle, est: Estimate, reference: Estimate | None,
                 policy: Policy) -> tuple[np.ndarray, np.ndarray]:
     """(b(v), the reference frequency each bound rises from) per item (module docstring): the largest estimate an
-    honest window shows with probability 1 - alpha_window / K; without a usable reference, 1 + z se."""
-    z = bonferroni_z(policy.alpha_window, oracle.domain_size)
+    honest window shows with probability 1 - alpha_window / 2K; without a usable reference, 1 + z se."""
     if not usable_reference(reference, policy):
+        z = bonferroni_z(policy.alpha_window, oracle.domain_size)
         f0 = np.clip(np.nan_to_num(est.value), 0.0, 1.0)
         se = np.sqrt(oracle.variance(f0) / est.n)
         return 1.0 + z * se, np.ones_like(f0)
     assert reference is not None
-    f0 = np.clip(reference.value, 0.0, 1.0)
+    f0, sd, z = _spread(oracle, est, reference, policy)
     var = window_variance(oracle, f0)
-    spread = z * np.sqrt(var / est.n + var / reference.n)
     base = np.minimum(1.0, f0 + policy.drift)
-    bound = base + spread
+    bound = base + z * sd
     s, p, q = oracle.supports_per_report, oracle.p, oracle.q
     small = s * est.n * (q + (p - q) * f0) < NORMAL_COUNT
     if small.any():  # few expected supports: the normal approximation's tail is too light; the exact binomial's
@@ -118,24 +131,59 @@ def item_bounds(oracle: FrequencyOracle, est: Estimate, reference: Estimate | No
     return bound, f0
 
 
+def lower_bounds(oracle: FrequencyOracle, est: Estimate, reference: Estimate, policy: Policy) -> np.ndarray:
+    """The smallest estimate an honest window shows, per item, with probability 1 - alpha_window / 2K (the other
+    tail of `item_bounds`); -inf where an item expects fewer than NORMAL_COUNT supports (not tested: too few to fall
+    far enough to be told from noise)."""
+    f0, sd, z = _spread(oracle, est, reference, policy)
+    s, p, q = oracle.supports_per_report, oracle.p, oracle.q
+    low = np.maximum(0.0, f0 - policy.drift) - z * sd
+    return np.where(s * est.n * (q + (p - q) * f0) < NORMAL_COUNT, -np.inf, low)
+
+
+def standardized_excess(oracle: FrequencyOracle, est: Estimate, reference: Estimate, policy: Policy) -> np.ndarray:
+    """Per item, (f_hat - f_ref) in standard deviations of an honest window's, clipped to the per-window test's
+    +-z (what the per-window test leaves: `ldpstream.mechanisms.poisoning.sequential`)."""
+    f0, sd, z = _spread(oracle, est, reference, policy)
+    return np.clip((np.asarray(est.value) - f0) / sd, -z, z)
+
+
 def excess_claims(oracle: FrequencyOracle, stats: np.ndarray, reference: Estimate | None = None,
-                  policy: Policy = Policy()) -> Finding:
+                  policy: Policy = Policy(), held: tuple[np.ndarray, np.ndarray] | None = None) -> Finding:
     """Items whose estimate exceeds what an honest window shows, each brought back to its bound by setting aside
-    the fewest reports that explain the excess (module docstring). `reference`: the oracle's estimate of the
-    collection's previous window (None: only the impossible, f > 1, is tested)."""
+    the fewest reports that explain the excess, and items below the smallest (demoted), brought back up to it
+    (module docstring). `reference`: the oracle's estimate of the collection's previous windows (None: only the
+    impossible, f > 1, is tested); `held`: per item, the level its sequential test holds it to from above (below),
+    where it found it drifting (NaN: not held): its bound on that side is then that level, or its reference
+    frequency where that is nearer."""
     counts, n = split_count(stats, oracle.stats_size)
     if n < policy.min_reports:
         return too_few(EXCESS, n, policy)
     est = oracle.estimate(stats)
     bound, base = item_bounds(oracle, est, reference, policy)
-    allowance = float(np.max(bound - base)) if usable_reference(reference, policy) else math.inf
-    suspects = np.flatnonzero(np.asarray(est.value) > bound)
-    if not len(suspects):
+    usable = usable_reference(reference, policy)
+    allowance = float(np.max(bound - base)) if usable else math.inf
+    value = np.asarray(est.value)
+    if usable:
+        assert reference is not None
+        low = lower_bounds(oracle, est, reference, policy)
+        if held is not None:
+            up, down = held
+            bound = np.where(np.isfinite(up), np.minimum(base, up), bound)
+            low = np.where(np.isfinite(down) & np.isfinite(low),
+                           np.maximum(np.maximum(0.0, base - policy.drift), down), low)
+        demoted = np.flatnonzero(value < low)
+    else:
+        low, demoted = np.full_like(bound, -np.inf), np.zeros(0, dtype=np.int64)
+    suspects = np.flatnonzero(value > bound)
+    if not len(suspects) and not len(demoted):
         return clean(EXCESS, n, policy.alpha_window, allowance)
     s, p, q = oracle.supports_per_report, oracle.p, oracle.q
     pi = q + (p - q) * np.clip(bound[suspects], 0.0, 1.0)
     c = counts[suspects]
-    if isinstance(oracle, GRR):  # one report supports one item
+    if not len(suspects):
+        x, background = 0.0, 0.0
+    elif isinstance(oracle, GRR):  # one report supports one item
         x = (c.sum() - s * n * pi.sum()) / (1.0 - s * pi.sum()) if s * pi.sum() < 1 else c.sum()
         background = 0.0
     else:
@@ -145,10 +193,16 @@ def excess_claims(oracle: FrequencyOracle, stats: np.ndarray, reference: Estimat
     removed = np.zeros(oracle.stats_size)
     removed[:-1] = np.minimum(counts, background * x)
     removed[suspects] = np.clip(c - s * (n - x) * pi, 0.0, np.minimum(c, s * x))
+    # a demoted item's missing supports are given back (a negative removal) up to its lower bound: the reports that
+    # withheld them cannot be told from honest ones, so none is set aside for it
+    removed[demoted] = np.minimum(0.0, counts[demoted] - s * (n - x) * (q + (p - q) * low[demoted]))
     removed[-1] = x
-    return Finding(EXCESS, SUSPECTED, n, x, removed, tuple(int(v) for v in suspects), policy.alpha_window,
-                   allowance, f"{len(suspects)} item(s) above the largest estimate an honest window shows"
-                              f"{' given the reference' if usable_reference(reference, policy) else ' (f > 1)'}")
+    what = [f"{len(suspects)} item(s) above the largest estimate an honest window shows"
+            f"{' given the reference' if usable else ' (f > 1)'}"] if len(suspects) else []
+    if len(demoted):
+        what.append(f"{len(demoted)} item(s) below the smallest (demoted), given back up to it")
+    return Finding(EXCESS, SUSPECTED, n, x, removed, tuple(sorted(int(v) for v in (*suspects, *demoted))),
+                   policy.alpha_window, allowance, "; ".join(what))
 
 
 # --- support itemsets ---------------------------------------------------------------------------------------------

@@ -52,11 +52,40 @@ TAIL_SDS = 12.0  # an unbounded output range is binned over [-1, 1] widened by t
 MAX_SET_ASIDE = 0.5
 
 
+def _per_report(reference: Estimate, reference_stats: np.ndarray | None) -> float:
+    """The variance of one report under the null: the mechanism's (from the reference's standard error) or, better,
+    the reference reports' own, which counts the sampling of devices too."""
+    per_report = float(reference.stderr) ** 2 * reference.n
+    if reference_stats is not None:
+        count_ref, total_ref, squares_ref = (float(x) for x in reference_stats[:NUMERIC_STATS_SIZE])
+        per_report = max(per_report, squares_ref / count_ref - (total_ref / count_ref) ** 2)
+    return per_report
+
+
+def _usable(reference: Estimate | None, policy: Policy) -> bool:
+    return reference is not None and reference.n >= policy.min_reports and bool(np.isfinite(reference.value))
+
+
+def mean_excess(mech: NumericMechanism, stats: np.ndarray, reference: Estimate, reference_stats: np.ndarray | None,
+                policy: Policy = Policy()) -> float:
+    """(mean - reference mean) in standard deviations of an honest window's difference, clipped to the per-window
+    test's +-z (the step of `ldpstream.mechanisms.poisoning.sequential`)."""
+    n = float(np.asarray(stats, dtype=np.float64)[0])
+    per_report = _per_report(reference, reference_stats)
+    z = bonferroni_z(policy.alpha_window, 2)
+    x = (float(mech.estimate(stats).value) - float(reference.value)) / math.sqrt(per_report / n
+                                                                                  + per_report / reference.n)
+    return float(np.clip(x, -z, z))
+
+
 def mean_bound(mech: NumericMechanism, stats: np.ndarray, reference: Estimate | None = None,
-               reference_stats: np.ndarray | None = None, policy: Policy = Policy()) -> Finding:
+               reference_stats: np.ndarray | None = None, policy: Policy = Policy(),
+               held: tuple[float, float] = (math.nan, math.nan)) -> Finding:
     """A mean beyond what an honest window shows, brought back to its bound (module docstring); `stats` and
     `reference_stats` are the mechanism's statistics (they begin with count, sum, sum of squares: a distribution
-    mechanism's histogram follows, and only the mean is defended), `reference` its estimate."""
+    mechanism's histogram follows, and only the mean is defended), `reference` its estimate; `held`: the level the
+    sequential test holds the mean to from above (below), where it found it drifting (NaN: not held): its bound on
+    that side is then that level, or the reference mean where that is nearer."""
     count, total, _ = (float(x) for x in np.asarray(stats, dtype=np.float64)[:NUMERIC_STATS_SIZE])
     n = int(count)
     if n < policy.min_reports:
@@ -64,16 +93,15 @@ def mean_bound(mech: NumericMechanism, stats: np.ndarray, reference: Estimate | 
     est = mech.estimate(stats)
     z = bonferroni_z(policy.alpha_window, 2)
     mean = float(est.value)
-    usable = reference is not None and reference.n >= policy.min_reports and np.isfinite(reference.value)
+    usable = _usable(reference, policy)
     if usable:
         assert reference is not None
-        per_report = float(reference.stderr) ** 2 * reference.n  # the mechanism's variance of one report...
-        if reference_stats is not None:  # ...or, better, the reports' own: it counts the sampling of devices too
-            count_ref, total_ref, squares_ref = (float(x) for x in reference_stats[:NUMERIC_STATS_SIZE])
-            per_report = max(per_report, squares_ref / count_ref - (total_ref / count_ref) ** 2)
+        per_report = _per_report(reference, reference_stats)
         spread = z * math.sqrt(per_report / n + per_report / reference.n)
-        low = max(-1.0, float(reference.value) - policy.drift) - spread
-        high = min(1.0, float(reference.value) + policy.drift) + spread
+        high = min(1.0, float(reference.value) + policy.drift)
+        high = min(high, held[0]) if math.isfinite(held[0]) else high + spread
+        low = max(-1.0, float(reference.value) - policy.drift)
+        low = max(low, held[1]) if math.isfinite(held[1]) else low - spread
         allowance = policy.drift + spread
     else:
         spread = z * float(est.stderr)

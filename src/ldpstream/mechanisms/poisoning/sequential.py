@@ -1,0 +1,76 @@
+"""A sequential test over windows: a CUSUM of each item's standardized excess (Page, "Continuous inspection schemes",
+Biometrika 1954), two-sided, so that an attacker who stays under the per-window bound in every window is still found.
+
+In each window t, after its own tests, an item's standardized excess over its reference is
+
+    x_t(v) = (f_t(v) - f_ref,t(v)) / sqrt(V(f_ref) (1 / n_t + 1 / n_ref)),
+
+~ N(0, 1) in an honest window (the same standard deviation as the per-window bound,
+`ldpstream.mechanisms.poisoning.frequency.window_variance`). Two sums per item,
+
+    S+_t = max(0, S+_{t-1} + x_t - k),    S-_t = max(0, S-_{t-1} - x_t - k),
+
+raise an alarm when one passes h. The drift k = 1/2 is tuned to a shift of one standard deviation per window (Page's
+k = delta / 2): an attacker under the per-window bound z (~4.9 sd at K = 1,024) who takes more than k each window is
+caught after about h / (x - k) windows. One who takes less than k each window keeps at most k sd per window plus h
+once; the reference then follows it (its past windows are clean), which `docs/explanation/fake-devices.md` states
+in numbers.
+
+h follows from the false-alarm rate. For x ~ N(0, 1) the average run length of one side before a false alarm is,
+after Siegmund ("Sequential analysis", 1985, Eq. 2.57, with the boundary correction rho = 1.166 for normal steps),
+
+    ARL0(k, h) = (exp(2 k b) - 2 k b - 1) / (2 k^2),    b = h + 1.166,
+
+so 2 K one-sided sums raise a false alarm in a window with probability about 2 K / ARL0 (Bonferroni; the x_t of
+consecutive windows share reference windows and are negatively correlated, which lengthens the run). `threshold`
+solves ARL0 = 2 K / alpha for the per-window rate alpha; the policy's is `Policy.alpha_sequential`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+CUSUM = "drift_cusum"
+K = 0.5  # the drift: half the shift, in standard deviations per window, the sums are tuned to
+RHO = 1.166  # Siegmund's correction for the overshoot of normal steps (E[overshoot] = 0.583 per unit of scale, x 2)
+
+
+def average_run_length(k: float, h: float) -> float:
+    """Siegmund's ARL0 of a one-sided CUSUM of N(0, 1) steps with drift k and threshold h (module docstring).
+
+    Examples
+    --------
+    >>> round(average_run_length(0.5, 4.0))
+    338
+    """
+    b = h + RHO
+    return (math.exp(2 * k * b) - 2 * k * b - 1) / (2 * k * k)
+
+
+def threshold(alpha: float, items: int, k: float = K) -> float:
+    """The h at which 2 `items` one-sided sums raise a false alarm in an honest window with probability about
+    `alpha` (ARL0 = 2 items / alpha; module docstring).
+
+    Examples
+    --------
+    >>> round(threshold(1e-4, 1024), 2)
+    14.98
+    """
+    target = 2 * max(1, items) / alpha
+    lo, hi = 0.0, 200.0
+    for _ in range(100):  # ARL0 grows with h: bisect
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if average_run_length(k, mid) < target else (lo, mid)
+    return hi
+
+
+def cusum_step(upper: np.ndarray, lower: np.ndarray, x: np.ndarray, k: float = K) -> tuple[np.ndarray, np.ndarray]:
+    """The two sums after one window of standardized excesses `x` (module docstring); NaN steps (an item not
+    tested in the window) leave its sums as they were."""
+    step = np.nan_to_num(np.asarray(x, dtype=np.float64), nan=0.0)
+    tested = np.isfinite(np.asarray(x, dtype=np.float64))
+    up = np.where(tested, np.maximum(0.0, upper + step - k), upper)
+    down = np.where(tested, np.maximum(0.0, lower - step - k), lower)
+    return up, down

@@ -1,0 +1,158 @@
+"""Fake devices over time: references defended window after window, the sequential test (its false-alarm rate from
+Siegmund's run length, an attacker under the per-window bound caught), and demotion found both ways (issue 42)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ldpstream.mechanisms import registry
+from ldpstream.mechanisms.frequency.base import FrequencyOracle
+from ldpstream.mechanisms.mixed import attribute_block
+from ldpstream.mechanisms.poisoning.attribute import defend, defend_windows, reference_of
+from ldpstream.mechanisms.poisoning.base import SUSPECTED, Policy
+from ldpstream.mechanisms.poisoning.frequency import excess_claims, lower_bounds
+from ldpstream.mechanisms.poisoning.sequential import CUSUM, K, average_run_length, cusum_step, threshold
+from ldpstream.simulator.poisoning import fake_frequency_reports
+from ldpstream.simulator.population import zipf_probabilities
+
+POLICY = Policy()
+
+
+def honest_block(oracle: FrequencyOracle, n: int, probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """An honest window's block, each item's support count from its exact marginal."""
+    counts = rng.multinomial(n, probs)
+    support = rng.binomial(counts, oracle.p) + rng.binomial(n - counts, oracle.q)
+    return attribute_block(n, np.append(support.astype(np.float64), float(n)))
+
+
+def with_fakes(oracle: FrequencyOracle, block: np.ndarray, attack: str, targets: np.ndarray, m: int,
+               rng: np.random.Generator) -> np.ndarray:
+    return block + attribute_block(m, oracle.accumulate(fake_frequency_reports(oracle, attack, targets, m, rng)))
+
+
+def test_the_threshold_gives_siegmunds_run_length_on_honest_steps() -> None:
+    """One-sided sums of N(0, 1) steps: the mean run length before a false alarm is ARL0(k, h) (Siegmund's
+    approximation, within 5% at h >= 2) within 4 standard errors of the mean of `runs` run lengths (a run length is
+    about exponential: its standard deviation is about its mean)."""
+    h = threshold(0.05, 4)  # ARL0 = 2 * 4 / 0.05 = 160 windows
+    arl = average_run_length(K, h)
+    assert abs(arl - 160) < 1e-6 * 160
+    rng = np.random.default_rng(3)
+    runs, steps = 4000, 3000
+    upper, lower = np.zeros(runs), np.zeros(runs)
+    first = np.full(runs, np.nan)
+    for t in range(steps):
+        upper, lower = cusum_step(upper, lower, rng.standard_normal(runs))
+        first[np.isnan(first) & (upper > h)] = t + 1
+    assert not np.isnan(first).any()  # every run ended well before `steps` (P[run > 3000] ~ exp(-3000 / 160))
+    assert abs(first.mean() - arl) <= 4 * arl / math.sqrt(runs) + 0.05 * arl
+
+
+def test_honest_windows_raise_the_sequential_alarm_at_most_at_the_stated_rate() -> None:
+    """The chain of honest windows (references defended, sums carried): alarms begin in at most alpha_sequential
+    of the windows (Bonferroni over 2K sums; the steps of consecutive windows share reference windows, negatively
+    correlated), within 4 binomial standard deviations; a loose policy so that the rate is measurable."""
+    policy = Policy(alpha_sequential=0.02)
+    oracle = registry.make("grr", 2.0, domain=32)
+    assert isinstance(oracle, FrequencyOracle)
+    rng = np.random.default_rng(11)
+    probs = zipf_probabilities(32, 1.0)
+    windows = 1200
+    blocks = [honest_block(oracle, 20_000, probs, rng) for _ in range(windows)]
+    defences = defend_windows(oracle, blocks, policy=policy)
+    onsets, before = 0, set[int]()
+    for d in defences[4:]:
+        assert d is not None
+        now = {v for f in d.findings if f.detector == CUSUM for v in f.suspects}
+        onsets += bool(now - before)
+        before = now
+    expected = policy.alpha_sequential * (windows - 4)
+    assert onsets <= expected + 4 * math.sqrt(expected)
+
+
+def test_a_ramp_is_removed_against_references_defended_window_after_window() -> None:
+    """Maximal-gain fakes rising 1% to 10% over ten windows: against the raw sums of the earlier windows the attack
+    becomes its own reference; against the defended ones (and the sequential test's anchors) at least 90% of the
+    last window's gain is removed."""
+    oracle = registry.make("grr", 2.0, domain=64)
+    assert isinstance(oracle, FrequencyOracle)
+    rng = np.random.default_rng(5)
+    probs = zipf_probabilities(64, 1.0)
+    targets = np.array([40, 50, 60])
+    n = 200_000
+    honest = [honest_block(oracle, n, probs, rng) for _ in range(14)]
+    attacked = honest[:4] + [with_fakes(oracle, b, "maximal_gain", targets, int(0.01 * (t + 1) * n), rng)
+                             for t, b in enumerate(honest[4:])]
+
+    def gain(run: list) -> float:  # the targets' defended estimate over the same genuine reports' (last window)
+        a, h = run[0][-1], run[1][-1]
+        est = [np.asarray(oracle.estimate((block[-1] - d.removed)[1:]).value)[targets].sum()
+               for block, d in ((attacked, a), (honest, h))]
+        return float(est[0] - est[1])
+
+    none = float(np.asarray(oracle.estimate(attacked[-1][1:]).value)[targets].sum()
+                 - np.asarray(oracle.estimate(honest[-1][1:]).value)[targets].sum())
+    raw = [[defend(oracle, b, np.sum(blocks[max(0, i - 4):i], axis=0) if i else None, policy=POLICY)
+            for i, b in enumerate(blocks)] for blocks in (attacked, honest)]
+    ours = [defend_windows(oracle, blocks, policy=POLICY) for blocks in (attacked, honest)]
+    assert 1 - gain(ours) / none >= 0.9
+    assert gain(raw) > 2 * gain(ours)  # the raw reference keeps far more of it
+
+
+def test_an_attacker_under_the_per_window_bound_is_caught_by_the_sequential_test() -> None:
+    """A target raised 3 standard deviations above its published reference each window (under the per-window bound
+    of ~4.4 at K = 64), the reference taking in its earlier windows (they pass the window's own test): the gain
+    compounds, the window's test never fires, the sequential test's upper sum grows 2.5 a window and passes h within
+    ceil(h / 2.5) + 2 windows (the reference's own noise: +-1 window); the target is then held to its anchor, the
+    reference before the drift began."""
+    oracle = registry.make("oue", 2.0, domain=64)
+    assert isinstance(oracle, FrequencyOracle)
+    rng = np.random.default_rng(9)
+    probs = zipf_probabilities(64, 1.0)
+    target = 40
+    n = 200_000
+    h = threshold(POLICY.alpha_sequential, 64)
+    blocks = [honest_block(oracle, n, probs, rng) for _ in range(4)]
+    anchor = float(oracle.estimate(np.sum(blocks, axis=0)[1:]).value[target])
+    var = oracle.variance(probs[target]) + probs[target] * (1 - probs[target])
+    sd = math.sqrt(var / n + var / (4 * n))
+    per_fake = (1 - oracle.q) / (oracle.p - oracle.q) / n  # a fake with the target's bit set raises it by this
+    caught = None
+    for t in range(12):
+        reference = reference_of(blocks, defend_windows(oracle, blocks, policy=POLICY), len(blocks))
+        assert reference is not None
+        rise = float(oracle.estimate(reference[1:]).value[target]) + 3 * sd - probs[target]
+        m = max(0, int(rise / per_fake))
+        blocks.append(honest_block(oracle, n, probs, rng) + attribute_block(m, oracle.accumulate(
+            fake_frequency_reports(oracle, "maximal_gain", np.array([target]), m, rng))))
+        last = defend_windows(oracle, blocks, policy=POLICY)[-1]
+        assert last is not None
+        if any(f.detector == CUSUM and target in f.suspects for f in last.findings):
+            caught = t + 1
+            held = float(oracle.estimate((blocks[-1] - last.removed)[1:]).value[target])
+            break
+    assert caught is not None and caught <= math.ceil(h / (3 - K)) + 2
+    assert abs(held - anchor) < 4 * sd  # the anchor is a reference within the drift's first windows: +-4 sd
+
+
+def test_a_demoted_top_item_is_found_and_given_back_up_to_its_lower_bound() -> None:
+    """5% fakes that support none of the top item push OUE's estimate of it far below what an honest window shows;
+    the test both ways finds it and gives back its missing supports up to the lower bound."""
+    oracle = registry.make("oue", 1.0, domain=256)
+    assert isinstance(oracle, FrequencyOracle)
+    rng = np.random.default_rng(2)
+    probs = zipf_probabilities(256, 1.0)
+    n = 200_000
+    reference = sum(honest_block(oracle, n, probs, rng) for _ in range(4))
+    block = with_fakes(oracle, honest_block(oracle, n, probs, rng), "demotion", np.array([0]), int(0.05 * n), rng)
+    ref_est = oracle.estimate(reference[1:])
+    finding = excess_claims(oracle, block[1:], ref_est, POLICY)
+    assert finding.status == SUSPECTED and 0 in finding.suspects and finding.set_aside == 0
+    est = oracle.estimate(block[1:])
+    low = lower_bounds(oracle, est, ref_est, POLICY)[0]
+    assert float(est.value[0]) < low
+    assert finding.removed is not None
+    defended = float(oracle.estimate(block[1:] - finding.removed).value[0])
+    assert abs(defended - low) < 1e-9
