@@ -34,7 +34,12 @@ from ldpstream.mechanisms.base import Estimate, LDPError, Mechanism, Reports, Re
 MAX_DOMAIN_SIZE = 1 << 20  # the largest K; local hashing's exact float aggregation relies on it (local_hash.py)
 # Beyond, 1 - p (e.g. (K - 1) / (e^eps + K - 1)) falls below double precision next to 1; and it protects nothing.
 MAX_EPSILON = 30.0
-# Report entries sampled per chunk: the temporaries stay in cache instead of being page-faulted in (3x faster).
+# Report bytes sampled per chunk of users: a chunk's temporaries (up to 8 bytes per entry: uniforms, shifts) stay in a
+# core's L2 cache (512 KiB on the AMD EPYC we measure on), not in L3 or memory. 64 KiB of reports is 65,536 entries of
+# a bit vector and 16,384 of a uint32 code; a GRR chunk of 65,536 codes made 512 KiB float64 temporaries, which
+# spilled out of that L2 and took 2-3x as long per entry (benchmarks/bench_mechanisms.py, docs/reference/measured.md).
+SAMPLE_CHUNK_BYTES = 1 << 16
+# The key-value mechanisms' chunks, in devices per chunk of the widest column (their own loop, keyvalue/base.py).
 SAMPLE_CHUNK_ENTRIES = 1 << 16
 
 
@@ -89,11 +94,12 @@ def split_count(stats: np.ndarray, size: int) -> tuple[np.ndarray, int]:
     return s[:-1], int(n)
 
 
-def check_report_batch(schema: ReportSchema, reports: Reports) -> int:
+def check_report_batch(schema: ReportSchema, reports: Reports, *, ranges: bool = True) -> int:
     """The number of rows of a well-formed batch of integer columns, or LDPError saying what is wrong.
 
     Whole-batch checks (one min/max per column), so accumulating a million reports costs no per-row work;
-    the aggregator's per-row filter is `ReportSchema.violations`.
+    the aggregator's per-row filter is `ReportSchema.violations`. `ranges=False` leaves the entries' range to a
+    caller that checks it as it reads them.
     """
     if not isinstance(reports, Mapping):
         raise LDPError(f"reports must be a dict of columns, got {type(reports).__name__}")
@@ -111,7 +117,7 @@ def check_report_batch(schema: ReportSchema, reports: Reports) -> int:
         if arr.dtype.kind not in "biu":
             raise LDPError(f"column {col.name!r}: dtype {arr.dtype} is not an integer type")
         unsigned_from_zero = arr.dtype.kind in "bu" and col.low <= 0  # no need to read the data for the minimum
-        if arr.size and not ((unsigned_from_zero or arr.min() >= col.low) and arr.max() <= col.high):
+        if ranges and arr.size and not ((unsigned_from_zero or arr.min() >= col.low) and arr.max() <= col.high):
             raise LDPError(f"column {col.name!r}: entries outside [{col.low:g}, {col.high:g}]")
     assert rows is not None  # a schema has at least one column
     return rows
@@ -119,7 +125,7 @@ def check_report_batch(schema: ReportSchema, reports: Reports) -> int:
 
 def randomized_response(truth: np.ndarray, size: int, keep: float, rng: np.random.Generator) -> np.ndarray:
     """Keep each entry of `truth` (in 0..size-1) with probability `keep`, else replace it by one of the other
-    size - 1 values uniformly (generalized randomized response, 004 "Direct Encoding"); int64, vectorised."""
+    size - 1 values uniformly (generalized randomized response, 004 "Direct Encoding"); int32, vectorised."""
     return randomized_response_from_uniform(truth, size, keep, rng.random(len(truth)))
 
 
@@ -130,19 +136,26 @@ def randomized_response_from_uniform(truth: np.ndarray, size: int, keep: float, 
     uniform on [0, 1) and picks the shift 1..size-1 added modulo size (exact up to the 2^-53 grid of u). The sign of
     u - keep is exact in floating point, so the value is kept exactly when u < keep.
     """
-    # |(u - keep) (size - 1) / (1 - keep)| <= e^eps + size - 1 < 2^63 for eps <= MAX_EPSILON: the cast is exact.
-    shift = np.floor((u - keep) * ((size - 1) / (1 - keep))).astype(np.int64)
-    shift += 1  # kept: <= 0; replaced: 1..size-1 (size only by rounding as u -> 1)
-    np.clip(shift, 0, size - 1, out=shift)
-    shift += truth  # in 0..2 size - 2: wrap once
-    shift -= (shift >= size).view(np.int8) * np.int64(size)
+    t = u - keep
+    t *= (size - 1) / (1 - keep)
+    np.floor(t, out=t)  # kept: <= -1; replaced: 0..size-2 (size - 1 only by rounding as u -> 1)
+    np.clip(t, -1.0, size - 2.0, out=t)  # clipped as a float, so the int32 cast is exact (size <= MAX_DOMAIN_SIZE)
+    shift = t.astype(np.int32)
+    shift += 1
+    np.add(shift, truth, out=shift, casting="unsafe")  # in 0..2 size - 2 (truth < size): wrap once
+    shift -= (shift >= size).view(np.int8) * np.int32(size)
     return shift
+
+
+def chunk_rows(schema: ReportSchema) -> int:
+    """Users per sampling chunk: SAMPLE_CHUNK_BYTES of their reports."""
+    return max(1, SAMPLE_CHUNK_BYTES // sum(c.width * np.dtype(c.dtype).itemsize for c in schema.columns))
 
 
 def sample_in_chunks(schema: ReportSchema, n: int, sample: Callable[[slice], Reports]) -> Reports:
     """A batch of n reports, sampled chunk of users by chunk (`sample(rows)`) and cast to the schema's dtypes."""
     reports = {c.name: np.empty((n, *c.row_shape()), dtype=c.dtype) for c in schema.columns}
-    rows = max(1, SAMPLE_CHUNK_ENTRIES // max(c.width for c in schema.columns))
+    rows = chunk_rows(schema)
     for start in range(0, n, rows):  # chunks of users, each sampled vectorised
         chunk = sample(slice(start, start + rows))
         for name, column in reports.items():
