@@ -30,10 +30,10 @@ def rounds_per_epoch(devices: int, clients_per_round: int) -> int:
     return devices // clients_per_round
 
 
-def job_privacy(epsilon_per_report: float, participations: int, sampling_rate: float,
+def job_privacy(epsilon_per_report: float, participations: int, sampling_rate: float | None,
                 delta_per_report: float = 0.0, delta: float = ACCOUNTING_DELTA) -> dict[str, Any]:
     """A device's lifetime guarantee over a job (module docstring), as the JSON the trainer and `ldp train status`
-    show.
+    show; `sampling_rate` None where the population is not known.
 
     Examples
     --------
@@ -42,7 +42,7 @@ def job_privacy(epsilon_per_report: float, participations: int, sampling_rate: f
     """
     if not (math.isfinite(epsilon_per_report) and epsilon_per_report > 0) or participations < 0:
         raise TrainingError(f"need eps > 0 and participations >= 0, got {epsilon_per_report}, {participations}")
-    if not 0 <= sampling_rate <= 1:
+    if sampling_rate is not None and not 0 <= sampling_rate <= 1:
         raise TrainingError(f"a sampling rate lies in [0, 1], got {sampling_rate}")
     out: dict[str, Any] = {
         "epsilon_per_report": epsilon_per_report, "participations_per_device": participations,
