@@ -14,7 +14,8 @@ unexport PYTHONDONTWRITEBYTECODE
 # tests' loads are light. (`ldp up` outside `make test` keeps Java's defaults.)
 TEST_JVM := JAVA_TOOL_OPTIONS=-XX:TieredStopAtLevel=1
 
-.PHONY: demo test check lint types docs test-cluster install install-test up down status bench clean compose-secrets chromium
+.PHONY: demo test check lint types docs test-cluster install install-test up down status bench clean compose-secrets chromium \
+	fashion-mnist
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,8 +43,14 @@ $(TS_SDK)/dist/.built: $(TS_SDK)/node_modules/.installed $(TS_SDK)/tsconfig.json
 chromium:
 	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }
 
+# Fashion-MNIST for the training tests and benchmark: Debian's package (MIT licence, no download at run time),
+# installed when missing, as root (CI), as Chromium is.
+fashion-mnist:
+	@test -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz || { apt-get update -qq && \
+		apt-get install -y -qq --no-install-recommends dataset-fashion-mnist; }
+
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test $(TS_SDK)/dist/.built chromium
+install-test: $(VENV)/.installed-test $(TS_SDK)/dist/.built chromium fashion-mnist
 	@# byte-compile the package (only what changed) before the tests' processes start side by side: pip does it for an
 	@# install, an editable one compiles on first import, in each process that gets there before a .pyc exists
 	@$(PY) -m compileall -q src/ldpstream > /dev/null
