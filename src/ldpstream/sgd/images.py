@@ -14,6 +14,7 @@ declared size bounded before the data is read, and the data must fill exactly th
 from __future__ import annotations
 
 import gzip
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,7 @@ def read_idx(path: Path) -> np.ndarray:
             if len(sizes) != 4 * head[3]:
                 raise IdxError(f"{path}: cut short in its header")
             shape = struct.unpack(f">{head[3]}I", sizes)
-            size = int(np.prod(shape, dtype=np.int64))
+            size = math.prod(shape)
             if size > MAX_IDX_BYTES:
                 raise IdxError(f"{path}: declared shape {shape} is over {MAX_IDX_BYTES} bytes")
             data = handle.read(size)
