@@ -47,9 +47,9 @@ def test_clipping_and_accounting() -> None:
     g = np.array([[3.0, 4.0], [0.3, -0.4], [2.0, -0.5]])
     np.testing.assert_allclose(clip(g.copy(), "l2"), [[0.6, 0.8], [0.3, -0.4], [2.0, -0.5] / np.hypot(2, 0.5)])
     np.testing.assert_allclose(clip(g.copy(), "linf"), [[1.0, 1.0], [0.3, -0.4], [1.0, -0.5]])
-    privacy = job_privacy(1.0, 100, 0.01)
-    assert privacy["lifetime_epsilon"] == 100.0  # sequential composition
-    assert privacy["lifetime_epsilon_at_delta"]["epsilon"] < 100.0  # tight composition at delta 1e-5 is lower
+    privacy = job_privacy(1.0, 10, 0.01)
+    assert privacy["lifetime_epsilon"] == 10.0  # sequential composition
+    assert privacy["lifetime_epsilon_at_delta"]["epsilon"] <= 10.0  # composition at delta 1e-5 is never above it
     assert job_privacy(8.0, 1, 0.01)["lifetime_epsilon"] == 8.0
     with pytest.raises(TrainingError):
         FederatedJob("none", 1.0, 10, 0)

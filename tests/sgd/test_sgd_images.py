@@ -42,9 +42,10 @@ def test_missing_data_names_the_debian_package(tmp_path: Path) -> None:
         fashion_mnist("train", tmp_path)
 
 
-@pytest.mark.parametrize("header", [b"\0\0\x0d\x01\0\0\0\x02", b"\1\0\x08\x01\0\0\0\x02", b"\0\0\x08\x01\0\0",
-                                    b"\0\0\x08\x01\0\0\0\x03", b"\0\0\x08\x01\0\0\0\x01", b"\0\0\x08\x02\xff\xff\xff\xff"
-                                    b"\xff\xff\xff\xff"])
+@pytest.mark.parametrize("header", [
+    b"\0\0\x0d\x01\0\0\0\x02", b"\1\0\x08\x01\0\0\0\x02", b"\0\0\x08\x01\0\0", b"\0\0\x08\x01\0\0\0\x03",
+    b"\0\0\x08\x01\0\0\0\x01", b"\0\0\x08\x02\xff\xff\xff\xff\xff\xff\xff\xff",
+])
 def test_bad_idx_files_are_refused(tmp_path: Path, header: bytes) -> None:
     with pytest.raises(IdxError):
         read_idx(_write_idx(tmp_path / "bad.gz", np.array([1, 2]), header))
