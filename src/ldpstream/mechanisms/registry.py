@@ -22,6 +22,7 @@ from ldpstream.mechanisms.base import LDPError, Mechanism
 if TYPE_CHECKING:
     from ldpstream.mechanisms.distribution.base import DistributionMechanism
     from ldpstream.mechanisms.frequency.base import FrequencyOracle
+    from ldpstream.mechanisms.gradients.base import GradientMechanism
     from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
     from ldpstream.mechanisms.longitudinal.base import Longitudinal
     from ldpstream.mechanisms.numeric.base import NumericMechanism
@@ -84,6 +85,19 @@ DISTRIBUTION: dict[str, str] = {
     "hh": "ldpstream.mechanisms.distribution.hierarchy:HierarchicalHistogram",
 }
 
+# Gradient randomizers (`ldpstream.mechanisms.gradients`): one clipped d-dimensional vector per device, for training;
+# apart, since their reports and estimates are whole vectors (`GradientMechanism`, not `Mechanism`). pm, hm and duchi
+# are the cube mechanisms of `ldpstream.mechanisms.multidim` behind that API.
+GRADIENT: dict[str, str] = {
+    "privunitg": "ldpstream.mechanisms.gradients.privunit:PrivUnitG",
+    "privunit2": "ldpstream.mechanisms.gradients.privunit:PrivUnit2",
+    "projunit": "ldpstream.mechanisms.gradients.projunit:ProjUnit",
+    "duchi-l2": "ldpstream.mechanisms.gradients.duchi_l2:DuchiL2",
+    "pm": "ldpstream.mechanisms.gradients.cube:PMGradient",
+    "hm": "ldpstream.mechanisms.gradients.cube:HMGradient",
+    "duchi": "ldpstream.mechanisms.gradients.cube:DuchiGradient",
+}
+
 
 def _load(target: str) -> type[Mechanism]:
     module, cls = target.split(":")
@@ -144,6 +158,14 @@ def keyvalue_class(name: str) -> type[KeyValueMechanism]:
 def distribution_class(name: str) -> type[DistributionMechanism]:
     """The class registered under `name` in DISTRIBUTION."""
     return cast("type[DistributionMechanism]", _class_in(DISTRIBUTION, "distribution mechanism", name))
+
+
+def gradient_class(name: str) -> type[GradientMechanism]:
+    """The class registered under `name` in GRADIENT."""
+    if name not in GRADIENT:
+        raise LDPError(f"unknown gradient mechanism {name!r}; known: {list(GRADIENT)}")
+    module, cls = GRADIENT[name].split(":")
+    return cast("type[GradientMechanism]", getattr(importlib.import_module(module), cls))
 
 
 def make_distribution(name: str, epsilon: float, **parameters: Any) -> DistributionMechanism:
