@@ -9,8 +9,8 @@ the device's reports together are (k eps, k delta)-LDP for k participations: `li
 
 Against the server, who sees which device sent each report, subsampling does not amplify: q shows how often a device
 spends, not a discount. `lifetime_epsilon_at_delta` is the tight composition of the k pure-eps releases at a small
-total delta, from the privacy-loss distribution of an eps-DP pair composed k times (Google's dp-accounting, the
-accountant `ldpstream.mechanisms.shuffle` uses); it is at most k eps and helps only when eps is small and k large.
+total delta: the exact optimal composition of k eps-DP releases (`ldpstream.mechanisms.composition`, Kairouz, Oh
+and Viswanath 2015); it is at most k eps and helps only when eps is small and k large.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ldpstream.mechanisms.composition import composed_epsilon
 from ldpstream.sgd.models import TrainingError
 
 ACCOUNTING_DELTA = 1e-5
@@ -50,14 +51,7 @@ def job_privacy(epsilon_per_report: float, participations: int, sampling_rate: f
         "lifetime_delta": participations * delta_per_report, "composition": "sequential",
     }
     if delta_per_report == 0 and participations > 1:
-        out["lifetime_epsilon_at_delta"] = {"delta": delta, "epsilon": min(
-            participations * epsilon_per_report, composed_pure_epsilon(epsilon_per_report, participations, delta))}
+        out["lifetime_epsilon_at_delta"] = {"delta": delta, "epsilon": composed_epsilon(epsilon_per_report,
+                                                                                          participations, delta)}
     return out
 
-
-def composed_pure_epsilon(epsilon: float, k: int, delta: float) -> float:
-    """The epsilon at `delta` of k adaptively composed eps-DP releases, from their privacy-loss distribution."""
-    from dp_accounting.pld import common, privacy_loss_distribution
-
-    pld = privacy_loss_distribution.from_privacy_parameters(common.DifferentialPrivacyParameters(epsilon, 0.0))
-    return float(pld.self_compose(k).get_epsilon_for_delta(delta))
