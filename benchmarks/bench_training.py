@@ -60,7 +60,7 @@ def main() -> None:
                     lr = args.lr if args.lr is not None else (1.0 if mechanism == "none" else PRIVATE_LR)
                     job = FederatedJob(mechanism, eps, CLIENTS_PER_ROUND, PROTOCOLS[protocol], lr, args.momentum,
                                        args.seed)
-                    out = train_federated(job, net, train, split, test)
+                    out = train_federated(job, net, train, split, test).summary
                     cell = {"protocol": protocol, "model": model, "mechanism": mechanism,
                             "epsilon_per_report": out["epsilon_per_report"], "lr": lr, "momentum": args.momentum,
                             "accuracy": out["accuracy"], "accuracy_stderr": out["accuracy_stderr"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from ldpstream.sgd.federated import FederatedJob, clip, train_federated
 from ldpstream.sgd.images import LabelledSet, gaussian_classes, iid_split, non_iid_split
 from ldpstream.sgd.models import TrainingError
 from ldpstream.sgd.networks import make_network
+from ldpstream.sgd.snapshot import decode_snapshot
 
 TEST_ROWS = 2000
 
@@ -34,14 +36,14 @@ def test_trainer_reaches_a_stated_accuracy(model: str, dims: tuple[int, ...], me
                                            bound: float) -> None:
     train, test = _data()
     out = train_federated(FederatedJob(mechanism, eps, 100, 2), make_network(model, dims), train, iid_split(6000),
-                          test)
+                          test).summary
     assert out["accuracy"] > bound and out["rounds"] == 120 and out["participations_per_device"] == 2
 
 
 def test_non_iid_devices_average_their_examples_and_still_learn() -> None:
     train, test = _data()
     out = train_federated(FederatedJob("none", 1.0, 60, 3), make_network("softmax", (10, 10)), train,
-                          non_iid_split(train.y, 10, 2), test)
+                          non_iid_split(train.y, 10, 2), test).summary
     assert out["devices"] == 600 and out["examples_per_device"] == 10 and out["rounds"] == 30
     assert out["accuracy"] > 0.5  # measured 0.79
 
@@ -58,15 +60,17 @@ def test_clipping_and_accounting() -> None:
         FederatedJob("none", 1.0, 10, 0)
 
 
-def test_cli_json_keys() -> None:
+def test_cli_json_keys(tmp_path: Path) -> None:
     args = ["train", "--offline", "--dataset", "synthetic", "--devices", "3000", "--model", "softmax", "--epochs", "2",
             "--clients-per-round", "100", "--epsilon", "4", "--json"]
-    result = CliRunner().invoke(app, [*args, "--mechanism", "gaussian"])
+    result = CliRunner().invoke(app, [*args, "--mechanism", "gaussian", "--save", str(tmp_path / "model")])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     keys = {"accuracy", "loss", "rounds", "epsilon_per_report", "participations_per_device", "lifetime_epsilon"}
     assert keys <= set(out)
     assert (out["rounds"], out["epsilon_per_report"], out["participations_per_device"]) == (60, 4.0, 2)
     assert out["lifetime_epsilon"] == 8.0 and 0 <= out["accuracy"] <= 1
+    snapshot = decode_snapshot((tmp_path / "model").read_bytes())
+    assert (snapshot.name, snapshot.dims, snapshot.version) == ("softmax", (10, 10), 60)
     bad = CliRunner().invoke(app, [*args, "--mechanism", "none", "--split", "by-city"])
     assert bad.exit_code == 2, bad.output

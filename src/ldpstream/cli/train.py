@@ -72,6 +72,8 @@ def train(
     lr: Annotated[float, typer.Option(help="with --dataset: the server's learning rate")] = 1.0,
     momentum: Annotated[float, typer.Option(help="with --dataset: the server's momentum")] = 0.5,
     hidden: Annotated[str, typer.Option(help="with --model mlp: hidden widths, comma-separated")] = "64",
+    save: Annotated[Path | None, typer.Option(help="with --dataset: write the final model's snapshot bytes here")]
+    = None,
 ) -> None:
     """Train a model by LDP mini-batch SGD and compare it with non-private SGD on the same held-out rows."""
     from pydantic import ValidationError
@@ -86,8 +88,8 @@ def train(
     if not offline:
         raise typer.BadParameter("pass --offline (in process) or --job FILE (over Kafka)")
     if dataset is not None:
-        return train_network(dataset, model, mechanism or "privunitg", epsilon, clients_per_round, epochs, split,
-                             lr, momentum, hidden, devices, dims, seed, as_json)
+        return train_network(dataset, model, mechanism, epsilon, clients_per_round, epochs, split, lr, momentum,
+                             hidden, devices, dims, seed, as_json, save)
     mechanism = mechanism or "hm"
     try:
         train_set, test_set = _data(model, use_synthetic, census, devices, dims, seed)
@@ -137,10 +139,12 @@ def _network_data(dataset: str, devices: int, dims: int, seed: int) -> tuple[Lab
     raise typer.BadParameter(f"unknown dataset {dataset!r}; known: fashion-mnist, synthetic, adult")
 
 
-def train_network(dataset: str, model: str, mechanism: str, epsilon: float, clients_per_round: int, epochs: int,
-                  split: str, lr: float, momentum: float, hidden: str, devices: int, dims: int, seed: int,
-                  as_json: bool) -> None:
-    """`ldp train --offline --dataset D --model softmax|mlp ...`: the offline trainer of `ldpstream.sgd.federated`."""
+def train_network(dataset: str, model: str, mechanism: str | None, epsilon: float, clients_per_round: int,
+                  epochs: int, split: str, lr: float, momentum: float, hidden: str, devices: int, dims: int, seed: int,
+                  as_json: bool, save: Path | None) -> None:
+    """`ldp train --offline --dataset D --model softmax|mlp ...`: the offline trainer of `ldpstream.sgd.federated`;
+    without --mechanism, the default of L2 clipping at the model's size (`default_gradient_mechanism`)."""
+    from ldpstream.mechanisms.gradients import default_gradient_mechanism
     from ldpstream.sgd.federated import FederatedJob, train_federated
     from ldpstream.sgd.images import device_split
     from ldpstream.sgd.networks import make_network
@@ -149,10 +153,14 @@ def train_network(dataset: str, model: str, mechanism: str, epsilon: float, clie
         widths = tuple(int(w) for w in hidden.split(",") if w.strip()) if model == "mlp" else ()
         train_set, test_set = _network_data(dataset, devices, dims, seed)
         net = make_network(model, (train_set.dims, *widths, train_set.classes))
+        mechanism = mechanism or default_gradient_mechanism("l2", net.size)
         job = FederatedJob(mechanism, epsilon, clients_per_round, epochs, lr, momentum, seed)
-        result = train_federated(job, net, train_set, device_split(split, train_set.y, seed), test_set)
-    except (ValueError, ImportError) as exc:
+        run = train_federated(job, net, train_set, device_split(split, train_set.y, seed), test_set)
+    except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    result = run.summary
+    if save is not None:
+        save.write_bytes(run.snapshot.encode())
     if as_json:
         typer.echo(json.dumps(result))
         return

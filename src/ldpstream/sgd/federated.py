@@ -25,6 +25,7 @@ from ldpstream.sgd.accounting import job_privacy, rounds_per_epoch
 from ldpstream.sgd.images import DeviceSplit, LabelledSet
 from ldpstream.sgd.models import TrainingError
 from ldpstream.sgd.networks import Network
+from ldpstream.sgd.snapshot import Snapshot
 
 GAUSSIAN_DELTA = 1e-5
 DEFAULT_LR = 1.0
@@ -129,9 +130,17 @@ class FederatedJob:
             raise TrainingError(f"need lr > 0 and momentum in [0, 1), got {self.lr}, {self.momentum}")
 
 
+@dataclass(frozen=True)
+class FederatedRun:
+    """An offline job's outcome: the JSON `ldp train --offline --dataset ...` prints, and the final model version."""
+
+    summary: dict[str, Any]
+    snapshot: Snapshot
+
+
 def train_federated(job: FederatedJob, net: Network, train: LabelledSet, split: DeviceSplit,
-                    test: LabelledSet) -> dict[str, Any]:
-    """Run `job` (module docstring) and return the JSON of `ldp train --offline --dataset ...`."""
+                    test: LabelledSet) -> FederatedRun:
+    """Run `job` (module docstring): the JSON summary and the model after its last round (version = rounds)."""
     if train.dims != net.features or train.classes != net.classes:
         raise TrainingError(f"{net.name} {net.dims} does not fit {train.dims} features and {train.classes} classes")
     started = time.perf_counter()
@@ -158,7 +167,7 @@ def train_federated(job: FederatedJob, net: Network, train: LabelledSet, split: 
                           GAUSSIAN_DELTA if job.mechanism == "gaussian" else 0.0) if private else {
         "epsilon_per_report": None, "participations_per_device": job.epochs, "sampling_rate": b / split.devices,
         "lifetime_epsilon": None}
-    return {
+    summary = {
         "dataset": train.name, "model": net.name, "dims": list(net.dims), "parameters": net.size,
         "mechanism": job.mechanism, "split": split.kind, "devices": split.devices,
         "examples_per_device": int(split.rows.shape[1]), "clients_per_round": b, "epochs": job.epochs,
@@ -167,3 +176,4 @@ def train_federated(job: FederatedJob, net: Network, train: LabelledSet, split: 
         "loss_stderr": result.loss_stderr, "test_examples": len(test.y), **privacy,
         "seconds": time.perf_counter() - started,
     }
+    return FederatedRun(summary, Snapshot(net.name, net.dims, job.epochs * per_epoch, theta))
