@@ -53,9 +53,9 @@ def train(
     dims: Annotated[int, typer.Option(help="number of features d (synthetic)")] = 10,
     epsilon: Annotated[float, typer.Option(help="privacy budget per device")] = 1.0,
     mechanism: Annotated[str | None, typer.Option(help=f"gradient mechanism: {', '.join(GRADIENT_MECHANISMS)} "
-                                                       "(default hm); with --dataset: privunitg (default), "
-                                                       "privunit2, projunit, duchi-l2, pm, hm, duchi, gaussian "
-                                                       "(delta 1e-5) or none")] = None,
+                                                       "(default hm); with --dataset: privunitg, privunit2, "
+                                                       "projunit, duchi-l2, pm, hm, duchi, gaussian (delta 1e-5) or "
+                                                       "none (default: L2's optimal at the model's size)")] = None,
     batch_size: Annotated[int | None, typer.Option(help="mini-batch size g (default: 001's rule)")] = None,
     reduced_dims: Annotated[int | None, typer.Option(help="dimension reduction to r (MGD-DR)")] = None,
     gamma0: Annotated[float, typer.Option(help="learning rate gamma_t = gamma0 / sqrt(t)")] = 1.0,
