@@ -36,7 +36,8 @@ CHUNK_ELEMENTS = 1 << 24  # per-example gradients computed in chunks of at most 
 class Randomizer(Protocol):
     """What the trainer needs of a gradient randomizer (the contract of `ldpstream.mechanisms.gradients`)."""
 
-    norm: str
+    @property
+    def norm(self) -> str: ...
 
     def perturb(self, vectors: np.ndarray, rng: np.random.Generator) -> Any: ...
 

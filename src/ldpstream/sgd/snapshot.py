@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from ldpstream.sgd.networks import NETWORKS, Network, check_dims, make_network
 
 MAGIC = b"LDPM"
 FORMAT_VERSION = 1
-DTYPES = {4: np.dtype("<f4"), 8: np.dtype("<f8")}
+DTYPES: dict[int, np.dtype[np.floating[Any]]] = {4: np.dtype("<f4"), 8: np.dtype("<f8")}
 MAX_NAME = 32
 
 
