@@ -36,7 +36,7 @@ def analytic_sigma(epsilon: float, delta: float, sensitivity: float = SENSITIVIT
     Examples
     --------
     >>> round(analytic_sigma(1.0, 1e-5, 1.0), 4)  # Balle and Wang's Fig. 1 regime: below the classic 4.84
-    3.7305
+    3.7306
     """
     eps = check_epsilon(epsilon)
     if not 0 < delta < 1:
