@@ -38,6 +38,8 @@ from ldpstream.mechanisms.base import Column, Estimate, LDPError, Mechanism, Rep
 from ldpstream.mechanisms.numeric.base import check_numeric_epsilon, check_unit_values, quadratic_mean_estimate
 from ldpstream.mechanisms.numeric.duchi import agreement_weights, duchi_bound
 
+MAX_DUCHI_DIMS = 1023  # `DuchiVector`'s agreement weights are divided by 2^d, a float64 up to 2^1023
+
 
 def vector_names() -> tuple[str, ...]:
     """The names `make_vector_mechanism` takes: every registered numeric mechanism has a d-dimensional form."""
@@ -238,6 +240,9 @@ class DuchiVector(VectorMechanism):
     def __init__(self, epsilon: float, dims: int) -> None:
         self.epsilon = check_numeric_epsilon(epsilon)
         self.dims = check_dims(dims)
+        if self.dims > MAX_DUCHI_DIMS:
+            raise LDPError(f"Duchi et al.'s d-dimensional mechanism takes d <= {MAX_DUCHI_DIMS} (its exact agreement "
+                           f"weights are divided by 2^d, which float64 holds up to 2^1023); got d = {self.dims}")
         self.weights = self.agreement_weights()
         counts = np.array([math.comb(self.dims, a) for a in range(self.dims + 1)], dtype=np.float64)
         self._agreement_cdf = np.cumsum(counts * self.weights)

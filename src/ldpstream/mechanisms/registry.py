@@ -22,7 +22,6 @@ from ldpstream.mechanisms.base import LDPError, Mechanism
 if TYPE_CHECKING:
     from ldpstream.mechanisms.distribution.base import DistributionMechanism
     from ldpstream.mechanisms.frequency.base import FrequencyOracle
-    from ldpstream.mechanisms.gradients.base import GradientMechanism
     from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
     from ldpstream.mechanisms.longitudinal.base import Longitudinal
     from ldpstream.mechanisms.numeric.base import NumericMechanism
@@ -160,12 +159,13 @@ def distribution_class(name: str) -> type[DistributionMechanism]:
     return cast("type[DistributionMechanism]", _class_in(DISTRIBUTION, "distribution mechanism", name))
 
 
-def gradient_class(name: str) -> type[GradientMechanism]:
-    """The class registered under `name` in GRADIENT."""
+def gradient_class(name: str) -> type:
+    """The class registered under `name` in GRADIENT (a `ldpstream.mechanisms.gradients.GradientMechanism`; typed
+    there, since its module imports `ldpstream.mechanisms.multidim`, which imports this one)."""
     if name not in GRADIENT:
         raise LDPError(f"unknown gradient mechanism {name!r}; known: {list(GRADIENT)}")
     module, cls = GRADIENT[name].split(":")
-    return cast("type[GradientMechanism]", getattr(importlib.import_module(module), cls))
+    return cast(type, getattr(importlib.import_module(module), cls))
 
 
 def make_distribution(name: str, epsilon: float, **parameters: Any) -> DistributionMechanism:

@@ -30,7 +30,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.base import LDPError
@@ -52,9 +52,9 @@ def gradient_names() -> tuple[str, ...]:
 def gradient_mechanism(name: str, dims: int, epsilon: float, **params: Any) -> GradientMechanism:
     """The gradient randomizer `name` for d-dimensional gradients at eps per report; `params` are the mechanism's
     own keywords (projunit: k, the projected dimension; pm and hm: k, the sampled attributes)."""
-    cls = registry.gradient_class(name)
+    cls = cast("type[GradientMechanism]", registry.gradient_class(name))
     try:
-        return cls(dims=dims, epsilon=epsilon, **params)  # type: ignore[call-arg]
+        return cls(dims=dims, epsilon=epsilon, **params)
     except TypeError as exc:  # an unknown keyword: one error type for every bad argument
         raise LDPError(f"{name!r} got unexpected parameters {sorted(params)}: {exc}") from exc
 

@@ -52,6 +52,10 @@ class GradientMechanism(ABC):
     def report_bytes(self) -> int:
         """The size of one device's report on the wire (its columns' itemsizes times widths)."""
 
+    def bias_bound(self) -> float:
+        """An upper bound on ||E[x_hat] - x|| over inputs (0: unbiased)."""
+        return 0.0
+
     def parameters(self) -> dict[str, Any]:
         """The keyword arguments beyond dims and epsilon that rebuild this mechanism."""
         return {}
@@ -117,9 +121,10 @@ def check_l2_matrix(values: np.ndarray, dims: int) -> np.ndarray:
 
 def round_to_sphere(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Unit rows v with E[v] = x for rows x of norm r <= 1: v = +-x/r with P[+] = (1 + r)/2 (Duchi, Jordan and
-    Wainwright 2018, Sec. 4.2.3, the first step of their L2 mechanism); a zero row gets a uniform direction
-    (+-v with equal odds, so its mean is 0 too). Data-independent coins, so any eps-LDP randomizer of unit vectors
-    stays eps-LDP on the ball."""
+    Wainwright 2018, the first step of their L2 mechanism); a zero row gets a uniform direction
+    (+-v with equal odds, so its mean is 0 too). A randomizer R that is eps-LDP on unit vectors stays so on the
+    ball: the density of R(v) given x is a mixture over v, so f(u | x) <= max_v f(u | v) <= e^eps min_v f(u | v)
+    <= e^eps f(u | x')."""
     n, d = x.shape
     r = np.sqrt(np.einsum("ij,ij->i", x, x))
     zero = r == 0.0

@@ -1,5 +1,5 @@
 """Duchi, Jordan and Wainwright's L2-ball mechanism ("Minimax optimal procedures for locally private estimation",
-JASA 2018, "DJW18", Sec. 4.2.3): the classic baseline for vectors clipped to L2 norm 1.
+JASA 2018, "DJW18", their L2-ball sampling strategy): the classic baseline for vectors clipped to L2 norm 1.
 
 Construction. v = `round_to_sphere(x)` (DJW18's first step: +-x/||x|| with P[+] = (1 + ||x||)/2, so E[v] = x).
 With pi = e^eps / (1 + e^eps), a uniform point U of the unit sphere is drawn from the hemisphere {<u, v> > 0} with

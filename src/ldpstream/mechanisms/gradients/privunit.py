@@ -3,9 +3,9 @@
 Both are *cap* mechanisms. With v the device's unit vector (`round_to_sphere` of its clipped gradient), the output
 U is drawn from a rotation-invariant base law, conditioned on its projection alpha = <U, v> being at least gamma
 with probability p and below gamma otherwise:
-- PrivUnitG (Asi, Feldman and Talwar, ICML 2022, "AFT22", Sec. 4, Algorithm PrivUnitG): the base law is N(0, I_d),
+- PrivUnitG (Asi, Feldman and Talwar, ICML 2022, "AFT22", algorithm PrivUnitG): the base law is N(0, I_d),
   so alpha ~ N(0, 1) and the part of U orthogonal to v is a standard Gaussian of the orthogonal complement;
-- PrivUnit2 (Bhowmick, Duchi, Freudiger, Kapoor and Rogers 2018, "BDFKR18", Algorithm 1): the base law is uniform
+- PrivUnit2 (Bhowmick, Duchi, Freudiger, Kapoor and Rogers 2018, "BDFKR18", PrivUnit2): the base law is uniform
   on the sphere S^{d-1}, so alpha has density prop. to (1 - alpha^2)^((d-3)/2) on [-1, 1], i.e. (1 + alpha)/2 ~
   Beta((d-1)/2, (d-1)/2), and given alpha, U = alpha v + sqrt(1 - alpha^2) w with w uniform on the unit sphere of
   the complement of v.
@@ -13,9 +13,9 @@ with probability p and below gamma otherwise:
 Privacy (by construction). Let q = P[alpha >= gamma] under the base law. The output's density relative to the base
 law is p/q where <u, v> >= gamma and (1-p)/(1-q) elsewhere, whatever v is; the base density does not depend on v.
 So for two inputs the density ratio is one of 1, r, 1/r with r = p(1-q) / ((1-p) q), and the mechanism is eps-LDP
-iff r <= e^eps (BDFKR18 Thm. 1 states a sufficient condition through eps0 + eps1; AFT22 use this exact one). We
-take r = e^eps exactly: q = p / (p + e^eps (1 - p)), gamma its quantile (`CapParameters.density_ratio` recomputes
-r from gamma for the tests).
+iff r <= e^eps (BDFKR18 state a sufficient condition through eps0 + eps1; AFT22 use this exact one). We
+take r = e^eps exactly: q = p / (p + e^eps (1 - p)) = expit(logit(p) - eps), gamma its quantile
+(`CapParameters.density_ratio` recomputes r from gamma for the tests).
 
 Unbiasedness and error. E[U | v] = m v with m = E[alpha] (the orthogonal part has mean 0 by symmetry), so the
 report U / m is unbiased for v, hence for the clipped gradient x (E[v] = x).
@@ -29,7 +29,7 @@ report U / m is unbiased for v, hence for the clipped gradient x (E[v] = x).
 - PrivUnit2: with a = (d-1)/2, int_gamma^1 t (1-t^2)^(a-1) dt = (1-gamma^2)^a / (d-1) and the normaliser is
   B(1/2, a), so E[alpha 1{alpha >= gamma}] = (1-gamma^2)^a / ((d-1) B(1/2, a)) = -E[alpha 1{alpha < gamma}] and
       m = (1-gamma^2)^a / ((d-1) B(1/2, a)) * (p/q - (1-p)/(1-q)),   MSE = 1/m^2 - 1  (||U|| = 1).
-  "Optimised parameters" (AFT22 Sec. 3): p is chosen to minimise this MSE, gamma follows from the privacy equation,
+  "Optimised parameters" (AFT22): p is chosen to minimise this MSE, gamma follows from the privacy equation,
   rather than BDFKR18's split of eps into eps0 (the cap) and eps1 (p).
 For a row x of norm r < 1 both give E||x_hat - x||^2 = MSE + 1 - r^2 (||x_hat|| has the same law for any v).
 """
@@ -76,32 +76,35 @@ class CapParameters:
         return self.p * (1.0 - upper_tail) / ((1.0 - self.p) * upper_tail)
 
 
-def _q(p: float, epsilon: float) -> float:
-    """The cap's base probability q for which p (1-q) / ((1-p) q) = e^eps."""
-    return p / (p + math.exp(epsilon) * (1.0 - p))
+def _cap_odds(logit: float, epsilon: float) -> tuple[float, float, float, float]:
+    """(p, 1 - p, q, 1 - q) for p = expit(logit) and the q with p (1-q) / ((1-p) q) = e^eps, i.e.
+    q = expit(logit - eps), each computed without cancellation."""
+    from scipy.special import expit
+
+    return float(expit(logit)), float(expit(-logit)), float(expit(logit - epsilon)), float(expit(epsilon - logit))
 
 
-def gaussian_cap(p: float, epsilon: float, dims: int) -> CapParameters:
-    """PrivUnitG's parameters for a given p (module docstring)."""
+def gaussian_cap(logit: float, epsilon: float, dims: int) -> CapParameters:
+    """PrivUnitG's parameters for p = expit(logit) (module docstring)."""
     from scipy.special import ndtri
 
-    q = _q(p, epsilon)
+    p, not_p, q, not_q = _cap_odds(logit, epsilon)
     gamma = -float(ndtri(q))
     phi = math.exp(-gamma * gamma / 2) / math.sqrt(2 * math.pi)
-    scale = phi * (p / q - (1 - p) / (1 - q))
-    second = p * (1 + gamma * phi / q) + (1 - p) * (1 - gamma * phi / (1 - q))
+    scale = phi * (p / q - not_p / not_q)
+    second = p * (1 + gamma * phi / q) + not_p * (1 - gamma * phi / not_q)
     return CapParameters(p, gamma, q, scale, second, (second + dims - 1) / scale**2 - 1)
 
 
-def spherical_cap(p: float, epsilon: float, dims: int) -> CapParameters:
-    """PrivUnit2's parameters for a given p (module docstring); d >= 2."""
+def spherical_cap(logit: float, epsilon: float, dims: int) -> CapParameters:
+    """PrivUnit2's parameters for p = expit(logit) (module docstring); d >= 2."""
     from scipy.special import betaincinv, betaln
 
     a = (dims - 1) / 2
-    q = _q(p, epsilon)
+    p, not_p, q, not_q = _cap_odds(logit, epsilon)
     gamma = 1.0 - 2.0 * float(betaincinv(a, a, q))  # P[(1 + alpha)/2 >= (1 + gamma)/2] = I_{(1-gamma)/2}(a, a) = q
     log_tail_mean = a * math.log1p(-gamma * gamma) - math.log(dims - 1) - float(betaln(0.5, a))
-    scale = math.exp(log_tail_mean) * (p / q - (1 - p) / (1 - q))
+    scale = math.exp(log_tail_mean) * (p / q - not_p / not_q)
     return CapParameters(p, gamma, q, scale, 1.0, 1.0 / scale**2 - 1)
 
 
@@ -113,7 +116,11 @@ def optimal_cap(kind: str, epsilon: float, dims: int) -> CapParameters:
     family = gaussian_cap if kind == "gaussian" else spherical_cap
 
     def mse(logit: float) -> float:
-        value = family(1.0 / (1.0 + math.exp(-logit)), epsilon, dims).mse
+        with np.errstate(all="ignore"):
+            try:
+                value = family(logit, epsilon, dims).mse
+            except (ZeroDivisionError, OverflowError, ValueError):
+                return math.inf
         return value if math.isfinite(value) and value > 0 else math.inf
 
     grid = np.linspace(-2.0, epsilon + 12.0, P_GRID)
@@ -121,8 +128,7 @@ def optimal_cap(kind: str, epsilon: float, dims: int) -> CapParameters:
     best = int(np.argmin(values))
     low, high = grid[max(best - 1, 0)], grid[min(best + 1, P_GRID - 1)]
     found = minimize_scalar(mse, bounds=(float(low), float(high)), method="bounded", options={"xatol": 1e-10})
-    logit = float(found.x) if found.fun <= values[best] else float(grid[best])
-    return family(1.0 / (1.0 + math.exp(-logit)), epsilon, dims)
+    return family(float(found.x) if found.fun <= values[best] else float(grid[best]), epsilon, dims)
 
 
 class CapMechanism(GradientMechanism):
@@ -143,7 +149,7 @@ class CapMechanism(GradientMechanism):
 
     def privatize(self, v: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The unbiased (n, d) reports U / m for unit rows v."""
-        n = v.shape[0]
+        n: int = v.shape[0]
         above = rng.random(n) < self.cap.p
         u = 1.0 - rng.random(n)  # in (0, 1]: the quantile functions below stay finite
         alpha = self.projections(above, u)
@@ -193,7 +199,7 @@ class PrivUnitG(CapMechanism):
 
 
 class PrivUnit2(CapMechanism):
-    """PrivUnit2 (BDFKR18 Alg. 1) with AFT22's optimised p: a uniform point of the sphere's cap or its complement.
+    """PrivUnit2 (BDFKR18) with AFT22's optimised p: a uniform point of the sphere's cap or its complement.
 
     Examples
     --------

@@ -1,5 +1,5 @@
 """FastProjUnit (Asi, Feldman, Nelson, Nguyen and Talwar, "Fast optimal locally private mean estimation via random
-projections", NeurIPS 2023, "AFNNT23", Sec. 3, Algorithm FastProjUnit): PrivUnitG in k dimensions after a seeded
+projections", NeurIPS 2023, "AFNNT23", algorithm FastProjUnit): PrivUnitG in k dimensions after a seeded
 randomized Hadamard projection, so that a report is k float32 numbers and a seed whatever d is.
 
 Construction. d' is d rounded up to a power of two, k <= d' (1000 by default), x is padded with zeros to R^d'.
@@ -21,7 +21,7 @@ without replacement from the y_i^2 of mean 1/d', E y_i^4 <= 3/d'^2 over D); AFNN
 k = 1000, d = 10^5 that is under 0.056, below the noise of a mean of n reports (sqrt(MSE / n) ~ 200 / sqrt(n)) for
 any n under ~10^7.
 
-Error (derived here; AFNNT23 Thm. 3.2 bounds it). With R_k's scale m and E[alpha^2] (module privunit):
+Error (derived here; AFNNT23 bound it). With R_k's scale m and E[alpha^2] (module privunit):
 E[u u^T | y] = (1/m^2) (I_k + (E[alpha^2] - 1) w w^T), w = y / ||y||, so with A = W P_d W^T,
     E||x_hat||^2 = (1/m^2) (tr A + (E[alpha^2] - 1) E[w^T A w]),   tr A = tr(P_d W^T W) = d exactly,
 and E<x_hat, x> = E[<w, W x>] = E||W x||. Hence, for a unit x,
@@ -36,6 +36,7 @@ c << d the error is PrivUnitG's in d dimensions plus (c - 1)(E[alpha^2] - 1)/m^2
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -57,6 +58,7 @@ from ldpstream.mechanisms.multidim import check_dims
 PROJECTED_DIMS = 1000  # AFNNT23's k in their experiments: a 4,008-byte report
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment
 _SEED_HIGH = np.iinfo(np.int64).max
+_BLOCK = 64  # the Hadamard transform's low Kronecker factor, applied as a matrix product
 
 
 def padded_dims(dims: int) -> int:
@@ -64,11 +66,23 @@ def padded_dims(dims: int) -> int:
     return 1 << (dims - 1).bit_length()
 
 
+@lru_cache(maxsize=8)
+def _sylvester(size: int) -> np.ndarray:
+    """The unnormalised size x size Sylvester-Hadamard matrix of +-1 (size a power of two)."""
+    h = np.ones((1, 1))
+    while h.shape[0] < size:
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
 def hadamard(x: np.ndarray) -> np.ndarray:
     """H x for each row of x (n, m), m a power of two, H the orthonormal Sylvester-Hadamard matrix (symmetric, so
-    also H^T x): the fast Walsh-Hadamard transform, in place on x, which is returned."""
+    also H^T x). H_m = H_{m/B} (x) H_B: the low factor is one matrix product per block of B = min(m, 64) entries,
+    the high one the butterflies of the fast Walsh-Hadamard transform over contiguous halves. x is overwritten."""
     n, m = x.shape
-    h = 1
+    block = min(m, _BLOCK)
+    x = (x.reshape(n * (m // block), block) @ _sylvester(block)).reshape(n, m)
+    h = block
     while h < m:
         y = x.reshape(n, m // (2 * h), 2, h)
         top = y[:, :, 0, :].copy()
@@ -135,14 +149,26 @@ class ProjUnit(GradientMechanism):
         c = self.spread()
         return abs(cap.second_moment - 1.0) / cap.scale**2 * max(c - 1.0, self.padded / self.k - c) + 3.0 / self.k
 
+    def bias_bound(self) -> float:
+        """sqrt(3 (d' - k) / (k (d' - 1))): the normalisation's bias (module docstring); 0 when k = d'."""
+        if self.k == self.padded:
+            return 0.0
+        return math.sqrt(3.0 * (self.padded - self.k) / (self.k * (self.padded - 1)))
+
     def projection(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(signs (n, d') in {-1, 1}, rows (n, k)): D and S of W for each report's seed."""
+        """(signs (n, d') in {-1, 1}, rows (n, k)): D and S of W for each report's seed, defined bit for bit so that
+        any implementation rebuilds them: with w_j = mix64(s + (j + 1) * golden) (`seed_stream`), D_j = -1 iff bit
+        j mod 64 (least significant first) of w_{j // 64} is set, j < d'; S lists in increasing order the k indices
+        i < d' with the smallest w_{ceil(d'/64) + i} (all of them when k = d'); report value i goes with row S_i."""
         n, m, k = seeds.shape[0], self.padded, self.k
-        words = seed_stream(seeds, m if k == m else 2 * m)
-        signs = np.where(words[:, :m] >> np.uint64(63), -1.0, 1.0)
+        sign_words = -(-m // 64)
+        words = seed_stream(seeds, sign_words + (0 if k == m else m))
+        j = np.arange(m, dtype=np.uint64)
+        bits = (words[:, j // np.uint64(64)] >> (j % np.uint64(64))) & np.uint64(1)
+        signs = 1.0 - 2.0 * bits.astype(np.float64)
         if k == m:
             return signs, np.broadcast_to(np.arange(m), (n, m))
-        return signs, np.argpartition(words[:, m:], k - 1, axis=1)[:, :k]
+        return signs, np.sort(np.argpartition(words[:, sign_words:], k - 1, axis=1)[:, :k], axis=1)
 
     def project(self, v: np.ndarray, seeds: np.ndarray) -> np.ndarray:
         """W v for unit rows v (n, d): (n, k)."""
@@ -154,7 +180,7 @@ class ProjUnit(GradientMechanism):
 
     def perturb(self, gradients: np.ndarray, rng: np.random.Generator) -> Reports:
         x = self.check(gradients)
-        n = x.shape[0]
+        n: int = x.shape[0]
         seeds = rng.integers(0, _SEED_HIGH, size=n, dtype=np.int64)
         value = np.empty((n, self.k), dtype=np.float32)
         step = max(1, CHUNK_ELEMENTS // self.padded)
