@@ -68,3 +68,17 @@ def _header(name: bytes, dims: tuple[int, ...], count: int, size: int = 8) -> by
 def test_bad_snapshot_bytes_are_refused(data: bytes) -> None:
     with pytest.raises(SnapshotError):
         decode_snapshot(data)
+
+
+def test_mutated_snapshot_bytes_decode_or_are_refused() -> None:
+    good = Snapshot("mlp", (4, 3, 2), 5, np.linspace(-1, 1, 23)).encode()
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        data = bytearray(good)
+        for at in rng.integers(0, len(data), rng.integers(1, 4)):
+            data[at] = int(rng.integers(0, 256))
+        data = data[: int(rng.integers(0, len(data) + 1))] if rng.random() < 0.3 else data
+        try:
+            decode_snapshot(bytes(data))
+        except SnapshotError:
+            pass
