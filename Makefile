@@ -15,7 +15,7 @@ unexport PYTHONDONTWRITEBYTECODE
 TEST_JVM := JAVA_TOOL_OPTIONS=-XX:TieredStopAtLevel=1
 
 .PHONY: demo test check lint types docs test-cluster install install-test up down status bench clean compose-secrets chromium \
-	prometheus
+	prometheus fashion-mnist debian-packages
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,15 +40,19 @@ $(TS_SDK)/dist/.built: $(TS_SDK)/node_modules/.installed $(TS_SDK)/tsconfig.json
 	touch $@
 
 # The browser tests drive Debian's Chromium (no browser download): installed when missing, as root (CI).
-chromium:
-	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }
-
-# Prometheus and promtool for `ldp up --prometheus` and the alert and dashboard tests: Debian's, installed when missing.
-prometheus:
-	@test -x /usr/bin/prometheus || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; }
+# Debian's packages the tests use, installed when missing (as root: CI), with one `apt-get update`: Chromium for the
+# browser tests (no browser download), Prometheus and promtool for `ldp up --prometheus` and the alert and dashboard
+# tests, Fashion-MNIST (MIT licence, no download at run time) for training. `make chromium` etc. install one.
+DEBIAN_PACKAGES := chromium=/usr/bin/chromium prometheus=/usr/bin/prometheus \
+	dataset-fashion-mnist=/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz
+debian-packages:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do test -e "$${p#*=}" || missing="$$missing $${p%%=*}"; done; \
+	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; fi
+chromium prometheus fashion-mnist:
+	@$(MAKE) --no-print-directory debian-packages DEBIAN_PACKAGES="$(filter $(subst fashion-mnist,dataset-fashion-mnist,$@)=%,$(DEBIAN_PACKAGES))"
 
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test $(TS_SDK)/dist/.built chromium prometheus
+install-test: $(VENV)/.installed-test $(TS_SDK)/dist/.built debian-packages
 	@# byte-compile the package (only what changed) before the tests' processes start side by side: pip does it for an
 	@# install, an editable one compiles on first import, in each process that gets there before a .pyc exists
 	@$(PY) -m compileall -q src/ldpstream > /dev/null

@@ -65,6 +65,9 @@ def test_the_status_summary_shows_version_outcomes_parameters_and_the_held_out_e
     assert summary["iteration"] == 1 and summary["accepted"] == 2 and not summary["done"]
     assert summary["dropped"] == {"stale": 1} and summary["rejected"] == {"out_of_range": 3}
     assert summary["params"] == [-1.0, 0.0, 0.0] == summary["beta"]  # gamma_1 = 1 times the mean [1, 0, 0]
+    privacy = summary["privacy"]  # each device takes part once: its lifetime epsilon is the job's epsilon
+    assert (privacy["participations_per_device"], privacy["lifetime_epsilon"], privacy["sampling_rate"]) == (1, 1.0,
+                                                                                                           None)
     evaluation = summary["evaluation"]
     assert evaluation["held_out_rows"] == 20 and 0 <= evaluation["misclassification"] <= 1
     p = evaluation["misclassification"]

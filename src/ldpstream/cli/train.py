@@ -23,6 +23,7 @@ from ldpstream.sgd import GRADIENT_MECHANISMS
 if TYPE_CHECKING:
     from ldpstream.sgd.checkpoint import JobState
     from ldpstream.sgd.datasets import Dataset
+    from ldpstream.sgd.images import LabelledSet
 
 
 
@@ -45,13 +46,16 @@ def _data(model: str, use_synthetic: bool, census: bool, devices: int, dims: int
 def train(
     ctx: typer.Context,
     offline: Annotated[bool, typer.Option("--offline", help="run in process over simulated devices")] = False,
-    model: Annotated[str, typer.Option(help="linear, logistic or svm")] = "logistic",
+    model: Annotated[str, typer.Option(help="linear, logistic or svm; with --dataset: softmax or mlp")] = "logistic",
     use_synthetic: Annotated[bool, typer.Option("--synthetic", help="a synthetic set with a known model")] = False,
     census: Annotated[bool, typer.Option("--census", help="the UCI Adult census data (extra 'data')")] = False,
     devices: Annotated[int, typer.Option(help="devices (synthetic; with --job: a fleet of them)")] = 100_000,
     dims: Annotated[int, typer.Option(help="number of features d (synthetic)")] = 10,
     epsilon: Annotated[float, typer.Option(help="privacy budget per device")] = 1.0,
-    mechanism: Annotated[str, typer.Option(help=f"gradient mechanism: {', '.join(GRADIENT_MECHANISMS)}")] = "hm",
+    mechanism: Annotated[str | None, typer.Option(help=f"gradient mechanism: {', '.join(GRADIENT_MECHANISMS)} "
+                                                       "(default hm); with --dataset: privunitg, privunit2, "
+                                                       "projunit, duchi-l2, pm, hm, duchi, gaussian (delta 1e-5) or "
+                                                       "none (default: L2's optimal at the model's size)")] = None,
     batch_size: Annotated[int | None, typer.Option(help="mini-batch size g (default: 001's rule)")] = None,
     reduced_dims: Annotated[int | None, typer.Option(help="dimension reduction to r (MGD-DR)")] = None,
     gamma0: Annotated[float, typer.Option(help="learning rate gamma_t = gamma0 / sqrt(t)")] = 1.0,
@@ -59,6 +63,17 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     job_file: Annotated[Path | None, typer.Option("--job", help="run a job file's coordinator over Kafka")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="with --job: serve Prometheus metrics here")] = None,
+    dataset: Annotated[str | None, typer.Option(help="train a network (--model softmax|mlp) on fashion-mnist, "
+                                                     "synthetic (10 Gaussian classes) or adult")] = None,
+    clients_per_round: Annotated[int, typer.Option(min=1, help="with --dataset: devices per round B")] = 600,
+    epochs: Annotated[int, typer.Option(min=1, help="with --dataset: epochs T (each device once per epoch)")] = 1,
+    split: Annotated[str, typer.Option(help="with --dataset: iid (one example per device) or non-iid (10 "
+                                            "examples of 2 classes per device)")] = "iid",
+    lr: Annotated[float, typer.Option(help="with --dataset: the server's learning rate")] = 1.0,
+    momentum: Annotated[float, typer.Option(help="with --dataset: the server's momentum")] = 0.5,
+    hidden: Annotated[str, typer.Option(help="with --model mlp: hidden widths, comma-separated")] = "64",
+    save: Annotated[Path | None, typer.Option(help="with --dataset: write the final model's snapshot bytes here")]
+    = None,
 ) -> None:
     """Train a model by LDP mini-batch SGD and compare it with non-private SGD on the same held-out rows."""
     from pydantic import ValidationError
@@ -72,6 +87,10 @@ def train(
         return train_job(ctx, job_file, metrics_port)
     if not offline:
         raise typer.BadParameter("pass --offline (in process) or --job FILE (over Kafka)")
+    if dataset is not None:
+        return train_network(dataset, model, mechanism, epsilon, clients_per_round, epochs, split, lr, momentum,
+                             hidden, devices, dims, seed, as_json, save)
+    mechanism = mechanism or "hm"
     try:
         train_set, test_set = _data(model, use_synthetic, census, devices, dims, seed)
         job = TrainingJob(
@@ -98,6 +117,60 @@ def train(
             f"{result.iterations} iterations of g = {result.batch_size}; held-out {result.metric} "
             f"{result.private:.4f} private, {result.non_private:.4f} non-private"
         )
+
+
+def _network_data(dataset: str, devices: int, dims: int, seed: int) -> tuple[LabelledSet, LabelledSet]:
+    from ldpstream.sgd.datasets import adult
+    from ldpstream.sgd.images import LabelledSet, fashion_mnist, gaussian_classes
+    from ldpstream.sgd.jobs import held_out_rows
+
+    if dataset == "fashion-mnist":
+        return fashion_mnist("train"), fashion_mnist("test")
+    if dataset == "synthetic":
+        test_rows = held_out_rows(devices)
+        full = gaussian_classes(devices + test_rows, dims, 10, seed)
+        return (LabelledSet(full.name, full.x[test_rows:], full.y[test_rows:], full.classes),
+                full.head(test_rows))
+    if dataset == "adult":
+        census = adult("logistic")
+        train, test = (LabelledSet(d.name, d.x.astype("float32"), (d.y > 0).astype(int), 2)
+                       for d in census.split(len(census.y) // 10, seed))
+        return train, test
+    raise typer.BadParameter(f"unknown dataset {dataset!r}; known: fashion-mnist, synthetic, adult")
+
+
+def train_network(dataset: str, model: str, mechanism: str | None, epsilon: float, clients_per_round: int,
+                  epochs: int, split: str, lr: float, momentum: float, hidden: str, devices: int, dims: int, seed: int,
+                  as_json: bool, save: Path | None) -> None:
+    """`ldp train --offline --dataset D --model softmax|mlp ...`: the offline trainer of `ldpstream.sgd.federated`;
+    without --mechanism, the default of L2 clipping at the model's size (`default_gradient_mechanism`)."""
+    from ldpstream.mechanisms.gradients import default_gradient_mechanism
+    from ldpstream.sgd.federated import FederatedJob, train_federated
+    from ldpstream.sgd.images import device_split
+    from ldpstream.sgd.networks import make_network
+
+    try:
+        widths = tuple(int(w) for w in hidden.split(",") if w.strip()) if model == "mlp" else ()
+        train_set, test_set = _network_data(dataset, devices, dims, seed)
+        net = make_network(model, (train_set.dims, *widths, train_set.classes))
+        mechanism = mechanism or default_gradient_mechanism("l2", net.size)
+        job = FederatedJob(mechanism, epsilon, clients_per_round, epochs, lr, momentum, seed)
+        run = train_federated(job, net, train_set, device_split(split, train_set.y, seed), test_set)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    result = run.summary
+    if save is not None:
+        save.write_bytes(run.snapshot.encode())
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    lifetime = "non-private" if result["lifetime_epsilon"] is None else (
+        f"eps {epsilon:g} per report, lifetime eps {result['lifetime_epsilon']:g} over "
+        f"{result['participations_per_device']} participation(s)")
+    typer.echo(f"{model} {tuple(result['dims'])} on {dataset} ({result['split']}, {result['devices']:,} devices), "
+               f"{mechanism}, {result['rounds']} rounds of {clients_per_round}: held-out accuracy "
+               f"{result['accuracy']:.4f} (stderr {result['accuracy_stderr']:.4f}), loss {result['loss']:.4f}; "
+               f"{lifetime}")
 
 
 def train_job(ctx: typer.Context, job_file: Path, metrics_port: int | None) -> None:
@@ -159,7 +232,10 @@ def _summary_text(summary: dict[str, Any]) -> str:
              f"version {summary['iteration']} of g = {summary['batch_size']}, "
              + (f"done ({summary['stop_reason']})" if summary["done"] else "not done"),
              f"gradients: {summary['accepted']:,} accepted; dropped {summary['dropped'] or 'none'}; "
-             f"rejected {summary['rejected'] or 'none'}"]
+             f"rejected {summary['rejected'] or 'none'}",
+             f"privacy: eps {summary['privacy']['epsilon_per_report']:g} per report, "
+             f"{summary['privacy']['participations_per_device']} participation(s) per device: lifetime eps "
+             f"{summary['privacy']['lifetime_epsilon']:g}"]
     if "evaluation" in summary:
         ev = summary["evaluation"]
         lines.append(f"held-out ({ev['held_out_rows']:,} rows): " + ", ".join(

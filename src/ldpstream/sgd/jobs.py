@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ldpstream.runtime.settings import Settings
+from ldpstream.sgd.accounting import job_privacy
 from ldpstream.sgd.checkpoint import Checkpoint, JobState, RedisCheckpoint
 from ldpstream.sgd.coordinator import Coordinator, CoordinatorResult, Evaluator, VersionCallback
 from ldpstream.sgd.datasets import Dataset
@@ -131,8 +132,8 @@ class IdleWatch:
 
 
 def state_summary(state: JobState, checkpoint: Checkpoint) -> dict[str, Any]:
-    """What `ldp train status` shows: version, gradients by outcome, parameters, and held-out evaluation of a
-    simulated job."""
+    """What `ldp train status` shows: version, gradients by outcome, a device's privacy over the job (each device
+    takes part once: `ldpstream.sgd.accounting`), parameters, and held-out evaluation of a simulated job."""
     outcomes = checkpoint.outcomes(state.job.job_id)
     trainer = state.trainer()
     summary: dict[str, Any] = {
@@ -143,6 +144,8 @@ def state_summary(state: JobState, checkpoint: Checkpoint) -> dict[str, Any]:
         "dropped": {k.partition(":")[2]: n for k, n in sorted(outcomes.items()) if k.startswith("dropped:")},
         "rejected": {k.partition(":")[2]: n for k, n in sorted(outcomes.items()) if k.startswith("rejected:")},
         "params": trainer.params.tolist(), "beta": trainer.beta.tolist(),
+        "privacy": job_privacy(state.job.epsilon, 1, None if state.job.expected_population is None else min(
+            1.0, state.job.mini_batch_size / state.job.expected_population)),
     }
     if state.metadata:
         simulation = Simulation.model_validate_json(state.metadata)

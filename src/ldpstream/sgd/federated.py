@@ -1,0 +1,180 @@
+"""The offline trainer of networks (`ldp train --offline --dataset ...`): rounds of B devices, in process.
+
+Each epoch deals the devices of a `DeviceSplit` in a fresh random order into rounds of B (`accounting`). In a round,
+every device computes the gradient of the cross-entropy on its own examples at the current model (their mean when it
+holds several), clips it to the unit ball of the mechanism's norm (L2: scaled to norm <= 1; L-infinity: each
+coordinate to [-1, 1]), and perturbs it with the job's gradient randomizer; the server takes the randomizer's
+unbiased mean of the B reports and makes one step of SGD with momentum (v <- mu v + g; theta <- theta - lr v). The
+B devices' per-example gradients are one vectorised pass (`Network.gradients`), their reports one `perturb` call.
+
+Mechanisms: every gradient randomizer of `ldpstream.mechanisms.gradients` (pure eps-LDP), `gaussian` (the
+(eps, delta)-LDP analytic Gaussian reference, `ldpstream.mechanisms.gaussian`) and `none` (the same clipping, no
+noise). The server's step size and momentum act on the reports only: post-processing, free of privacy cost.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ldpstream.sgd.accounting import job_privacy, rounds_per_epoch
+from ldpstream.sgd.images import DeviceSplit, LabelledSet
+from ldpstream.sgd.models import TrainingError
+from ldpstream.sgd.networks import Network
+from ldpstream.sgd.snapshot import Snapshot
+
+GAUSSIAN_DELTA = 1e-5
+DEFAULT_LR = 1.0
+DEFAULT_MOMENTUM = 0.5
+CHUNK_ELEMENTS = 1 << 24  # per-example gradients computed in chunks of at most this many numbers (128 MiB)
+
+
+class Randomizer(Protocol):
+    """What the trainer needs of a gradient randomizer (the contract of `ldpstream.mechanisms.gradients`)."""
+
+    @property
+    def norm(self) -> str: ...
+
+    def perturb(self, vectors: np.ndarray, rng: np.random.Generator) -> Any: ...
+
+    def mean(self, reports: Any) -> np.ndarray: ...
+
+
+class NoNoise:
+    """The non-private run: reports are the clipped gradients themselves."""
+
+    norm = "l2"
+
+    def perturb(self, vectors: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return vectors
+
+    def mean(self, reports: np.ndarray) -> np.ndarray:
+        return np.asarray(reports).mean(axis=0)
+
+
+def randomizer(name: str, dims: int, epsilon: float) -> Randomizer:
+    """The randomizer called `name`: 'none', 'gaussian' (at delta 1e-5) or a gradient mechanism."""
+    if name == "none":
+        return NoNoise()
+    if name == "gaussian":
+        from ldpstream.mechanisms.gaussian import GaussianVector
+
+        return GaussianVector(dims, epsilon, GAUSSIAN_DELTA)
+    from ldpstream.mechanisms.gradients import gradient_mechanism
+
+    mechanism: Randomizer = gradient_mechanism(name, dims=dims, epsilon=epsilon)
+    return mechanism
+
+
+def clip(gradients: np.ndarray, norm: str) -> np.ndarray:
+    """Each row scaled into the unit L2 ball ('l2'), or each coordinate clipped to [-1, 1] ('linf'), in place."""
+    if norm == "l2":
+        lengths = np.sqrt(np.einsum("ij,ij->i", gradients, gradients))
+        gradients /= np.maximum(lengths, 1.0)[:, None]
+        return gradients
+    if norm == "linf":
+        return np.clip(gradients, -1.0, 1.0, out=gradients)
+    raise TrainingError(f"unknown clipping norm {norm!r}")
+
+
+def device_gradients(net: Network, theta: np.ndarray, data: LabelledSet, rows: np.ndarray) -> np.ndarray:
+    """Per device (row of `rows`, its example indices): the mean gradient over its examples, shape (B, size)."""
+    out = net.gradients(theta, data.x[rows[:, 0]], data.y[rows[:, 0]])
+    for j in range(1, rows.shape[1]):
+        out += net.gradients(theta, data.x[rows[:, j]], data.y[rows[:, j]])
+    return out / rows.shape[1] if rows.shape[1] > 1 else out
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    accuracy: float
+    accuracy_stderr: float
+    loss: float
+    loss_stderr: float
+
+
+def evaluate(net: Network, theta: np.ndarray, test: LabelledSet) -> Evaluation:
+    """Held-out accuracy and mean cross-entropy, each with its standard error over the n test examples."""
+    n = len(test.y)
+    step = max(1, CHUNK_ELEMENTS // max(net.size, 1))
+    losses = np.concatenate([net.loss(theta, test.x[i : i + step], test.y[i : i + step]) for i in range(0, n, step)])
+    right = np.concatenate([net.predict(theta, test.x[i : i + step]) == test.y[i : i + step]
+                            for i in range(0, n, step)])
+    acc = float(right.mean())
+    return Evaluation(acc, math.sqrt(acc * (1 - acc) / n), float(losses.mean()), float(losses.std() / math.sqrt(n)))
+
+
+@dataclass(frozen=True)
+class FederatedJob:
+    """One offline job: network, randomizer and its epsilon per report, B devices a round, T epochs, the server's
+    learning rate and momentum, and the seed of the device order and the noise."""
+
+    mechanism: str
+    epsilon: float
+    clients_per_round: int
+    epochs: int
+    lr: float = DEFAULT_LR
+    momentum: float = DEFAULT_MOMENTUM
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise TrainingError(f"epsilon must be finite and > 0, got {self.epsilon}")
+        if self.epochs < 1 or self.clients_per_round < 1:
+            raise TrainingError(f"need epochs >= 1 and clients per round >= 1, got {self.epochs}, "
+                                f"{self.clients_per_round}")
+        if not (math.isfinite(self.lr) and self.lr > 0 and 0 <= self.momentum < 1):
+            raise TrainingError(f"need lr > 0 and momentum in [0, 1), got {self.lr}, {self.momentum}")
+
+
+@dataclass(frozen=True)
+class FederatedRun:
+    """An offline job's outcome: the JSON `ldp train --offline --dataset ...` prints, and the final model version."""
+
+    summary: dict[str, Any]
+    snapshot: Snapshot
+
+
+def train_federated(job: FederatedJob, net: Network, train: LabelledSet, split: DeviceSplit,
+                    test: LabelledSet) -> FederatedRun:
+    """Run `job` (module docstring): the JSON summary and the model after its last round (version = rounds)."""
+    if train.dims != net.features or train.classes != net.classes:
+        raise TrainingError(f"{net.name} {net.dims} does not fit {train.dims} features and {train.classes} classes")
+    started = time.perf_counter()
+    per_epoch = rounds_per_epoch(split.devices, job.clients_per_round)
+    init_seed, order_seed, noise_seed = np.random.SeedSequence(job.seed).spawn(3)
+    order_rng, noise_rng = np.random.default_rng(order_seed), np.random.default_rng(noise_seed)
+    mechanism = randomizer(job.mechanism, net.size, job.epsilon)
+    theta = net.init(np.random.default_rng(init_seed))
+    velocity = np.zeros(net.size)
+    b = job.clients_per_round
+    for _ in range(job.epochs):
+        order = order_rng.permutation(split.devices)
+        for r in range(per_epoch):
+            gradients = clip(device_gradients(net, theta, train, split.rows[order[r * b : (r + 1) * b]]),
+                             mechanism.norm)
+            mean = np.asarray(mechanism.mean(mechanism.perturb(gradients, noise_rng)), dtype=np.float64)
+            velocity = job.momentum * velocity + mean
+            theta = theta - job.lr * velocity
+        if not np.isfinite(theta).all():
+            raise TrainingError("the model diverged (non-finite parameters): lower --lr or --momentum")
+    result = evaluate(net, theta, test)
+    private = job.mechanism != "none"
+    privacy = job_privacy(job.epsilon, job.epochs, b / split.devices,
+                          GAUSSIAN_DELTA if job.mechanism == "gaussian" else 0.0) if private else {
+        "epsilon_per_report": None, "participations_per_device": job.epochs, "sampling_rate": b / split.devices,
+        "lifetime_epsilon": None}
+    summary = {
+        "dataset": train.name, "model": net.name, "dims": list(net.dims), "parameters": net.size,
+        "mechanism": job.mechanism, "split": split.kind, "devices": split.devices,
+        "examples_per_device": int(split.rows.shape[1]), "clients_per_round": b, "epochs": job.epochs,
+        "rounds": job.epochs * per_epoch, "lr": job.lr, "momentum": job.momentum, "seed": job.seed,
+        "accuracy": result.accuracy, "accuracy_stderr": result.accuracy_stderr, "loss": result.loss,
+        "loss_stderr": result.loss_stderr, "test_examples": len(test.y), **privacy,
+        "seconds": time.perf_counter() - started,
+    }
+    return FederatedRun(summary, Snapshot(net.name, net.dims, job.epochs * per_epoch, theta))
