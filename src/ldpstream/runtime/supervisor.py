@@ -81,18 +81,18 @@ def die_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def launch(argv: Sequence[str], log_file: Path | None = None,
-           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def launch(argv: Sequence[str], log_file: Path | None = None, env: dict[str, str] | None = None,
+           stdout: int | None = None) -> subprocess.Popen[bytes]:
     """Start `argv` in its own process group as a child that dies with this process (`die_with_parent`); its
-    output goes to `log_file` (appended) or to this process's."""
-    out = open(log_file, "ab") if log_file else None  # noqa: SIM115 (the child keeps it)
+    output goes to `log_file` (appended), else its stderr to this process's and its stdout to `stdout`."""
+    out = open(log_file, "ab") if log_file else stdout  # noqa: SIM115 (the child keeps it)
     try:
-        return subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT if out else None,
+        return subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT if log_file else None,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
                                 env={**os.environ, **(env or {}), SUPERVISOR_ENV: str(os.getpid())})
     finally:
-        if out is not None:
-            out.close()
+        if log_file:
+            out.close()  # type: ignore[union-attr]
 
 
 def stop(proc: subprocess.Popen[bytes], timeout_s: float = STOP_GRACE_S) -> None:
