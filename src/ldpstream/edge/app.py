@@ -34,6 +34,7 @@ import os
 import resource
 import secrets
 import signal
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -601,6 +602,11 @@ async def run(config: EdgeConfig, host: str, port: int, reuse_port: bool = False
               ssl_context: ssl.SSLContext | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then stop taking connections, finish the requests in flight, and flush or
     spool what the forwarder holds."""
+    try:  # first: a port taken is one line before anything else starts
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.create_server((host, port), family=family, backlog=1024, reuse_port=reuse_port)
+    except OSError as exc:
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
     edge = Edge(config)
     await edge.start()
     loop = asyncio.get_running_loop()
@@ -613,12 +619,7 @@ async def run(config: EdgeConfig, host: str, port: int, reuse_port: bool = False
                           max_connections=connection_cap(config.max_connections))
     runner = web.ServerRunner(server, handle_signals=False, access_log=None)
     await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port, reuse_port=reuse_port, ssl_context=ssl_context).start()
-    except OSError as exc:
-        await runner.cleanup()
-        await edge.stop()
-        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    await web.SockSite(runner, sock, ssl_context=ssl_context).start()
     stop = asyncio.Event()
 
     def stopping() -> None:
