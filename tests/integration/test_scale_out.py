@@ -50,16 +50,17 @@ def gone_within(pids: list[int], seconds: float) -> list[int]:
 
 
 @contextmanager
-def supervisors(tmp_path: Path, commands: dict[str, list[str]], workers: int) -> Iterator[dict[str, tuple[
-        subprocess.Popen[bytes], list[int]]]]:
-    """`ldp` commands each supervising `workers` children: name -> (supervisor, its children's pids), once every
-    child runs; whatever is left is killed afterwards."""
+def supervisors(tmp_path: Path, commands: dict[str, list[str]], workers: int | dict[str, int]) -> Iterator[dict[
+        str, tuple[subprocess.Popen[bytes], list[int]]]]:
+    """`ldp` commands each supervising `workers` children (or workers[name]): name -> (supervisor, its children's
+    pids), once every child runs; whatever is left is killed afterwards."""
+    wanted = workers if isinstance(workers, dict) else dict.fromkeys(commands, workers)
     procs = {name: subprocess.Popen([*LDP, *argv], stdout=(tmp_path / f"{name}.log").open("wb"),
                                     stderr=subprocess.STDOUT, start_new_session=True)
              for name, argv in commands.items()}
     try:
         deadline = time.monotonic() + 120
-        while any(len(children(p.pid)) < workers for p in procs.values()) and time.monotonic() < deadline:
+        while any(len(children(p.pid)) < wanted[n] for n, p in procs.items()) and time.monotonic() < deadline:
             assert all(p.poll() is None for p in procs.values()), [(tmp_path / f"{n}.log").read_text()
                                                                    for n in procs]
             time.sleep(0.2)
@@ -154,14 +155,15 @@ def test_a_second_ldp_up_changes_nothing_a_running_api_and_edge_depend_on(
 
 def test_every_process_stops_within_seconds_of_sigterm_with_kafka_and_redis_gone(
         collection: Collection, tmp_path: Path) -> None:
-    """Kafka and Redis stop answering (SIGSTOP: connections hang rather than fail) under a running `ldp aggregate`
-    and `ldp edge`; SIGTERM stops each supervisor and its children within the grace (before, an aggregator waited
-    on them for over 25 s)."""
+    """Kafka and Redis stop answering (SIGSTOP: connections hang rather than fail) under a running `ldp aggregate`,
+    `ldp edge`, `ldp serve` and `ldp shuffle`; SIGTERM stops each, and the supervisors' children, within the grace
+    (before, an aggregator waited on them for over 25 s)."""
     services = [KafkaService(collection.cfg), RedisService(collection.cfg)]
     if not all(s.managed for s in services):
         pytest.skip("Kafka or Redis is external: this test cannot stop it")
-    commands = {"aggregate": ["aggregate", "--group", collection.group], "edge": ["edge", "--port", str(free_port())]}
-    with supervisors(tmp_path, commands, 1) as running:
+    commands = {"aggregate": ["aggregate", "--group", collection.group], "edge": ["edge", "--port", str(free_port())],
+                "serve": ["serve", "--port", str(free_port())], "shuffle": ["shuffle"]}
+    with supervisors(tmp_path, commands, {"aggregate": 1, "edge": 1, "serve": 0, "shuffle": 0}) as running:
         send_in_background(collection, 2000, seed=12).join()
         assert collection.wait_accepted(2000, 120) == 2000  # the worker is in its consumer group, working
         frozen = [pid for s in services if (pid := s.running_pid()) is not None]
