@@ -3,9 +3,9 @@
 The contract between the two sides:
 - `launch` starts a child in its own process group, with `SUPERVISOR_ENV` naming this process; the child calls
   `die_with_parent` first, so it never outlives its supervisor, even one that was SIGKILLed: the kernel sends it
-  SIGTERM when the supervisor dies (PR_SET_PDEATHSIG, Linux), and a thread that watches its parent does the same
-  where that is missing or was raced (the supervisor died before the child asked). An orphan then has
-  `STOP_GRACE_S` to stop cleanly before it exits regardless.
+  SIGTERM when the supervisor dies (PR_SET_PDEATHSIG, Linux, for a child started by the supervisor's main thread),
+  and a thread that watches its parent does the same where that is missing or was raced (the supervisor died before
+  the child asked). An orphan then has `STOP_GRACE_S` to stop cleanly before it exits regardless.
 - A child that cannot run as configured (its port taken, its credentials or keys missing) prints one line and exits
   with `EXIT_UNUSABLE` (`unusable`); the supervisor then stops the others and exits non-zero: starting it again
   would fail again, forever. Any other exit is restarted after a backoff that doubles up to `MAX_BACKOFF_S`; a child
@@ -36,6 +36,9 @@ from ldpstream.runtime.process import stop_pid
 log = logging.getLogger(__name__)
 
 SUPERVISOR_ENV = "LDP_SUPERVISOR_PID"
+# "1" when the child was started by the supervisor's main thread: the kernel's parent-death signal follows the thread
+# that forked, so a child started from any other thread (a pool's) would be stopped when that thread ends
+DEATH_SIGNAL_ENV = "LDP_SUPERVISOR_DEATH_SIGNAL"
 EXIT_UNUSABLE = 78  # EX_CONFIG (sysexits.h): cannot run as configured; never restarted
 EXIT_ORPHANED = 75  # the child's supervisor died and its clean stop did not finish within STOP_GRACE_S
 STOP_GRACE_S = 8.0  # from SIGTERM to exit, at most (then SIGKILL from the supervisor, os._exit from within)
@@ -67,7 +70,7 @@ def die_with_parent() -> None:
         parent = int(os.environ.get(SUPERVISOR_ENV, ""))
     except ValueError:
         return
-    if sys.platform.startswith("linux"):
+    if sys.platform.startswith("linux") and os.environ.get(DEATH_SIGNAL_ENV) == "1":
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
@@ -89,7 +92,8 @@ def launch(argv: Sequence[str], log_file: Path | None = None, env: dict[str, str
     try:
         return subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT if log_file else None,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, **(env or {}), SUPERVISOR_ENV: str(os.getpid())})
+                                env={**os.environ, **(env or {}), SUPERVISOR_ENV: str(os.getpid()),
+                                     DEATH_SIGNAL_ENV: str(int(threading.current_thread() is threading.main_thread()))})
     finally:
         if log_file:
             out.close()  # type: ignore[union-attr]
