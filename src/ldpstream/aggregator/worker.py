@@ -10,11 +10,11 @@ the
 3. apply the statistics, outcome counters, new devices and the new offset in one atomic Redis script. If the script
    answers `overlap` (part of the batch was applied: a replay after a rebalance, or the writes of another worker
    reading the same partition, e.g. one of another consumer group), drop the messages at or below the applied
-   offset, start those partitions' next range after it, forget their dedupe lists and go to 1; if it answers `gap` (the store went back
-   in time: a partition's batch starts beyond its applied offset + 1), drop those partitions' messages, forget
-   their lists, have them read again from applied + 1 (`restart_worker`) and go to 1 with the rest; if it answers
-   `stale` (another worker applied batches of a partition since its lists were loaded), forget them and go to 1;
-   `skipped` (all of it was applied) ends here.
+   offset, start those partitions' next range after it, forget their dedupe lists and go to 1; if it answers `gap`
+   (the store went back in time: a partition's batch starts beyond its applied offset + 1), drop those partitions'
+   messages, forget their lists, have them read again from applied + 1 (`restart_worker`) and go to 1 with the
+   rest; if it answers `stale` (another worker applied batches of a partition since its lists were loaded), forget
+   them and go to 1; `skipped` (all of it was applied) ends here.
 faust acks (and later commits) the events only after this returns. On every partition assignment the consumer
 seeks each partition to the offset after the one the store has applied (`StoreSeekingConsumer`), or to where
 Kafka's log now starts if retention deleted messages never applied (reported: `ldpstream.runtime.offsets`), so Kafka's
