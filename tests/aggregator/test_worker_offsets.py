@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, cast
 
+import numpy as np
 import pytest
 from test_processing import PLAN, TOPIC, Plan, message
 
@@ -80,3 +81,28 @@ def test_a_store_gone_back_is_noticed_without_a_batch_to_find_it(
     assert f"{TOPIC}:0 applied -1, this worker applied up to 1" in caplog.text
     h.check_store()
     assert len(reasons) == 1  # asked once
+
+
+def test_two_workers_reading_the_same_partitions_apply_each_message_once() -> None:
+    """Two workers that both read every partition (two consumer groups on one collection; or, for a while, the old
+    and the new owner of a partition after a rebalance), their store writes interleaved: every report is counted
+    once, and neither gives up, restarts or dead-letters anything. Before, a worker whose range overlapped the
+    other's writes started its next range from where it last read, overlapped again, and gave up after 8 rounds
+    (its messages then marked as in hand at a crash, and set aside as poison at the second)."""
+    rng = np.random.default_rng(5)
+    store = MemoryStore()
+    workers = [BatchHandler(store, cast(PlanRegistry, Plans()), cast(DeadLetterProducer, Letters()),
+                            reread=lambda reason: pytest.fail(reason), exit=lambda code: pytest.fail(str(code)))
+               for _ in range(2)]
+    stream = [reports(p, o, 2 * (1000 * p + o)) for o in range(80) for p in (0, 1)]
+    queues = []
+    for _ in workers:  # each worker's own micro-batches of the same stream
+        cuts = np.sort(rng.choice(np.arange(1, len(stream)), 25, replace=False))
+        queues.append([list(chunk) for chunk in np.split(np.array(stream, dtype=object), cuts)])
+    while any(queues):
+        i = int(rng.integers(2)) if all(queues) else int(bool(queues[1]))
+        workers[i].handle_topic(TOPIC, queues[i].pop(0))
+    assert store.offsets("unit") == {f"{TOPIC}:0": 79, f"{TOPIC}:1": 79}
+    assert store.outcomes("unit") == {"accepted": 2 * len(stream)}
+    assert all(not w.rereading for w in workers)
+    assert [d.reason for w in workers for d in cast(Letters, w.dlq).sent] == []

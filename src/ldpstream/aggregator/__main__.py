@@ -19,9 +19,11 @@ import redis
 from ldpstream.aggregator.health import WorkerRegistry, worker_id
 from ldpstream.aggregator.worker import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_MESSAGES, RESTART, WorkerConfig, build_app
 from ldpstream.contract.validation import MAX_CLOCK_SKEW_SETTING_S, clock_skew_ms
+from ldpstream.runtime import metrics
 from ldpstream.runtime.access import AGGREGATOR_GROUPS, act_as, kafka_security
 from ldpstream.runtime.redis import redis_client
 from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.supervisor import die_with_parent, unusable
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -35,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"how far ahead report times may be (0..{MAX_CLOCK_SKEW_SETTING_S} s)")
     parser.add_argument("--loglevel", default="warn", choices=["crit", "error", "warn", "info", "debug"])
     args = parser.parse_args(argv)
+    die_with_parent()
     try:
         max_skew_ms = clock_skew_ms(args.max_clock_skew_s)
     except ValueError as exc:
@@ -42,15 +45,20 @@ def main(argv: list[str] | None = None) -> None:
     act_as("aggregator")
     cfg = Settings.from_env()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.metrics_port is not None:  # bound before the app starts: a port taken is one line, not a crash loop
+        try:
+            metrics.serve(args.metrics_port, cfg, "ldp-aggregator")
+        except OSError as exc:
+            unusable("ldpstream.aggregator", f"cannot serve metrics on {cfg.metrics_addr}:{args.metrics_port}: "
+                                             f"{exc.strerror}")
     try:
         if kafka_security(cfg) and cfg.kafka_config is None and not args.group.startswith(AGGREGATOR_GROUPS):
             parser.error(f"--group {args.group}: the aggregator principal may join only consumer groups named "
                          f"{AGGREGATOR_GROUPS}* (its ACLs, ldpstream.runtime.access)")
         app = build_app(WorkerConfig(cfg.bootstrap, cfg.redis, group=args.group, max_messages=args.max_messages,
-                                     metrics_port=args.metrics_port, max_batch_bytes=args.max_batch_bytes,
-                                     max_skew_ms=max_skew_ms))
+                                     max_batch_bytes=args.max_batch_bytes, max_skew_ms=max_skew_ms))
     except FileNotFoundError as exc:  # no credentials yet (`ldp up` makes them): one line
-        sys.exit(f"ldpstream.aggregator: {exc}")
+        unusable("ldpstream.aggregator", str(exc))
     argv = list(sys.argv)
     # faust allocates several objects per message: collect the young generation 70x less often than Python's
     # default (700), and keep the start-up objects out of every collection (about 10% more one-report messages/s).

@@ -8,12 +8,13 @@ the
 2. send the dead letters to `ldp.dlq` and wait until Kafka has them (at-least-once: a crash before step 3 means
    the batch, and so its dead letters, come again);
 3. apply the statistics, outcome counters, new devices and the new offset in one atomic Redis script. If the script
-   answers `overlap` (part of the batch was applied: a replay after a rebalance), drop the messages at or below
-   the applied offset, forget those partitions' dedupe lists and go to 1; if it answers `gap` (the store went back
-   in time: a partition's batch starts beyond its applied offset + 1), drop those partitions' messages, forget
-   their lists, have them read again from applied + 1 (`restart_worker`) and go to 1 with the rest; if it answers
-   `stale` (another worker applied batches of a partition since its lists were loaded), forget them and go to 1;
-   `skipped` (all of it was applied) ends here.
+   answers `overlap` (part of the batch was applied: a replay after a rebalance, or the writes of another worker
+   reading the same partition, e.g. one of another consumer group), drop the messages at or below the applied
+   offset, start those partitions' next range after it, forget their dedupe lists and go to 1; if it answers `gap`
+   (the store went back in time: a partition's batch starts beyond its applied offset + 1), drop those partitions'
+   messages, forget their lists, have them read again from applied + 1 (`restart_worker`) and go to 1 with the
+   rest; if it answers `stale` (another worker applied batches of a partition since its lists were loaded), forget
+   them and go to 1; `skipped` (all of it was applied) ends here.
 faust acks (and later commits) the events only after this returns. On every partition assignment the consumer
 seeks each partition to the offset after the one the store has applied (`StoreSeekingConsumer`), or to where
 Kafka's log now starts if retention deleted messages never applied (reported: `ldpstream.runtime.offsets`), so Kafka's
@@ -49,7 +50,7 @@ from faust.tables import TableManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from ldpstream.aggregator.dedupe import SeenDevices
+from ldpstream.aggregator.dedupe import CONFLICT, SeenDevices
 from ldpstream.aggregator.health import HEARTBEAT_S, WorkerRegistry, worker_id
 from ldpstream.aggregator.plans import PlanRegistry
 from ldpstream.aggregator.processing import PartitionProcessor
@@ -66,10 +67,11 @@ from ldpstream.runtime.offsets import resume_offset
 from ldpstream.runtime.redis import OUTAGES as REDIS_OUTAGES
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.specs import specs_topic
+from ldpstream.runtime.supervisor import STOP_GRACE_S, exit_within
 
 log = logging.getLogger(__name__)
 
-MAX_APPLY_ROUNDS = 8
+MAX_APPLY_ROUNDS = 32  # each round drops messages others applied, or reloads after their writes
 # Events per micro-batch: large enough that each batch's fixed costs (the Redis script, the numpy set-up) are small
 # next to faust's per-message cost for one-report messages (500 gave 0.70 of the do-nothing agent's rate, 2000 gave
 # 0.93-1.02; benchmarks/bench_pipeline.py); `within_s` bounds the wait for a partial batch.
@@ -95,6 +97,10 @@ OUTAGES = (*REDIS_OUTAGES, DeliveryTimeout)
 STORE_CHECK_S = 5.0  # how often a worker compares the store's applied offsets with those it applied
 
 
+class Contended(RuntimeError):
+    """A store write kept being refused because other workers kept writing the same partitions."""
+
+
 def restart_worker(reason: str) -> None:
     """Stop this worker cleanly (as on SIGTERM: the batch in hand is applied whole or not at all) and have `python -m
     ldpstream.aggregator` execute it afresh; the new process seeks every partition it is assigned to the store's applied
@@ -114,7 +120,6 @@ class WorkerConfig:
     group: str = "ldp-aggregator"
     max_messages: int = DEFAULT_MAX_MESSAGES
     within_s: float = 0.05  # the longest a partial micro-batch waits (0.1 s: p99 freshness 0.70 s at half load)
-    metrics_port: int | None = None
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
     max_skew_ms: int = MAX_FUTURE_SKEW_MS  # how far ahead of this worker's clock a report's time may be
 
@@ -233,6 +238,9 @@ class BatchHandler:
         except OUTAGES:
             log.exception("%s: Redis or Kafka unreachable for %.0f s; exiting", topic, MAX_OUTAGE_S)
             self.exit(EXIT_CRASHED)
+        except Contended:  # no fault of the messages in hand: they are not marked (a rebalance sets nothing aside)
+            log.exception("%s: exiting to start afresh from the store's applied offsets", topic)
+            self.exit(EXIT_CRASHED)
         except Exception:
             log.exception("%s: unexpected exception with %d message(s) in hand (partitions/offsets %s); recording "
                           "them and exiting", topic, len(messages), [(m.partition, m.offset) for m in messages[:10]])
@@ -267,11 +275,17 @@ class BatchHandler:
         if self.rereading:
             messages = [m for m in messages if (topic, m.partition) not in self.rereading]
         for _ in range(MAX_APPLY_ROUNDS):
+            messages = self._unapplied(topic, messages)
             if not messages:
                 metrics.BATCHES.labels("skipped").inc()
                 return
             result = self.processor.process(topic, messages, self.seen, quarantined,
                                             {p: o for (t, p), o in self.continues.items() if t == topic})
+            torn = [source_partition(r.source) for r in (result.update.ranges if result.update else ())
+                    if r.expected == CONFLICT]
+            if torn:  # lists loaded at different offsets (another worker wrote meanwhile): the store would refuse the
+                self.seen.invalidate(topic, torn)  # write, and its dead letters could be wrong; reload, go round
+                continue
             new = [d for d in result.dead_letters if (d.partition, d.offset, d.reason, d.rows) not in sent]
             self.dlq.send(topic, new)
             sent.update((d.partition, d.offset, d.reason, d.rows) for d in new)
@@ -295,13 +309,30 @@ class BatchHandler:
                 return
             assert outcome is not None
             self.seen.invalidate(topic, [source_partition(name) for name in outcome.applied])
-            if status == "overlap":  # some partitions' messages are applied already (a replay): drop them
+            if status == "overlap":  # some partitions' messages are applied already (a replay, or the writes of
+                # another worker reading the partition): drop them, and start those partitions' next range after the
+                # applied offset (from where this worker last read, it overlapped again, round after round)
+                for name, offset in outcome.applied.items():
+                    key = (topic, source_partition(name))
+                    self.continues[key] = max(self.continues.get(key, 0), offset + 1)
                 messages = [m for m in messages if m.offset > outcome.applied.get(source(topic, m.partition), -1)]
             if status == "gap":  # the store went back in time: read these partitions again from applied + 1
                 firsts = {m.partition: m.offset for m in reversed(messages)}  # each partition's lowest
                 self._reread(topic, outcome.applied, {p: f"batch from {o}" for p, o in firsts.items()})
                 messages = [m for m in messages if (topic, m.partition) not in self.rereading]
-        raise RuntimeError(f"{topic}: micro-batch not applied after {MAX_APPLY_ROUNDS} rounds")
+        raise Contended(f"{topic}: micro-batch not applied after {MAX_APPLY_ROUNDS} rounds: other workers keep "
+                        f"writing its partitions")
+
+    def _unapplied(self, topic: str, messages: list[Message]) -> list[Message]:
+        """The messages beyond the offset each partition's dedupe lists were synced at (applied already, by this
+        worker or another reading the partition too: deduplicated against lists that hold their own devices, they
+        would be dead-lettered as duplicates before the store refused them as an overlap)."""
+        floor = {p: self.seen.synced(topic, p) for p in {m.partition for m in messages}}
+        if all(m.offset > floor[m.partition] for m in messages):
+            return messages
+        for p, offset in floor.items():
+            self.continues[(topic, p)] = max(self.continues.get((topic, p), 0), offset + 1)
+        return [m for m in messages if m.offset > floor[m.partition]]
 
     def check_store(self) -> None:
         """Notice a store that went back in time without a batch to find it (a partition that receives nothing
@@ -454,6 +485,21 @@ def broker_credentials(settings: Settings) -> faust.auth.Credentials | None:
     return faust.SSLCredentials(context) if context is not None else None
 
 
+class BoundedStopWorker(faust.Worker):
+    """faust's worker, whose stop on SIGTERM/SIGINT ends within STOP_GRACE_S whatever it waits for: with Kafka and
+    Redis gone, faust's clean stop (commit, leave the group, flush) waited on them for over 25 s. Safe: each store
+    write is one atomic script, so the batch in hand is applied whole or not at all (`ldpstream.runtime.supervisor`).
+    """
+
+    def _on_sigterm(self) -> None:
+        exit_within(STOP_GRACE_S, 0 if RESTART.is_set() else 1)
+        super()._on_sigterm()
+
+    def _on_sigint(self) -> None:
+        exit_within(STOP_GRACE_S)
+        super()._on_sigint()
+
+
 class TablelessManager(TableManager):
     """faust's table manager without the second it sleeps when it starts, there for apps whose tables are still
     being declared: this app declares none, and every start, re-exec and restart of a worker waited it."""
@@ -475,7 +521,8 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
                     datadir=str(state / cfg.group), consumer_auto_offset_reset="earliest", topic_partitions=8,
                     stream_buffer_maxsize=max(4096, 4 * cfg.max_messages), broker_commit_every=cfg.max_messages,
                     consumer_max_fetch_size=8 * 1024 * 1024, broker_session_timeout=SESSION_TIMEOUT_S,
-                    broker_heartbeat_interval=SESSION_TIMEOUT_S / 4, TableManager=TablelessManager)
+                    broker_heartbeat_interval=SESSION_TIMEOUT_S / 4, TableManager=TablelessManager,
+                    Worker=BoundedStopWorker)
     store = store or RedisStore(cfg.redis_url)
     seen = SeenDevices(store)
     marks = RedisCrashMarks(store.redis) if isinstance(store, RedisStore) else MemoryCrashMarks()
@@ -533,10 +580,5 @@ def build_app(cfg: WorkerConfig, store: StatsStore | None = None) -> faust.App:
                 await asyncio.to_thread(registry.beat, me, info)
             except redis.RedisError as exc:
                 log.warning("heartbeat not recorded: %s", exc)
-
-    if cfg.metrics_port is not None:
-        @app.task
-        async def serve_metrics() -> None:
-            metrics.serve(cfg.metrics_port, settings, "ldp-aggregator")  # type: ignore[arg-type]
 
     return app

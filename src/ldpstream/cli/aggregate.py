@@ -6,7 +6,7 @@ import logging
 
 import typer
 
-from ldpstream.cli.errors import client_logs
+from ldpstream.cli.errors import CliError, client_logs, require_services
 
 
 def aggregate(workers: int = typer.Option(1, min=1, max=64, help="worker processes (one consumer group)"),
@@ -18,12 +18,19 @@ def aggregate(workers: int = typer.Option(1, min=1, max=64, help="worker process
     the poisoning auditor beside them."""
     from ldpstream.aggregator.health import WorkerRegistry
     from ldpstream.aggregator.processes import WorkerPool
+    from ldpstream.runtime.process import port_in_use
     from ldpstream.runtime.redis import redis_client
     from ldpstream.runtime.settings import Settings
 
+    cfg = Settings.from_env()
+    taken = [metrics_port + i for i in range(workers) if metrics_port is not None and port_in_use(metrics_port + i)]
+    if taken:
+        raise CliError(f"cannot serve metrics on {cfg.metrics_addr}:{taken[0]}: the port is in use by another "
+                       f"process (worker i serves on --metrics-port + i)")
+    require_services()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     client_logs(verbose=True)  # a service in the foreground: its clients' warnings are its log
-    registry = WorkerRegistry(redis_client(Settings.from_env().redis, 5.0))
+    registry = WorkerRegistry(redis_client(cfg.redis, 5.0))
     raise typer.Exit(WorkerPool(workers, group, metrics_port, registry, audit).run())
 
 

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ldpstream.cli.errors import require_services
+from ldpstream.cli.errors import CliError, require_services
 
 devices_app = typer.Typer(no_args_is_help=True, help="Enrol and revoke the devices the edge accepts reports from.")
 
@@ -45,11 +43,18 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
     /v1/collections/NAME/specs/VERSION, DELETE /v1/collections/NAME/devices/ID."""
     from prometheus_client.multiprocess import mark_process_dead
 
-    from ldpstream.edge.processes import start_edge, stop_edge
+    from ldpstream.edge.app import STOP_S
+    from ldpstream.edge.processes import start_edge
     from ldpstream.runtime.metrics import MULTIPROCESS_DIR
+    from ldpstream.runtime.process import port_in_use
     from ldpstream.runtime.settings import Settings
+    from ldpstream.runtime.supervisor import Supervisor
     from ldpstream.runtime.targets import TOKEN, announce
 
+    if port_in_use(port, host if host not in ("0.0.0.0", "::") else "127.0.0.1"):
+        raise CliError(f"cannot listen on {host}:{port}: the port is in use by another process (stop it, or pass "
+                       f"--port)")
+    require_services()
     cfg = Settings.from_env()
     state = cfg.state_dir / "edge"
     tls = ["--tls-cert", str(tls_cert), "--tls-key", str(tls_key)] if tls_cert or tls_key else []
@@ -67,22 +72,13 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
         return start_edge(port, state / "spool" / f"{port}-{i}", *args, host=host,
                           env={MULTIPROCESS_DIR: str(metrics_dir)})
 
-    procs = [start(i) for i in range(workers)]
     if not tls:  # to the local Prometheus (`ldp up --prometheus`), which reads /metrics over plain HTTP
         announce(cfg, "ldp-edge", port, TOKEN, host=host)
-    stopping = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stopping.append(True))
     typer.echo(f"edge: {workers} process(es) on http{'s' if tls else ''}://{host}:{port}")
-    while not stopping:
-        for i, proc in enumerate(procs):
-            if proc.poll() is not None and not stopping:
-                typer.echo(f"edge process {proc.pid} exited with {proc.returncode}; restarting", err=True)
-                mark_process_dead(proc.pid, str(metrics_dir))  # its gauges leave the sum; its counters stay
-                procs[i] = start(i)
-        time.sleep(0.5)
-    for proc in procs:
-        stop_edge(proc)
+    status = Supervisor(f"ldp edge (port {port})", workers, start,
+                        lambda _i, proc: mark_process_dead(proc.pid, str(metrics_dir)),  # its gauges leave the sum;
+                        stop_timeout_s=STOP_S).run()  # its counters stay
+    raise typer.Exit(status)
 
 
 @devices_app.command("enroll")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ldpstream.cli.errors import client_logs
+from ldpstream.cli.errors import CliError, client_logs, require_services
 
 if TYPE_CHECKING:
     from ldpstream.runtime.settings import Settings
@@ -42,10 +42,15 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.
     http://HOST:PORT/console/#token=TOKEN (a fragment never leaves the browser)."""
     from ldpstream.aggregator.api import serve as serve_api
     from ldpstream.runtime.access import act_as
+    from ldpstream.runtime.process import port_in_use
     from ldpstream.runtime.settings import Settings
     from ldpstream.runtime.targets import TOKEN, announce
 
     act_as("api")
+    if port_in_use(port, host if host not in ("0.0.0.0", "::") else "127.0.0.1"):
+        raise CliError(f"cannot listen on {host}:{port}: the port is in use by another process (stop it, or pass "
+                       f"--port)")
+    require_services()
     client_logs(verbose=True)  # a service in the foreground: its clients' warnings are its log
     cfg = Settings.from_env()
     hint = token_hint(cfg)

@@ -27,6 +27,7 @@ def shuffle(margin_s: Annotated[float, typer.Option(help="after a window's end a
     from ldpstream.runtime import metrics
     from ldpstream.runtime.access import act_as
     from ldpstream.runtime.settings import Settings
+    from ldpstream.runtime.supervisor import STOP_GRACE_S, exit_within
     from ldpstream.shuffler.service import ShufflerConfig, run
 
     require_services()
@@ -37,8 +38,13 @@ def shuffle(margin_s: Annotated[float, typer.Option(help="after a window's end a
     if metrics_port is not None:
         metrics.serve(metrics_port, cfg, "ldp-shuffler")
     stop = threading.Event()
+
+    def stopping(*_: object) -> None:
+        exit_within(STOP_GRACE_S)  # a stop that hangs on Kafka or Redis gone is cut short: a window's release is
+        stop.set()  # one Kafka transaction, aborted if it was not committed
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, stopping)
     run(ShufflerConfig(cfg.bootstrap, cfg.redis, margin_s=margin_s, memory_rows=memory_rows, spill_dir=spill_dir),
         stop)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ldpstream.cli.errors import client_logs
+from ldpstream.cli.errors import CliError, client_logs, require_services
 from ldpstream.cli.output import fail
 from ldpstream.cli.output import wide as console
 from ldpstream.sgd import GRADIENT_MECHANISMS
@@ -191,9 +191,13 @@ def train_job(ctx: typer.Context, job_file: Path, metrics_port: int | None) -> N
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     cfg = Settings.from_env()
-    checkpoint = RedisCheckpoint(cfg.redis)
     if metrics_port is not None:
-        metrics.serve(metrics_port, cfg, "ldp-sgd")
+        try:
+            metrics.serve(metrics_port, cfg, "ldp-sgd")
+        except OSError as exc:
+            raise CliError(f"cannot serve metrics on {cfg.metrics_addr}:{metrics_port}: {exc.strerror}") from exc
+    require_services()
+    checkpoint = RedisCheckpoint(cfg.redis)
     as_json = bool(ctx.params.get("as_json"))
     source = ctx.get_parameter_source("devices")  # typer's own click: compare the enum member by name
     with_fleet = source is not None and source.name == "COMMANDLINE"

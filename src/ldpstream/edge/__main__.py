@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
-from ldpstream.edge.app import EdgeConfig, serve, server_tls
+from ldpstream.edge.app import CannotListen, EdgeConfig, serve, server_tls
 from ldpstream.edge.join import EnrolLimits
 from ldpstream.edge.keyring import Keyring
 from ldpstream.runtime.access import act_as
 from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.supervisor import die_with_parent, unusable
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("--tls-cert and --tls-key go together")
+    die_with_parent()
     act_as("edge")
     cfg = Settings.from_env()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -69,8 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         serve(config, args.host, args.port, reuse_port=args.reuse_port, loop=args.loop,
               ssl_context=None if args.tls_cert is None else server_tls(args.tls_cert, args.tls_key))
-    except FileNotFoundError as exc:  # no credentials yet (`ldp up` makes them), a certificate not there: one line
-        sys.exit(f"ldpstream.edge: {exc}")
+    except (FileNotFoundError, CannotListen) as exc:  # no credentials yet (`ldp up` makes them), a certificate not
+        unusable("ldpstream.edge", str(exc))  # there, the port taken: one line, and not started again
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import os
 import resource
 import secrets
 import signal
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -99,6 +100,7 @@ from ldpstream.runtime.metrics import (
 from ldpstream.runtime.redis import ERRORS as REDIS_ERRORS
 from ldpstream.runtime.redis import async_redis_client
 from ldpstream.runtime.signing import SigningError, load_signing_key
+from ldpstream.runtime.supervisor import exit_within
 from ldpstream.runtime.tokens import Scope, TokenVerifier
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,9 @@ CORS_PREFLIGHT = {"Access-Control-Allow-Methods": "GET, POST, DELETE",
                   "Access-Control-Allow-Headers": "Authorization, Content-Type, Content-Encoding, If-None-Match",
                   "Access-Control-Max-Age": "600"}
 CORS_EXPOSED = "LDP-Signature, LDP-Spec-Version, ETag, Retry-After, X-Request-Id"
+# from SIGTERM to exit at most: the forwarder's flush of what is in flight (bounded at 15 s: delivered or spooled),
+# then the rest; with nothing in flight a stop takes well under a second, Kafka and Redis gone or not
+STOP_S = 20.0
 RESERVED_DESCRIPTORS = 256  # kept from the connection cap: Kafka, Redis, the spool's files, logs
 T = TypeVar("T")
 
@@ -595,10 +600,19 @@ def connection_cap(wanted: int) -> int:
     return wanted if soft == resource.RLIM_INFINITY else max(1, min(wanted, soft - RESERVED_DESCRIPTORS))
 
 
+class CannotListen(RuntimeError):
+    """The edge's address cannot be bound (the port is taken, the address is not this machine's)."""
+
+
 async def run(config: EdgeConfig, host: str, port: int, reuse_port: bool = False,
               ssl_context: ssl.SSLContext | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then stop taking connections, finish the requests in flight, and flush or
     spool what the forwarder holds."""
+    try:  # first: a port taken is one line before anything else starts
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.create_server((host, port), family=family, backlog=1024, reuse_port=reuse_port)
+    except OSError as exc:
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
     edge = Edge(config)
     await edge.start()
     loop = asyncio.get_running_loop()
@@ -611,10 +625,15 @@ async def run(config: EdgeConfig, host: str, port: int, reuse_port: bool = False
                           max_connections=connection_cap(config.max_connections))
     runner = web.ServerRunner(server, handle_signals=False, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port, reuse_port=reuse_port, ssl_context=ssl_context).start()
+    await web.SockSite(runner, sock, ssl_context=ssl_context).start()
     stop = asyncio.Event()
+
+    def stopping() -> None:
+        exit_within(STOP_S)  # a stop that hangs (Redis gone) is cut short: what devices were told is safe is
+        stop.set()  # in Kafka or the spool already
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, stopping)
     try:
         await stop.wait()
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -10,21 +9,16 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ldpstream.runtime.process import stop_pid
+from ldpstream.runtime.supervisor import launch, stop
 
 
 def start_edge(port: int, spool_dir: Path, *args: str, host: str = "127.0.0.1", log_file: Path | None = None,
                env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """One `python -m ldpstream.edge` process in its own process group (`args`: more of its options)."""
+    """One `python -m ldpstream.edge` process in its own process group, dying with this process (`args`: more of
+    its options)."""
     argv = [sys.executable, "-m", "ldpstream.edge", "--host", host, "--port", str(port), "--spool-dir", str(spool_dir),
             *args]
-    out = open(log_file, "ab") if log_file else None  # noqa: SIM115 (the child keeps it)
-    try:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True,
-                                env={**os.environ, **(env or {})})
-    finally:
-        if out is not None:
-            out.close()
+    return launch(argv, log_file, env)
 
 
 def wait_live(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0, probe: str = "/healthz") -> None:
@@ -45,6 +39,4 @@ def wait_live(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0, 
 
 def stop_edge(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
     """SIGTERM the edge's process group and wait (SIGKILL if it hangs)."""
-    if proc.poll() is None:
-        stop_pid(proc.pid, timeout_s=timeout_s)
-    proc.wait(timeout=5)
+    stop(proc, timeout_s)

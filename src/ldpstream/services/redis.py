@@ -97,10 +97,20 @@ class RedisService(LocalService):
         return f"started (pid {proc.pid}) at {self.address}"
 
     def apply_access(self) -> None:
+        """Only the users whose rules changed (an upgrade added a principal or changed its rules), each with ACL
+        SETUSER, never ACL LOAD: Redis (7.0) disconnects every client of every user on an ACL LOAD, so a second `ldp
+        up` made the next request of a running API answer 503 and of a running edge 500."""
         if self.cfg.security and self.users.exists():
             generate_passwords(self.cfg)  # a principal an upgrade added has none yet
-            self.users.write_text(acl_file(self.cfg))
-            redis_client(self.address, 10.0).execute_command("ACL", "LOAD")
+            wanted = acl_file(self.cfg)
+            changed, removed = acl_changes(self.users.read_text(), wanted)
+            if changed or removed:
+                client = redis_client(self.address, 10.0)
+                for user, rules in changed.items():
+                    client.execute_command("ACL", "SETUSER", user, "reset", *rules)
+                for user in removed:
+                    client.execute_command("ACL", "DELUSER", user)
+                replace_secret(self.users, wanted.encode())
         self.upgrade_keys()
 
     def upgrade_keys(self) -> None:
@@ -156,6 +166,23 @@ def acl_file(cfg: Settings) -> str:
     for principal, rules in REDIS_RULES.items():
         lines.append(f"user {principal} on {password_hash(password(cfg, 'redis', principal))} resetchannels {rules}")
     return "\n".join(lines) + "\n"
+
+
+def acl_changes(current: str, wanted: str) -> tuple[dict[str, list[str]], list[str]]:
+    r"""What turns the ACL file `current` into `wanted`: the users whose line is new or different (name -> rules) and
+    the users to delete.
+
+    Examples
+    --------
+    >>> acl_changes("user default off +@all\nuser api on #a ~x\nuser old on #b\n",
+    ...             "user default off +@all\nuser api on #a ~y\nuser edge on #c\n")
+    ({'api': ['on', '#a', '~y'], 'edge': ['on', '#c']}, ['old'])
+    """
+    def users(text: str) -> dict[str, list[str]]:
+        return {f[1]: f[2:] for f in (line.split() for line in text.splitlines()) if len(f) >= 2 and f[0] == "user"}
+
+    have, want = users(current), users(wanted)
+    return {u: rules for u, rules in want.items() if have.get(u) != rules}, [u for u in have if u not in want]
 
 
 def password_hash(secret: str) -> str:
