@@ -30,7 +30,7 @@ export function jsonOf(body: Uint8Array, status: number, what: string): unknown 
     depth += bracket === "[" || bracket === "{" ? 1 : -1;
     deepest = Math.max(deepest, depth);
   }
-  if (deepest > MAX_JSON_DEPTH) throw new EdgeError(status, "bad_answer", `${what} nests deeper than ${MAX_JSON_DEPTH}`);
+  if (deepest > MAX_JSON_DEPTH) throw new EdgeError(status, "bad_answer", `${what} nests too deep`);
   try {
     return JSON.parse(text) as unknown;
   } catch {
@@ -100,7 +100,7 @@ export class EdgeClient {
     const late = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         controller.abort();
-        reject(new EdgeError(0, "timeout", `${method} ${path}: no whole answer from ${this.url} within ${ms} ms`));
+        reject(new EdgeError(0, "timeout", `${method} ${path}: no answer within ${ms} ms`));
       }, ms);
     });
     const exchange = async (): Promise<Answer> => {
@@ -110,8 +110,7 @@ export class EdgeClient {
       if (response.type === "opaqueredirect" || (response.status >= 300 && response.status < 400 && response.status !== 304)) {
         void response.body?.cancel().catch(() => undefined);
         const where = (response.headers.get("location") ?? "").slice(0, 200);
-        throw new EdgeError(response.status, "redirected",
-                            `${method} ${path}: the edge answered ${response.status} to '${where}': a device follows no redirect`);
+        throw new EdgeError(response.status, "redirected", `${method} ${path}: a redirect to '${where}', not followed`);
       }
       return { status: response.status, headers: response.headers, body: await bounded(response, limit) };
     };

@@ -177,7 +177,7 @@ export class Outbox {
     if (n <= 0) return;
     this.dropped += n;
     this.reasons.set(reason, (this.reasons.get(reason) ?? 0) + n);
-    console.warn(`ldpstream: the device dropped ${n} report(s) of its outbox: ${reason} (their budget stays spent)`);
+    console.warn(`ldpstream: ${n} report(s) dropped: ${reason}`);
   }
 
   /** Keep a report (durably: when this resolves it is in storage), then drop the oldest beyond the bounds. */
