@@ -230,10 +230,11 @@ export function backoffS(attempt: number, retryAfterS: number, baseS: number, ca
   return Math.min(capS, Math.max(retryAfterS, u * Math.min(capS, baseS * 2 ** (attempt - 1))));
 }
 
-/** A Retry-After of seconds (0 when absent or not a positive finite number; the backoff caps it). */
+/** A Retry-After of seconds, digits with an optional fraction (0 for anything else, a date included; the backoff
+ * caps it). */
 export function retryAfterSeconds(value: string | null): number {
-  const seconds = Number(value ?? 0);
-  return Number.isFinite(seconds) && seconds > 0 ? seconds : 0;
+  const text = (value ?? "").trim();
+  return /^[0-9]{1,12}(\.[0-9]{1,9})?$/.test(text) ? Number(text) : 0;
 }
 
 /** The verdict on each of the `n` reports of a request from the edge's answer (`verdicts`, or for an answer without

@@ -25,9 +25,9 @@ flush another (`flush_timeout_s`): at it the flush stops, and the reports not an
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -59,6 +59,7 @@ VERSION_HEADER = "LDP-Spec-Version"  # the edge's current version of the collect
 RETRYABLE = frozenset({429, 503, 507})
 DONE = frozenset({200, 202, 409})
 HOPELESS = frozenset({400, 403, 404, 413})
+_SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
 DEFAULT_FLUSH_TIMEOUT_S = 120.0  # a whole flush, by default
 MAX_ANSWER_BYTES = 64 * 2**10
 # The verdicts on a report (the edge's, `ldpstream.edge.intake`); what a device does with each: module docstring.
@@ -70,10 +71,12 @@ VERDICTS = frozenset({ADMITTED, DUPLICATE, FUTURE, STALE, OUT_OF_RANGE, WRONG_SH
                       "wrong_device", "too_large", "unsupported_media_type"})
 
 
-def backoff_s(attempt: int, retry_after_s: float, base_s: float, cap_s: float) -> float:
-    """The wait before attempt `attempt` + 1: full jitter over base * 2^(attempt-1), at least Retry-After, at most
-    `cap_s` (an absurd Retry-After cannot put a device to sleep for days)."""
-    return min(cap_s, max(retry_after_s, random.uniform(0, min(cap_s, base_s * 2 ** (attempt - 1)))))
+def backoff_s(attempt: int, retry_after_s: float, base_s: float, cap_s: float, u: float | None = None) -> float:
+    """The wait before attempt `attempt` + 1: full jitter (`u`, uniform in [0, 1): drawn when None) over
+    base * 2^(attempt-1), at least Retry-After, at most `cap_s` (an absurd Retry-After cannot put a device to sleep
+    for days)."""
+    jitter = random.random() if u is None else u
+    return min(cap_s, max(retry_after_s, jitter * min(cap_s, base_s * 2 ** (attempt - 1))))
 
 
 class Outbox:
@@ -224,7 +227,7 @@ class HttpTransport:
                 self._note_version(answer.headers)
                 if answer.status not in RETRYABLE:
                     return verdicts_of(answer, n)
-                retry_after = _seconds(answer.headers.get("retry-after"))
+                retry_after = retry_after_s(answer.headers.get("retry-after"))
             except EdgeError:
                 pass  # no answer in time, a redirect, an answer too large: try again
             if attempt < self.attempts:
@@ -260,13 +263,11 @@ def verdicts_of(answer: Answer, n: int) -> list[str] | None:
     return None
 
 
-def _seconds(value: str | None) -> float:
-    """A Retry-After of seconds (0 when absent or not a number; the backoff caps it)."""
-    try:
-        seconds = float(value or 0)
-    except ValueError:
-        return 0.0
-    return seconds if 0 < seconds < math.inf else 0.0
+def retry_after_s(value: str | None) -> float:
+    """A Retry-After of seconds, digits with an optional fraction (0 when absent or anything else, a date
+    included; the backoff caps it)."""
+    text = (value or "").strip()
+    return float(text) if _SECONDS.fullmatch(text) else 0.0
 
 
 def same_version(files: list[Path]) -> tuple[list[Path], bytes]:
