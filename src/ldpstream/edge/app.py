@@ -9,13 +9,13 @@ A report request, in order (each refusal answers with its status and reason, cou
    path, time and body (401; the key is derived, so no lookup);
 3. parsing (`ldpstream.edge.intake`): 400/413/415; then the requests that got this far in one event-loop turn go on
    together (`ldpstream.edge.coalesce`), each still answered alone: their checks against the published spec (404, 400;
-   the aggregator's schema code) in one vectorised pass;
+   the aggregator's schema code) in one vectorised pass, a report that fails a per-report check refused alone with
+   its verdict (every report of the request failing: 400);
 4. admission (`ldpstream.edge.devices.Admission`, one Redis script over the turn's requests): not enrolled or revoked,
    replay (401), rate (429), and reports whose window the device already used (dropped; all of them: 409);
-5. forwarding (`ldpstream.edge.forward`), the turn's reports for one partition as one submission: answered 200 once
-Kafka
-   acknowledged, 202 once fsynced in the spool, or 503/507 (the window marks released, so the device can send
-   again).
+5. forwarding (`ldpstream.edge.forward`), the turn's reports for one partition as one submission: answered, with the
+   verdict on each report of the request (`docs/reference/protocol.md`, "Delivery"), 200 once Kafka acknowledged,
+   202 once fsynced in the spool, or 503/507 (the window marks released, so the device can send again).
 Every answer carries `X-Request-Id`; refusals that a retry can cure carry Retry-After.
 
 Slow or idle clients cannot hold the process's connections: a connection that has not completed a request within
