@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from ldpstream.contract.spec import parse_spec
-from ldpstream.device.ledger import ALL_TIME_WINDOW, WINDOWS_KEPT, BudgetExceeded, PrivacyLedger, window_of
+from ldpstream.device.ledger import (
+    ALL_TIME_WINDOW,
+    DAYS_KEPT,
+    WINDOWS_KEPT,
+    BudgetExceeded,
+    PrivacyLedger,
+    window_of,
+)
+from ldpstream.device.policy import PrivacyPolicy
 
 HOUR_MS = 3_600_000
 SPEC = parse_spec("""
@@ -66,17 +74,30 @@ def test_a_past_window_is_held_to_its_own_spend() -> None:
 
 def test_a_clock_that_jumps_far_ahead_and_back_locks_nothing_out_and_resets_nothing() -> None:
     ledger = PrivacyLedger()
-    ledger.charge(SPEC, T0)
+    ledger.charge(SPEC, T0, now_ms=T0)
     year = 365 * 24 * HOUR_MS
-    ledger.charge(SPEC, T0 + 80 * year)  # the clock jumps to the next century...
+    ledger.charge(SPEC, T0 + 80 * year, now_ms=T0 + 80 * year)  # the clock jumps to the next century...
     with pytest.raises(BudgetExceeded):
-        ledger.check(SPEC, T0)  # ...and back: what was spent now is still spent
+        ledger.check(SPEC, T0, now_ms=T0)  # ...and back: what was spent now is still spent
     for hour in range(1, 3 * WINDOWS_KEPT):  # later windows go on, long after the jump
-        ledger.charge(SPEC, T0 + hour * HOUR_MS)
-    with pytest.raises(BudgetExceeded):
-        ledger.check(SPEC, T0 + 80 * year)  # the far window is still kept: it is the latest
+        ledger.charge(SPEC, T0 + hour * HOUR_MS, now_ms=T0 + hour * HOUR_MS)
+    assert ledger.spent(SPEC, T0 + 80 * year) == 0  # the far window is not near the clock: forgotten, not kept
     with pytest.raises(BudgetExceeded, match="no longer keeps"):
-        ledger.check(SPEC, T0)  # an early window whose spend was dropped is refused, never reset to zero
+        ledger.check(SPEC, T0, now_ms=T0 + 3 * WINDOWS_KEPT * HOUR_MS)  # an early window whose spend was dropped
+        # is refused, never reset to zero
+
+
+def test_future_days_never_lock_the_present_out() -> None:
+    policy = PrivacyPolicy(max_epsilon_per_day=5.0)
+    ledger = PrivacyLedger()
+    ledger.commit(SPEC.name, 1000.0)
+    day = 24 * HOUR_MS
+    today = T0 // day * day
+    for d in range(1, DAYS_KEPT + 2):  # a clock ahead by days stamped reports on every day the ledger keeps...
+        ledger.charge(SPEC, today + d * day, policy=policy, now_ms=today + d * day)
+    for hour in range(2):  # ...and back: the present reports on, every hour
+        ledger.charge(SPEC, today + hour * HOUR_MS, policy=policy, now_ms=today + hour * HOUR_MS)
+    assert ledger.spent_on_day(today) == 2 * SPEC.epsilon and ledger.spent_on_day(today + 2 * day) == 0
 
 
 def test_a_clock_that_jumps_back_to_1970_costs_one_window_and_blocks_nothing_later() -> None:

@@ -59,5 +59,7 @@ def test_a_flush_sends_version_by_version_and_drops_what_can_never_be_accepted(t
     outbox.add(b"\x00damaged")
     transport = HttpTransport("http://127.0.0.1:9", Credential("diag", "d1", bytes(32)), outbox, attempts=1)
     sent: list[int] = []
-    transport._send = lambda body: (sent.append(decode(body).spec_version), 200)[1]  # type: ignore[method-assign]
-    assert transport.flush() == 4 and sent == [1, 2] and len(outbox) == 0
+    transport._send = lambda body, n, deadline: (  # type: ignore[method-assign]
+        sent.append(decode(body).spec_version), ["admitted"] * n)[1]
+    assert transport.flush() == 3 and sent == [1, 2] and len(outbox) == 0
+    assert transport.stats() == {"delivered": {"admitted": 3}, "dropped": {"damaged": 1}, "pending": 0}

@@ -18,7 +18,10 @@ from ldpstream.contract.pseudonym import device_pseudonym
 from ldpstream.contract.signatures import TrustedKeys
 from ldpstream.contract.spec import parse_spec
 from ldpstream.contract.wire import AttributeReports, encode, perturbed_batch
+from ldpstream.device.http import MAX_JSON_DEPTH, Answer, EdgeError, json_of
+from ldpstream.device.outbox import backoff_s, retry_after_s, verdicts_of
 from ldpstream.device.policy import PrivacyPolicy, judge
+from ldpstream.device.sdk import check_report_time
 from ldpstream.device.trust import Seen, TrustError, check_pointer, check_spec
 from ldpstream.mechanisms.distribution import HierarchicalHistogram, SquareWave
 
@@ -132,3 +135,44 @@ def test_the_committed_vectors_are_what_the_generator_writes() -> None:
     spec.loader.exec_module(generate)
     for name in generate.VECTORS:
         assert (VECTORS / name).read_text() == generate.render(name), f"{name} drifted: run tests/vectors/generate.py"
+
+
+DELIVERY = load("delivery.json")
+
+
+@pytest.mark.parametrize("case", DELIVERY["report_times"], ids=lambda c: c["name"])
+def test_report_times(case: dict[str, Any]) -> None:
+    try:
+        check_report_time(case["timestamp_ms"], case["clock_ms"])
+        got = "accept"
+    except ValueError:
+        got = "refuse"
+    assert got == case["expected"]
+
+
+@pytest.mark.parametrize("case", DELIVERY["answers"], ids=lambda c: c["name"])
+def test_verdicts_read_from_answers(case: dict[str, Any]) -> None:
+    answer = Answer(case["status"], {}, case["body"].encode())
+    assert verdicts_of(answer, case["reports"]) == case["verdicts"]
+
+
+@pytest.mark.parametrize("case", DELIVERY["backoff"], ids=lambda c: f"{c['attempt']}-{c['retry_after_s']}")
+def test_the_backoff_caps_retry_after(case: dict[str, Any]) -> None:
+    got = backoff_s(case["attempt"], case["retry_after_s"], case["base_s"], case["cap_s"], case["u"])
+    assert got == pytest.approx(case["wait_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("case", DELIVERY["retry_after"], ids=lambda c: repr(c["header"]))
+def test_retry_after_headers(case: dict[str, Any]) -> None:
+    assert retry_after_s(case["header"]) == case["seconds"]
+
+
+@pytest.mark.parametrize("case", DELIVERY["json_bodies"], ids=lambda c: c["name"])
+def test_json_answers_nest_boundedly(case: dict[str, Any]) -> None:
+    try:
+        json_of(case["body"].encode(), 200, "an answer")
+        got = "accept"
+    except EdgeError as exc:
+        assert exc.reason == "bad_answer"
+        got = "refuse"
+    assert got == case["expected"] and DELIVERY["max_json_depth"] == MAX_JSON_DEPTH

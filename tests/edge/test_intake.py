@@ -52,5 +52,7 @@ def test_check_many_answers_each_request_as_check_alone() -> None:
         except Refusal as refusal:
             alone.append(answer(refusal))
     assert together == alone
+    twice = check(*items[10], NOW)  # the second report of one window is refused alone, the first goes on
     assert [a[0] for a in together[6:]] == [msgspec.msgpack.encode(check(*items[6], NOW).envelope), 403, 400, 400,
-                                            400, 404]
+                                            msgspec.msgpack.encode(twice.envelope), 404]
+    assert twice.verdicts == ("", "duplicate") and twice.rows.tolist() == [0]

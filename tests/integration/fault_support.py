@@ -1,4 +1,5 @@
-"""Fault test support: servers a test owns (a Redis, a Kafka broker) on free loopback ports, and a TCP proxy.
+"""Fault test support: servers a test owns (a Redis, a Kafka broker) on free loopback ports, a TCP proxy, and an HTTP
+proxy in front of the edge that injects faults a device must survive (`FaultProxy`).
 
 A fault test kills or reconfigures only these, never the services other tests and sessions share.
 """
@@ -16,9 +17,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -205,3 +207,103 @@ def log_times(log: Path, needle: str) -> list[float]:
         if match and needle in line:
             out.append(datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp())
     return out
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A canned HTTP answer of a `FaultProxy` route."""
+
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+@dataclass(frozen=True)
+class Drip:
+    """A `FaultProxy` fault: the answer's first bytes, one every `interval_s`, for at most `for_s` (a slow server)."""
+
+    interval_s: float = 0.5
+    for_s: float = 60.0
+
+
+Fault = Callable[[str, str, bytes], "Answer | Drip | None"]  # (method, path, body) -> a fault, or None: forward
+
+
+class FaultProxy:
+    """An HTTP server between devices and the real edge that injects faults: a device's base URL is
+    `proxy.url + "/" + ROUTE`, and `routes[ROUTE](method, path, body)` decides, per request (the path without the
+    route), whether it is forwarded to `upstream` (None) or answered with a canned `Answer` or a `Drip`. Every
+    request is recorded (`seen`: route, method, path, headers), so a test can show what reached a stranger."""
+
+    def __init__(self, upstream: str | None, routes: dict[str, Fault] | None = None) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                owner.handle(self, "GET")
+
+            def do_POST(self) -> None:  # noqa: N802
+                owner.handle(self, "POST")
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                owner.handle(self, "DELETE")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.upstream = upstream
+        self.routes = routes if routes is not None else {}
+        self.seen: list[tuple[str, str, str, dict[str, str]]] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def handle(self, handler: Any, method: str) -> None:
+        import urllib.error
+        import urllib.request
+
+        route, _, rest = handler.path.lstrip("/").partition("/")
+        path = "/" + rest
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else b""
+        self.seen.append((route, method, path, dict(handler.headers.items())))
+        fault = self.routes[route](method, path, body) if route in self.routes else None
+        if isinstance(fault, Drip):
+            handler.close_connection = True
+            deadline = time.monotonic() + fault.for_s
+            with suppress(OSError):
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 100_000:
+                    if time.monotonic() > deadline:
+                        break
+                    handler.wfile.write(bytes([byte]))
+                    handler.wfile.flush()
+                    time.sleep(fault.interval_s)
+            return
+        if fault is None and self.upstream is None:
+            fault = Answer(404)
+        if fault is None:
+            headers = {k: v for k, v in handler.headers.items()
+                       if k.lower() in ("content-type", "authorization", "if-none-match")}
+            request = urllib.request.Request(str(self.upstream) + path, method=method, headers=headers,
+                                             data=body if length else None)
+            try:
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    fault = Answer(answer.status, dict(answer.headers.items()), answer.read())
+            except urllib.error.HTTPError as exc:
+                fault = Answer(exc.code, dict(exc.headers.items()), exc.read())
+        handler.send_response(fault.status)
+        for k, v in fault.headers.items():
+            if k.lower() not in ("content-length", "transfer-encoding", "connection", "date", "server"):
+                handler.send_header(k, v)
+        handler.send_header("Content-Length", str(len(fault.body)))
+        handler.end_headers()
+        handler.wfile.write(fault.body)

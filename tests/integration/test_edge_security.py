@@ -113,8 +113,10 @@ def test_a_window_already_used_is_409_and_an_outbox_keeps_its_new_reports(
     earlier = now // HOUR_MS * HOUR_MS - 1
     status, answer, _ = post(edge.url, device, report_body(collection.spec, device, [earlier, now]))
     assert (status, answer["accepted"], answer["duplicates"]) == (200, 1, [1])
+    assert answer["verdicts"] == ["admitted", "duplicate"]
+    # two for one window already used: the second refused alone in the request, the first at admission
     status, answer, _ = post(edge.url, device, report_body(collection.spec, device, [now + 1, now + 2]))
-    assert (status, answer["reason"]) == (400, "duplicate")
+    assert (status, answer["reason"], answer["verdicts"]) == (409, "duplicate", ["duplicate", "duplicate"])
     assert len(rows_in_kafka(collection)) == 2
 
 

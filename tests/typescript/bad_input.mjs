@@ -101,7 +101,7 @@ try {
   // storage cleared under a running device: its ledger is written whole again at the next change (no refund)
   base.data.clear();
   await assert.rejects(d1.report(RECORD), BudgetExceeded);
-  await d1.report(RECORD, Date.now() + 3_600_000); // the next window: charged, and the ledger rewritten with both
+  await d1.report(RECORD, Date.now() - 3_600_000); // the previous window: charged, and the ledger rewritten with both
   assert.equal(JSON.parse(base.get("ledger")).collections[job.collection].lifetime_spent, 4.0);
   summary.storage = "ok";
 

@@ -14,6 +14,9 @@ the protocol does. Bytes are base64 (standard alphabet, padded); 64-bit integers
 - `wire.json`: batches of mechanism output and the exact envelope bytes (`ldpstream.contract.wire.encode`).
 - `auth.json`: request signatures (`ldpstream.contract.auth.authorization`) and device pseudonyms
   (`ldpstream.contract.pseudonym.device_pseudonym`).
+- `delivery.json`: the device's delivery rules (docs/reference/protocol.md): which report times a device may stamp,
+  the verdicts it reads from the edge's answers (null: the reports stay), the backoff's cap over Retry-After, how it
+  reads Retry-After, and which JSON answers it parses (nesting bounded).
 - `distribution.json`: the distribution mechanisms' reports from given uniforms (`SquareWave.from_uniform`,
   `HierarchicalHistogram.from_uniforms`), computed here from the formulas, scalar by scalar: a device SDK draws its
   own uniforms and must turn them into the same reports (to 1e-12 for Square Wave's float).
@@ -117,6 +120,15 @@ def trust_vectors() -> dict[str, Any]:
         ("an older sequence of the same version", pointer_bytes(spec, sequence=NOW // HOUR - 1), None,
          [3, NOW // HOUR], "rollback"),
         ("an expired pointer", pointer_bytes(spec, sequence=NOW // HOUR - 30), None, [0, -1], "expired"),
+        ("issued six minutes after the device's clock (beyond the skew)",
+         pointer_bytes(spec, issued=NOW + 6 * 60_000), None, [0, -1], "issued_in_future"),
+        ("issued four minutes after the device's clock (within the skew)",
+         pointer_bytes(spec, issued=NOW + 4 * 60_000), None, [0, -1], "accept"),
+        ("issued in year 9999 with a sequence to match (it would pin the device)",
+         pointer_bytes(spec, sequence=253_402_300_799_000 // HOUR), None, [0, -1], "issued_in_future"),
+        ("valid until the end of time", pointer_bytes(spec, expires=2**53 - 1), None, [0, -1], "too_long"),
+        ("valid for seven days exactly (the protocol's longest)", pointer_bytes(spec, expires=NOW + 7 * 24 * HOUR),
+         None, [0, -1], "accept"),
         ("not JSON", b"not a pointer", None, [0, -1], "malformed_pointer"),
         ("a version that is a boolean", good_pointer.replace(b'"version":3', b'"version":true'), None, [0, -1],
          "malformed_pointer"),
@@ -294,11 +306,59 @@ def distribution_vectors() -> dict[str, Any]:
     return {"square_wave": square_wave, "hierarchical_histogram": hierarchy}
 
 
+def delivery_vectors() -> dict[str, Any]:
+    """The device's delivery rules (docs/reference/protocol.md, sections 6 to 8), as pure functions of their inputs."""
+    skew = 5 * 60_000
+    times = [("now", NOW, "accept"), ("the skew ahead", NOW + skew, "accept"), ("a millisecond beyond the skew",
+             NOW + skew + 1, "refuse"), ("1 ms after 1970", 1, "accept"), ("1970 itself", 0, "refuse"),
+             ("before 1970", -1, "refuse"), ("year 9999", 253_402_300_799_000, "refuse"),
+             ("a day ago", NOW - 24 * HOUR, "accept")]
+    verdicts = ["stale_timestamp", "admitted", "future_timestamp"]
+    answers = [
+        ("200 with a verdict per report", 200, {"accepted": 1, "verdicts": verdicts}, 3, verdicts),
+        ("200 without verdicts (an older edge)", 200, {"accepted": 2}, 2, ["admitted"] * 2),
+        ("202: in the edge's spool", 202, {"accepted": 1, "verdicts": ["admitted"]}, 1, ["admitted"]),
+        ("409 without verdicts: every window used", 409, {"reason": "duplicate"}, 2, ["duplicate"] * 2),
+        ("400 for a batch of one (no verdicts)", 400, {"reason": "future_timestamp"}, 1, ["future_timestamp"]),
+        ("400 with verdicts: none admitted", 400, {"reason": "stale_timestamp",
+                                                   "verdicts": ["stale_timestamp", "out_of_range"]}, 2,
+         ["stale_timestamp", "out_of_range"]),
+        ("400 whose body is not JSON", 400, "not json", 1, ["refused"]),
+        ("413", 413, {"reason": "too_large"}, 2, ["too_large"] * 2),
+        ("200 with verdicts of the wrong length: the status counts", 200, {"verdicts": ["admitted"]}, 2,
+         ["admitted"] * 2),
+        ("an unknown verdict is a refusal", 200, {"verdicts": ["admitted", "lol"]}, 2, ["admitted", "refused"]),
+        ("500: the reports stay", 500, {"reason": "x"}, 1, None),
+        ("429: retried, then the reports stay", 429, {"reason": "rate_limited"}, 1, None),
+        ("401: the reports stay", 401, {"reason": "unauthorized"}, 1, None),
+        ("200 nested too deep: the status counts", 200, "[" * 40 + "]" * 40, 1, ["admitted"]),
+    ]
+    backoff = [(1, 0.0, 0.2, 30.0, 0.5, 0.1), (10, 0.0, 0.2, 30.0, 1.0, 30.0), (1, 7.0, 0.2, 30.0, 0.5, 7.0),
+               (1, 999_999_999.0, 0.2, 30.0, 0.5, 30.0), (2, 1e9, 0.2, 0.5, 0.0, 0.5)]
+    retry_after = [("999999999", 999_999_999.0), ("2", 2.0), (" 3 ", 3.0), ("1.5", 1.5), ("", 0.0), ("-5", 0.0),
+                   ("abc", 0.0), ("0x10", 0.0), ("1e400", 0.0), ("Infinity", 0.0), ("NaN", 0.0),
+                   ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0)]
+    json_bodies = [("flat", '{"reason":"x"}', "accept"), ("32 deep", "[" * 32 + "]" * 32, "accept"),
+                   ("33 deep", "[" * 33 + "]" * 33, "refuse"),
+                   ("3000 deep (a RecursionError once)", "[" * 3000, "refuse"),
+                   ("brackets inside a string do not nest", json.dumps({"a": "[" * 100}), "accept"),
+                   ("an escaped quote in a string", json.dumps({"a": '\"[[[' * 20}), "accept"),
+                   ("not JSON", "nope", "refuse")]
+    return {"skew_ms": skew, "max_json_depth": 32,
+            "report_times": [{"name": n, "clock_ms": NOW, "timestamp_ms": t, "expected": e} for n, t, e in times],
+            "answers": [{"name": n, "status": st, "body": b if isinstance(b, str) else json.dumps(b), "reports": k,
+                         "verdicts": v} for n, st, b, k, v in answers],
+            "backoff": [{"attempt": a, "retry_after_s": r, "base_s": b, "cap_s": c, "u": u, "wait_s": w}
+                        for a, r, b, c, u, w in backoff],
+            "retry_after": [{"header": h, "seconds": v} for h, v in retry_after],
+            "json_bodies": [{"name": n, "body": b, "expected": e} for n, b, e in json_bodies]}
+
+
 from perturb_vectors import collector_vectors, hash_vectors, memo_vectors  # noqa: E402
 
 VECTORS = {"trust.json": trust_vectors, "policy.json": policy_vectors, "wire.json": wire_vectors,
            "auth.json": auth_vectors, "memo.json": memo_vectors, "collectors.json": collector_vectors,
-           "hashes.json": hash_vectors, "distribution.json": distribution_vectors}
+           "hashes.json": hash_vectors, "distribution.json": distribution_vectors, "delivery.json": delivery_vectors}
 
 
 def render(name: str) -> str:

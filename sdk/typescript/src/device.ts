@@ -24,8 +24,8 @@ import { EdgeError, SpecError, SpecRefused, StateError, TrustError } from "./err
 import { PrivacyLedger } from "./ledger.js";
 import type { FactorizationMechanism } from "./mechanisms/factorization.js";
 import { strategyFromNpz } from "./mechanisms/optional.js";
-import { envelopeOf, HttpTransport, Outbox, type TransportOptions } from "./outbox.js";
-import { type Pointer, POINTER_PERIOD_MS, parsePointer, pointerExpired } from "./pointer.js";
+import { type DeliveryStats, envelopeOf, HttpTransport, Outbox, type TransportOptions } from "./outbox.js";
+import { MAX_SKEW_MS, type Pointer, POINTER_PERIOD_MS, parsePointer, pointerExpired } from "./pointer.js";
 import { judge, makePolicy, type PolicyOptions, type PrivacyPolicy } from "./policy.js";
 import { CryptoRandom, type Random } from "./random.js";
 import { type PinnedKeysJson, type TrustedKeys, trustedKeysFromJson } from "./signatures.js";
@@ -50,7 +50,9 @@ export interface JoinOptions {
   /** Where the device keeps its state: IndexedDB by default in a browser; in Node a directory path or a
    * get/set object (`DeviceStorage`). */
   storage?: DeviceStorage | string;
-  /** The outbox's bounds and the sending's retries. */
+  /** The outbox's bounds and the sending's retries and deadlines (`timeoutMs`, one request's, also of the join's
+   * requests: default 30,000; `flushTimeoutS`, a whole flush's: default 120; `maxBackoffS`, which caps Retry-After:
+   * default 30). */
   outbox?: TransportOptions;
   /** The clock, ms since the epoch (default Date.now). */
   clock?: () => number;
@@ -165,6 +167,15 @@ class Link {
   }
 }
 
+/** `timestampMs` if a device may make a report at that time by its clock `clockMs`: an integer after 1970 and at most
+ * the clock skew ahead of the clock; RangeError otherwise (`ldpstream.device.sdk.check_report_time`). */
+export function checkReportTime(timestampMs: number, clockMs: number): number {
+  if (!Number.isSafeInteger(timestampMs) || timestampMs <= 0 || timestampMs > clockMs + MAX_SKEW_MS) {
+    throw new RangeError(`a report time is integer ms after 1970 and at most 5 min after the clock (${clockMs}), not ${timestampMs}`);
+  }
+  return timestampMs;
+}
+
 export class Device {
   /** The spec the device reports to now. */
   spec: CollectionSpec;
@@ -172,6 +183,7 @@ export class Device {
   readonly pseudonym: bigint;
   #collector: Collector;
   #queue: Promise<unknown> = Promise.resolve();
+  #flushing: Promise<number> | null = null;
   readonly #link: Link;
   readonly #random: Random;
 
@@ -207,7 +219,7 @@ export class Device {
     } catch (exc) {
       throw new StateError(`the privacy ledger is damaged (${String(exc)}): repair or reset it`);
     }
-    const client = new EdgeClient(options.edge, options.fetch);
+    const client = new EdgeClient(options.edge, options.fetch, options.outbox?.timeoutMs);
     const link = new Link(client, keys, state, options.collection, clock);
     let spec: CollectionSpec, strategies: Strategies, commitment = 0;
     try { // the spec first: a device that refuses it never enrols
@@ -247,7 +259,13 @@ export class Device {
     return this.transport.credential;
   }
 
-  /** One operation at a time (reports, flushes and refreshes never interleave their writes). */
+  /** What became of this device's reports since it joined: delivered by verdict, dropped by reason, pending. */
+  stats(): DeliveryStats {
+    return this.transport.stats();
+  }
+
+  /** One operation at a time (reports and refreshes never interleave their writes; a flush's sending runs beside
+   * them, its outbox writes ordered by the outbox). */
   #serial<T>(operation: () => Promise<T>): Promise<T> {
     const run = this.#queue.then(operation, operation);
     this.#queue = run.catch(() => undefined);
@@ -280,16 +298,17 @@ export class Device {
   }
 
   /**
-   * Perturb, charge and queue one report; the encoded message. `timestampMs` is the report time (default now).
-   * RecordError for a malformed record, BudgetExceeded when a budget or a policy cap would be exceeded, SpecRefused
+   * Perturb, charge and queue one report; the encoded message. `timestampMs` is the report time (default the device's
+   * clock): after 1970 and at most the clock skew (5 min) ahead of the clock, else RangeError. It never waits for a
+   * flush's network. RecordError for a malformed record, BudgetExceeded when a budget or a policy cap would be exceeded, SpecRefused
    * when the device does not accept its collection's spec now, StateError when the charge cannot be kept (storage
    * full: nothing charged, no report).
    */
   report(record: TrueRecord, timestampMs?: number): Promise<Uint8Array> {
     return this.#serial(async () => {
       this.#link.requireReady();
-      const now = timestampMs ?? this.#link.clock();
-      if (!Number.isSafeInteger(now)) throw new RangeError(`a report time is integer ms since the epoch, not ${now}`);
+      const clock = this.#link.clock();
+      const now = checkReportTime(timestampMs ?? clock, clock);
       const spec = this.spec;
       let secret: bigint | null = null, memos: { key: string; epsilon: number }[] = [];
       if (spec.privacy !== null) {
@@ -297,9 +316,9 @@ export class Device {
         secret = await this.ledger.secret(spec.name, () => this.#random.word64());
         memos = this.#collector.memos(record, secret);
       }
-      this.ledger.check(spec, now, memos, this.policy);
+      this.ledger.check(spec, now, memos, this.policy, undefined, clock);
       const blocks = this.#collector.perturb(record, this.#random, secret);
-      await this.ledger.charge(spec, now, memos, this.policy);
+      await this.ledger.charge(spec, now, memos, this.policy, undefined, clock);
       const stored = {
         version: spec.version, timestampMs: now, madeMs: this.#link.clock(), size: 0,
         blocks: blocks.map((b) => ({
@@ -314,16 +333,23 @@ export class Device {
     });
   }
 
-  /** Send the outbox; the number of reports that left it. The spec is refreshed first when its pointer is due, and
-   * after when the edge says the version moved on. */
+  /** Send the outbox within `flushTimeoutS` (and the refreshes within their requests' deadlines); the number of
+   * reports the edge took (`stats` says what became of the others). The spec is refreshed first when its pointer is
+   * due, and after when the edge says the version moved on. Reports made meanwhile do not wait for it; a flush asked
+   * for while one runs is that one. */
   flush(): Promise<number> {
-    return this.#serial(async () => {
-      if (this.#link.due()) await this.#refreshNow();
-      const sent = await this.transport.flush();
-      const movedOn = this.transport.currentVersion;
-      if (movedOn !== null && movedOn > this.spec.version) await this.#refreshNow();
-      return sent;
-    });
+    this.#flushing ??= (async () => {
+      try {
+        if (this.#link.due()) await this.refresh();
+        const sent = await this.transport.flush();
+        const movedOn = this.transport.currentVersion;
+        if (movedOn !== null && movedOn > this.spec.version) await this.refresh();
+        return sent;
+      } finally {
+        this.#flushing = null;
+      }
+    })();
+    return this.#flushing;
   }
 
   /** Delete this device's enrolment at the edge, forget its credential and drop the reports not sent (their budget

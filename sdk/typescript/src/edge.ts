@@ -1,8 +1,11 @@
 /**
  * The device's side of the edge's HTTP API (`ldpstream.device.edge_api`, src/ldpstream/edge/openapi.json), over the
  * platform's `fetch`: enrolment, the signed pointer (If-None-Match, 304), the signed spec, a factorization strategy,
- * leaving, and posting reports. Every answer is read up to a size bound (a hostile server cannot fill the device's
- * memory) within a timeout; what fails is an `EdgeError` with the status (0: no answer) and the edge's reason.
+ * leaving, and posting reports (`ldpstream.device.http`). One deadline per request (`timeoutMs`, default 30 s): the
+ * connection, the headers and the body together, so a server that drips its answer fails at the deadline. No redirect
+ * is followed (an `EdgeError` with reason `redirected`: a device never sends its reports or its Authorization to a
+ * stranger). Every answer is read up to a size bound, and a JSON answer parsed only if it nests at most
+ * `MAX_JSON_DEPTH` deep (`jsonOf`); what fails is an `EdgeError` with the status (0: no answer) and the edge's reason.
  */
 
 import { concatBytes, fromHex, fromUtf8, utf8 } from "./bytes.js";
@@ -14,6 +17,26 @@ const MAX_POINTER_BYTES = 4 * 2 ** 10;
 const MAX_SPEC_BYTES = 256 * 2 ** 10;
 const MAX_STRATEGY_BYTES = 64 * 2 ** 20;
 const MAX_ANSWER_BYTES = 64 * 2 ** 10;
+/** One request's deadline, by default. */
+export const DEFAULT_TIMEOUT_MS = 30_000;
+/** How deep a JSON answer may nest. */
+export const MAX_JSON_DEPTH = 32;
+
+/** The JSON value of an answer's body if it nests at most MAX_JSON_DEPTH deep; EdgeError(status, "bad_answer") if not. */
+export function jsonOf(body: Uint8Array, status: number, what: string): unknown {
+  const text = fromUtf8(body);
+  let depth = 0, deepest = 0;
+  for (const bracket of text.replace(/"(?:[^"\\]|\\.)*"/gs, '""').match(/[[\]{}]/g) ?? []) {
+    depth += bracket === "[" || bracket === "{" ? 1 : -1;
+    deepest = Math.max(deepest, depth);
+  }
+  if (deepest > MAX_JSON_DEPTH) throw new EdgeError(status, "bad_answer", `${what} nests too deep`);
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw new EdgeError(status, "bad_answer", `${what} is not JSON`);
+  }
+}
 
 export type Fetch = typeof fetch;
 
@@ -48,10 +71,11 @@ async function bounded(response: Response, limit: number): Promise<Uint8Array> {
   return concatBytes(...parts);
 }
 
-function refusal(body: Uint8Array): [string, string] {
+/** The reason code and detail of a refusal's JSON body ("" where it gives none). */
+export function refusal(answer: Answer): [string, string] {
   try {
-    const value = JSON.parse(fromUtf8(body)) as { reason?: unknown; error?: unknown };
-    return [String(value.reason ?? ""), String(value.error ?? "").slice(0, 200)];
+    const value = jsonOf(answer.body, answer.status, "a refusal") as { reason?: unknown; error?: unknown } | null;
+    return [String(value?.reason ?? "").slice(0, 100), String(value?.error ?? "").slice(0, 200)];
   } catch {
     return ["", ""];
   }
@@ -76,21 +100,39 @@ export class EdgeClient {
   readonly url: string;
   readonly #fetcher: Fetch;
 
-  constructor(baseUrl: string, fetcher: Fetch = globalThis.fetch.bind(globalThis), readonly timeoutMs = 30_000) {
+  constructor(baseUrl: string, fetcher: Fetch = globalThis.fetch.bind(globalThis), readonly timeoutMs = DEFAULT_TIMEOUT_MS) {
     this.#fetcher = fetcher;
     this.url = baseUrl.replace(/\/+$/, "");
   }
 
-  /** One request: its status, headers and body (bounded); EdgeError(0) when there is no answer. */
+  /** One request within `timeoutMs` (or `deadlineMs`, when shorter): its status, headers and body (bounded); EdgeError
+   * when there is no whole answer in time (reason `timeout`, status 0), a redirect, or a body over `limit`. */
   async request(method: string, path: string, body: Uint8Array | null, headers: Record<string, string>,
-                limit: number): Promise<Answer> {
+                limit: number, deadlineMs = this.timeoutMs): Promise<Answer> {
     const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(), this.timeoutMs);
-    try {
+    const ms = Math.max(0, Math.min(this.timeoutMs, deadlineMs));
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        controller.abort();
+        reject(new EdgeError(0, "timeout", `${method} ${path}: no answer within ${ms} ms`));
+      }, ms);
+    });
+    const exchange = async (): Promise<Answer> => {
       const response = await this.#fetcher(this.url + path, {
-        method, headers, body: body as BodyInit | null, cache: "no-store", redirect: "error", signal: controller.signal,
+        method, headers, body: body as BodyInit | null, cache: "no-store", redirect: "manual", signal: controller.signal,
       });
+      if (response.type === "opaqueredirect" || (response.status >= 300 && response.status < 400 && response.status !== 304)) {
+        void response.body?.cancel().catch(() => undefined);
+        const where = (response.headers.get("location") ?? "").slice(0, 200);
+        throw new EdgeError(response.status, "redirected", `${method} ${path}: a redirect to '${where}', not followed`);
+      }
       return { status: response.status, headers: response.headers, body: await bounded(response, limit) };
+    };
+    const attempt = exchange();
+    attempt.catch(() => undefined); // settled by the race below; a late rejection is not unhandled
+    try {
+      return await Promise.race([attempt, late]);
     } catch (exc) {
       if (exc instanceof EdgeError) throw exc;
       throw new EdgeError(0, "unreachable",
@@ -105,7 +147,7 @@ export class EdgeClient {
     const answer = await this.request(method, path, body, headers, limit);
     if (answer.status === 304 && notModified) return null;
     if (answer.status < 200 || answer.status > 299) {
-      const [reason, detail] = refusal(answer.body);
+      const [reason, detail] = refusal(answer);
       throw new EdgeError(answer.status, reason, `${method} ${path}: ${answer.status} ${reason}: ${detail}`);
     }
     return answer;
@@ -116,8 +158,8 @@ export class EdgeClient {
     const body = utf8(JSON.stringify({ token, collection }));
     const answer = (await this.#call("POST", "/v1/enroll", body, { "Content-Type": "application/json" }, MAX_ANSWER_BYTES))!;
     let credential: Credential;
+    const value = (jsonOf(answer.body, answer.status, "the enrolment answer") ?? {}) as Record<string, unknown>;
     try {
-      const value = JSON.parse(fromUtf8(answer.body)) as Record<string, unknown>;
       if (typeof value.collection !== "string" || typeof value.device !== "string" || typeof value.key !== "string"
           || !/^[A-Za-z0-9._-]{1,64}$/.test(value.device)) throw new Error("fields");
       credential = { collection: value.collection, device: value.device, key: fromHex(value.key) };

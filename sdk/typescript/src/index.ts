@@ -12,7 +12,7 @@ export { type PinnedKeysJson, type TrustedKeys, trustedKeysFromJson } from "./si
 export { type CollectionSpec, parseSpec } from "./spec.js";
 export { Collector, type TrueRecord } from "./collector.js";
 export { PrivacyLedger } from "./ledger.js";
-export { type OutboxOptions, type TransportOptions } from "./outbox.js";
+export { type DeliveryStats, type OutboxOptions, type TransportOptions } from "./outbox.js";
 export { CryptoRandom, type Random } from "./random.js";
 export { authorization, devicePseudonym, type Credential } from "./auth.js";
 // Building blocks, for tools and benchmarks that perturb without a device (tests/typescript, benchmarks/typescript).

@@ -3,7 +3,9 @@
  * Python SDK's: per collection the spend of its last 64 windows (the spec's smallest tumbling window; one all-time
  * window without windows), its odometer, the memos it paid for and its 64-bit secret; device-wide the spend of the last
  * 8 UTC days and the lifetime committed to each collection. A report in a window (or day) at or before one whose
- * spend was dropped is refused, so a clock jump neither locks the device out nor forgets a spend.
+ * spend was dropped is refused, so a clock jump neither locks the device out nor forgets a spend. Only periods near the
+ * device's clock are kept: what was charged to windows and days after the clock plus the skew is forgotten, and no
+ * drop made while the clock was ahead counts from the present on (future days never lock the present out).
  *
  * `charge` writes the ledger (through the device's storage) before it returns: a report is charged whether or not it
  * is ever sent, and if the write fails (storage full) nothing is charged and the report is not made.
@@ -13,6 +15,7 @@ import { BudgetExceeded } from "./errors.js";
 import { fsum } from "./fsum.js";
 import type { Memo } from "./collector.js";
 import type { PrivacyPolicy } from "./policy.js";
+import { MAX_SKEW_MS } from "./pointer.js";
 import { type CollectionSpec, windowSeconds } from "./spec.js";
 
 export const ALL_TIME_WINDOW = -1;
@@ -32,6 +35,12 @@ export class Spends {
 
   forgotten(period: number): boolean {
     return !this.spent.has(period) && this.dropped !== null && period <= this.dropped;
+  }
+
+  /** These spends as the clock sees them in period `present` (`horizon`: the period of the clock plus the skew). */
+  near(present: number, horizon: number): Spends {
+    const dropped = this.dropped === null ? null : Math.min(this.dropped, present - 1);
+    return new Spends(this.kept, new Map([...this.spent].filter(([k]) => k <= horizon)), dropped);
   }
 
   plus(period: number, epsilon: number): Spends {
@@ -148,14 +157,14 @@ export class PrivacyLedger {
 
   /** BudgetExceeded if a report costing `epsilon` (default: the spec's) and reading `memos` would exceed a budget. */
   check(spec: CollectionSpec, timestampMs: number, memos: Memo[] = [], policy: PrivacyPolicy | null = null,
-        epsilon?: number): void {
-    this.#next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy);
+        epsilon?: number, nowMs: number = Date.now()): void {
+    this.#next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy, nowMs);
   }
 
   /** Record a report (kept in storage before this resolves); the budget left in its window. */
   async charge(spec: CollectionSpec, timestampMs: number, memos: Memo[] = [], policy: PrivacyPolicy | null = null,
-               epsilon?: number): Promise<number> {
-    const [account, days] = this.#next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy);
+               epsilon?: number, nowMs: number = Date.now()): Promise<number> {
+    const [account, days] = this.#next(spec, timestampMs, epsilon ?? spec.epsilon, memos, policy, nowMs);
     await this.#replace(() => {
       this.#accounts.set(spec.name, account);
       this.#days = days;
@@ -176,9 +185,12 @@ export class PrivacyLedger {
   }
 
   #next(spec: CollectionSpec, timestampMs: number, epsilon: number, memos: Memo[],
-               policy: PrivacyPolicy | null): [Account, Spends] {
+               policy: PrivacyPolicy | null, nowMs: number): [Account, Spends] {
     if (!(Number.isFinite(epsilon) && epsilon > 0)) throw new RangeError(`a report's epsilon must be finite and > 0, got ${epsilon}`);
-    const current = this.#accounts.get(spec.name) ?? newAccount();
+    const kept = this.#accounts.get(spec.name) ?? newAccount();
+    const ahead = nowMs + MAX_SKEW_MS;
+    const current = { ...kept, windows: kept.windows.near(windowOf(spec, nowMs), windowOf(spec, ahead)) };
+    const days = this.#days.near(Math.floor(nowMs / DAY_MS), Math.floor(ahead / DAY_MS));
     const window = windowOf(spec, timestampMs);
     if (current.windows.forgotten(window)) {
       throw new BudgetExceeded(`${spec.name}: the ledger no longer keeps window ${window}`);
@@ -193,17 +205,18 @@ export class PrivacyLedger {
     const lifetime = current.lifetimeSpent + (spec.privacy === null ? epsilon : fsum([...fresh.values()]));
     checkLifetime(spec, memos, fresh, lifetime);
     const day = Math.floor(timestampMs / DAY_MS);
-    if (policy !== null) this.#checkPolicy(spec, policy, epsilon, day, lifetime);
+    if (policy !== null) this.#checkPolicy(spec, policy, epsilon, day, lifetime, days);
     const account: Account = { windows: current.windows.plus(window, epsilon), lifetimeSpent: lifetime,
                                memos: new Map([...current.memos, ...fresh]), secret: current.secret };
-    return [account, this.#days.plus(day, epsilon)];
+    return [account, days.plus(day, epsilon)];
   }
 
-  #checkPolicy(spec: CollectionSpec, policy: PrivacyPolicy, epsilon: number, day: number, lifetime: number): void {
-    if (this.#days.forgotten(day)) {
+  #checkPolicy(spec: CollectionSpec, policy: PrivacyPolicy, epsilon: number, day: number, lifetime: number,
+               days: Spends): void {
+    if (days.forgotten(day)) {
       throw new BudgetExceeded(`the ledger no longer keeps day ${day}`);
     }
-    const today = this.#days.of(day) + epsilon;
+    const today = days.of(day) + epsilon;
     if (today > policy.maxEpsilonPerDay * (1 + EPSILON_SLACK)) {
       throw new BudgetExceeded(`the spend on day ${day} would be ${today} > maxEpsilonPerDay ${policy.maxEpsilonPerDay}`);
     }

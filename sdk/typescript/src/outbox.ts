@@ -4,17 +4,19 @@
  * Reports are kept as mechanism output only (never a raw value), in the device's storage, within bounds, so a device
  * offline for weeks cannot fill its storage with reports nobody would take: at most `maxReports` (1,000) and
  * `maxBytes` (1 MiB; the oldest go first), none older than `maxAgeS` (24 h, the edge's oldest accepted report time).
- * A dropped report's budget is never refunded. `flush` sends them oldest first, up to `batch` (50) of one spec version
- * a request as one envelope, signed with the device's credential; a report leaves the outbox only when the edge
- * acknowledged it (200, 202), said its window was already used (409: an earlier attempt got through) or that it can
- * never be accepted (400, 403, 404, 413). Connection errors, 429, 503 and 507 are retried with exponential backoff
- * and full jitter, at least as long as Retry-After asks; after `attempts` the reports stay for the next flush, and
- * any other status (a 500, a 401) keeps them too.
+ * A dropped report's budget is never refunded. `flush` sends them oldest first (the order they were made), up to `batch`
+ * (50) of one spec version a request as one envelope, signed with the device's credential, and acts on the edge's
+ * verdict on each report (docs/reference/protocol.md, "Delivery"): `admitted` or `duplicate` (the edge has it) leave
+ * the outbox; `future_timestamp` stays for a later flush; any other verdict (`stale_timestamp`, `out_of_range`, ...)
+ * or a 400/403/404/413 answer without verdicts drops the report, its reason counted (`stats`). Connection errors,
+ * 429, 503 and 507 are retried with exponential backoff and full jitter, at least as long as Retry-After asks but
+ * never longer than `maxBackoffS`; each request has one deadline (`timeoutMs`) and a whole flush another
+ * (`flushTimeoutS`, default 120 s): the reports not answered for stay, and so do they on any other status.
  */
 
 import { authorization, type Credential } from "./auth.js";
 import { concatBytes, fromBase64, toBase64 } from "./bytes.js";
-import type { EdgeClient } from "./edge.js";
+import { type Answer, type EdgeClient, jsonOf, refusal } from "./edge.js";
 import type { Dtype } from "./mechanisms/base.js";
 import type { DeviceStorage } from "./storage.js";
 import { encodeEnvelope, type Envelope, type WireBlock, type WireColumn } from "./wire.js";
@@ -23,6 +25,13 @@ export const VERSION_HEADER = "LDP-Spec-Version";
 const RETRYABLE = new Set([429, 503, 507]);
 const DONE = new Set([200, 202, 409]);
 const HOPELESS = new Set([400, 403, 404, 413]);
+// The verdicts on a report (the edge's); what the device does with each: the module documentation.
+const ADMITTED = "admitted";
+const DUPLICATE = "duplicate";
+const FUTURE = "future_timestamp";
+const REFUSED = "refused";
+const VERDICTS = new Set([ADMITTED, DUPLICATE, FUTURE, "stale_timestamp", "out_of_range", "wrong_shape", "malformed",
+                          "unknown_collection", "wrong_device", "too_large", "unsupported_media_type"]);
 const DTYPES = new Set(["<f8", "<i8", "<u4", "|u1", "|i1"]);
 const MAX_BODY_BYTES = 4 * 2 ** 20;
 /** What `envelopeOf` says of stored reports that cannot go in one envelope (damaged in storage). */
@@ -41,8 +50,12 @@ export interface OutboxOptions {
   attempts?: number;
   /** The first backoff's scale, seconds (default 0.2). */
   baseBackoffS?: number;
-  /** The longest backoff, seconds (default 30). */
+  /** The longest backoff, seconds (default 30); it caps Retry-After too. */
   maxBackoffS?: number;
+  /** One request's deadline, ms (default 30,000). */
+  timeoutMs?: number;
+  /** A whole flush's deadline, seconds (default 120). */
+  flushTimeoutS?: number;
 }
 
 /** One stored report: its spec version, report time, when it was made, and its attribute blocks (row 0). */
@@ -108,9 +121,12 @@ export class Outbox {
   readonly maxReports: number;
   readonly maxBytes: number;
   readonly maxAgeS: number;
-  /** Reports dropped by the bounds since this outbox was opened. */
+  /** Reports dropped since this outbox was opened... */
   dropped = 0;
+  /** ...by reason (the outbox's bounds, or the edge's verdict). */
+  readonly reasons = new Map<string, number>();
   #reports: StoredReport[] = [];
+  #writes: Promise<unknown> = Promise.resolve();
   readonly #storage: DeviceStorage;
   readonly #key: string;
 
@@ -145,40 +161,61 @@ export class Outbox {
     return this.#reports;
   }
 
-  async #save(next: StoredReport[]): Promise<void> {
-    await this.#storage.set(this.#key, JSON.stringify(next.map(toJson)));
-    this.#reports = next;
+  /** The reports after `change` of the current ones, kept in storage; one change at a time (a report made while a
+   * flush removes what it sent is neither lost nor brought back). */
+  #save(change: (reports: StoredReport[]) => StoredReport[]): Promise<void> {
+    const run = this.#writes.then(async () => {
+      const next = change(this.#reports);
+      await this.#storage.set(this.#key, JSON.stringify(next.map(toJson)));
+      this.#reports = next;
+    });
+    this.#writes = run.catch(() => undefined);
+    return run;
+  }
+
+  #count(reason: string, n: number): void {
+    if (n <= 0) return;
+    this.dropped += n;
+    this.reasons.set(reason, (this.reasons.get(reason) ?? 0) + n);
+    console.warn(`ldpstream: ${n} report(s) dropped: ${reason}`);
   }
 
   /** Keep a report (durably: when this resolves it is in storage), then drop the oldest beyond the bounds. */
-  async add(report: StoredReport): Promise<void> {
-    const next = [...this.#reports, report];
-    let cut = Math.max(0, next.length - this.maxReports);
-    let total = next.reduce((s, r) => s + r.size, 0) - next.slice(0, cut).reduce((s, r) => s + r.size, 0);
-    while (cut < next.length - 1 && total > this.maxBytes) total -= next[cut++].size;
-    this.dropped += cut;
-    await this.#save(next.slice(cut));
+  add(report: StoredReport): Promise<void> {
+    return this.#save((reports) => {
+      const next = [...reports, report];
+      let cut = Math.max(0, next.length - this.maxReports);
+      let total = next.reduce((s, r) => s + r.size, 0) - next.slice(0, cut).reduce((s, r) => s + r.size, 0);
+      while (cut < next.length - 1 && total > this.maxBytes) total -= next[cut++].size;
+      this.#count("outbox_full", cut);
+      return next.slice(cut);
+    });
   }
 
   /** Drop the reports made more than `maxAgeS` ago; how many. */
   async dropStale(nowMs: number): Promise<number> {
-    const keep = this.#reports.filter((r) => r.madeMs >= nowMs - this.maxAgeS * 1000);
-    const gone = this.#reports.length - keep.length;
-    if (gone) {
-      this.dropped += gone;
-      await this.#save(keep);
-    }
+    let gone = 0;
+    await this.#save((reports) => {
+      const keep = reports.filter((r) => r.madeMs >= nowMs - this.maxAgeS * 1000);
+      gone = reports.length - keep.length;
+      this.#count("expired", gone);
+      return keep;
+    });
     return gone;
   }
 
-  /** Remove the first `count` reports (sent, or hopeless). */
-  async shift(count: number): Promise<void> {
-    await this.#save(this.#reports.slice(count));
+  /** Remove these reports: delivered (`reason` null), or never admissible (counted under `reason`). */
+  remove(gone: ReadonlySet<StoredReport>, reason: string | null = null): Promise<void> {
+    return this.#save((reports) => {
+      const keep = reports.filter((r) => !gone.has(r));
+      if (reason !== null) this.#count(reason, reports.length - keep.length);
+      return keep;
+    });
   }
 
   /** Forget every report (a device that left). */
-  async clear(): Promise<void> {
-    await this.#save([]);
+  clear(): Promise<void> {
+    return this.#save(() => []);
   }
 }
 
@@ -188,22 +225,43 @@ export interface TransportOptions extends OutboxOptions {
   random?: () => number;
 }
 
-/** The wait before attempt `attempt` + 1: full jitter over base * 2^(attempt - 1) (capped), at least Retry-After. */
+/** The wait before attempt `attempt` + 1: full jitter over base * 2^(attempt - 1), at least Retry-After, at most `capS`. */
 export function backoffS(attempt: number, retryAfterS: number, baseS: number, capS: number, u: number): number {
-  return Math.max(retryAfterS, u * Math.min(capS, baseS * 2 ** (attempt - 1)));
+  return Math.min(capS, Math.max(retryAfterS, u * Math.min(capS, baseS * 2 ** (attempt - 1))));
 }
 
-function reasonOf(body: Uint8Array): string {
+/** A Retry-After of seconds, digits with an optional fraction (0 for anything else, a date included; the backoff
+ * caps it). */
+export function retryAfterSeconds(value: string | null): number {
+  const text = (value ?? "").trim();
+  return /^[0-9]{1,12}(\.[0-9]{1,9})?$/.test(text) ? Number(text) : 0;
+}
+
+/** The verdict on each of the `n` reports of a request from the edge's answer (`verdicts`, or for an answer without
+ * them the status's: 200/202 admitted, 409 duplicate, 400/403/404/413 the reason given); null when the reports stay. */
+export function verdictsOf(answer: Answer, n: number): string[] | null {
+  if (!DONE.has(answer.status) && !HOPELESS.has(answer.status)) return null;
+  let value: { verdicts?: unknown; reason?: unknown } = {};
   try {
-    return String((JSON.parse(new TextDecoder().decode(body)) as { reason?: unknown }).reason ?? "").slice(0, 100);
+    const parsed = jsonOf(answer.body, answer.status, "the edge's answer");
+    if (parsed !== null && typeof parsed === "object") value = parsed as typeof value;
   } catch {
-    return "";
+    // not JSON: the status says it
   }
+  const given = value.verdicts;
+  if (Array.isArray(given) && given.length === n && given.every((v) => typeof v === "string")) {
+    return (given as string[]).map((v) => (VERDICTS.has(v) ? v : REFUSED));
+  }
+  if (DONE.has(answer.status)) return new Array<string>(n).fill(answer.status === 409 ? DUPLICATE : ADMITTED);
+  const reason = value.reason;
+  return new Array<string>(n).fill(typeof reason === "string" && VERDICTS.has(reason) ? reason : REFUSED);
 }
 
-function retryAfterSeconds(value: string | null): number {
-  const seconds = Number(value ?? 0);
-  return Number.isFinite(seconds) ? Math.min(Math.max(seconds, 0), 86_400) : 0;
+/** What became of a device's reports since it was made. */
+export interface DeliveryStats {
+  delivered: Record<string, number>;
+  dropped: Record<string, number>;
+  pending: number;
 }
 
 export class HttpTransport {
@@ -211,14 +269,18 @@ export class HttpTransport {
   readonly attempts: number;
   readonly baseBackoffS: number;
   readonly maxBackoffS: number;
+  readonly flushTimeoutS: number;
   /** The edge's current spec version of the collection, when an answer said it. */
   currentVersion: number | null = null;
   /** The status of the last answer to a report (0: no answer), and the edge's reason when it refused. */
   lastStatus: number | null = null;
   lastReason = "";
+  /** Reports the edge took, by verdict (admitted, duplicate). */
+  readonly delivered = new Map<string, number>();
   readonly #sleep: (ms: number) => Promise<void>;
   readonly #clock: () => number;
   readonly #random: () => number;
+  readonly #timeoutMs: number | undefined;
 
   readonly #client: EdgeClient;
 
@@ -229,62 +291,88 @@ export class HttpTransport {
     this.attempts = options.attempts ?? 6;
     this.baseBackoffS = options.baseBackoffS ?? 0.2;
     this.maxBackoffS = options.maxBackoffS ?? 30.0;
+    this.flushTimeoutS = options.flushTimeoutS ?? 120.0;
+    this.#timeoutMs = options.timeoutMs;
     this.#sleep = options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
     this.#clock = options.clock ?? Date.now;
     this.#random = options.random ?? Math.random;
   }
 
-  /** Send the outbox, oldest first; the number of reports that left it. */
+  stats(): DeliveryStats {
+    return { delivered: Object.fromEntries(this.delivered), dropped: Object.fromEntries(this.outbox.reasons),
+             pending: this.outbox.length };
+  }
+
+  /** Send the outbox, oldest first, within `flushTimeoutS`; the number of reports the edge took (`stats` says what
+   * became of the others). */
   async flush(): Promise<number> {
+    const deadline = performance.now() + this.flushTimeoutS * 1000;
     await this.outbox.dropStale(this.#clock());
-    let sent = 0;
+    let taken = 0;
+    const later = new Set<StoredReport>(); // from the future for the edge's clock: kept for a later flush
     for (;;) {
-      const pending = this.outbox.pending();
+      const pending = this.outbox.pending().filter((r) => !later.has(r));
       if (!pending.length) break;
       const version = pending[0].version;
       let count = 0;
       while (count < Math.min(this.batch, pending.length) && pending[count].version === version) count++;
-      let status: number;
+      const reports = pending.slice(0, count);
+      let body: Uint8Array;
       try {
-        status = await this.#send(encodeEnvelope(envelopeOf(this.credential.collection, this.pseudonym, pending.slice(0, count))));
+        body = encodeEnvelope(envelopeOf(this.credential.collection, this.pseudonym, reports));
       } catch (exc) {
         if (!(exc instanceof Error) || exc.message !== MIXED_COLUMNS) throw exc;
-        count = 1; // a stored report damaged in storage: the edge could never accept it
-        status = 400;
+        await this.outbox.remove(new Set(reports.slice(0, 1)), "damaged"); // damaged in storage: never admissible
+        continue;
       }
-      if (!DONE.has(status) && !HOPELESS.has(status)) break;
-      await this.outbox.shift(count);
-      sent += count;
+      const verdicts = await this.#send(body, count, deadline);
+      if (verdicts === null) break;
+      const done = new Set<StoredReport>();
+      const dropped = new Map<string, Set<StoredReport>>();
+      verdicts.forEach((verdict, i) => {
+        if (verdict === ADMITTED || verdict === DUPLICATE) {
+          done.add(reports[i]);
+          this.delivered.set(verdict, (this.delivered.get(verdict) ?? 0) + 1);
+        } else if (verdict === FUTURE) later.add(reports[i]);
+        else dropped.set(verdict, (dropped.get(verdict) ?? new Set()).add(reports[i]));
+      });
+      await this.outbox.remove(done);
+      for (const [reason, gone] of dropped) await this.outbox.remove(gone, reason);
+      taken += done.size;
     }
-    return sent;
+    return taken;
   }
 
-  /** POST one body with retries; the final status (0: no answer). */
-  async #send(body: Uint8Array): Promise<number> {
+  /** POST one body of `n` reports with retries before `deadline` (performance.now()): the verdict on each, or null. */
+  async #send(body: Uint8Array, n: number, deadline: number): Promise<string[] | null> {
     const path = `/v1/collections/${encodeURIComponent(this.credential.collection)}/reports`;
-    if (body.length > MAX_BODY_BYTES) return 413;
-    let status = 0;
+    if (body.length > MAX_BODY_BYTES) return new Array<string>(n).fill("too_large");
     for (let attempt = 1; attempt <= this.attempts; attempt++) {
+      const left = deadline - performance.now();
+      if (left <= 0) return null;
       const headers = {
         "Content-Type": "application/msgpack",
         Authorization: authorization(this.credential.device, this.credential.key, "POST", path, body, this.#clock()),
       };
       let retryAfter = 0;
       try {
-        const answer = await this.#client.request("POST", path, body, headers, 64 * 2 ** 10);
+        const answer = await this.#client.request("POST", path, body, headers, 64 * 2 ** 10,
+                                                  Math.min(left, this.#timeoutMs ?? left));
         this.#noteVersion(answer.headers.get(VERSION_HEADER));
-        status = this.lastStatus = answer.status;
-        this.lastReason = status >= 300 ? reasonOf(answer.body) : "";
-        if (!RETRYABLE.has(status)) return status;
+        this.lastStatus = answer.status;
+        this.lastReason = answer.status >= 300 ? refusal(answer)[0] : "";
+        if (!RETRYABLE.has(answer.status)) return verdictsOf(answer, n);
         retryAfter = retryAfterSeconds(answer.headers.get("Retry-After"));
       } catch {
-        status = this.lastStatus = 0;
+        this.lastStatus = 0;
       }
       if (attempt < this.attempts) {
-        await this.#sleep(1000 * backoffS(attempt, retryAfter, this.baseBackoffS, this.maxBackoffS, this.#random()));
+        const wait = Math.min(1000 * backoffS(attempt, retryAfter, this.baseBackoffS, this.maxBackoffS, this.#random()),
+                              deadline - performance.now());
+        if (wait > 0) await this.#sleep(wait);
       }
     }
-    return status;
+    return null;
   }
 
   #noteVersion(value: string | null): void {

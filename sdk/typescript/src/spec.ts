@@ -81,6 +81,8 @@ export interface CollectionSpec {
   one_report_per_window: boolean;
   partitions: number;
   description: string;
+  /** How long after a window's end the edge still admits its reports, seconds (null: the edge's default rule). */
+  grace_s: number | null;
 }
 
 export interface Shuffle {
@@ -260,7 +262,7 @@ const SPEC: Schema = {
   sampling: [(v) => (v === "auto" || v === "one" || v === "split" || (isInt(v) && v >= 1) ? undefined
     : "not auto, one, split or an integer >= 1"), "auto"],
   windows: [windows, ["1h"]], one_report_per_window: [(v) => (typeof v === "boolean" ? undefined : "not true or false"), true], partitions: [number(true, 1, 1024), 8],
-  description: [text(), ""],
+  description: [text(), ""], grace_s: [number(true, 0, 7 * 86_400), null],
 };
 
 function parseAttribute(raw: Json, at: Path, problems: string[]): Attribute | undefined {
@@ -345,6 +347,7 @@ function consistency(spec: CollectionSpec): string | undefined {
   if (privacy !== null && keyvalue) return `keyvalue attributes ${keyvalue} cannot keep a lifetime budget`;
   const strings = named((a) => a.type === "string");
   if (privacy !== null && strings) return `string attributes ${strings} have no memoized mechanism`;
+  if (spec.shuffle !== null && spec.grace_s !== null) return "a shuffled collection's grace is shuffle.grace_s: drop grace_s";
   if (spec.shuffle !== null && !(spec.windows.length && spec.one_report_per_window)) {
     return "shuffle needs windows and one_report_per_window";
   }

@@ -3,8 +3,8 @@
  * order, and refused at the first rule broken (`TrustError.code`, as the test vectors name them):
  *
  * pointer: its signature over the exact bytes by a pinned pointer key (unsigned, malformed_signature, untrusted_key,
- * bad_signature), then parsing (malformed_pointer), wrong_collection, rollback (below the (version, sequence) accepted)
- * and expired;
+ * bad_signature), then parsing (malformed_pointer), wrong_collection, issued_in_future (after the clock and the skew),
+ * too_long (valid longer than MAX_POINTER_VALIDITY_MS), rollback (below the (version, sequence) accepted) and expired;
  * spec: its signature bound to "name@version" of the pointer by a pinned spec key, then hash_mismatch (not the bytes the
  * pointer names), parsing (malformed_spec), wrong_version.
  */
@@ -13,7 +13,8 @@ import { utf8 } from "./bytes.js";
 import { SignatureError, SpecError, TrustError } from "./errors.js";
 import { sha256Hex } from "./hashes.js";
 import { loadMechanisms, needsOf } from "./mechanisms/optional.js";
-import { type Pointer, PointerError, parsePointer, pointerExpired, pointerNewerThan } from "./pointer.js";
+import { MAX_POINTER_VALIDITY_MS, MAX_SKEW_MS, type Pointer, PointerError, parsePointer, pointerExpired,
+  pointerNewerThan } from "./pointer.js";
 import { pointerMessage, specMessage, type TrustedKeys, verifyBlock } from "./signatures.js";
 import { type CollectionSpec, parseSpec, specKey } from "./spec.js";
 
@@ -44,6 +45,12 @@ export async function checkPointer(data: Uint8Array, block: Uint8Array | null, k
   }
   if (pointer.collection !== collection) {
     throw new TrustError("wrong_collection", `a pointer for '${pointer.collection}', not '${collection}'`);
+  }
+  if (pointer.issued_ms > nowMs + MAX_SKEW_MS) {
+    throw new TrustError("issued_in_future", `the pointer is issued after the clock (${nowMs} ms)`);
+  }
+  if (pointer.expires_ms - pointer.issued_ms > MAX_POINTER_VALIDITY_MS) {
+    throw new TrustError("too_long", "the pointer is valid for more than 7 days");
   }
   if (!pointerNewerThan(pointer, seen.version, seen.sequence)) {
     throw new TrustError("rollback", `pointer (${pointer.version}, ${pointer.sequence}) is older than (${seen.version}, ${seen.sequence}) accepted`);

@@ -7,7 +7,10 @@ import { fileURLToPath } from "node:url";
 
 import { authorization, devicePseudonym } from "../dist/auth.js";
 import { fromBase64, toBase64, utf8 } from "../dist/bytes.js";
-import { TrustError } from "../dist/errors.js";
+import { EdgeError, TrustError } from "../dist/errors.js";
+import { checkReportTime } from "../dist/device.js";
+import { jsonOf, MAX_JSON_DEPTH } from "../dist/edge.js";
+import { backoffS, retryAfterSeconds, verdictsOf } from "../dist/outbox.js";
 import { parsePointer } from "../dist/pointer.js";
 import { judge, makePolicy, DEFAULT_POLICY } from "../dist/policy.js";
 import { trustedKeysFromJson } from "../dist/signatures.js";
@@ -32,7 +35,7 @@ async function outcome(check) {
 }
 
 const KNOWN = new Set(["trust.json", "policy.json", "wire.json", "auth.json", "memo.json", "collectors.json", "hashes.json",
-                       "distribution.json"]);
+                       "distribution.json", "delivery.json"]);
 
 test("every vector file is one this suite checks", () => {
   const files = readdirSync(DIR).filter((f) => f.endsWith(".json"));
@@ -139,3 +142,49 @@ test("distribution.json has cases of both mechanisms", () => {
   assert.ok(DISTRIBUTION.square_wave.length >= 90 && DISTRIBUTION.hierarchical_histogram.length >= 40);
 });
 void utf8;
+
+const DELIVERY = load("delivery.json");
+
+for (const c of DELIVERY.report_times) {
+  test(`delivery.json report time: ${c.name}`, () => {
+    let got = "accept";
+    try {
+      checkReportTime(c.timestamp_ms, c.clock_ms);
+    } catch (exc) {
+      assert.ok(exc instanceof RangeError);
+      got = "refuse";
+    }
+    assert.equal(got, c.expected);
+  });
+}
+
+for (const c of DELIVERY.answers) {
+  test(`delivery.json answer: ${c.name}`, () => {
+    assert.deepEqual(verdictsOf({ status: c.status, headers: new Headers(), body: utf8(c.body) }, c.reports), c.verdicts);
+  });
+}
+
+for (const c of DELIVERY.backoff) {
+  test(`delivery.json backoff: attempt ${c.attempt}, Retry-After ${c.retry_after_s}`, () => {
+    const got = backoffS(c.attempt, c.retry_after_s, c.base_s, c.cap_s, c.u);
+    assert.ok(Math.abs(got - c.wait_s) <= 1e-12 * Math.max(1, c.wait_s), `${got} != ${c.wait_s}`);
+  });
+}
+
+test("delivery.json Retry-After headers", () => {
+  for (const c of DELIVERY.retry_after) assert.equal(retryAfterSeconds(c.header), c.seconds, JSON.stringify(c.header));
+});
+
+for (const c of DELIVERY.json_bodies) {
+  test(`delivery.json JSON answer: ${c.name}`, () => {
+    let got = "accept";
+    try {
+      jsonOf(utf8(c.body), 200, "an answer");
+    } catch (exc) {
+      assert.ok(exc instanceof EdgeError && exc.reason === "bad_answer");
+      got = "refuse";
+    }
+    assert.equal(got, c.expected);
+    assert.equal(MAX_JSON_DEPTH, DELIVERY.max_json_depth);
+  });
+}

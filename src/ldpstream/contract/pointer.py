@@ -29,6 +29,7 @@ from ldpstream.contract.spec import NAME
 MAX_POINTER_BYTES = 1024
 POINTER_PERIOD_MS = 3_600_000  # a pointer is issued anew every hour...
 POINTER_VALIDITY_MS = 24 * 3_600_000  # ...and valid for a day: a device that cannot refresh it stops after a day
+MAX_POINTER_VALIDITY_MS = 7 * 24 * 3_600_000  # the longest validity a device accepts (the protocol's bound)
 FIELDS = ("collection", "content_hash", "expires_ms", "issued_ms", "sequence", "version")
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(NAME)

@@ -8,6 +8,7 @@ A spec is YAML or JSON, validated here. Example (see `examples/diagnostics.yaml`
     sampling: auto                # auto (000 Eq. 12) | one (Harmony) | split (eps/d each) | an integer k
     windows: [1h]                 # tumbling windows by report time; the all-time window is always kept
     one_report_per_window: true
+    grace_s: 7200                 # optional: the edge admits a window's reports until 2 h after its end
     attributes:
       - {name: battery_level, type: numeric, range: [0, 100], mechanism: auto,
          description: Charge left, unit: "%"}     # description and unit: optional, for the analyst's catalogue
@@ -93,6 +94,7 @@ ALL_TIME = "all"
 FACTORIZATION = "factorization"
 MAX_SPEC_SIZE = 256 * 1024  # characters of text, or bytes; a spec of 10,000 categorical values is about 150 KB
 MAX_WINDOW_SECONDS = 3650 * 86400  # ten years: window starts in ms stay far inside int64
+MAX_GRACE_S = 7 * 86400  # the longest a window may stay open for late reports after its end (`grace_s`)
 
 
 class SpecError(ValueError):
@@ -430,6 +432,7 @@ class CollectionSpec(_SpecRecord):
     one_report_per_window: bool
     partitions: int
     description: str
+    grace_s: int | None
 
     _fields = {
         "name": (_NAME, REQUIRED),
@@ -443,6 +446,7 @@ class CollectionSpec(_SpecRecord):
         "one_report_per_window": (boolean, True),
         "partitions": (integer(ge=1, le=1024), 8),
         "description": (string(), ""),
+        "grace_s": (optional(integer(ge=0, le=MAX_GRACE_S)), None),
     }
 
     @classmethod
@@ -480,6 +484,9 @@ class CollectionSpec(_SpecRecord):
                                         len(a.values) if isinstance(a, CategoricalAttribute) else None)
                 if error:
                     raise ValueError(f"attribute {a.name!r}: {error}")
+        if self.shuffle is not None and self.grace_s is not None:
+            raise ValueError("a shuffled collection's grace is shuffle.grace_s (the shuffler closes its windows): "
+                             "drop grace_s")
         if self.shuffle is not None and not (self.windows and self.one_report_per_window):
             raise ValueError("a shuffled collection needs windows and one report per device per window: the shuffler "
                              "releases each window's batch, one report of each device")
@@ -509,12 +516,13 @@ class CollectionSpec(_SpecRecord):
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
 
     def canonical_json(self) -> str:
-        """The spec as JSON, keys sorted, no spaces: what is signed and published (a spec without `shuffle`, or an
-        attribute without `description` or `unit`, has no such key, so the specs published before they existed keep
-        their bytes and hashes)."""
+        """The spec as JSON, keys sorted, no spaces: what is signed and published (a spec without `shuffle` or
+        `grace_s`, or an attribute without `description` or `unit`, has no such key, so the specs published before
+        they existed keep their bytes and hashes)."""
         data = self.to_dict()
-        if data["shuffle"] is None:
-            del data["shuffle"]
+        for key in ("shuffle", "grace_s"):
+            if data[key] is None:
+                del data[key]
         for attribute in data["attributes"]:
             for key in OPTIONAL_ATTRIBUTE_FIELDS:
                 if attribute[key] is None:

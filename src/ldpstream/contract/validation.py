@@ -5,7 +5,8 @@ ingestion edge run this same code, so a report the edge accepts passes the worke
   (from byte lengths alone, before anything is decoded into numpy);
 - `row_problems`: per report (row), whether an attribute's values leave the declared range, and whether the
   report carries the spec's number of attributes;
-- `time_problems`: per report, whether its time is in the future or older than the dedupe window;
+- `time_problems`: per report, whether its time is in the future or past the time its window admits it
+  (`admitted_until_ms`: the window's end and the spec's grace);
 - `window_starts` / `dedupe_window`: the window a report falls in, where "one report per window" is judged.
 """
 
@@ -50,8 +51,33 @@ def dedupe_window(spec: CollectionSpec) -> str:
 
 
 def max_age_ms(spec: CollectionSpec) -> int:
-    """How old a report may be: the dedupe window's length (a day without windows)."""
+    """How old a report may be when it arrives: its window's length and the spec's `grace_s` when it states one
+    (`admitted_until_ms`), else the dedupe window's length (a day without windows)."""
+    if spec.grace_s is not None:
+        return (window_seconds(spec.windows[0]) * 1000 if spec.windows else 0) + spec.grace_s * 1000
     return window_seconds(spec.windows[0]) * 1000 if spec.windows else DEFAULT_MAX_AGE_MS
+
+
+def admitted_until_ms(spec: CollectionSpec, timestamps_ms: np.ndarray) -> np.ndarray:
+    """Per report time, the last moment (ms) a server admits it: its window's end plus the grace (`shuffle.grace_s`
+    for a shuffled collection, whose shuffler then closes the window; the spec's `grace_s` when it states one; a
+    report without windows: its time plus the grace), else the report's time plus the dedupe window's length (a
+    day without windows: the rule before `grace_s`)."""
+    grace_s = spec.shuffle.grace_s if spec.shuffle is not None else spec.grace_s
+    if grace_s is None:
+        return timestamps_ms + max_age_ms(spec)
+    if not spec.windows:
+        return timestamps_ms + grace_s * 1000
+    length = window_seconds(spec.windows[0]) * 1000
+    return window_starts(spec.windows[0], timestamps_ms) + length + grace_s * 1000
+
+
+def mark_ttl_ms(spec: CollectionSpec) -> int:
+    """How long a server must remember that a device reported in a dedupe window: from the earliest its reports are
+    admitted (the window's start less the clock skew) to the last (`admitted_until_ms` of its last moment)."""
+    length = window_seconds(spec.windows[0]) * 1000 if spec.windows else DEFAULT_MAX_AGE_MS
+    last = int(admitted_until_ms(spec, np.array([length - 1], dtype=np.int64))[0])
+    return max(2 * length, last + 1 + MAX_FUTURE_SKEW_MS)
 
 
 def window_starts(window: str, timestamps_ms: np.ndarray) -> np.ndarray:
@@ -83,14 +109,11 @@ def clock_skew_ms(seconds: float | str) -> int:
 
 def time_problems(spec: CollectionSpec, timestamps_ms: np.ndarray, now_ms: int,
                   max_skew_ms: int = MAX_FUTURE_SKEW_MS) -> tuple[np.ndarray, np.ndarray]:
-    """Per report: (from the future beyond the allowed clock skew, older than the dedupe window). A shuffled
-    collection's report is stale once its window has closed: its end and the spec's grace have passed (the shuffler
-    has released that window's batch)."""
+    """Per report: (from the future beyond the allowed clock skew, stale: past `admitted_until_ms`). A shuffled
+    collection's report is stale once its window has closed: its end and the shuffle's grace have passed (the
+    shuffler has released that window's batch); another's once its end and the spec's `grace_s` have."""
     future = timestamps_ms > now_ms + max_skew_ms
-    if spec.shuffle is not None:
-        length = window_seconds(spec.windows[0]) * 1000
-        return future, window_starts(spec.windows[0], timestamps_ms) + length + spec.shuffle.grace_s * 1000 < now_ms
-    return future, timestamps_ms < now_ms - max_age_ms(spec)
+    return future, admitted_until_ms(spec, timestamps_ms) < now_ms
 
 
 def shape_problem(env: Envelope, schemas: Sequence[ReportSchema]) -> str:

@@ -6,9 +6,10 @@
 - `strategy`: `GET /v1/strategies/HASH` -> a factorization strategy's .npz, checked against the hash the spec pins;
 - `leave`: `DELETE /v1/collections/NAME/devices/ID`, signed with the device's credential -> 204.
 
-Signatures come in the `LDP-Signature` header (`ldpstream.contract.signatures.block_header`). Every answer is read
-up to a size bound (a hostile server cannot fill the device's memory) and within the timeout; what fails is an
-`EdgeError` with the status (0: no answer) and the edge's reason when it gave one.
+Signatures come in the `LDP-Signature` header (`ldpstream.contract.signatures.block_header`). Every request is one
+`ldpstream.device.http.exchange`: within one deadline (`timeout_s`), no redirect followed, the answer read up to a
+size bound and its JSON nested boundedly; what fails is an `EdgeError` with the status (0: no answer) and the edge's
+reason when it gave one.
 """
 
 from __future__ import annotations
@@ -21,24 +22,17 @@ from urllib.parse import quote
 from ldpstream.contract.auth import Credential, authorization
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.signatures import block_from_header
+from ldpstream.device.http import DEFAULT_TIMEOUT_S, Answer, EdgeError, exchange, json_of
+
+__all__ = ["EdgeClient", "EdgeError", "Signed"]
 
 if TYPE_CHECKING:
     import ssl
-    import urllib.error
 
 MAX_POINTER_BYTES = 4 * 2**10
 MAX_SPEC_BYTES = 256 * 2**10  # a spec is at most 256 KiB (ldpstream.contract.spec)
 MAX_STRATEGY_BYTES = 64 * 2**20
 MAX_ANSWER_BYTES = 64 * 2**10  # an enrolment's credential, an error's JSON
-
-
-class EdgeError(RuntimeError):
-    """The edge refused or did not answer: `status` (0 for no answer) and its `reason` when it gave one."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -53,7 +47,7 @@ class Signed:
 class EdgeClient:
     """Requests of one device to one edge (module docstring)."""
 
-    def __init__(self, base_url: str, timeout_s: float = 30.0, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, base_url: str, timeout_s: float = DEFAULT_TIMEOUT_S, tls: ssl.SSLContext | None = None) -> None:
         self.url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.tls = tls
@@ -62,8 +56,8 @@ class EdgeClient:
         """Exchange an enrolment token for a credential of `collection`."""
         body = json.dumps({"token": token, "collection": collection}).encode()
         answer, _ = self._call("POST", "/v1/enroll", body, {"Content-Type": "application/json"}, MAX_ANSWER_BYTES)
+        value: Any = json_of(answer, 200, "the edge's enrolment answer")
         try:
-            value: Any = json.loads(answer)
             credential = Credential.from_json(value)
         except (ValueError, TypeError, KeyError, AttributeError):
             raise EdgeError(200, "bad_answer", "the edge's enrolment answer is not a credential") from None
@@ -97,35 +91,22 @@ class EdgeClient:
 
     def _call(self, method: str, path: str, body: bytes | None, headers: dict[str, str], limit: int,
               not_modified: bool = False) -> Any:
-        import urllib.error  # loaded at the first call: an import of the SDK stays light
-        import urllib.request
-
-        request = urllib.request.Request(self.url + path, data=body, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self.tls) as response:
-                return _bounded(response, limit), dict(response.headers.items())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 304 and not_modified:
-                return None
-            reason, detail = _refusal(exc, limit)
-            raise EdgeError(exc.code, reason, f"{method} {path}: {exc.code} {reason}: {detail}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise EdgeError(0, "unreachable", f"{method} {path}: no answer from {self.url} ({exc})") from None
+        answer = exchange(self.url, method, path, body, headers, limit, self.timeout_s, self.tls)
+        if answer.status == 304 and not_modified:
+            return None
+        if not 200 <= answer.status < 300:
+            reason, detail = refusal(answer)
+            raise EdgeError(answer.status, reason, f"{method} {path}: {answer.status} {reason}: {detail}")
+        return answer.body, answer.headers
 
 
-def _bounded(response: Any, limit: int) -> bytes:
-    data: bytes = response.read(limit + 1)
-    if len(data) > limit:
-        raise EdgeError(response.status, "too_large", f"the edge's answer exceeds {limit} bytes")
-    return data
-
-
-def _refusal(exc: urllib.error.HTTPError, limit: int) -> tuple[str, str]:
+def refusal(answer: Answer) -> tuple[str, str]:
+    """The reason code and the detail of a refusal's JSON body ('' where it gives none)."""
     try:
-        value = json.loads(exc.read(limit))
-        return str(value.get("reason", "")), str(value.get("error", ""))[:200]
-    except (ValueError, AttributeError, OSError):
-        return "", exc.reason if isinstance(exc.reason, str) else ""
+        value = json_of(answer.body, answer.status, "a refusal")
+        return str(value.get("reason", ""))[:100], str(value.get("error", ""))[:200]
+    except (EdgeError, AttributeError):
+        return "", ""
 
 
 def _signed(body: bytes, headers: dict[str, str]) -> Signed:

@@ -14,8 +14,11 @@ The clock. A device's clock can jump far forward or back; the ledger must neithe
 windows nor forget what it spent. It keeps the spend of the last `WINDOWS_KEPT` windows it charged (the same for the
 device-wide days, `DAYS_KEPT`), and when it must drop one it drops the earliest by number and remembers the latest
 number it dropped: a report in a window it still keeps is held to that window's spend, a report in a dropped window
-(or one before it) is refused, since that spend is gone, and every other window starts from zero. A jump to the year
-2100 and back costs one kept window and locks nothing out; a jump back to 1970 charges a window that is dropped first.
+(or one before it) is refused, since that spend is gone, and every other window starts from zero. It keeps only
+periods near the device's clock: whenever it charges, the spend of windows and days that begin after the clock plus
+the edge's clock skew is forgotten (a report is never made for such a time, `ldpstream.device.sdk.check_report_time`;
+such spends come from a clock that was ahead and jumped back, and the edge refused those reports as from the future),
+so a handful of future days never lock the present out. A jump back to 1970 charges a window that is dropped first.
 
 The policy (`ldpstream.device.policy`, given to `check`/`charge`). On top of the spec's own budgets the ledger holds
 every report to the app's caps: the device-wide spend of the UTC day (`max_epsilon_per_day`, over every collection),
@@ -56,7 +59,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ldpstream.contract.clock import now_ms as clock_ms
 from ldpstream.contract.spec import CollectionSpec, window_seconds
+from ldpstream.contract.validation import MAX_FUTURE_SKEW_MS
 from ldpstream.device.state import write_atomically
 
 if TYPE_CHECKING:
@@ -99,6 +104,13 @@ class Spends:
     def forgotten(self, period: int) -> bool:
         """True if the spend of `period` may have been dropped (refuse: it is unknown)."""
         return period not in self.spent and self.dropped is not None and period <= self.dropped
+
+    def near(self, present: int, horizon: int) -> Spends:
+        """These spends as the clock sees them in period `present`: those of periods after `horizon` (the clock plus
+        the skew) forgotten, and nothing from the present on counted as dropped (a drop while the clock was ahead
+        cannot lock the present out)."""
+        dropped = self.dropped if self.dropped is None else min(self.dropped, present - 1)
+        return Spends(self.kept, {k: v for k, v in self.spent.items() if k <= horizon}, dropped)
 
     def plus(self, period: int, epsilon: float) -> Spends:
         """These spends with `epsilon` more in `period` (the earliest periods dropped beyond `kept`)."""
@@ -203,17 +215,20 @@ class PrivacyLedger:
             self._persist()
 
     def check(self, spec: CollectionSpec, timestamp_ms: int, epsilon: float | None = None,
-              memos: Sequence[Memo] = (), policy: PrivacyPolicy | None = None) -> None:
+              memos: Sequence[Memo] = (), policy: PrivacyPolicy | None = None, now_ms: int | None = None) -> None:
         """Raise BudgetExceeded if a report costing `epsilon` (default: the spec's) and reading `memos` would exceed
-        the window's or the lifetime budget, or, given the app's `policy`, its daily or committed lifetime cap."""
-        self._next(spec, timestamp_ms, spec.epsilon if epsilon is None else epsilon, memos, policy)
+        the window's or the lifetime budget, or, given the app's `policy`, its daily or committed lifetime cap.
+        `now_ms` is the device's clock (default the system's): what was charged to periods beyond it and the clock
+        skew is forgotten (module docstring, "The clock")."""
+        self._next(spec, timestamp_ms, spec.epsilon if epsilon is None else epsilon, memos, policy, now_ms)
 
     def charge(self, spec: CollectionSpec, timestamp_ms: int, epsilon: float | None = None,
-               memos: Sequence[Memo] = (), policy: PrivacyPolicy | None = None) -> float:
+               memos: Sequence[Memo] = (), policy: PrivacyPolicy | None = None, now_ms: int | None = None) -> float:
         """Record a report costing `epsilon` (default: the spec's) that reads `memos` (a spec with a privacy block:
         the memos of its attributes, `ldpstream.device.perturb.report_memos`); return the budget left in its window.
         Persisted before it returns: a report is charged whether or not it is ever sent."""
-        account, days = self._next(spec, timestamp_ms, spec.epsilon if epsilon is None else epsilon, memos, policy)
+        account, days = self._next(spec, timestamp_ms, spec.epsilon if epsilon is None else epsilon, memos, policy,
+                                   now_ms)
         before = self._accounts.get(spec.name), self._days
         self._accounts[spec.name], self._days = account, days
         try:
@@ -228,11 +243,15 @@ class PrivacyLedger:
         return max(spec.epsilon - account.windows.of(window_of(spec, timestamp_ms)), 0.0)
 
     def _next(self, spec: CollectionSpec, timestamp_ms: int, epsilon: float, memos: Sequence[Memo],
-              policy: PrivacyPolicy | None) -> tuple[Account, Spends]:
+              policy: PrivacyPolicy | None, now_ms: int | None) -> tuple[Account, Spends]:
         """The collection's account and the days after the report, or BudgetExceeded (the ledger is not changed)."""
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"a report's epsilon must be finite and > 0, got {epsilon!r}")
-        current = self._accounts.get(spec.name, Account())
+        clock = clock_ms() if now_ms is None else now_ms
+        kept = self._accounts.get(spec.name, Account())
+        current = Account(kept.windows.near(window_of(spec, clock), window_of(spec, clock + MAX_FUTURE_SKEW_MS)),
+                          kept.lifetime_spent, kept.memos, kept.secret)
+        days = self._days.near(clock // DAY_MS, (clock + MAX_FUTURE_SKEW_MS) // DAY_MS)
         window = window_of(spec, timestamp_ms)
         if current.windows.forgotten(window):
             raise BudgetExceeded(f"{spec.name}: report time {timestamp_ms} ms falls in window {window}, at or before "
@@ -249,16 +268,16 @@ class PrivacyLedger:
         self._check_lifetime(spec, memos, new, current, lifetime)
         day = timestamp_ms // DAY_MS
         if policy is not None:
-            self._check_policy(spec, policy, epsilon, day, lifetime)
+            self._check_policy(spec, policy, epsilon, day, lifetime, days)
         account = Account(current.windows.plus(window, epsilon), lifetime, {**current.memos, **new}, current.secret)
-        return account, self._days.plus(day, epsilon)
+        return account, days.plus(day, epsilon)
 
     def _check_policy(self, spec: CollectionSpec, policy: PrivacyPolicy, epsilon: float, day: int,
-                      lifetime: float) -> None:
-        if self._days.forgotten(day):
-            raise BudgetExceeded(f"day {day} is at or before day {self._days.dropped}, whose device-wide spend the "
+                      lifetime: float, days: Spends) -> None:
+        if days.forgotten(day):
+            raise BudgetExceeded(f"day {day} is at or before day {days.dropped}, whose device-wide spend the "
                                  f"ledger no longer keeps")
-        today = self._days.of(day) + epsilon
+        today = days.of(day) + epsilon
         if today > policy.max_epsilon_per_day * (1 + EPSILON_SLACK):
             raise BudgetExceeded(f"{spec.name}: a report costing eps = {epsilon:g} would bring the device's spend on "
                                  f"day {day} to {today:g} > the policy's max_epsilon_per_day "

@@ -35,8 +35,10 @@ from ldpstream.contract.pointer import POINTER_PERIOD_MS, Pointer, PointerError,
 from ldpstream.contract.pseudonym import device_partitions, device_pseudonym, pseudonym_key
 from ldpstream.contract.signatures import TrustedKeys
 from ldpstream.contract.spec import CollectionSpec, SpecError
+from ldpstream.contract.validation import MAX_FUTURE_SKEW_MS
 from ldpstream.contract.wire import encode
 from ldpstream.device.edge_api import EdgeClient, EdgeError
+from ldpstream.device.http import DEFAULT_TIMEOUT_S
 from ldpstream.device.ledger import PrivacyLedger
 from ldpstream.device.outbox import HttpTransport, Outbox
 from ldpstream.device.perturb import perturb, report_memos
@@ -79,7 +81,7 @@ class Device:
     def __init__(self, spec: CollectionSpec, device_id: int | str, producer: ReportSink | None = None,
                  ledger: PrivacyLedger | None = None, rng: np.random.Generator | None = None,
                  strategies: Strategies | None = None, transport: HttpTransport | None = None,
-                 policy: PrivacyPolicy | None = DEFAULT_POLICY) -> None:
+                 policy: PrivacyPolicy | None = DEFAULT_POLICY, clock: Callable[[], int] = now_ms) -> None:
         if producer is not None and transport is not None:
             raise ValueError("a device sends through Kafka or through the edge, not both")
         self.producer = producer
@@ -87,6 +89,7 @@ class Device:
         self.ledger = ledger if ledger is not None else PrivacyLedger()
         self.rng = rng if rng is not None else np.random.default_rng()
         self.policy = policy
+        self.clock = clock
         self.pseudonym = device_pseudonym(spec.name, device_id)
         self._devices = np.array([self.pseudonym], dtype=np.uint64)
         self._key = pseudonym_key(self.pseudonym)
@@ -108,10 +111,14 @@ class Device:
     def join(cls, edge_url: str, collection: str, token: str | None, trusted_keys: TrustedKeys | Mapping[str, Any],
              policy: PrivacyPolicy | None = DEFAULT_POLICY, state_dir: str | Path = ".ldpstream-device", *,
              rng: np.random.Generator | None = None, tls: ssl.SSLContext | None = None,
-             clock: Callable[[], int] = now_ms, outbox: Mapping[str, Any] | None = None) -> Device:
+             clock: Callable[[], int] = now_ms, outbox: Mapping[str, Any] | None = None,
+             delivery: Mapping[str, Any] | None = None) -> Device:
         """The device of `collection` at the edge `edge_url`: its spec verified against `trusted_keys` (what
         `ldp spec keys --json` prints) and accepted by `policy`, then (only then) enrolled with `token` (once: a
         device that joined before reuses its credential, and may pass None). Its state lives in `state_dir`.
+        `outbox` sets the outbox's bounds (`Outbox`), `delivery` the sending's (`HttpTransport`: `timeout_s`, one
+        request's deadline, also of the join's requests; `flush_timeout_s`, a whole flush's; `max_backoff_s`, which
+        also caps Retry-After; `attempts`, `batch`, `base_backoff_s`).
 
         Raises SpecRefused (nothing charged or sent; `.code` says why) when the spec breaks a trust or policy rule,
         EdgeError when the edge refuses the token or cannot be reached, StateError when the state cannot be kept.
@@ -123,7 +130,8 @@ class Device:
         except (ValueError, OSError) as exc:
             raise StateError(f"the privacy ledger {state.ledger_path} is damaged or unreadable ({exc}): the device "
                              f"will not guess what it spent; repair it, or reset the device") from None
-        client = EdgeClient(edge_url, tls=tls)
+        sending = dict(delivery or {})
+        client = EdgeClient(edge_url, sending.get("timeout_s", DEFAULT_TIMEOUT_S), tls=tls)
         joined = Joined(client, keys, state, collection, clock)
         try:  # the spec first: a device that refuses it never enrols
             spec = joined.trusted_spec()
@@ -141,9 +149,10 @@ class Device:
                                                f"needed")
             mine.credential = client.enroll(token, collection)
             state.save()
-        transport = HttpTransport(edge_url, mine.credential, Outbox(state.outbox_path(collection), **(outbox or {})))
+        transport = HttpTransport(edge_url, mine.credential, Outbox(state.outbox_path(collection), **(outbox or {})),
+                                  tls=tls, **sending)
         device = cls(spec, mine.credential.device, ledger=ledger, rng=rng, strategies=strategies,
-                     transport=transport, policy=policy)
+                     transport=transport, policy=policy, clock=clock)
         joined.remember(True)
         device._joined = joined
         return device
@@ -175,22 +184,25 @@ class Device:
         """Perturb, charge, encode and send one report (with a producer), or store it in the outbox (with a
         transport); return the encoded message.
 
-        `timestamp` is the report time: milliseconds since the epoch, an aware datetime, or None for now.
-        Raises RecordError for a malformed record, BudgetExceeded when a budget or a policy cap would be exceeded,
-        SpecRefused when the device does not accept its collection's spec now (refused, or its pointer expired).
+        `timestamp` is the report time: milliseconds since the epoch, an aware datetime, or None for now (the
+        device's clock); it must lie after 1970 and at most the edge's clock skew ahead of the device's clock
+        (`check_report_time`). Raises RecordError for a malformed record, ValueError for a report time out of
+        bounds, BudgetExceeded when a budget or a policy cap would be exceeded, SpecRefused when the device does not
+        accept its collection's spec now (refused, or its pointer expired).
         """
         if self._joined is not None:
             self._joined.require_ready()
-        now = report_time_ms(timestamp)
+        clock = self.clock()
+        now = check_report_time(clock if timestamp is None else report_time_ms(timestamp), clock)
         columns = {name: np.array([value]) for name, value in record.items()}
         secrets, memos = None, []
         if self.spec.privacy is not None:
             secrets = np.array([self.ledger.secret(self.spec.name)], dtype=np.uint64)
             memos = report_memos(self.spec, columns, secrets, self.strategies)[0]
-        self.ledger.check(self.spec, now, memos=memos, policy=self.policy)
+        self.ledger.check(self.spec, now, memos=memos, policy=self.policy, now_ms=clock)
         batch = perturb(self.spec, self._devices, np.array([now], dtype=np.int64), columns, self.rng, self.strategies,
                         secrets)
-        self.ledger.charge(self.spec, now, memos=memos, policy=self.policy)
+        self.ledger.charge(self.spec, now, memos=memos, policy=self.policy, now_ms=clock)
         message = encode(batch)
         if self.producer is not None:
             self.producer.produce(self.spec.topic, message, self._key, self._partition)
@@ -198,9 +210,16 @@ class Device:
             self.transport.enqueue(message)
         return message
 
+    def stats(self) -> dict[str, Any]:
+        """What became of this device's reports since it was made (`HttpTransport.stats`): delivered by verdict,
+        dropped by reason, pending; empty without an HTTP transport."""
+        return {} if self.transport is None else self.transport.stats()
+
     def flush(self) -> int:
-        """Send the outbox to the edge (with an HTTP transport); the number of reports that left it. A joined device
-        refreshes its spec first when its pointer is due, and after when the edge says the version moved on."""
+        """Send the outbox to the edge (with an HTTP transport), within the transport's `flush_timeout_s` (and the
+        pointer's refresh within its requests' deadlines); the number of reports the edge took (`stats` says what
+        became of the others). A joined device refreshes its spec first when its pointer is due, and after when the
+        edge says the version moved on."""
         if self.transport is None:
             return 0
         if self._joined is not None and self._joined.due():
@@ -303,6 +322,18 @@ def _kept_pointer(mine: CollectionState) -> Pointer | None:
         return None if mine.pointer is None else parse_pointer(mine.pointer)
     except PointerError:
         return None
+
+
+def check_report_time(timestamp_ms: int, clock_ms: int) -> int:
+    """`timestamp_ms` if a device may make a report at that time by its clock `clock_ms`: after 1970 and at most
+    the edge's clock skew (`MAX_FUTURE_SKEW_MS`) ahead of the clock; ValueError otherwise (a clock that jumped, an
+    app's bug: the edge would refuse it, and the ledger would charge a day that has not come)."""
+    if timestamp_ms <= 0:
+        raise ValueError(f"a report time must lie after 1970-01-01, got {timestamp_ms} ms")
+    if timestamp_ms > clock_ms + MAX_FUTURE_SKEW_MS:
+        raise ValueError(f"a report time must lie at most {MAX_FUTURE_SKEW_MS // 1000} s ahead of the device's clock "
+                         f"({clock_ms} ms), got {timestamp_ms} ms")
+    return timestamp_ms
 
 
 def report_time_ms(timestamp: int | datetime | None) -> int:

@@ -5,9 +5,11 @@ named by the test vectors under tests/vectors/):
 
 pointer (`check_pointer`): its signature over the exact bytes by a pinned pointer key (`unsigned`,
 `malformed_signature`, `untrusted_key`, `bad_signature`), then parsing (`malformed_pointer`), then
-`wrong_collection` (a pointer for another collection), `rollback` (below the (version, sequence) the device has
-accepted) and `expired` (the pointer no longer vouches for its version: the device keeps its last good spec and stops
-reporting until a fresh pointer comes);
+`wrong_collection` (a pointer for another collection), `issued_in_future` (issued later than the device's clock plus
+the clock skew: accepted, its sequence would make every true pointer look like a rollback), `too_long` (valid for
+longer than the protocol's `MAX_POINTER_VALIDITY_MS`: it would pin the device to its version), `rollback` (below
+the (version, sequence) the device has accepted) and `expired` (the pointer no longer vouches for its version: the
+device keeps its last good spec and stops reporting until a fresh pointer comes);
 
 spec (`check_spec`): its signature over the exact bytes, bound to "name@version" of the pointer, by a pinned spec key
 (the signature codes), then `hash_mismatch` (not the bytes the pointer names), then parsing (`malformed_spec`), then
@@ -22,7 +24,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ldpstream.contract.pointer import Pointer, PointerError, parse_pointer
+from ldpstream.contract.auth import MAX_SKEW_MS
+from ldpstream.contract.pointer import MAX_POINTER_VALIDITY_MS, Pointer, PointerError, parse_pointer
 from ldpstream.contract.signatures import SignatureError, TrustedKeys, pointer_message, spec_message, verify_block
 from ldpstream.contract.spec import CollectionSpec, SpecError, parse_spec
 
@@ -56,6 +59,12 @@ def check_pointer(data: bytes, block: bytes | None, keys: TrustedKeys, collectio
         raise TrustError("malformed_pointer", str(exc)) from None
     if pointer.collection != collection:
         raise TrustError("wrong_collection", f"a pointer for {pointer.collection!r}, not {collection!r}")
+    if pointer.issued_ms > now_ms + MAX_SKEW_MS:
+        raise TrustError("issued_in_future", f"the pointer is issued at {pointer.issued_ms} ms, after the device's "
+                                             f"clock ({now_ms} ms) and the clock skew")
+    if pointer.expires_ms - pointer.issued_ms > MAX_POINTER_VALIDITY_MS:
+        raise TrustError("too_long", f"the pointer is valid for {pointer.expires_ms - pointer.issued_ms} ms, more "
+                                     f"than the {MAX_POINTER_VALIDITY_MS} ms a device accepts")
     if not pointer.newer_than(seen.version, seen.sequence):
         raise TrustError("rollback", f"pointer to version {pointer.version} (sequence {pointer.sequence}) is older "
                                      f"than version {seen.version} (sequence {seen.sequence}) already accepted")

@@ -9,13 +9,13 @@ A report request, in order (each refusal answers with its status and reason, cou
    path, time and body (401; the key is derived, so no lookup);
 3. parsing (`ldpstream.edge.intake`): 400/413/415; then the requests that got this far in one event-loop turn go on
    together (`ldpstream.edge.coalesce`), each still answered alone: their checks against the published spec (404, 400;
-   the aggregator's schema code) in one vectorised pass;
+   the aggregator's schema code) in one vectorised pass, a report that fails a per-report check refused alone with
+   its verdict (every report of the request failing: 400);
 4. admission (`ldpstream.edge.devices.Admission`, one Redis script over the turn's requests): not enrolled or revoked,
    replay (401), rate (429), and reports whose window the device already used (dropped; all of them: 409);
-5. forwarding (`ldpstream.edge.forward`), the turn's reports for one partition as one submission: answered 200 once
-Kafka
-   acknowledged, 202 once fsynced in the spool, or 503/507 (the window marks released, so the device can send
-   again).
+5. forwarding (`ldpstream.edge.forward`), the turn's reports for one partition as one submission: answered, with the
+   verdict on each report of the request (`docs/reference/protocol.md`, "Delivery"), 200 once Kafka acknowledged,
+   202 once fsynced in the spool, or 503/507 (the window marks released, so the device can send again).
 Every answer carries `X-Request-Id`; refusals that a retry can cure carry Retry-After.
 
 Slow or idle clients cannot hold the process's connections: a connection that has not completed a request within
@@ -54,12 +54,13 @@ from ldpstream.contract.clock import now_ms
 from ldpstream.contract.pseudonym import device_partitions, device_pseudonym
 from ldpstream.contract.signatures import block_header
 from ldpstream.contract.topics import report_topic
-from ldpstream.contract.validation import dedupe_window
+from ldpstream.contract.validation import dedupe_window, mark_ttl_ms
 from ldpstream.contract.wire import Envelope
 from ldpstream.edge.coalesce import Coalesce
 from ldpstream.edge.devices import RATE_LIMITED, REPLAYED, Admission, Admit
 from ldpstream.edge.forward import KAFKA, Forwarder
 from ldpstream.edge.intake import (
+    ADMITTED,
     DUPLICATE,
     JSON,
     SLOW_BODY,
@@ -160,12 +161,13 @@ class Incoming:
 
 @dataclass(frozen=True)
 class Accepted:
-    """A request's reports are safe: how many, the positions dropped as already reported in their window, and
-    where they are (`KAFKA` or `SPOOL`)."""
+    """A request's reports are safe: how many, the positions dropped as already reported in their window, where
+    they are (`KAFKA` or `SPOOL`), and the verdict on each report of the request (`ADMITTED` or why not)."""
 
     reports: int
     duplicates: list[int]
     stored: str
+    verdicts: list[str]
 
 
 class Edge:
@@ -201,7 +203,8 @@ class Edge:
         accepted = await self.accept(name, request.method, request.path, headers.get("Authorization"),
                                      headers.get("Content-Encoding"), headers.get("Content-Type", ""),
                                      await self._body(request))
-        answer = {"accepted": accepted.reports, "duplicates": accepted.duplicates, "stored": accepted.stored}
+        answer = {"accepted": accepted.reports, "duplicates": accepted.duplicates, "stored": accepted.stored,
+                  "verdicts": accepted.verdicts}
         return _json(answer, 200 if accepted.stored == KAFKA else 202)
 
     async def accept(self, name: str, method: str, path: str, authorization: str | None,
@@ -243,7 +246,7 @@ class Edge:
                 spec = checked.plan.spec
                 starts = tuple(checked.window_starts.tolist()) if spec.one_report_per_window else ()
                 admits.append(Admit(item.collection, item.device, item.signature, dedupe_window(spec), spec.version,
-                                    starts))
+                                    starts, mark_ttl_ms(spec)))
                 admitted.append(k)
         kept: list[tuple[int, Checked, list[str], list[int]]] = []
         for k, admit, answer in zip(admitted, admits, await self.admission.admit(admits), strict=True):
@@ -254,13 +257,16 @@ class Edge:
                 continue
             marks = admit.marks
             if answer:
+                positions = checked.rows[answer].tolist()  # in the request
                 if len(answer) == len(checked):
-                    results[k] = Refusal(409, DUPLICATE, "the device already reported in the window of every report")
+                    results[k] = Refusal(409, DUPLICATE, "the device already reported in the window of every report",
+                                         _verdicts(checked, positions))
                     continue
                 used = np.zeros(len(checked), dtype=bool)
                 used[answer] = True
                 checked = without_rows(checked, used)
                 marks = [m for m, u in zip(marks, used.tolist(), strict=True) if not u]
+                answer = positions
             kept.append((k, checked, marks, answer))
         groups: dict[tuple[str, int, int], list[tuple[int, Checked, list[str], list[int]]]] = {}
         pseudonyms = np.fromiter((items[k].pseudonym for k, *_ in kept), dtype=np.uint64, count=len(kept))
@@ -293,9 +299,11 @@ class Edge:
                 continue
             EDGE_REPORTS.labels("accepted", "").inc(sum(len(checked) for _, checked, _, _ in members))
             for k, checked, _, duplicates in members:
-                results[k] = Accepted(len(checked), duplicates, stored)
-                if duplicates:
-                    EDGE_REPORTS.labels("rejected", DUPLICATE).inc(len(duplicates))
+                verdicts = _verdicts(checked, duplicates)
+                results[k] = Accepted(len(checked), duplicates, stored, verdicts)
+                for reason in verdicts:
+                    if reason != ADMITTED:
+                        EDGE_REPORTS.labels("rejected", reason).inc()
         await self.admission.release(released)
         if failures:
             raise failures[0]  # not a Refusal (the forwarder settles with none): every request of the turn gets it
@@ -380,12 +388,23 @@ def _admission_refusal(code: int, rate_per_s: int) -> Refusal:
     return Refusal(401, UNAUTHORIZED, "unknown or revoked device")
 
 
+def _verdicts(checked: Checked, duplicates: Sequence[int]) -> list[str]:
+    """The verdict on each report of a request: its refusal by the checks, DUPLICATE at `duplicates` (positions in
+    the request: windows the device already used), else ADMITTED."""
+    verdicts = [v or ADMITTED for v in checked.verdicts]
+    for d in duplicates:
+        verdicts[d] = DUPLICATE
+    return verdicts
+
+
 def _refused(request_id: str, refusal: Refusal) -> web.Response:
     headers = {"X-Request-Id": request_id}
     if refusal.status in RETRY_AFTER_S:
         headers["Retry-After"] = str(RETRY_AFTER_S[refusal.status])
-    return _json({"request_id": request_id, "reason": refusal.reason, "error": refusal.detail}, refusal.status,
-                 headers)
+    answer: dict[str, object] = {"request_id": request_id, "reason": refusal.reason, "error": refusal.detail}
+    if refusal.verdicts:
+        answer["verdicts"] = refusal.verdicts
+    return _json(answer, refusal.status, headers)
 
 
 def _json(value: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

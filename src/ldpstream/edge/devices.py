@@ -12,8 +12,9 @@ checks:
 1. the device is enrolled and not revoked;
 2. the signature was not seen in the last 2 x the allowed clock skew (replay: `...:sig:<hex>`, with a TTL);
 3. the device's request count in the current second is within its rate limit (`...:rate:<id>`, TTL 1 s);
-4. per report, the device has not reported in its dedupe window (`...:seen:<version>:<start>:<id>`, TTL two
-   windows): the script marks the windows of the reports it admits and returns the positions already used.
+4. per report, the device has not reported in its dedupe window (`...:seen:<version>:<start>:<id>`, TTL as long
+   as the window admits reports: `ldpstream.contract.validation.mark_ttl_ms`, at least two windows): the script
+   marks the windows of the reports it admits and returns the positions already used.
 Marks of reports that are then not acknowledged are removed again (`release`), so the device can retry.
 
 A collection's keys are spread over EDGE_SLOTS key groups by a hash of the device id (`device_slot`), each with
@@ -180,6 +181,7 @@ class Admit:
     window: str
     version: int = 0
     starts: tuple[int, ...] = ()
+    ttl_ms: int = 0  # how long its window marks live (`ldpstream.contract.validation.mark_ttl_ms`; 0: two windows)
 
     @property
     def marks(self) -> list[str]:
@@ -223,7 +225,7 @@ class Admission:
             for i in members:
                 r = requests[i]
                 group = groups.setdefault(devices_key(r.collection, r.device), len(groups) + 1)
-                ttl = 2 * (window_seconds(r.window) * 1000 if r.window != ALL_TIME else DEFAULT_MAX_AGE_MS)
+                ttl = r.ttl_ms or 2 * (window_seconds(r.window) * 1000 if r.window != ALL_TIME else DEFAULT_MAX_AGE_MS)
                 fields.append(" ".join(map(str, (group, r.device, r.signature, ttl, r.version, *r.starts))))
             calls.append((list(groups), [2 * MAX_SKEW_MS, self.rate_per_s, len(members), *fields]))
         answers: list[list[int] | int] = [0] * len(requests)

@@ -5,9 +5,13 @@ Steps (every byte is hostile; each failure is a `Refusal` with an HTTP status an
 2. `parse`: a wire envelope (application/msgpack, `ldpstream.contract.wire`) or the JSON form (`JsonBody`) becomes one
    envelope; it must name the collection of the path and carry at most `max_reports` reports;
 3. `check`: the spec version is published (404 otherwise), and the same schema code the aggregator runs
-   (`ldpstream.contract.validation`) checks shape, range, attribute count and report times; every row's device must be
-   the authenticated device's pseudonym (the body never chooses it: a missing/zero column is set, another device
-   is refused), and a device reports at most once per dedupe window within the request.
+   (`ldpstream.contract.validation`) checks shape (the whole request), then per report range, attribute count and
+   report time; every row's device must be the authenticated device's pseudonym (the body never chooses it: a
+   missing/zero column is set, another device refuses the whole request), and a device reports at most once per
+   dedupe window within the request. A report that fails a per-report check is refused alone, with its verdict
+   (`Checked.verdicts`: the reason code, `ldpstream.contract.validation`), and the others go on; only when every
+   report fails is the request refused, with the first report's status and reason (a batch of one answers as it
+   always did) and the verdicts.
 """
 
 from __future__ import annotations
@@ -65,21 +69,28 @@ MSGPACK = "application/msgpack"
 JSON = "application/json"
 
 
-class Refusal(Exception):
-    """A request refused: the HTTP status, the reason code and a detail for the device."""
+ADMITTED = "admitted"  # the verdict on a report the edge took (the others are reason codes)
 
-    def __init__(self, status: int, reason: str, detail: str) -> None:
+
+class Refusal(Exception):
+    """A request refused: the HTTP status, the reason code and a detail for the device, and the verdict on each of
+    its reports when they were judged one by one (else none)."""
+
+    def __init__(self, status: int, reason: str, detail: str, verdicts: Sequence[str] = ()) -> None:
         super().__init__(detail)
-        self.status, self.reason, self.detail = status, reason, detail
+        self.status, self.reason, self.detail, self.verdicts = status, reason, detail, list(verdicts)
 
 
 @dataclass(frozen=True)
 class Checked:
-    """The reports of one request that passed every check: as one envelope (devices set), with their windows."""
+    """The reports of one request that passed every check: as one envelope (devices set), with their windows, their
+    positions in the request (`rows`) and the verdicts on the request's reports so far ('' for those that passed)."""
 
     plan: EdgePlan
     envelope: Envelope
     window_starts: np.ndarray  # per report, the start (ms) of its dedupe window
+    rows: np.ndarray  # per report, its position in the request
+    verdicts: tuple[str, ...]  # per report of the request: a reason code, or '' for one of these
 
     def __len__(self) -> int:
         return len(self.window_starts)
@@ -172,17 +183,32 @@ def check(env: Envelope, plan: EdgePlan | None, pseudonym: int, now_ms: int) -> 
         raise Refusal(400, MALFORMED, joined.rejected[0])
     n = len(joined.devices)
     screen = _screen(plan, joined, np.full(n, pseudonym, dtype=np.uint64), np.zeros(n, dtype=np.int64), now_ms)
-    for mask, status, reason, detail in (
-            (screen.out_of_range, 400, OUT_OF_RANGE, screen.out_of_range_detail),
-            (screen.wrong_count, 400, WRONG_SHAPE, f"a report carries {plan.attributes_per_device} attribute(s)"),
-            (screen.future, 400, FUTURE, "report time is in the future"),
-            (screen.stale, 400, STALE, "report time is older than the dedupe window"),
-            (screen.wrong_device, 403, WRONG_DEVICE, "a report names another device: the pseudonym is the "
-                                                     "authenticated device's (send 0 or your own)"),
-            (screen.duplicate, 400, DUPLICATE, "two reports for one window in the request")):
-        if mask.any():
-            raise Refusal(status, reason, f"report {_first(mask)}: {detail}")
-    return _checked(env, plan, pseudonym, screen.starts)
+    wrong_device = screen.wrong_device
+    if wrong_device.any():
+        raise Refusal(403, WRONG_DEVICE, f"report {_first(wrong_device)}: a report names another device: the "
+                                         f"pseudonym is the authenticated device's (send 0 or your own)")
+    verdicts = np.full(n, "", dtype=object)
+    first: dict[str, tuple[int, str]] = {}
+    for mask, reason, detail in (  # the first that applies to a report is its verdict
+            (screen.out_of_range, OUT_OF_RANGE, screen.out_of_range_detail),
+            (screen.wrong_count, WRONG_SHAPE, f"a report carries {plan.attributes_per_device} attribute(s)"),
+            (screen.future, FUTURE, "report time is in the future"),
+            (screen.stale, STALE, "report time is past its window's end and the spec's grace"),
+            (screen.duplicate, DUPLICATE, "two reports for one window in the request")):
+        hit = mask & (verdicts == "")
+        if hit.any():
+            verdicts[hit] = reason
+            first.setdefault(reason, (_first(hit), detail))
+    bad = verdicts != ""
+    checked = _checked(env, plan, pseudonym, screen.starts)
+    if not bad.any():
+        return checked
+    if bad.all():
+        reason = str(verdicts[0])
+        row, detail = first[reason]
+        raise Refusal(400, reason, f"report {row}: {detail}", verdicts.tolist())
+    return without_rows(Checked(plan, checked.envelope, checked.window_starts, checked.rows,
+                                tuple(verdicts.tolist())), bad)
 
 
 Item = tuple[Envelope, EdgePlan | None, int]  # a request's envelope, its plan and the authenticated pseudonym
@@ -262,11 +288,13 @@ def _screen(plan: EdgePlan, joined: Concatenation, pseudonyms: np.ndarray, messa
 def _checked(env: Envelope, plan: EdgePlan, pseudonym: int, starts: np.ndarray) -> Checked:
     """A request's reports that passed, as its envelope with every row's device set to the authenticated one."""
     devices = int(pseudonym).to_bytes(8, "little") * len(starts)  # uint64 LE per row, as the wire carries them
-    return Checked(plan, msgspec.structs.replace(env, devices=devices), starts)
+    n = len(starts)
+    return Checked(plan, msgspec.structs.replace(env, devices=devices), starts, np.arange(n), ("",) * n)
 
 
 def without_rows(checked: Checked, drop: np.ndarray) -> Checked:
-    """The checked reports less the rows where `drop` holds (reports the device already made in their window)."""
+    """The checked reports less the rows where `drop` holds (reports refused alone, or the device already made in
+    their window)."""
     joined = concatenate([checked.envelope])
     keep = ~drop
     renumber = np.cumsum(keep) - 1
@@ -278,7 +306,7 @@ def without_rows(checked: Checked, drop: np.ndarray) -> Checked:
     return Checked(checked.plan, envelope_of(env.collection, env.spec_version, joined.devices[keep],
                                              joined.timestamps_ms[keep], {a: c for a, c in attributes.items()
                                                                           if len(c.rows)}),
-                   checked.window_starts[keep])
+                   checked.window_starts[keep], checked.rows[keep], checked.verdicts)
 
 
 def anonymous(checked: Checked) -> Checked:
@@ -288,7 +316,7 @@ def anonymous(checked: Checked) -> Checked:
     n = len(checked)
     return Checked(checked.plan, Envelope(env.version, env.collection, env.spec_version, bytes(8 * n),
                                           checked.window_starts.astype("<i8").tobytes(), env.attributes),
-                   checked.window_starts)
+                   checked.window_starts, checked.rows, checked.verdicts)
 
 
 def _rows_of(flat: np.ndarray, take: np.ndarray) -> np.ndarray:
