@@ -34,11 +34,11 @@ from ldpstream.mechanisms.base import Estimate, LDPError, Mechanism, Reports, Re
 MAX_DOMAIN_SIZE = 1 << 20  # the largest K; local hashing's exact float aggregation relies on it (local_hash.py)
 # Beyond, 1 - p (e.g. (K - 1) / (e^eps + K - 1)) falls below double precision next to 1; and it protects nothing.
 MAX_EPSILON = 30.0
-# Report bytes sampled per chunk of users: a chunk's temporaries (up to 8 bytes per entry: uniforms, shifts) stay in a
-# core's L2 cache (512 KiB on the AMD EPYC we measure on), not in L3 or memory. 64 KiB of reports is 65,536 entries of
-# a bit vector and 16,384 of a uint32 code; a GRR chunk of 65,536 codes made 512 KiB float64 temporaries, which
-# spilled out of that L2 and took 2-3x as long per entry (benchmarks/bench_mechanisms.py, docs/reference/measured.md).
-SAMPLE_CHUNK_BYTES = 1 << 16
+# Report bytes sampled per chunk of users: the chunk's temporaries stay in a core's caches (512 KiB of L2 on the AMD
+# EPYC we measure on), not in memory. A chunk counted in report entries (65,536) was 512 KiB of float64 temporaries
+# for GRR's codes but only 512 rows of OUE's 128-bit vectors; 256 KiB of reports is 65,536 GRR codes, 2,048 OUE rows
+# (1.4x faster than 512) and 21,845 OLH reports (docs/reference/measured.md).
+SAMPLE_CHUNK_BYTES = 1 << 18
 # The key-value mechanisms' chunks, in devices per chunk of the widest column (their own loop, keyvalue/base.py).
 SAMPLE_CHUNK_ENTRIES = 1 << 16
 
