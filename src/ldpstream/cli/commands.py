@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("simulate", "Simulate a fleet with a known population: perturb in vectorised chunks and produce to "
                              "Kafka (or, with --via, send each enrolled device's report to the ingestion edge)."),
     "aggregate": ("aggregate", "Run aggregator workers in the foreground until SIGINT/SIGTERM (each batch applied "
-                               "whole or not at all)."),
+                               "whole or not at all), and the poisoning auditor beside them."),
     "shuffle": ("shuffle", "Shuffle the reports of shuffled collections window by window until SIGINT/SIGTERM (each "
                            "window released once, in a Kafka transaction)."),
     "edge": ("edge", "Serve POST /v1/collections/NAME/reports, /healthz, /readyz, /metrics, /openapi.json until "
