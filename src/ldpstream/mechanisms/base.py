@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar
@@ -23,6 +23,18 @@ Reports = dict[str, np.ndarray]
 
 class LDPError(ValueError):
     """Invalid input to a mechanism (bad epsilon, NaN, value outside the domain, unknown category)."""
+
+
+def least_epsilon(delta_at: Callable[[float], float], high: float, delta: float, steps: int) -> float:
+    """The least eps in [0, high] (bisection to high / 2^steps, rounded up) with delta_at(eps) <= delta, for a
+    delta_at that falls as eps grows (a privacy curve: composition, shuffling)."""
+    low = 0.0
+    if delta_at(low) <= delta:
+        return 0.0
+    for _ in range(steps):
+        mid = (low + high) / 2
+        low, high = (low, mid) if delta_at(mid) <= delta else (mid, high)
+    return high
 
 
 def check_epsilon(epsilon: float) -> float:

@@ -20,7 +20,7 @@ import math
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
-from ldpstream.mechanisms.base import LDPError, check_epsilon
+from ldpstream.mechanisms.base import LDPError, check_epsilon, least_epsilon
 
 BISECTION_STEPS = 60
 
@@ -51,10 +51,4 @@ def composed_epsilon(epsilon: float, k: int, delta: float) -> float:
     eps = check_epsilon(epsilon)
     if k < 1 or not 0 <= delta < 1:
         raise LDPError(f"need k >= 1 and delta in [0, 1), got k = {k}, delta = {delta}")
-    lo, hi = 0.0, k * eps
-    if composition_delta(eps, k, lo) <= delta:
-        return 0.0
-    for _ in range(BISECTION_STEPS):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if composition_delta(eps, k, mid) <= delta else (mid, hi)
-    return hi
+    return least_epsilon(lambda e: composition_delta(eps, k, e), k * eps, delta, BISECTION_STEPS)

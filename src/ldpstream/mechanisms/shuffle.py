@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpstream.mechanisms.base import LDPError, check_epsilon
+from ldpstream.mechanisms.base import LDPError, check_epsilon, least_epsilon
 
 TAIL = 1e-18  # binomial mass left out of a sum, added to delta whole (pessimistic)
 BISECTION_STEPS = 40  # eps to 2^-40 of eps0
@@ -175,13 +175,7 @@ def epsilon_for(reduction: Reduction, n: int, delta: float) -> float:
     """The least eps (to 2^-40 of eps0, rounded up) with delta_for(eps) <= delta."""
     if not 0 < delta < 1:
         raise LDPError(f"delta must lie in (0, 1), got {delta}")
-    lo, hi = 0.0, reduction.epsilon0
-    if delta_for(reduction, n, lo) <= delta:
-        return 0.0
-    for _ in range(BISECTION_STEPS):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if delta_for(reduction, n, mid) <= delta else (mid, hi)
-    return hi
+    return least_epsilon(lambda e: delta_for(reduction, n, e), reduction.epsilon0, delta, BISECTION_STEPS)
 
 
 def fmt21_closed_form(epsilon0: float, n: int, delta: float) -> float | None:
