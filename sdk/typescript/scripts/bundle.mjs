@@ -21,7 +21,10 @@ const size = (file) => {
   return [code.length, gzipSync(code, { level: 9 }).length];
 };
 const entry = `${outdir}/ldpstream-device.js`;
-const statics = [entry, ...result.metafile.outputs[entry].imports.filter((i) => i.kind === "import-statement").map((i) => i.path)];
+const statics = [entry]; // the entry file and every chunk it imports statically, directly or through another
+for (const file of statics) {
+  for (const i of result.metafile.outputs[file].imports) if (i.kind === "import-statement" && !statics.includes(i.path)) statics.push(i.path);
+}
 const files = Object.keys(result.metafile.outputs).filter((f) => f.endsWith(".js"));
 const sum = (list) => list.map(size).reduce((a, b) => [a[0] + b[0], a[1] + b[1]], [0, 0]);
 const [coreMin, coreGzip] = sum(statics);

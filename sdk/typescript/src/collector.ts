@@ -12,10 +12,10 @@ import type { FreshMechanism, MemoizedMechanism, Report } from "./mechanisms/bas
 import type { FactorizationMechanism } from "./mechanisms/factorization.js";
 import { checkCode, chooseFrequency, makeFrequency } from "./mechanisms/frequency.js";
 import { DISTRIBUTION_PARAMETERS, distribution, keyvalue, longitudinal, LONGITUDINAL_KIND, strings } from "./mechanisms/optional.js";
-import { chooseSampled, makeNumeric, NUMERIC } from "./mechanisms/numeric.js";
+import { chooseSampled, makeNumeric, NUMERIC, unit } from "./mechanisms/numeric.js";
 import type { Random } from "./random.js";
 import {
-  attributeDomain, type Attribute, type CollectionSpec, FACTORIZATION, HEAVY_HITTER_NAMES, specKey,
+  type Attribute, type CollectionSpec, FACTORIZATION, HEAVY_HITTER_NAMES, specKey,
 } from "./spec.js";
 
 const BUDGET_RTOL = 1e-9;
@@ -112,8 +112,8 @@ export class Collector {
     const eps = spec.epsilon / this.k;
     if (a.type === "keyvalue") {
       if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': no memoized key-value mechanism`);
+      const { attributeDomain, chooseKeyvalue, makeKeyvalue } = keyvalue();
       const d = attributeDomain(a);
-      const { chooseKeyvalue, makeKeyvalue } = keyvalue();
       const name = a.mechanism === "auto" ? chooseKeyvalue(eps, d, a.padding) : a.mechanism;
       return { fresh: makeKeyvalue(name, eps, d, a.padding) as FreshMechanism<unknown> };
     }
@@ -238,11 +238,6 @@ export class Collector {
       return { attribute: i, report };
     });
   }
-}
-
-/** x in [lo, hi] as a value on [-1, 1]. */
-export function unit(lo: number, hi: number, x: number): number {
-  return Math.min(Math.max((x - lo) / ((hi - lo) / 2.0) - 1.0, -1.0), 1.0);
 }
 
 /** One attribute's true value as its mechanism takes it (`ldpstream.device.perturb.true_columns`). */

@@ -11,7 +11,6 @@ import {
   type Random, randomizedResponse, randomizedResponseFromUniform, type Report, wordUniform,
 } from "./shared.js";
 import { symmetricSmallestEigenvalueRatioAbove } from "./linalg.js";
-export { LONGITUDINAL_KIND } from "./shared.js";
 // The collector's keyed draws (u64.ts), here as only a device with a collection secret makes them: its spec has a
 // privacy block, so its mechanisms are these.
 export { attributeSecret, keyedUniform, TAG_ATTRIBUTE_SAMPLE } from "./shared.js";

@@ -20,6 +20,11 @@ export function checkNumericEpsilon(epsilon: number): number {
   return eps;
 }
 
+/** x in [lo, hi] as a value on [-1, 1] (what these mechanisms take). */
+export function unit(lo: number, hi: number, x: number): number {
+  return Math.min(Math.max((x - lo) / ((hi - lo) / 2.0) - 1.0, -1.0), 1.0);
+}
+
 export function checkUnit(t: number): number {
   if (typeof t !== "number" || !(t >= -1 && t <= 1)) throw new LDPError(`a value must lie in [-1, 1], got ${t}`);
   return t;
@@ -222,6 +227,10 @@ export class Hybrid extends NumericMechanism {
 export const NUMERIC: Record<string, new (epsilon: number) => NumericMechanism> = {
   laplace: Laplace, scdf: SCDF, staircase: Staircase, duchi: Duchi, pm: Piecewise, hm: Hybrid, harmony: Harmony,
 };
+
+/** The distribution mechanisms a numeric attribute may name (loaded on demand, `optional.ts`), and the parameters a
+ * spec may give them (`registry.DISTRIBUTION`, their classes' `parameter_names()`; smoothing is the collector's only). */
+export const DISTRIBUTION_PARAMETERS: Record<string, readonly string[]> = { hh: ["bins", "fanout"], sw: ["bins", "smoothing"] };
 
 export function makeNumeric(name: string, epsilon: number): NumericMechanism {
   const cls = NUMERIC[name];

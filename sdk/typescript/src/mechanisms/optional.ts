@@ -4,8 +4,9 @@
  * distribution mechanisms a numeric attribute may name (Square Wave, hierarchical histograms).
  * `loadMechanisms(needsOf(specBytes))` brings in what a spec names (the device does it when it has verified a spec,
  * before it parses it); `mechanisms/all.js` registers every one at once (tools and tests). Their names and the
- * distribution mechanisms' parameters are here, in the core, for validation and the policy (the memoized ones'
- * parameters are checked in their module).
+ * distribution mechanisms' parameters are in the core, for validation and the policy: the memoized ones' here (their
+ * parameters are checked in their module), the distribution ones' with the numeric mechanisms (the distribution
+ * module reads them, and imports nothing from here: this module loads it).
  */
 
 import { LDPError } from "../errors.js";
@@ -13,6 +14,7 @@ import type * as Distribution from "./distribution.js";
 import type * as Factorization from "./factorization.js";
 import type * as KeyValue from "./keyvalue.js";
 import type * as Longitudinal from "./longitudinal.js";
+import { DISTRIBUTION_PARAMETERS } from "./numeric.js";
 import type * as Strings from "./strings.js";
 
 export const LONGITUDINAL_KIND: Record<string, "frequency" | "numeric"> = {
@@ -20,9 +22,7 @@ export const LONGITUDINAL_KIND: Record<string, "frequency" | "numeric"> = {
   "1bitmean": "numeric", dbitflip: "frequency",
 };
 
-/** The distribution mechanisms a numeric attribute may name, and the parameters a spec may give them
- * (`registry.DISTRIBUTION`, their classes' `parameter_names()`; smoothing is the collector's only). */
-export const DISTRIBUTION_PARAMETERS: Record<string, readonly string[]> = { hh: ["bins", "fanout"], sw: ["bins", "smoothing"] };
+export { DISTRIBUTION_PARAMETERS };
 
 export interface Needs {
   longitudinal?: boolean;
