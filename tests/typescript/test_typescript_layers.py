@@ -51,10 +51,11 @@ def parse(paths: list[Path]) -> dict[str, list[dict[str, object]]]:
 
 def resolve(name: str, module: str) -> str | None:
     """The file of `src/` a specifier names from file `name` ("../errors.js" from "mechanisms/base" -> "errors"); None
-    for a package or a platform module (not ours)."""
+    for a package or a platform module (not ours), or a data file of ours (JSON: it imports nothing)."""
     if not module.startswith("."):
         return None
-    return posixpath.normpath(posixpath.join(posixpath.dirname(name), module)).removesuffix(".js")
+    path = posixpath.normpath(posixpath.join(posixpath.dirname(name), module))
+    return None if path.endswith(".json") and (SRC / path).is_file() else path.removesuffix(".js")
 
 
 def imports_of(found: dict[str, list[dict[str, object]]]) -> dict[str, list[tuple[str, str, int]]]:

@@ -222,6 +222,12 @@ export function makeKeyvalue(name: string, epsilon: number, domainSize: number, 
   throw new LDPError(`unknown key-value mechanism ${JSON.stringify(name)}`);
 }
 
+/** A key-value attribute's mechanism at eps per report, "auto" resolved (the collector's, `ldpstream.contract.collector`). */
+export function attributeMechanism(a: KeyValueDomain & { mechanism: string; padding: number }, eps: number): KeyValueMechanism {
+  const d = attributeDomain(a);
+  return makeKeyvalue(a.mechanism === "auto" ? chooseKeyvalue(eps, d, a.padding) : a.mechanism, eps, d, a.padding);
+}
+
 /** "auto" of a key-value attribute: the PCKV variant of least variance for a rare key (`choose_keyvalue`). */
 export function chooseKeyvalue(epsilon: number, domainSize: number, padding: number): string {
   const grr = new PCKVGRR(epsilon, domainSize, padding).rareFrequencyVariance();

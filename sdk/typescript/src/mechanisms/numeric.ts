@@ -228,10 +228,6 @@ export const NUMERIC: Record<string, new (epsilon: number) => NumericMechanism> 
   laplace: Laplace, scdf: SCDF, staircase: Staircase, duchi: Duchi, pm: Piecewise, hm: Hybrid, harmony: Harmony,
 };
 
-/** The distribution mechanisms a numeric attribute may name (loaded on demand, `optional.ts`), and the parameters a
- * spec may give them (`registry.DISTRIBUTION`, their classes' `parameter_names()`; smoothing is the collector's only). */
-export const DISTRIBUTION_PARAMETERS: Record<string, readonly string[]> = { hh: ["bins", "fanout"], sw: ["bins", "smoothing"] };
-
 export function makeNumeric(name: string, epsilon: number): NumericMechanism {
   const cls = NUMERIC[name];
   if (cls === undefined) throw new LDPError(`${JSON.stringify(name)} is not a numeric mechanism`);

@@ -18,7 +18,8 @@ export {
   checkCode, checkDomainSize, checkFrequencyEpsilon, FREQUENCY_MAX_EPSILON, hadamardBit, MAX_DOMAIN_SIZE, pureVariance,
   randomizedResponse, randomizedResponseFromUniform,
 } from "./frequency.js";
-export { checkNumericEpsilon, checkUnit, DISTRIBUTION_PARAMETERS, duchiBound, NumericMechanism, unit } from "./numeric.js";
+export { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "./names.js";
+export { checkNumericEpsilon, checkUnit, duchiBound, NumericMechanism, unit } from "./numeric.js";
 
 /**
  * Python's `format(x, "g")`: 6 significant digits, trailing zeros removed, exponent form below 1e-4 or from 1e6 on
