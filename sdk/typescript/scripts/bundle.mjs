@@ -1,10 +1,12 @@
 // The browser bundle: dist/index.js and its dependencies as minified ES modules in dist/browser/: the core
-// (ldpstream-device.js and the one chunk it imports, mechanisms/shared.ts says why one: join, trust, policy, ledger,
-// outbox, wire, the numeric mechanisms and frequency oracles) and chunks the core imports on demand (the memoized,
-// key-value, heavy-hitter, factorization and distribution mechanisms, and @noble/ed25519 for a platform whose WebCrypto
-// lacks Ed25519), for pages that load the SDK without a bundler of their own (examples/web/). Licence comments stay at
-// the end of their file (only @noble/ed25519's chunk has one). Prints the sizes, minified and minified+gzipped: the
-// core's, and every file's together.
+// (ldpstream-device.js and the chunk it imports: join, trust, policy, ledger, outbox, wire, the numeric mechanisms and
+// frequency oracles) and chunks the core imports on demand (the memoized, key-value, heavy-hitter, factorization and
+// distribution mechanisms, and @noble/ed25519 for a platform whose WebCrypto lacks Ed25519), for pages that load the
+// SDK without a bundler of their own (examples/web/). The core is two files because the sources have no import cycle
+// (README, "Layers"): what the on-demand mechanisms share with the core (mechanisms/shared.ts says what) is one chunk,
+// and the rest of the core is the entry file. Licence comments stay at the end of their file (only @noble/ed25519's
+// chunk has one). Prints the sizes, minified and minified+gzipped: the core's (every file the entry imports
+// statically, directly or not), and every file's together.
 import { build } from "esbuild";
 import { gzipSync } from "node:zlib";
 import { readFileSync, rmSync } from "node:fs";
@@ -21,7 +23,10 @@ const size = (file) => {
   return [code.length, gzipSync(code, { level: 9 }).length];
 };
 const entry = `${outdir}/ldpstream-device.js`;
-const statics = [entry, ...result.metafile.outputs[entry].imports.filter((i) => i.kind === "import-statement").map((i) => i.path)];
+const statics = [entry]; // the entry file and every chunk it imports statically, directly or through another
+for (const file of statics) {
+  for (const i of result.metafile.outputs[file].imports) if (i.kind === "import-statement" && !statics.includes(i.path)) statics.push(i.path);
+}
 const files = Object.keys(result.metafile.outputs).filter((f) => f.endsWith(".js"));
 const sum = (list) => list.map(size).reduce((a, b) => [a[0] + b[0], a[1] + b[1]], [0, 0]);
 const [coreMin, coreGzip] = sum(statics);

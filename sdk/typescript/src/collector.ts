@@ -12,10 +12,10 @@ import type { FreshMechanism, MemoizedMechanism, Report } from "./mechanisms/bas
 import type { FactorizationMechanism } from "./mechanisms/factorization.js";
 import { checkCode, chooseFrequency, makeFrequency } from "./mechanisms/frequency.js";
 import { DISTRIBUTION_PARAMETERS, distribution, keyvalue, longitudinal, LONGITUDINAL_KIND, strings } from "./mechanisms/optional.js";
-import { chooseSampled, makeNumeric, NUMERIC } from "./mechanisms/numeric.js";
+import { chooseSampled, makeNumeric, NUMERIC, unit } from "./mechanisms/numeric.js";
 import type { Random } from "./random.js";
 import {
-  attributeDomain, type Attribute, type CollectionSpec, FACTORIZATION, HEAVY_HITTER_NAMES, specKey,
+  type Attribute, type CollectionSpec, FACTORIZATION, HEAVY_HITTER_NAMES, specKey,
 } from "./spec.js";
 
 const BUDGET_RTOL = 1e-9;
@@ -112,38 +112,20 @@ export class Collector {
     const eps = spec.epsilon / this.k;
     if (a.type === "keyvalue") {
       if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': no memoized key-value mechanism`);
-      const d = attributeDomain(a);
-      const { chooseKeyvalue, makeKeyvalue } = keyvalue();
-      const name = a.mechanism === "auto" ? chooseKeyvalue(eps, d, a.padding) : a.mechanism;
-      return { fresh: makeKeyvalue(name, eps, d, a.padding) as FreshMechanism<unknown> };
+      return { fresh: keyvalue().attributeMechanism(a, eps) as FreshMechanism<unknown> };
     }
     if (a.type === "string") {
       if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': no memoized heavy-hitter mechanism`);
-      const { chooseHeavyHitters, makeHeavyHitters, StringDomain } = strings();
-      const name = a.mechanism === "auto" ? chooseHeavyHitters(eps) : a.mechanism;
-      if (!HEAVY_HITTER_NAMES.includes(name)) throw new LDPError(`attribute '${a.name}': '${name}' is not a heavy-hitter mechanism`);
-      const domain = new StringDomain(a.max_length, a.alphabet);
-      return { fresh: makeHeavyHitters(name, eps, domain, hashSeed(spec.name, a.name), a.top) as FreshMechanism<unknown> };
+      return { fresh: strings().attributeMechanism(a, eps, hashSeed(spec.name, a.name), HEAVY_HITTER_NAMES) as FreshMechanism<unknown> };
     }
     if (a.type === "categorical" && a.mechanism === FACTORIZATION) {
       if (this.lifetime !== null) throw new LDPError(`attribute '${a.name}': no memoized factorization`);
       const mech = strategies.get(a.strategy as string) as FactorizationMechanism;
-      if (!(Math.abs(mech.epsilon - eps) <= 1e-12 * Math.abs(eps))) {
-        throw new LDPError(`attribute '${a.name}': its strategy is for eps ${mech.epsilon}, not ${eps}`);
-      }
-      if (mech.types !== a.values.length) throw new LDPError(`attribute '${a.name}': its strategy has ${mech.types} types, not ${a.values.length}`);
-      return { fresh: mech as FreshMechanism<unknown> };
+      return { fresh: mech.forAttribute(a.name, a.values.length, eps) as FreshMechanism<unknown> };
     }
     if (this.lifetime !== null) {
-      const lifetime = this.lifetime / this.k;
-      const kind = a.type === "numeric" ? "numeric" : "frequency";
       const domain = a.type === "categorical" ? a.values.length : null;
-      const { chooseLongitudinal, makeLongitudinal } = longitudinal();
-      const name = a.mechanism === "auto" ? chooseLongitudinal(kind, lifetime, eps, domain) : a.mechanism;
-      if (LONGITUDINAL_KIND[name] !== kind) {
-        throw new LDPError(`attribute '${a.name}': '${name}' is not a memoized ${kind} mechanism`);
-      }
-      return { memoized: makeLongitudinal(name, lifetime, eps, domain, a.parameters) };
+      return { memoized: longitudinal().attributeMechanism(a, domain, this.lifetime / this.k, eps) };
     }
     if (a.mechanism in LONGITUDINAL_KIND) throw new LDPError(`attribute '${a.name}': '${a.mechanism}' needs a lifetime budget`);
     if (a.type === "numeric" && Object.hasOwn(DISTRIBUTION_PARAMETERS, a.mechanism)) {
@@ -209,9 +191,8 @@ export class Collector {
       }
       return pool.slice(0, k).sort((a, b) => a - b);
     }
-    const { keyedUniform, TAG_ATTRIBUTE_SAMPLE } = longitudinal(); // a secret goes with memoized mechanisms: loaded
-    const scores = this.plans.map((p) => keyedUniform(secret, TAG_ATTRIBUTE_SAMPLE, p.nameKey));
-    return this.plans.map((p) => p.index).sort((a, b) => scores[a] - scores[b] || a - b).slice(0, k).sort((a, b) => a - b);
+    // a secret goes with memoized mechanisms: loaded
+    return longitudinal().keyedSample(secret, this.plans.map((p) => p.nameKey), k);
   }
 
   /** The memos a report of `record` reads (a spec with a privacy block), as the Python ledger keys them. */
@@ -240,11 +221,6 @@ export class Collector {
   }
 }
 
-/** x in [lo, hi] as a value on [-1, 1]. */
-export function unit(lo: number, hi: number, x: number): number {
-  return Math.min(Math.max((x - lo) / ((hi - lo) / 2.0) - 1.0, -1.0), 1.0);
-}
-
 /** One attribute's true value as its mechanism takes it (`ldpstream.device.perturb.true_columns`). */
 export function trueValue(a: Attribute, value: unknown): unknown {
   if (a.type === "numeric") {
@@ -269,12 +245,5 @@ export function trueValue(a: Attribute, value: unknown): unknown {
     }
     throw new RecordError(`attribute '${a.name}': not a category or its code`);
   }
-  if (a.type === "string") {
-    try {
-      return new (strings().StringDomain)(a.max_length, a.alphabet).encode(value as string) && value;
-    } catch (exc) {
-      throw new RecordError(`attribute '${a.name}': ${(exc as Error).message}`);
-    }
-  }
-  return keyvalue().truePairs(a, value);
+  return a.type === "string" ? strings().trueString(a, value) : keyvalue().truePairs(a, value);
 }

@@ -101,10 +101,6 @@ export function windowSeconds(window: string): number {
   return Number(m[1]) * UNIT_SECONDS[m[2]];
 }
 
-export function attributeDomain(a: KeyValueAttribute): number {
-  return a.keys !== null ? a.keys.length : (a.buckets as number);
-}
-
 type Json = unknown;
 type Path = (string | number)[];
 

@@ -141,6 +141,16 @@ export class FactorizationMechanism implements FreshMechanism<number> {
   private readonly cdf: Float64Array[];
   private readonly labels: Float64Array | null;
 
+  /** This strategy as the mechanism of attribute `name` of `types` values at eps per report; LDPError naming the
+   * attribute unless it is a strategy for that eps and that many types (the collector's check). */
+  forAttribute(name: string, types: number, eps: number): this {
+    if (!(Math.abs(this.epsilon - eps) <= 1e-12 * Math.abs(eps))) {
+      throw new LDPError(`attribute '${name}': its strategy is for eps ${this.epsilon}, not ${eps}`);
+    }
+    if (this.types !== types) throw new LDPError(`attribute '${name}': its strategy has ${this.types} types, not ${types}`);
+    return this;
+  }
+
   private constructor(q: Float64Array, outputs: number, types: number, epsilon: number, hash: string,
                       labels: Float64Array | null) {
     this.epsilon = checkEpsilon(epsilon);

@@ -6,10 +6,23 @@
  */
 
 import {
-  attributeDomain, bernoulli, blake2b, checkEpsilon, checkInteger, column, FREQUENCY_MAX_EPSILON, type FreshMechanism,
-  type KeyValueAttribute, LDPError, leU64, MAX_DOMAIN_SIZE, type Random, randomizedResponseFromUniform, RecordError,
-  type Report, unit, utf8,
+  bernoulli, blake2b, checkEpsilon, checkInteger, column, FREQUENCY_MAX_EPSILON, type FreshMechanism, LDPError, leU64,
+  MAX_DOMAIN_SIZE, type Random, randomizedResponseFromUniform, RecordError, type Report, unit, utf8,
 } from "./shared.js";
+
+/** What these mechanisms read of a key-value attribute (the spec's `KeyValueAttribute` is one): its name, its keys by
+ * name or its number of buckets, and its values' range. */
+export interface KeyValueDomain {
+  name: string;
+  keys: string[] | null;
+  buckets: number | null;
+  range: [number, number];
+}
+
+/** d: how many key codes a key-value attribute has (its keys, or its buckets). */
+export function attributeDomain(a: KeyValueDomain): number {
+  return a.keys !== null ? a.keys.length : (a.buckets as number);
+}
 
 /** One device's pairs: key codes 0..d-1 (each at most once) and their values on [-1, 1]. */
 export interface Pairs {
@@ -32,7 +45,7 @@ export function checkPairs(pairs: Pairs, domainSize: number): Pairs {
 }
 
 /** The code of a key of a key-value attribute: its index in `keys`, or its bucket (keyed BLAKE2b of the name). */
-export function keyCode(a: KeyValueAttribute, key: string): number {
+export function keyCode(a: KeyValueDomain, key: string): number {
   if (a.keys !== null) {
     const code = a.keys.indexOf(key);
     if (code < 0) throw new RecordError(`attribute '${a.name}': unknown key ${JSON.stringify(key)}`);
@@ -44,7 +57,7 @@ export function keyCode(a: KeyValueAttribute, key: string): number {
 
 /** A key-value attribute's true value, {key: value} pairs (an object or a Map; keys by name or code), as its mechanism
  * takes it (`ldpstream.device.perturb.true_columns`); RecordError for anything else. */
-export function truePairs(a: KeyValueAttribute, value: unknown): Pairs {
+export function truePairs(a: KeyValueDomain, value: unknown): Pairs {
   let entries: [unknown, unknown][];
   if (value instanceof Map) entries = [...value.entries()];
   else if (typeof value === "object" && value !== null && !Array.isArray(value)) entries = Object.entries(value);
@@ -207,6 +220,12 @@ export function makeKeyvalue(name: string, epsilon: number, domainSize: number, 
   if (name === "pckv-ue") return new PCKVUE(epsilon, domainSize, padding);
   if (name === "pckv-grr") return new PCKVGRR(epsilon, domainSize, padding);
   throw new LDPError(`unknown key-value mechanism ${JSON.stringify(name)}`);
+}
+
+/** A key-value attribute's mechanism at eps per report, "auto" resolved (the collector's, `ldpstream.contract.collector`). */
+export function attributeMechanism(a: KeyValueDomain & { mechanism: string; padding: number }, eps: number): KeyValueMechanism {
+  const d = attributeDomain(a);
+  return makeKeyvalue(a.mechanism === "auto" ? chooseKeyvalue(eps, d, a.padding) : a.mechanism, eps, d, a.padding);
 }
 
 /** "auto" of a key-value attribute: the PCKV variant of least variance for a rare key (`choose_keyvalue`). */

@@ -7,14 +7,20 @@
 
 import {
   checkCode, checkDomainSize, checkEpsilon, checkFrequencyEpsilon, checkInteger, checkNumericEpsilon, checkUnit, column,
-  duchiBound, formatG, GAMMA, keyedUniform, keyedWord, LDPError, type MemoizedMechanism, mix64, pureVariance,
-  type Random, randomizedResponse, randomizedResponseFromUniform, type Report, wordUniform,
+  duchiBound, formatG, GAMMA, LONGITUDINAL_KIND, keyedUniform, keyedWord, LDPError, type MemoizedMechanism, mix64, pureVariance,
+  type Random, randomizedResponse, randomizedResponseFromUniform, type Report, TAG_ATTRIBUTE_SAMPLE, wordUniform,
 } from "./shared.js";
 import { symmetricSmallestEigenvalueRatioAbove } from "./linalg.js";
-export { LONGITUDINAL_KIND } from "./shared.js";
 // The collector's keyed draws (u64.ts), here as only a device with a collection secret makes them: its spec has a
 // privacy block, so its mechanisms are these.
-export { attributeSecret, keyedUniform, TAG_ATTRIBUTE_SAMPLE } from "./shared.js";
+export { attributeSecret } from "./shared.js";
+
+/** The k attributes (by their name keys) that a device with collection secret `secret` reports, in order: those of
+ * least keyed score, the same in every report (`ldpstream.mechanisms.mixed.MixedCollector._sampled`). */
+export function keyedSample(secret: bigint, nameKeys: bigint[], k: number): number[] {
+  const scores = nameKeys.map((key) => keyedUniform(secret, TAG_ATTRIBUTE_SAMPLE, key));
+  return nameKeys.map((_, i) => i).sort((a, b) => scores[a] - scores[b] || a - b).slice(0, k).sort((a, b) => a - b);
+}
 
 /** The parameters a spec may set per memoized mechanism (`registry.longitudinal_parameters`). */
 export const LONGITUDINAL_PARAMETERS: Record<string, readonly string[]> = {
@@ -558,6 +564,17 @@ export function makeLongitudinal(name: string, lifetime: number, first: number, 
     case "1bitmean": return OneBitMean.withBudgets(lifetime, first, domainSize, P.buckets ?? 8);
     default: return DBitFlip.withBudgets(lifetime, first, domainSize, P.sampled ?? 1);
   }
+}
+
+/** A numeric or categorical attribute's memoized mechanism (a spec with a privacy block), "auto" resolved (the
+ * collector's, `ldpstream.contract.collector`): `domain` its number of categories (null: numeric), `lifetime` and `eps`
+ * its shares of the budgets. */
+export function attributeMechanism(a: { name: string; mechanism: string; parameters: Record<string, number> },
+                                   domain: number | null, lifetime: number, eps: number): MemoizedMechanism<number> {
+  const kind = domain === null ? "numeric" : "frequency";
+  const name = a.mechanism === "auto" ? chooseLongitudinal(kind, lifetime, eps, domain) : a.mechanism;
+  if (LONGITUDINAL_KIND[name] !== kind) throw new LDPError(`attribute '${a.name}': '${name}' is not a memoized ${kind} mechanism`);
+  return makeLongitudinal(name, lifetime, eps, domain, a.parameters);
 }
 
 /** "auto" of a memoized attribute (`ldpstream.mechanisms.longitudinal.auto.choose_longitudinal`). */

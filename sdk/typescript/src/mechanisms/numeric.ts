@@ -20,6 +20,11 @@ export function checkNumericEpsilon(epsilon: number): number {
   return eps;
 }
 
+/** x in [lo, hi] as a value on [-1, 1] (what these mechanisms take). */
+export function unit(lo: number, hi: number, x: number): number {
+  return Math.min(Math.max((x - lo) / ((hi - lo) / 2.0) - 1.0, -1.0), 1.0);
+}
+
 export function checkUnit(t: number): number {
   if (typeof t !== "number" || !(t >= -1 && t <= 1)) throw new LDPError(`a value must lie in [-1, 1], got ${t}`);
   return t;

@@ -4,8 +4,8 @@
  * distribution mechanisms a numeric attribute may name (Square Wave, hierarchical histograms).
  * `loadMechanisms(needsOf(specBytes))` brings in what a spec names (the device does it when it has verified a spec,
  * before it parses it); `mechanisms/all.js` registers every one at once (tools and tests). Their names and the
- * distribution mechanisms' parameters are here, in the core, for validation and the policy (the memoized ones'
- * parameters are checked in their module).
+ * distribution mechanisms' parameters are in the core (`names.ts`, re-exported here), for validation and the policy
+ * (the memoized ones' parameters are checked in their module).
  */
 
 import { LDPError } from "../errors.js";
@@ -13,16 +13,10 @@ import type * as Distribution from "./distribution.js";
 import type * as Factorization from "./factorization.js";
 import type * as KeyValue from "./keyvalue.js";
 import type * as Longitudinal from "./longitudinal.js";
+import { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "./names.js";
 import type * as Strings from "./strings.js";
 
-export const LONGITUDINAL_KIND: Record<string, "frequency" | "numeric"> = {
-  "l-grr": "frequency", "l-oue": "frequency", "l-osue": "frequency", "l-sue": "frequency", rappor: "frequency",
-  "1bitmean": "numeric", dbitflip: "frequency",
-};
-
-/** The distribution mechanisms a numeric attribute may name, and the parameters a spec may give them
- * (`registry.DISTRIBUTION`, their classes' `parameter_names()`; smoothing is the collector's only). */
-export const DISTRIBUTION_PARAMETERS: Record<string, readonly string[]> = { hh: ["bins", "fanout"], sw: ["bins", "smoothing"] };
+export { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND };
 
 export interface Needs {
   longitudinal?: boolean;

@@ -1,27 +1,25 @@
 /**
- * What the mechanisms loaded on demand (`optional.ts`) share: what they take from the core bundle, re-exported here,
- * and the helpers only they use. They import the core through this module only, and it reaches the whole core (its
- * last line), so the bundler makes the core one chunk, which the page's entry file and these mechanisms import, rather
- * than a chunk for each combination of modules they share with it (each one more file to fetch, and less for gzip to
- * share).
+ * What the mechanisms loaded on demand (`optional.ts`) share: what they take from the core, re-exported here, and the
+ * helpers only they use. They import the core through this module only, and it reaches every lower module they could
+ * want (its exports), so the bundler puts what they share with the core in one chunk, rather than a chunk for each
+ * combination of modules they share with it (each one more file to fetch, and less for gzip to share). It imports
+ * nothing above the mechanisms (README, "Layers"): what a mechanism needs from above is passed in.
  */
 
 import { LDPError } from "../errors.js";
 
 export { concatBytes, fromUtf8, utf8 } from "../bytes.js";
-export { unit } from "../collector.js";
 export { LDPError, RecordError, SpecError } from "../errors.js";
 export { blake2b, leU64, sha256Hex } from "../hashes.js";
 export { bernoulli, type Random } from "../random.js";
-export { attributeDomain, type KeyValueAttribute } from "../spec.js";
 export { attributeSecret, GAMMA, keyedUniform, keyedWord, MASK64, mix64, TAG_ATTRIBUTE_SAMPLE, wordUniform } from "../u64.js";
 export { checkEpsilon, column, type FreshMechanism, type MemoizedMechanism, type Report } from "./base.js";
 export {
   checkCode, checkDomainSize, checkFrequencyEpsilon, FREQUENCY_MAX_EPSILON, hadamardBit, MAX_DOMAIN_SIZE, pureVariance,
   randomizedResponse, randomizedResponseFromUniform,
 } from "./frequency.js";
-export { checkNumericEpsilon, checkUnit, duchiBound, NumericMechanism } from "./numeric.js";
-export { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "./optional.js";
+export { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "./names.js";
+export { checkNumericEpsilon, checkUnit, duchiBound, NumericMechanism, unit } from "./numeric.js";
 
 /**
  * Python's `format(x, "g")`: 6 significant digits, trailing zeros removed, exponent form below 1e-4 or from 1e6 on
@@ -47,6 +45,3 @@ export function checkInteger(name: string, value: unknown, lo: number, hi: numbe
   }
   return value;
 }
-
-// The rest of the core (the on-demand mechanisms use none of it): reached from here, it joins the one chunk.
-export * from "../index.js";

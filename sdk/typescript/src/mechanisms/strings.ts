@@ -6,7 +6,7 @@
 
 import {
   checkFrequencyEpsilon, column, type FreshMechanism, GAMMA, hadamardBit, LDPError, MASK64, mix64, type Random,
-  randomizedResponse, type Report, utf8,
+  randomizedResponse, RecordError, type Report, utf8,
 } from "./shared.js";
 
 const MAX_STRING_BYTES = 64;
@@ -331,6 +331,25 @@ export function makeHeavyHitters(name: string, epsilon: number, domain: StringDo
 }
 
 /** "auto" of a string attribute: the tree of smaller rare-string variance (`choose_heavy_hitters`): PEM's, in practice. */
+/** A string attribute's true value as its mechanism takes it (`ldpstream.device.perturb.true_columns`): the string, if
+ * its domain holds it; RecordError naming the attribute otherwise. */
+export function trueString(a: { name: string; max_length: number; alphabet: string | null }, value: unknown): string {
+  try {
+    return new StringDomain(a.max_length, a.alphabet).encode(value as string) && (value as string);
+  } catch (exc) {
+    throw new RecordError(`attribute '${a.name}': ${(exc as Error).message}`);
+  }
+}
+
+/** A string attribute's mechanism at eps per report, "auto" resolved (the collector's, `ldpstream.contract.collector`),
+ * its hashes seeded by `seed`; LDPError naming the attribute for a name that is not one of `names` (the spec's). */
+export function attributeMechanism(a: { name: string; max_length: number; alphabet: string | null; mechanism: string; top: number },
+                                   eps: number, seed: bigint, names: readonly string[]): FreshMechanism<string> {
+  const name = a.mechanism === "auto" ? chooseHeavyHitters(eps) : a.mechanism;
+  if (!names.includes(name)) throw new LDPError(`attribute '${a.name}': '${name}' is not a heavy-hitter mechanism`);
+  return makeHeavyHitters(name, eps, new StringDomain(a.max_length, a.alphabet), seed, a.top);
+}
+
 export function chooseHeavyHitters(epsilon: number): string {
   const domain = new StringDomain(1);
   const pem = new PEM(epsilon, domain, 0n), hcms = new HCMSTree(epsilon, domain, 0n);
