@@ -8,6 +8,7 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from ldpstream.runtime.catalog import Service
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.targets import announce
 
@@ -37,11 +38,11 @@ SGD_HELD_OUT_ERROR = Gauge("ldp_sgd_held_out_error", "The current model's error 
 SGD_MODEL_NORM = Gauge("ldp_sgd_model_norm", "L2 norm of the current model's parameters beta", ["job"])
 
 
-def serve(port: int, cfg: Settings, job: str) -> None:
+def serve(port: int, cfg: Settings, service: Service) -> None:
     """Serve this process's metrics on `cfg.metrics_addr`:`port` (a background thread), announced to the local
-    Prometheus as a target of `job` (`ldpstream.runtime.targets`)."""
+    Prometheus as a target of the service's job (`ldpstream.runtime.targets`)."""
     start_http_server(port, addr=cfg.metrics_addr)
-    announce(cfg, job, port)
+    announce(cfg, service, port)
 
 
 def metrics_text() -> bytes:
