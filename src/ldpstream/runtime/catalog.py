@@ -151,18 +151,18 @@ GATEWAY = Principal("gateway", topic(GRADIENTS_TOPIC, "write", "describe") + top
 ADMIN = Principal("admin", (), "~* &* +@all")
 
 SERVICES: tuple[Service, ...] = (
-    Service("edge", EDGE, "devices enrol and POST reports: authenticated, admitted once per window, to Kafka",
-            "edge", "ldpstream.edge", Metrics("ldp-edge", 8080, "--port", TOKEN, "Ingestion edge"), "/healthz",
-            Compose(("--host", "0.0.0.0", "--port", "8080"), {"LDP_EDGE_KEY_FILE": "/run/secrets/edge_master_key"},
-                    ("edge_master_key",), ("edge-state:/var/lib/ldpstream",), ("8080:8080",),
-                    "devices POST reports here; enrol them: `docker compose run --rm -e LDP_PRINCIPAL=edge edge "
-                    "devices enroll ...`")),
     Service("aggregator", AGGREGATOR, "aggregator workers: reports from Kafka into Redis, each batch atomic",
             "aggregate", "ldpstream.aggregator", Metrics("ldp-aggregator", 9101, row="Aggregator workers"), None,
             Compose(("--workers", "1", "--metrics-port", "9101"),
                     note="scale out with `--scale aggregator=N`: Prometheus finds every replica by DNS")),
     Service("auditor", AGGREGATOR, "the poisoning auditor: audits each window as it closes (beside the workers)",
             "aggregate", "ldpstream.aggregator.auditor"),
+    Service("edge", EDGE, "devices enrol and POST reports: authenticated, admitted once per window, to Kafka",
+            "edge", "ldpstream.edge", Metrics("ldp-edge", 8080, "--port", TOKEN, "Ingestion edge"), "/healthz",
+            Compose(("--host", "0.0.0.0", "--port", "8080"), {"LDP_EDGE_KEY_FILE": "/run/secrets/edge_master_key"},
+                    ("edge_master_key",), ("edge-state:/var/lib/ldpstream",), ("8080:8080",),
+                    "devices POST reports here; enrol them: `docker compose run --rm -e LDP_PRINCIPAL=edge edge "
+                    "devices enroll ...`")),
     Service("shuffler", SHUFFLER, "shuffled collections: holds each window's raw reports, releases them shuffled",
             "shuffle", None, Metrics("ldp-shuffler", 9102, row="Shuffler"), None,
             Compose(("--metrics-port", "9102"),
