@@ -45,8 +45,10 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.
     from ldpstream.runtime.catalog import service
     from ldpstream.runtime.process import port_in_use
     from ldpstream.runtime.settings import Settings
+    from ldpstream.runtime.supervisor import die_with_parent
     from ldpstream.runtime.targets import announce
 
+    die_with_parent()  # when a supervisor started it (`ldpstream.runtime.supervisor.start`)
     act_as(service("api").principal.name)
     if port_in_use(port, host if host not in ("0.0.0.0", "::") else "127.0.0.1"):
         raise CliError(f"cannot listen on {host}:{port}: the port is in use by another process (stop it, or pass "

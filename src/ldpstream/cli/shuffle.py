@@ -28,9 +28,10 @@ def shuffle(margin_s: Annotated[float, typer.Option(help="after a window's end a
     from ldpstream.runtime.access import act_as
     from ldpstream.runtime.catalog import service
     from ldpstream.runtime.settings import Settings
-    from ldpstream.runtime.supervisor import STOP_GRACE_S, exit_within
+    from ldpstream.runtime.supervisor import STOP_GRACE_S, die_with_parent, exit_within
     from ldpstream.shuffler.service import ShufflerConfig, run
 
+    die_with_parent()  # when a supervisor started it (`ldpstream.runtime.supervisor.start`)
     require_services()
     act_as(service("shuffler").principal.name)
     cfg = Settings.from_env()
