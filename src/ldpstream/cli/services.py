@@ -165,7 +165,8 @@ def print_health(health: Health) -> None:
         console.print(styled("  ", ("-", "red"), f" {reason}"))
 
 
-def rotate_credentials(principal: str = typer.Argument(..., help="admin, edge, aggregator, api, coordinator, gateway")
+def rotate_credentials(principal: str = typer.Argument(..., help="admin, gateway or a service's principal "
+                                                                  "(src/ldpstream/runtime/catalog.py)")
                        ) -> None:
     """Give a principal new Kafka and Redis passwords on the running local services; restart its processes."""
     from confluent_kafka import KafkaException

@@ -1,6 +1,6 @@
 """Every service the project runs, declared once: who it acts as and what that principal may do (Kafka ACLs, Redis
 ACL rule), the process it runs, the `ldp` command that runs it, its metrics (port, Prometheus job, dashboard row),
-its health endpoint and its docker compose entry.
+its health endpoint, its docker compose entry and the topics it needs made.
 
 Everything that needs a list of services reads `SERVICES` (or a principal's rights, `PRINCIPALS`) and lists none
 itself: access control (`ldpstream.runtime.access`, `ldpstream.runtime.kafka_access`, the Redis ACL file),
@@ -74,6 +74,15 @@ class Principal:
 
 
 @dataclass(frozen=True)
+class Topic:
+    """A topic a service needs that only the admin may create (`ldp up`, `ldp credentials apply`)."""
+
+    name: str
+    partitions: int = 1
+    compacted: bool = False
+
+
+@dataclass(frozen=True)
 class Metrics:
     """A service's Prometheus metrics: where served (the default port, and the option that sets it), the Prometheus
     job that scrapes them, how they are read (`OPEN` or `TOKEN`) and the title of the service's dashboard row (its
@@ -112,6 +121,7 @@ class Service:
     metrics: Metrics | None = None
     health: str | None = None  # an HTTP path that answers 200 while the process is alive
     compose: Compose | None = None
+    topics: tuple[Topic, ...] = ()  # its own topics (the shared ones, specs and dead letters: kafka_access)
 
     def argv(self, *args: str) -> list[str]:
         """The command line of one process of the service (`module`, else `ldp COMMAND`) with `args`."""
@@ -167,7 +177,8 @@ SERVICES: tuple[Service, ...] = (
             "shuffle", None, Metrics("ldp-shuffler", 9102, row="Shuffler"), None,
             Compose(("--metrics-port", "9102"),
                     note="shuffled collections (spec `shuffle:`): only it reads ldp.raw.*; one replica (a second "
-                         "fences the first)")),
+                         "fences the first)"),
+            (Topic(SHUFFLER_STATE_TOPIC, 1, compacted=True),)),
     Service("api", API, "the read API: collections, estimates, series, the console, store-wide /metrics",
             "serve", None, Metrics("ldp-api", 8000, "--port", TOKEN), "/healthz",
             Compose(("--host", "0.0.0.0", "--port", "8000"),
