@@ -84,9 +84,9 @@ class Topic:
 
 @dataclass(frozen=True)
 class Metrics:
-    """A service's Prometheus metrics: where served (the default port, and the option that sets it), the Prometheus
-    job that scrapes them, how they are read (`OPEN` or `TOKEN`) and the title of the service's dashboard row (its
-    panels: `deploy/grafana/dashboard.py`)."""
+    """A service's Prometheus metrics: where served (`port` in the compose deployment; `option` sets it on the
+    command line), the Prometheus job that scrapes them, how they are read (`OPEN` or `TOKEN`) and the title of the
+    service's dashboard row (its panels: `deploy/grafana/dashboard.py`)."""
 
     job: str
     port: int
@@ -105,7 +105,6 @@ class Compose:
     secrets: tuple[str, ...] = ()
     volumes: tuple[str, ...] = ()
     ports: tuple[str, ...] = ()
-    note: str = ""  # the comment on its line in the compose file
 
 
 @dataclass(frozen=True)
@@ -115,7 +114,6 @@ class Service:
 
     name: str
     principal: Principal
-    summary: str
     command: str  # `ldp COMMAND`: the service in the foreground (supervising its processes, if several)
     module: str | None = None
     metrics: Metrics | None = None
@@ -161,31 +159,25 @@ GATEWAY = Principal("gateway", topic(GRADIENTS_TOPIC, "write", "describe") + top
 ADMIN = Principal("admin", (), "~* &* +@all")
 
 SERVICES: tuple[Service, ...] = (
-    Service("aggregator", AGGREGATOR, "aggregator workers: reports from Kafka into Redis, each batch atomic",
-            "aggregate", "ldpstream.aggregator", Metrics("ldp-aggregator", 9101, row="Aggregator workers"), None,
-            Compose(("--workers", "1", "--metrics-port", "9101"),
-                    note="scale out with `--scale aggregator=N`: Prometheus finds every replica by DNS")),
-    Service("auditor", AGGREGATOR, "the poisoning auditor: audits each window as it closes (beside the workers)",
-            "aggregate", "ldpstream.aggregator.auditor"),
-    Service("edge", EDGE, "devices enrol and POST reports: authenticated, admitted once per window, to Kafka",
-            "edge", "ldpstream.edge", Metrics("ldp-edge", 8080, "--port", TOKEN, "Ingestion edge"), "/healthz",
-            Compose(("--host", "0.0.0.0", "--port", "8080"), {"LDP_EDGE_KEY_FILE": "/run/secrets/edge_master_key"},
-                    ("edge_master_key",), ("edge-state:/var/lib/ldpstream",), ("8080:8080",),
-                    "devices POST reports here; enrol them: `docker compose run --rm -e LDP_PRINCIPAL=edge edge "
-                    "devices enroll ...`")),
-    Service("shuffler", SHUFFLER, "shuffled collections: holds each window's raw reports, releases them shuffled",
-            "shuffle", None, Metrics("ldp-shuffler", 9102, row="Shuffler"), None,
-            Compose(("--metrics-port", "9102"),
-                    note="shuffled collections (spec `shuffle:`): only it reads ldp.raw.*; one replica (a second "
-                         "fences the first)"),
-            (Topic(SHUFFLER_STATE_TOPIC, 1, compacted=True),)),
-    Service("api", API, "the read API: collections, estimates, series, the console, store-wide /metrics",
-            "serve", None, Metrics("ldp-api", 8000, "--port", TOKEN), "/healthz",
-            Compose(("--host", "0.0.0.0", "--port", "8000"),
-                    note="every route but /healthz needs a bearer token: `docker compose run --rm setup \"ldp tokens "
-                         "create --scope read\"`")),
-    Service("coordinator", COORDINATOR, "an SGD training job's coordinator (`ldp train --job FILE`)", "train",
-            None, Metrics("ldp-sgd", 9103, row="SGD training")),
+    # aggregator workers: reports from Kafka into Redis, each batch one atomic write
+    Service("aggregator", AGGREGATOR, "aggregate", "ldpstream.aggregator",
+            Metrics("ldp-aggregator", 9101, row="Aggregator workers"),
+            compose=Compose(("--workers", "1", "--metrics-port", "9101"))),
+    # the poisoning auditor: audits each window as it closes (`ldp aggregate` runs it beside the workers)
+    Service("auditor", AGGREGATOR, "aggregate", "ldpstream.aggregator.auditor"),
+    # devices enrol and POST reports: authenticated, admitted once per window, to Kafka (its /metrics on its port)
+    Service("edge", EDGE, "edge", "ldpstream.edge", Metrics("ldp-edge", 8080, "--port", TOKEN, "Ingestion edge"),
+            "/healthz", Compose(("--host", "0.0.0.0", "--port", "8080"),
+                                {"LDP_EDGE_KEY_FILE": "/run/secrets/edge_master_key"}, ("edge_master_key",),
+                                ("edge-state:/var/lib/ldpstream",), ("8080:8080",))),
+    # shuffled collections: holds each window's raw reports, releases them shuffled (one process: a second fences it)
+    Service("shuffler", SHUFFLER, "shuffle", metrics=Metrics("ldp-shuffler", 9102, row="Shuffler"),
+            compose=Compose(("--metrics-port", "9102")), topics=(Topic(SHUFFLER_STATE_TOPIC, 1, compacted=True),)),
+    # the read API: collections, estimates, series, the console, the store-wide /metrics
+    Service("api", API, "serve", metrics=Metrics("ldp-api", 8000, "--port", TOKEN), health="/healthz",
+            compose=Compose(("--host", "0.0.0.0", "--port", "8000"))),
+    # a training job's coordinator (`ldp train --job FILE`, one per job: no compose entry)
+    Service("coordinator", COORDINATOR, "train", metrics=Metrics("ldp-sgd", 9103, row="SGD training")),
 )
 # every principal, each once: the admin, those of the services, the SGD devices' gateway
 PRINCIPALS: tuple[Principal, ...] = tuple({p.name: p for p in (ADMIN, *(s.principal for s in SERVICES), GATEWAY)}
