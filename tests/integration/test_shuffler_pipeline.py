@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import KafkaException
 from edge_support import free_port, running_edge
 from pipeline_support import Collection, assert_within_stderr, read_topic
+from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from ldpstream.aggregator.processes import start_worker, stop_worker
@@ -199,10 +200,18 @@ def test_an_aborted_and_an_abandoned_transaction_release_nothing_twice(live_serv
             failing.tick()
         failing.close()
         assert shuffled_rows(c)[0] == 0
+
+        def counted(name: str) -> float:  # this process's metric of the collection, as /metrics shows it
+            return REGISTRY.get_sample_value(name, {"collection": c.spec.name}) or 0.0
+
+        assert counted("ldp_shuffler_released_reports_total") == 0 == counted("ldp_shuffler_released_batches_total")
         first = Shuffler(cfg, clock=lambda: now + 86_400_000)
         assert [o.reports for o in first.tick()] == [500]
         first.close()
         assert shuffled_rows(c) == (500, [])
+        assert counted("ldp_shuffler_released_reports_total") == 500  # the aborted release counted nothing
+        assert counted("ldp_shuffler_released_batches_total") == 1
+        assert counted("ldp_shuffler_read_reports_total") == 1000  # read by both: the first's were never released
 
         produce_raw(c, 300, seed=2, window_ms=now - now % WINDOW_MS + WINDOW_MS)
         abandoned = Shuffler(cfg, clock=lambda: now + 2 * 86_400_000)
