@@ -1,8 +1,10 @@
 """The ldpstream Grafana dashboard as code: `python deploy/grafana/dashboard.py` writes dashboards/ldpstream.json.
 
-A dashboard is a list of rows (`Row`), each a list of panels (`Panel`) laid out two per line; adding a row (the
-SGD coordinator's, say) is one more function returning a `Row`, appended to `ROWS`. Every query names metrics
-of `ldpstream.aggregator.metrics` (tests/deploy/test_grafana.py checks it, and that the committed JSON is this output).
+A dashboard is a list of rows (`Row`), each a list of panels (`Panel`) laid out two per line. The store-wide rows
+come first and last; between them, one row per service of the catalog (`ldpstream.runtime.catalog`) that names one
+(`Metrics.row`), in the catalog's order: a service's row is one more function returning a `Row` of that title, listed
+in `SERVICE_ROWS`. Every query names metrics of `ldpstream.runtime.metrics` and `ldpstream.aggregator.metrics`
+(tests/deploy/test_grafana.py checks it, and that the committed JSON is this output).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ldpstream.runtime.catalog import SERVICES
 
 HERE = Path(__file__).resolve().parent
 OUTPUT = HERE / "dashboards" / "ldpstream.json"
@@ -171,6 +175,21 @@ def shuffler_row() -> Row:
         Panel("Window close overdue", (Query("ldp_shuffle_window_overdue_seconds", "{{collection}}"),), unit="s",
               description="How long the next window has been due to close: 0 unless the shuffler is stopped or "
                           "stuck (alert LdpShuffleWindowOverdue)"),
+        Panel("Reports read and messages skipped per second", (
+            Query(f"sum by (collection) (rate(ldp_shuffler_read_reports_total[{RATE}]))", "{{collection}} read"),
+            Query(f"sum by (collection) (rate(ldp_shuffler_skipped_messages_total[{RATE}]))",
+                  "{{collection}} skipped")), unit="ops",
+            description="Reports read from the raw topic and held; raw messages left out (malformed, or not the "
+                        "edge's: the shuffler's log says why)"),
+        Panel("Raw topic lag", (Query("sum by (collection) (ldp_shuffler_raw_lag_messages)", "{{collection}}"),),
+              description="Messages the edge admitted that the shuffler has not read yet"),
+        Panel("Since the last release", (Query("time() - max by (collection) "
+                                               "(ldp_shuffler_last_release_timestamp_seconds)", "{{collection}}"),),
+              unit="s", description="Age of the newest released batch: grows by one window between releases"),
+        Panel("Release duration", (Query("max by (collection) (ldp_shuffler_release_duration_seconds)",
+                                         "{{collection}}"),), unit="s",
+              description="From the newest release's window close to its commit: catching up on the raw topic, "
+                          "shuffling, the Kafka transaction"),
     ))
 
 
@@ -196,8 +215,20 @@ def privacy_row() -> Row:
     ))
 
 
-ROWS: list[Callable[[], Row]] = [ingestion_row, estimates_row, worker_row, edge_row, shuffler_row, poisoning_row,
-                                 sgd_row, privacy_row]
+SERVICE_ROWS: dict[str, Callable[[], Row]] = {make().title: make for make in (worker_row, edge_row, shuffler_row,
+                                                                              sgd_row)}
+
+
+def service_rows() -> list[Callable[[], Row]]:
+    """The rows the catalog's services name, in its order (KeyError for a row named but not written here)."""
+    named = [svc.metrics.row for svc in SERVICES if svc.metrics is not None and svc.metrics.row is not None]
+    missing = [title for title in named if title not in SERVICE_ROWS]
+    if missing:
+        raise KeyError(f"the service catalog names dashboard rows that SERVICE_ROWS lacks: {', '.join(missing)}")
+    return [SERVICE_ROWS[title] for title in named]
+
+
+ROWS: list[Callable[[], Row]] = [ingestion_row, estimates_row, *service_rows(), poisoning_row, privacy_row]
 
 
 def variable(name: str, query: str, multi: bool = False) -> dict[str, Any]:

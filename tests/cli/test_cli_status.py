@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ldpstream.cli.commands import app
+from ldpstream.runtime.catalog import SERVICES
 from ldpstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -18,6 +19,7 @@ def test_status_judges_the_services_and_the_pipeline(live_services: Settings) ->
     report = json.loads(result.stdout)
     assert [s["name"] for s in report["services"]] == ["kafka", "redis"] and all(s["answers"]
                                                                                 for s in report["services"])
+    assert set(report["processes"]) == {svc.name for svc in SERVICES if svc.metrics is not None}  # the catalog's
     pipeline = report["pipeline"]
     assert set(pipeline) == {"ok", "reasons", "workers", "collections"}
     assert pipeline["ok"] == (not pipeline["reasons"]) and result.exit_code == (0 if pipeline["ok"] else 1)

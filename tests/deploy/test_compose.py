@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 import yaml
 
-from ldpstream.services.compose import generate
+from ldpstream.runtime.catalog import PRINCIPALS, SERVICES
+from ldpstream.services.compose import generate, prometheus_text, service_entry
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-OURS = ("setup", "demo", "aggregator", "shuffler", "api", "edge")
+COMPOSED = [svc for svc in SERVICES if svc.compose is not None]
+OURS = ("setup", "demo", *(svc.name for svc in COMPOSED))
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +67,8 @@ def test_nothing_is_published_but_the_edge_and_a_loopback_grafana(compose: dict[
 
 def test_each_service_holds_only_its_principals_credentials(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    expected = {"aggregator": {"aggregator"}, "api": {"api"}, "edge": {"edge"}, "shuffler": {"shuffler"},
-                "demo": {"admin", "aggregator", "gateway"}, "setup": {"admin", "edge", "aggregator", "api",
-                                                                     "coordinator", "gateway", "shuffler"}}
+    expected = {**{svc.name: {svc.principal.name} for svc in COMPOSED}, "demo": {"admin", "aggregator", "gateway"},
+                "setup": {p.name for p in PRINCIPALS}}  # setup makes every principal's Kafka user
     for name, principals in expected.items():
         paths = mounted(services[name]).values()
         held = {Path(p).stem for p in paths if p.startswith("/run/ldp-secrets/kafka/")}
@@ -87,9 +88,25 @@ def test_the_brokers_own_secrets_stay_with_the_broker(compose: dict[str, Any]) -
             assert (secret in mounted(svc)) == (name in ("kafka", "redis") and secret.startswith(name)), (name, secret)
 
 
-def test_prometheus_config_parses() -> None:
-    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
-    assert config["scrape_configs"]
+@pytest.mark.parametrize("svc", COMPOSED, ids=lambda svc: svc.name)
+def test_each_service_entry_is_the_catalogs(compose: dict[str, Any], svc: Any) -> None:
+    expected = service_entry(svc)
+    assert compose["services"][svc.name] == expected, (
+        f"deploy/docker-compose.yml's {svc.name} differs from src/ldpstream/runtime/catalog.py's; it should read:\n"
+        + yaml.safe_dump({svc.name: expected}, sort_keys=False))
+
+
+def test_every_principals_credentials_are_declared(compose: dict[str, Any]) -> None:
+    declared = set(compose["secrets"])
+    assert {f"kafka_{p.name}" for p in PRINCIPALS} <= declared
+    assert {f"redis_{svc.principal.name}" for svc in COMPOSED} <= declared
+
+
+def test_prometheus_config_is_the_catalogs() -> None:
+    text = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
+    assert text == prometheus_text(), "regenerate it: python -m ldpstream.services.compose"
+    jobs = {job["job_name"] for job in yaml.safe_load(text)["scrape_configs"]}
+    assert jobs == {"prometheus"} | {svc.metrics.job for svc in COMPOSED if svc.metrics is not None}
 
 
 def test_prometheus_reads_the_api_token_that_the_setup_service_writes(compose: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from ldpstream.aggregator.metrics import StoreCollector
 from ldpstream.aggregator.store import MemoryStore
 from ldpstream.runtime import metrics
+from ldpstream.runtime.catalog import SERVICES
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 GRAFANA = DEPLOY / "grafana"
@@ -173,16 +174,19 @@ def test_compose_provisions_grafana_and_prometheus_scrapes_our_services() -> Non
     assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
     prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
-    api_port = services["api"]["command"][services["api"]["command"].index("--port") + 1]
-    assert jobs["ldp-api"]["static_configs"][0]["targets"] == [f"api:{api_port}"]
-    worker_port = services["aggregator"]["command"][services["aggregator"]["command"].index("--metrics-port") + 1]
-    assert jobs["ldp-aggregator"]["dns_sd_configs"][0] == {"names": ["aggregator"], "type": "A",
-                                                            "port": int(worker_port)}
-    assert services["aggregator"]["environment"]["LDP_METRICS_ADDR"] == "0.0.0.0"
-    edge_port = services["edge"]["command"][services["edge"]["command"].index("--port") + 1]
-    assert jobs["ldp-edge"]["dns_sd_configs"][0] == {"names": ["edge"], "type": "A", "port": int(edge_port)}
+    for svc in SERVICES:  # each service's metrics are where its compose command serves them
+        if svc.metrics is None or svc.compose is None:
+            continue
+        command = services[svc.name]["command"]
+        port = int(command[command.index(svc.metrics.option) + 1])
+        assert jobs[svc.metrics.job]["dns_sd_configs"][0] == {"names": [svc.name], "type": "A", "port": port}
+        if svc.metrics.option == "--metrics-port":  # its own metrics server: on every interface of its container
+            assert services[svc.name]["environment"]["LDP_METRICS_ADDR"] == "0.0.0.0"
     assert jobs["ldp-edge"]["authorization"] == jobs["ldp-api"]["authorization"]  # a metrics-scope API token
-    shuffler_port = services["shuffler"]["command"][services["shuffler"]["command"].index("--metrics-port") + 1]
-    assert jobs["ldp-shuffler"]["dns_sd_configs"][0] == {"names": ["shuffler"], "type": "A",
-                                                          "port": int(shuffler_port)}
-    assert services["shuffler"]["environment"]["LDP_METRICS_ADDR"] == "0.0.0.0"
+
+
+def test_every_service_row_the_catalog_names_is_on_the_dashboard() -> None:
+    board = load_generator().dashboard([make() for make in load_generator().ROWS])
+    titles = {p["title"] for p in board["panels"] if p["type"] == "row"}
+    named = {svc.metrics.row for svc in SERVICES if svc.metrics is not None and svc.metrics.row is not None}
+    assert named and named <= titles and "Shuffler" in named

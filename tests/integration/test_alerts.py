@@ -50,6 +50,7 @@ from ldpstream.contract.spec import Shuffle, load_spec, parse_spec
 from ldpstream.edge.devices import DeviceRegistry, edge_keys
 from ldpstream.edge.keyring import Keyring
 from ldpstream.mechanisms.frequency.base import FrequencyOracle
+from ldpstream.runtime.catalog import SERVICES, TOKEN
 from ldpstream.runtime.kafka import ReportProducer, admin_client, delete_topic, producer_client
 from ldpstream.runtime.process import stop_pid
 from ldpstream.runtime.redis import redis_client
@@ -66,7 +67,8 @@ from ldpstream.simulator.simulator import simulate
 
 pytestmark = pytest.mark.integration
 DASHBOARD = PROJECT_ROOT / "deploy" / "grafana" / "dashboards" / "ldpstream.json"
-JOBS = {"ldp-api", "ldp-edge", "ldp-aggregator", "ldp-shuffler", "ldp-sgd"}
+JOBS = {svc.metrics.job for svc in SERVICES if svc.metrics is not None}  # the catalog's
+TOKEN_JOBS = {svc.metrics.job for svc in SERVICES if svc.metrics is not None and svc.metrics.access == TOKEN}
 D, N, M = 32, 8000, 800  # the poisoned collection: values, honest reports a window, fakes in the attacked one
 WAIT_S = 90.0
 LDP = [sys.executable, "-c", "from ldpstream.cli import main; main()"]
@@ -276,7 +278,7 @@ def test_every_panel_and_variable_returns_data_and_every_service_passes_promtool
     checked = set()
     for job, targets in announced(s.cfg).items():
         for target in targets:
-            headers = {"Authorization": f"Bearer {token}"} if job in ("ldp-api", "ldp-edge") else {}
+            headers = {"Authorization": f"Bearer {token}"} if job in TOKEN_JOBS else {}
             try:
                 with urllib.request.urlopen(urllib.request.Request(f"http://{target}/metrics", headers=headers),
                                             timeout=10) as resp:

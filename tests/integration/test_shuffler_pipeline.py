@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -18,8 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from confluent_kafka import KafkaException
-from edge_support import running_edge
+from edge_support import free_port, running_edge
 from pipeline_support import Collection, assert_within_stderr, read_topic
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
 
 from ldpstream.aggregator.processes import start_worker, stop_worker
 from ldpstream.aggregator.store import RedisStore
@@ -28,10 +31,12 @@ from ldpstream.contract.spec import Shuffle, load_spec
 from ldpstream.contract.wire import concatenate, decode_envelope, encode, encode_envelope
 from ldpstream.edge.devices import DeviceRegistry, edge_keys
 from ldpstream.edge.keyring import Keyring
+from ldpstream.runtime.catalog import service
 from ldpstream.runtime.kafka import ReportProducer, delete_topic
 from ldpstream.runtime.redis import redis_client
 from ldpstream.runtime.settings import PROJECT_ROOT, Settings
 from ldpstream.runtime.specs import publish_spec
+from ldpstream.runtime.supervisor import start
 from ldpstream.shuffler.service import Shuffler, ShufflerConfig
 from ldpstream.simulator.edge_client import send_fleet
 from ldpstream.simulator.simulator import fleet
@@ -61,9 +66,17 @@ def shuffled_collection(cfg: Settings, min_batch: int) -> Iterator[Collection]:
                 delete_topic(cfg.bootstrap, topic)
 
 
-def start_shuffler(log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "ldpstream", "shuffle", "--margin-s", "2"],
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+def start_shuffler(log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """`ldp shuffle` as the catalog runs it, dying with the test."""
+    return start(service("shuffler"), "--margin-s", "2", *args, log_file=log)
+
+
+def scrape(port: int, collection: str) -> dict[str, float]:
+    """The shuffler's /metrics samples of `collection`, by series name."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {sample.name: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.labels.get("collection") == collection}
 
 
 def shuffled_rows(c: Collection) -> tuple[int, list[str]]:
@@ -100,7 +113,9 @@ def test_shuffled_collection_through_the_edge_exact_under_a_sigkill_mid_window(
             time.sleep(2.0)  # some reports held in the open window
             shuffler.send_signal(signal.SIGKILL)
             shuffler.wait(10)
-            shuffler = start_shuffler(tmp_path / "shuffler-2.log")
+            metrics_port = free_port()
+            scraped_from = time.time()
+            shuffler = start_shuffler(tmp_path / "shuffler-2.log", "--metrics-port", str(metrics_port))
             sender.join(120)
             result, answers = sent[0]
             assert answers.statuses == {200: devices}
@@ -117,6 +132,17 @@ def test_shuffled_collection_through_the_edge_exact_under_a_sigkill_mid_window(
             assert all(f is not None and f.epsilon < f.epsilon0 and f.reports >= 200 for f in figures)
             shown = c.estimates()["shuffle"]  # as `ldp estimate --json` and the read API show it
             assert sum(b["reports"] for b in shown["batches"]) == devices and shown["max_batch_epsilon"] < 4
+            # its /metrics (the catalog's Prometheus job scrapes it): the first shuffler released nothing (killed
+            # before any window closed), so the second read and released every report, in the batches published
+            deadline = time.monotonic() + 10
+            while (seen := scrape(metrics_port, c.spec.name)).get("ldp_shuffler_raw_lag_messages") != 0:
+                assert time.monotonic() < deadline, seen
+                time.sleep(0.5)
+            assert seen["ldp_shuffler_released_reports_total"] == devices == seen["ldp_shuffler_read_reports_total"]
+            assert seen["ldp_shuffler_released_batches_total"] == len(figures)
+            assert seen["ldp_shuffler_held_reports"] == 0 == seen["ldp_shuffler_skipped_messages_total"]
+            assert scraped_from <= seen["ldp_shuffler_last_release_timestamp_seconds"] <= time.time()
+            assert 0 <= seen["ldp_shuffler_release_duration_seconds"] < 90
         finally:
             shuffler.send_signal(signal.SIGTERM)
             with suppress(subprocess.TimeoutExpired):
@@ -174,10 +200,18 @@ def test_an_aborted_and_an_abandoned_transaction_release_nothing_twice(live_serv
             failing.tick()
         failing.close()
         assert shuffled_rows(c)[0] == 0
+
+        def counted(name: str) -> float:  # this process's metric of the collection, as /metrics shows it
+            return REGISTRY.get_sample_value(name, {"collection": c.spec.name}) or 0.0
+
+        assert counted("ldp_shuffler_released_reports_total") == 0 == counted("ldp_shuffler_released_batches_total")
         first = Shuffler(cfg, clock=lambda: now + 86_400_000)
         assert [o.reports for o in first.tick()] == [500]
         first.close()
         assert shuffled_rows(c) == (500, [])
+        assert counted("ldp_shuffler_released_reports_total") == 500  # the aborted release counted nothing
+        assert counted("ldp_shuffler_released_batches_total") == 1
+        assert counted("ldp_shuffler_read_reports_total") == 1000  # read by both: the first's were never released
 
         produce_raw(c, 300, seed=2, window_ms=now - now % WINDOW_MS + WINDOW_MS)
         abandoned = Shuffler(cfg, clock=lambda: now + 2 * 86_400_000)

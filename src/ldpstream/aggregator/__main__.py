@@ -21,6 +21,7 @@ from ldpstream.aggregator.worker import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_MES
 from ldpstream.contract.validation import MAX_CLOCK_SKEW_SETTING_S, clock_skew_ms
 from ldpstream.runtime import metrics
 from ldpstream.runtime.access import AGGREGATOR_GROUPS, act_as, kafka_security
+from ldpstream.runtime.catalog import service
 from ldpstream.runtime.redis import redis_client
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.supervisor import die_with_parent, unusable
@@ -42,12 +43,12 @@ def main(argv: list[str] | None = None) -> None:
         max_skew_ms = clock_skew_ms(args.max_clock_skew_s)
     except ValueError as exc:
         parser.error(f"--max-clock-skew-s / LDP_MAX_CLOCK_SKEW_S: {exc}")
-    act_as("aggregator")
+    act_as(service("aggregator").principal.name)
     cfg = Settings.from_env()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if args.metrics_port is not None:  # bound before the app starts: a port taken is one line, not a crash loop
         try:
-            metrics.serve(args.metrics_port, cfg, "ldp-aggregator")
+            metrics.serve(args.metrics_port, cfg, service("aggregator"))
         except OSError as exc:
             unusable("ldpstream.aggregator", f"cannot serve metrics on {cfg.metrics_addr}:{args.metrics_port}: "
                                              f"{exc.strerror}")

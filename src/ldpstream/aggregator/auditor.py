@@ -26,6 +26,7 @@ from ldpstream.aggregator.plans import PlanRegistry
 from ldpstream.aggregator.store import RedisStore, StatsStore
 from ldpstream.contract.clock import now_ms
 from ldpstream.runtime.access import act_as
+from ldpstream.runtime.catalog import service
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.supervisor import die_with_parent
 
@@ -55,7 +56,7 @@ def audit_due(bootstrap: str, store: StatsStore, plans: PlanRegistry, owner: str
 def main() -> None:
     """Audit every closed window until SIGTERM/SIGINT (module docstring)."""
     die_with_parent()
-    act_as("aggregator")
+    act_as(service("auditor").principal.name)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     cfg = Settings.from_env()
     stop = threading.Event()

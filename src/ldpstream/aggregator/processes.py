@@ -8,32 +8,32 @@ from __future__ import annotations
 
 import logging
 import subprocess
-import sys
 from pathlib import Path
 
 import redis
 
 from ldpstream.aggregator.health import WorkerRegistry, worker_id
 from ldpstream.contract.clock import now_ms
-from ldpstream.runtime.supervisor import Supervisor, launch, stop
+from ldpstream.runtime.catalog import AGGREGATOR_GROUPS, service
+from ldpstream.runtime.supervisor import Supervisor, start, stop
 
 log = logging.getLogger(__name__)
 
 
-def start_worker(group: str = "ldp-aggregator", metrics_port: int | None = None, log_file: Path | None = None,
+def start_worker(group: str = AGGREGATOR_GROUPS, metrics_port: int | None = None, log_file: Path | None = None,
                  max_messages: int | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """One `python -m ldpstream.aggregator` worker in its own process group, dying with this process."""
-    argv = [sys.executable, "-m", "ldpstream.aggregator", "--group", group]
+    """One aggregator worker (the catalog's `aggregator`) in its own process group, dying with this process."""
+    args = ["--group", group]
     if metrics_port is not None:
-        argv += ["--metrics-port", str(metrics_port)]
+        args += ["--metrics-port", str(metrics_port)]
     if max_messages is not None:
-        argv += ["--max-messages", str(max_messages)]
-    return launch(argv, log_file, env, stdout=subprocess.DEVNULL)
+        args += ["--max-messages", str(max_messages)]
+    return start(service("aggregator"), *args, log_file=log_file, env=env, stdout=subprocess.DEVNULL)
 
 
 def start_auditor() -> subprocess.Popen[bytes]:
-    """One `python -m ldpstream.aggregator.auditor` in its own process group, dying with this process."""
-    return launch([sys.executable, "-m", "ldpstream.aggregator.auditor"])
+    """The poisoning auditor (the catalog's `auditor`) in its own process group, dying with this process."""
+    return start(service("auditor"))
 
 
 def stop_worker(proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:

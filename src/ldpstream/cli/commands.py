@@ -22,9 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("services", "Make the spec-signing keys if missing, start the local Kafka broker and Redis server, or with "
                        "--cluster the local clusters (idempotent)."),
     "down": ("services", "Stop the local services that `ldp up` started."),
-    "status": ("services", "Show each service, its address and whether it answers, then the pipeline's health "
-                           "(workers, crash loops, collections with messages waiting); exit 1 if a service does not "
-                           "answer or the pipeline is unhealthy."),
+    "status": ("services", "Show each service, its address and whether it answers, the project's processes this "
+                           "state dir's Prometheus targets announce (by service of the catalog), then the pipeline's "
+                           "health (workers, crash loops, collections with messages waiting); exit 1 if a service "
+                           "does not answer or the pipeline is unhealthy."),
     "demo": ("demo", "Publish a spec, send a simulated fleet's reports through the edge and Kafka into Redis, "
                      "compare with the truth."),
     "simulate": ("simulate", "Simulate a fleet with a known population: perturb in vectorised chunks and produce to "

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -60,13 +58,14 @@ def wait_for_accepted(store: RedisStore, collection: str, target: int, timeout_s
 def read_through_api(collection: str, token: str, timeout_s: float = 60.0) -> tuple[dict[str, Any], bool]:
     """Start `ldp serve` on a free port, read a collection's estimates and check /metrics names it (with `token`,
     scopes read and metrics); stop it."""
-    from ldpstream.runtime.process import stop_pid
+    from ldpstream.runtime.catalog import service
+    from ldpstream.runtime.settings import Settings
+    from ldpstream.runtime.supervisor import start, stop
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {token}"}
-    server = subprocess.Popen([sys.executable, "-m", "ldpstream", "serve", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = start(service("api"), "--port", str(port), log_file=Settings.from_env().state_dir / "demo-api.log")
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -84,7 +83,7 @@ def read_through_api(collection: str, token: str, timeout_s: float = 60.0) -> tu
         metrics_ok = f'collection="{collection}"' in text and "ldp_reports_total" in text
         return estimates, metrics_ok
     finally:
-        stop_pid(server.pid)
+        stop(server)
 
 
 GREEDY_EPSILON = 16.0  # per report: twice the most the default device policy takes
@@ -190,10 +189,12 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     from ldpstream.aggregator.store import RedisStore
     from ldpstream.contract.clock import now_ms
     from ldpstream.contract.spec import load_spec
+    from ldpstream.runtime.catalog import service
     from ldpstream.runtime.kafka import ReportProducer
     from ldpstream.runtime.redis import redis_client
     from ldpstream.runtime.settings import Settings
     from ldpstream.runtime.specs import publish_spec
+    from ldpstream.runtime.supervisor import start, stop
     from ldpstream.runtime.tokens import Scope, TokenStore
     from ldpstream.sgd.jobs import train_over_kafka_demo
     from ldpstream.simulator.simulator import simulate
@@ -216,9 +217,8 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     store = RedisStore(cfg.redis)
     log_file = cfg.state_dir / "demo-worker.log"
     worker = start_worker(group=f"ldp-aggregator-{spec.name}", log_file=log_file)
-    shuffler = None if spec.shuffle is None else subprocess.Popen(
-        [sys.executable, "-m", "ldpstream", "shuffle", "--margin-s", "2"],
-        stdout=(cfg.state_dir / "demo-shuffler.log").open("wb"), stderr=subprocess.STDOUT)
+    shuffler = None if spec.shuffle is None else start(service("shuffler"), "--margin-s", "2",
+                                                       log_file=cfg.state_dir / "demo-shuffler.log")
     try:
         started = time.perf_counter()
         refusal = ""
@@ -237,8 +237,7 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     finally:
         stop_worker(worker)
         if shuffler is not None:
-            shuffler.terminate()
-            shuffler.wait(30)
+            stop(shuffler, 30.0)
     if accepted != devices:
         fail(f"the aggregator applied {accepted:,} of {devices:,} reports; see {log_file}")
     tokens = TokenStore(redis_client(cfg.redis, 10.0))

@@ -45,11 +45,12 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
 
     from ldpstream.edge.app import STOP_S
     from ldpstream.edge.processes import start_edge
+    from ldpstream.runtime.catalog import service
     from ldpstream.runtime.metrics import MULTIPROCESS_DIR
     from ldpstream.runtime.process import port_in_use
     from ldpstream.runtime.settings import Settings
     from ldpstream.runtime.supervisor import Supervisor
-    from ldpstream.runtime.targets import TOKEN, announce
+    from ldpstream.runtime.targets import announce
 
     if port_in_use(port, host if host not in ("0.0.0.0", "::") else "127.0.0.1"):
         raise CliError(f"cannot listen on {host}:{port}: the port is in use by another process (stop it, or pass "
@@ -73,7 +74,7 @@ def edge(host: Annotated[str, typer.Option(help="address to listen on")] = "127.
                           env={MULTIPROCESS_DIR: str(metrics_dir)})
 
     if not tls:  # to the local Prometheus (`ldp up --prometheus`), which reads /metrics over plain HTTP
-        announce(cfg, "ldp-edge", port, TOKEN, host=host)
+        announce(cfg, service("edge"), port, host=host)
     typer.echo(f"edge: {workers} process(es) on http{'s' if tls else ''}://{host}:{port}")
     status = Supervisor(f"ldp edge (port {port})", workers, start,
                         lambda _i, proc: mark_process_dead(proc.pid, str(metrics_dir)),  # its gauges leave the sum;

@@ -42,11 +42,14 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.
     http://HOST:PORT/console/#token=TOKEN (a fragment never leaves the browser)."""
     from ldpstream.aggregator.api import serve as serve_api
     from ldpstream.runtime.access import act_as
+    from ldpstream.runtime.catalog import service
     from ldpstream.runtime.process import port_in_use
     from ldpstream.runtime.settings import Settings
-    from ldpstream.runtime.targets import TOKEN, announce
+    from ldpstream.runtime.supervisor import die_with_parent
+    from ldpstream.runtime.targets import announce
 
-    act_as("api")
+    die_with_parent()  # when a supervisor started it (`ldpstream.runtime.supervisor.start`)
+    act_as(service("api").principal.name)
     if port_in_use(port, host if host not in ("0.0.0.0", "::") else "127.0.0.1"):
         raise CliError(f"cannot listen on {host}:{port}: the port is in use by another process (stop it, or pass "
                        f"--port)")
@@ -60,7 +63,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.
 
     def started(line: str) -> None:  # listening: announced to the local Prometheus (`ldp up --prometheus`)
         typer.echo(line)
-        announce(cfg, "ldp-api", port, TOKEN, host=host)
+        announce(cfg, service("api"), port, host=host)
 
     try:
         serve_api(cfg, host, port, on_start=started)

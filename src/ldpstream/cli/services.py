@@ -76,15 +76,17 @@ def down(purge: bool = typer.Option(False, "--purge", help="also delete the serv
 def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
            services_only: bool = typer.Option(False, "--services-only", help="only the services, not the pipeline"),
            ) -> None:
-    """Show each service, its address and whether it answers, then the pipeline's health (workers, crash loops,
-    collections with messages waiting); exit 1 if a service does not answer or the pipeline is unhealthy."""
+    """Show each service, its address and whether it answers, the project's processes this state dir's Prometheus
+    targets announce (by service of the catalog), then the pipeline's health (workers, crash loops, collections with
+    messages waiting); exit 1 if a service does not answer or the pipeline is unhealthy."""
     from ldpstream.runtime.settings import Settings
 
     cfg = Settings.from_env()
     rows = [row for svc in with_prometheus(cfg) for row in svc.statuses()]
+    running = processes(cfg)
     health = pipeline_status(cfg) if all(r.answers for r in rows) and not services_only else None
     if as_json:
-        typer.echo(json.dumps({"services": [r.__dict__ for r in rows],
+        typer.echo(json.dumps({"services": [r.__dict__ for r in rows], "processes": running,
                                "pipeline": None if health is None else health.as_dict()}))
     else:
         table = Table(name_column("service"), name_column("address"), "pid", "answers", "authentication")
@@ -98,10 +100,23 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON"),
                 console.print(styled((r.name, "bold"), f": {r.detail}"))
         if not all(r.answers for r in rows):
             console.print(styled(("not every service answers", "red"), f": {START_STACK}"))
+        console.print(styled(("processes", "bold"), ": " + ("; ".join(
+            f"{name} at {', '.join(addresses)}" for name, addresses in running.items() if addresses)
+            or "none announced on this state dir")))
         if health is not None:
             print_health(health)
     if not all(r.answers for r in rows) or (health is not None and not health.ok):
         raise typer.Exit(1)
+
+
+def processes(cfg: Settings) -> dict[str, list[str]]:
+    """The metrics addresses of each service of the catalog that serves metrics, as its processes announced them on
+    this state dir (`ldpstream.runtime.targets`; none for one that runs elsewhere or not at all)."""
+    from ldpstream.runtime.catalog import SERVICES
+    from ldpstream.runtime.targets import announced
+
+    jobs = announced(cfg)
+    return {svc.name: jobs.get(svc.metrics.job, []) for svc in SERVICES if svc.metrics is not None}
 
 
 def with_prometheus(cfg: Settings) -> list[Service | PrometheusService]:
@@ -150,7 +165,8 @@ def print_health(health: Health) -> None:
         console.print(styled("  ", ("-", "red"), f" {reason}"))
 
 
-def rotate_credentials(principal: str = typer.Argument(..., help="admin, edge, aggregator, api, coordinator, gateway")
+def rotate_credentials(principal: str = typer.Argument(..., help="admin, gateway or a service's principal "
+                                                                  "(src/ldpstream/runtime/catalog.py)")
                        ) -> None:
     """Give a principal new Kafka and Redis passwords on the running local services; restart its processes."""
     from confluent_kafka import KafkaException

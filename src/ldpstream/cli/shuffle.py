@@ -26,17 +26,19 @@ def shuffle(margin_s: Annotated[float, typer.Option(help="after a window's end a
 
     from ldpstream.runtime import metrics
     from ldpstream.runtime.access import act_as
+    from ldpstream.runtime.catalog import service
     from ldpstream.runtime.settings import Settings
-    from ldpstream.runtime.supervisor import STOP_GRACE_S, exit_within
+    from ldpstream.runtime.supervisor import STOP_GRACE_S, die_with_parent, exit_within
     from ldpstream.shuffler.service import ShufflerConfig, run
 
+    die_with_parent()  # when a supervisor started it (`ldpstream.runtime.supervisor.start`)
     require_services()
-    act_as("shuffler")
+    act_as(service("shuffler").principal.name)
     cfg = Settings.from_env()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     client_logs(verbose=True)
     if metrics_port is not None:
-        metrics.serve(metrics_port, cfg, "ldp-shuffler")
+        metrics.serve(metrics_port, cfg, service("shuffler"))
     stop = threading.Event()
 
     def stopping(*_: object) -> None:

@@ -177,6 +177,7 @@ def train_job(ctx: typer.Context, job_file: Path, metrics_port: int | None) -> N
     """`ldp train --job FILE [--devices N] [--seed S] [--json]`: run the job's coordinator in the foreground."""
     from ldpstream.runtime import metrics
     from ldpstream.runtime.access import act_as
+    from ldpstream.runtime.catalog import service
     from ldpstream.runtime.settings import Settings
     from ldpstream.sgd.checkpoint import RedisCheckpoint
     from ldpstream.sgd.coordinator import Coordinator
@@ -185,7 +186,7 @@ def train_job(ctx: typer.Context, job_file: Path, metrics_port: int | None) -> N
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     client_logs(verbose=True)  # a service in the foreground: its clients' warnings are its log
-    act_as("coordinator")  # its simulated devices (if any) send and read as the gateway
+    act_as(service("coordinator").principal.name)  # its simulated devices (if any) send and read as the gateway
     try:
         spec = load_job_file(job_file)
     except ValueError as exc:
@@ -193,7 +194,7 @@ def train_job(ctx: typer.Context, job_file: Path, metrics_port: int | None) -> N
     cfg = Settings.from_env()
     if metrics_port is not None:
         try:
-            metrics.serve(metrics_port, cfg, "ldp-sgd")
+            metrics.serve(metrics_port, cfg, service("coordinator"))
         except OSError as exc:
             raise CliError(f"cannot serve metrics on {cfg.metrics_addr}:{metrics_port}: {exc.strerror}") from exc
     require_services()

@@ -10,6 +10,7 @@ from ldpstream.edge.app import CannotListen, EdgeConfig, serve, server_tls
 from ldpstream.edge.join import EnrolLimits
 from ldpstream.edge.keyring import Keyring
 from ldpstream.runtime.access import act_as
+from ldpstream.runtime.catalog import service
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.supervisor import die_with_parent, unusable
 
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("--tls-cert and --tls-key go together")
     die_with_parent()
-    act_as("edge")
+    act_as(service("edge").principal.name)
     cfg = Settings.from_env()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     Keyring.create(cfg.edge_key)

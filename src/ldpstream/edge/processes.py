@@ -1,29 +1,28 @@
-"""Edge processes: start one (`python -m ldpstream.edge`) and wait until it answers, stop it."""
+"""Edge processes: start one (the catalog's `edge`: `python -m ldpstream.edge`) and wait until it answers, stop it."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ldpstream.runtime.supervisor import launch, stop
+from ldpstream.runtime.catalog import service
+from ldpstream.runtime.supervisor import start, stop
 
 
 def start_edge(port: int, spool_dir: Path, *args: str, host: str = "127.0.0.1", log_file: Path | None = None,
                env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """One `python -m ldpstream.edge` process in its own process group, dying with this process (`args`: more of
-    its options)."""
-    argv = [sys.executable, "-m", "ldpstream.edge", "--host", host, "--port", str(port), "--spool-dir", str(spool_dir),
-            *args]
-    return launch(argv, log_file, env)
+    """One edge process in its own process group, dying with this process (`args`: more of its options)."""
+    return start(service("edge"), "--host", host, "--port", str(port), "--spool-dir", str(spool_dir), *args,
+                 log_file=log_file, env=env)
 
 
-def wait_live(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0, probe: str = "/healthz") -> None:
-    """Wait until the edge at `url` answers `probe` (/healthz: alive; /readyz: ready) with 200 (RuntimeError if it
-    exits or time runs out)."""
+def wait_live(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0, probe: str | None = None) -> None:
+    """Wait until the edge at `url` answers `probe` (default: its health endpoint, /healthz: alive; /readyz: ready)
+    with 200 (RuntimeError if it exits or time runs out)."""
+    probe = probe or service("edge").health or "/healthz"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -14,99 +14,34 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
-from ldpstream.contract.topics import (
-    DLQ_TOPIC,
-    GRADIENTS_TOPIC,
-    MODELS_TOPIC,
-    RAW_PREFIX,
-    REPORTS_PREFIX,
-    SETASIDE_TOPIC,
-    SHUFFLER_STATE_TOPIC,
-    SPECS_TOPIC,
-    STRATEGIES_TOPIC,
-)
+from ldpstream.runtime import catalog
+
+# the consumer groups and the ACL type are declared with the services; importers find them here too
+from ldpstream.runtime.catalog import AGGREGATOR_GROUPS as AGGREGATOR_GROUPS
+from ldpstream.runtime.catalog import COORDINATOR_GROUPS as COORDINATOR_GROUPS
+from ldpstream.runtime.catalog import READER_GROUP as READER_GROUP
+from ldpstream.runtime.catalog import SHUFFLER_GROUP as SHUFFLER_GROUP
+from ldpstream.runtime.catalog import Grant
 from ldpstream.runtime.secrets import create_secret
 from ldpstream.runtime.settings import Settings
 
-ADMIN = "admin"
-GATEWAY = "gateway"  # the SGD devices' side: sends gradients, reads models
+ADMIN = catalog.ADMIN.name
+GATEWAY = catalog.GATEWAY.name  # the SGD devices' side: sends gradients, reads models
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 SCRAM_ITERATIONS = 8192
 # Broker-internal identities: the broker's own connections (SCRAM) and the controller listener's (PLAIN: a KRaft
 # controller cannot read SCRAM credentials before it has the metadata log).
 BROKER, CONTROLLER = "broker", "controller"
-AGGREGATOR_GROUPS = "ldp-aggregator"  # the prefix of every aggregator worker's consumer group (and faust's topics)
-COORDINATOR_GROUPS = "ldp-sgd"
-SHUFFLER_GROUP = "ldp-shuffler"  # the shuffler's consumer group and transactional id (`ldpstream.shuffler`)
-READER_GROUP = "ldp-read-to-end"  # `kafka.read_to_end`'s: assigned partitions, never joined or committed
 
 _default: list[str] = [ADMIN]
 
-
-@dataclass(frozen=True)
-class Grant:
-    """One Kafka ACL: `operation` on a resource (`topic`, `group`, `transactional_id`) named `name` exactly or, with
-    `prefixed`, every resource whose name starts with it."""
-
-    resource: str
-    name: str
-    operation: str
-    prefixed: bool = False
-
-
-def _topic(name: str, *operations: str, prefixed: bool = False) -> list[Grant]:
-    return [Grant("topic", name, op, prefixed) for op in operations]
-
-
-def _reads_specs() -> list[Grant]:
-    # specs and strategies topics: `ldp.collections` and the benchmarks' `ldp.collections.<run>` ones
-    return (_topic(SPECS_TOPIC, "read", "describe", prefixed=True) + _topic(STRATEGIES_TOPIC, "read", "describe")
-            + [Grant("group", READER_GROUP, "read")])  # librdkafka looks up a consumer's group coordinator
-
-
-# Kafka: what each service principal may do (the admin is a super user: it publishes specs and strategies and creates
-# topics). Report topics are written by the edge (and by `ldp simulate`, a trusted gateway, with its credentials).
-KAFKA_GRANTS: Mapping[str, list[Grant]] = {
-    "edge": (_topic(REPORTS_PREFIX, "write", "describe", prefixed=True)
-             + _topic(RAW_PREFIX, "write", "describe", prefixed=True) + _reads_specs()),
-    # only the shuffler reads what the edge admitted for a shuffled collection; it writes the shuffled batches, its
-    # state, and commits its offsets inside its transactions
-    "shuffler": (_topic(RAW_PREFIX, "read", "describe", prefixed=True)
-                 + _topic(REPORTS_PREFIX, "write", "describe", prefixed=True)
-                 + _topic(SHUFFLER_STATE_TOPIC, "read", "write", "describe") + _reads_specs()
-                 + [Grant("group", SHUFFLER_GROUP, "read", True),
-                    Grant("transactional_id", SHUFFLER_GROUP, "write", True),
-                    Grant("transactional_id", SHUFFLER_GROUP, "describe", True)]),
-    "aggregator": (_topic(REPORTS_PREFIX, "read", "describe", prefixed=True) + _topic(DLQ_TOPIC, "write", "describe")
-                   + _topic(SETASIDE_TOPIC, "write", "describe")
-                   + _reads_specs() + [Grant("group", AGGREGATOR_GROUPS, "read", True)]
-                   # faust's internal topics (its assignor's), named after the group
-                   + _topic(AGGREGATOR_GROUPS, "read", "write", "create", "describe", prefixed=True)),
-    "api": _topic(REPORTS_PREFIX, "describe", prefixed=True) + _reads_specs(),
-    "coordinator": (_topic(GRADIENTS_TOPIC, "read", "describe", "create") + _topic(MODELS_TOPIC, "write", "describe",
-                                                                                   "create")
-                    + _topic(DLQ_TOPIC, "write", "describe") + [Grant("group", COORDINATOR_GROUPS, "read", True)]),
-    GATEWAY: (_topic(GRADIENTS_TOPIC, "write", "describe") + _topic(MODELS_TOPIC, "read", "describe")
-                + [Grant("group", COORDINATOR_GROUPS, "read", True)]),
-}
-PRINCIPALS = (ADMIN, *KAFKA_GRANTS)
-
-# Redis ACL rules after the password (key patterns, commands). The API only reads; the edge writes only its keys.
-_WRITER = "+@all -@dangerous -@admin +info"
-# what a Redis Cluster client asks to find the slots' nodes (harmless on one server)
-_CLUSTER_DISCOVERY = "+cluster|slots +cluster|shards +cluster|nodes +cluster|info"
-REDIS_RULES: Mapping[str, str] = {
-    ADMIN: "~* &* +@all",
-    "aggregator": f"~ldp:{{* ~ldp:health:* {_WRITER}",
-    "api": f"%R~ldp:* +@read +@connection -@dangerous +info {_CLUSTER_DISCOVERY}",
-    "edge": f"~ldp:edge:* %R~ldp:api:tokens {_WRITER}",  # the tokens: read, to check its /metrics scrapes
-    "coordinator": f"~ldp:sgd:* {_WRITER}",
-    "shuffler": f"~ldp:shuffle:* {_WRITER}",
-    GATEWAY: "resetkeys +@connection",
-}
+# What each principal may do, as the service catalog declares it: Kafka ACLs of the service principals (the admin is
+# a super user, it has none) and the Redis ACL rule after each one's password.
+KAFKA_GRANTS: Mapping[str, tuple[Grant, ...]] = {p.name: p.kafka for p in catalog.PRINCIPALS if p.name != ADMIN}
+PRINCIPALS = tuple(p.name for p in catalog.PRINCIPALS)
+REDIS_RULES: Mapping[str, str] = {p.name: p.redis for p in catalog.PRINCIPALS}
 
 
 def act_as(principal: str) -> None:

@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from ldpstream.contract.topics import DLQ_TOPIC, SETASIDE_TOPIC, SHUFFLER_STATE_TOPIC, STRATEGIES_TOPIC
+from ldpstream.contract.topics import DLQ_TOPIC, SETASIDE_TOPIC, STRATEGIES_TOPIC
 from ldpstream.runtime.access import (
     ADMIN,
     KAFKA_GRANTS,
@@ -31,6 +31,7 @@ from ldpstream.runtime.access import (
     generate_passwords,
     password,
 )
+from ldpstream.runtime.catalog import SERVICES
 from ldpstream.runtime.dlq import DLQ_PARTITIONS
 from ldpstream.runtime.kafka import ADMIN_TIMEOUT_S, admin_client, ensure_topic
 from ldpstream.runtime.settings import Settings
@@ -90,8 +91,8 @@ def apply_acls(cfg: Settings) -> int:
 
 
 def apply_access(cfg: Settings) -> None:
-    """Users and ACLs (when security is on), then the shared topics: specs, strategies, the dead-letter and set-aside
-    topics, the shuffler's state."""
+    """Users and ACLs (when security is on), then the shared topics (specs, strategies, the dead-letter and set-aside
+    topics) and those the catalog's services declare (the shuffler's state)."""
     if cfg.security:
         generate_passwords(cfg)  # a principal an upgrade added has none yet
         apply_users(cfg)
@@ -100,4 +101,5 @@ def apply_access(cfg: Settings) -> None:
     ensure_topic(cfg.bootstrap, STRATEGIES_TOPIC, 1, compacted=True)
     ensure_topic(cfg.bootstrap, DLQ_TOPIC, DLQ_PARTITIONS, exact=False)
     ensure_topic(cfg.bootstrap, SETASIDE_TOPIC, DLQ_PARTITIONS, exact=False)
-    ensure_topic(cfg.bootstrap, SHUFFLER_STATE_TOPIC, 1, compacted=True)
+    for topic in {t for svc in SERVICES for t in svc.topics}:
+        ensure_topic(cfg.bootstrap, topic.name, topic.partitions, compacted=topic.compacted)

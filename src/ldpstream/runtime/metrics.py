@@ -8,6 +8,7 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from ldpstream.runtime.catalog import Service
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.targets import announce
 
@@ -37,11 +38,11 @@ SGD_HELD_OUT_ERROR = Gauge("ldp_sgd_held_out_error", "The current model's error 
 SGD_MODEL_NORM = Gauge("ldp_sgd_model_norm", "L2 norm of the current model's parameters beta", ["job"])
 
 
-def serve(port: int, cfg: Settings, job: str) -> None:
+def serve(port: int, cfg: Settings, service: Service) -> None:
     """Serve this process's metrics on `cfg.metrics_addr`:`port` (a background thread), announced to the local
-    Prometheus as a target of `job` (`ldpstream.runtime.targets`)."""
+    Prometheus as a target of the service's job (`ldpstream.runtime.targets`)."""
     start_http_server(port, addr=cfg.metrics_addr)
-    announce(cfg, job, port)
+    announce(cfg, service, port)
 
 
 def metrics_text() -> bytes:
@@ -75,3 +76,13 @@ SHUFFLER_HELD = Gauge("ldp_shuffler_held_reports", "Reports the shuffler holds f
 SHUFFLER_BATCHES = Counter("ldp_shuffler_released_batches", "Shuffled batches released (one per window group "
                            "committed)", ["collection"])
 SHUFFLER_REPORTS = Counter("ldp_shuffler_released_reports", "Reports released in shuffled batches", ["collection"])
+SHUFFLER_READ = Counter("ldp_shuffler_read_reports", "Reports read from the raw topic and held (a report read again "
+                        "after a restart counts again; it is released once)", ["collection"])
+SHUFFLER_SKIPPED = Counter("ldp_shuffler_skipped_messages", "Raw messages left out (logged): malformed, not of a "
+                           "published shuffled spec, or not anonymised by the edge", ["collection"])
+SHUFFLER_LAG = Gauge("ldp_shuffler_raw_lag_messages", "Raw messages the edge wrote that the shuffler has not read "
+                     "yet (the broker's high watermark as last fetched, less the next offset to read)", ["collection"])
+SHUFFLER_LAST_RELEASE = Gauge("ldp_shuffler_last_release_timestamp_seconds", "When the newest shuffled batch of a "
+                              "collection was committed (Unix time)", ["collection"])
+SHUFFLER_RELEASE_SECONDS = Gauge("ldp_shuffler_release_duration_seconds", "From the newest release's window close "
+                                 "to its commit (catching up, shuffling, the transaction)", ["collection"])

@@ -1,4 +1,7 @@
-"""One launcher and supervisor for a service's child processes (`ldp aggregate`'s workers, `ldp edge`'s processes).
+"""One launcher and supervisor for a service's child processes (`ldp aggregate`'s workers and auditor, `ldp edge`'s
+processes, the demo's worker, shuffler and read API): `start` runs a service of the catalog
+(`ldpstream.runtime.catalog`) as its descriptor says, `Supervisor` keeps N of them running. (The local Kafka, Redis
+and Prometheus are daemons that outlive the CLI: `ldpstream.runtime.process.spawn`.)
 
 The contract between the two sides:
 - `launch` starts a child in its own process group, with `SUPERVISOR_ENV` naming this process; the child calls
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
+from ldpstream.runtime.catalog import Service
 from ldpstream.runtime.process import stop_pid
 
 log = logging.getLogger(__name__)
@@ -97,6 +101,12 @@ def launch(argv: Sequence[str], log_file: Path | None = None, env: dict[str, str
     finally:
         if log_file:
             out.close()  # type: ignore[union-attr]
+
+
+def start(service: Service, *args: str, log_file: Path | None = None, env: dict[str, str] | None = None,
+          stdout: int | None = None) -> subprocess.Popen[bytes]:
+    """One process of `service` (its `argv` with `args`), launched as a child that dies with this process."""
+    return launch(service.argv(*args), log_file, env, stdout)
 
 
 def stop(proc: subprocess.Popen[bytes], timeout_s: float = STOP_GRACE_S) -> None:

@@ -3,9 +3,9 @@
 A process that serves /metrics writes one file in Prometheus' file-based discovery format under
 `<state dir>/prometheus/targets/<access>/` (`open`: no credentials, `token`: a bearer token of scope `metrics`, as
 the edge and the read API ask) and removes it when it exits; Prometheus reads the directory and notices a file that
-comes or goes within seconds. Each file names its `job` (`ldp-edge`, `ldp-aggregator`, `ldp-api`, `ldp-shuffler`,
-`ldp-sgd`, ...) and the process's pid (`__meta_ldp_pid`: a label Prometheus drops after discovery), so the file of a
-process that was killed is recognised and pruned (`prune`).
+comes or goes within seconds. Each file names its `job` (the service's, `ldpstream.runtime.catalog`: `ldp-edge`,
+`ldp-aggregator`, `ldp-api`, `ldp-shuffler`, `ldp-sgd`, ...) and the process's pid (`__meta_ldp_pid`: a label
+Prometheus drops after discovery), so the file of a process that was killed is recognised and pruned (`prune`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import logging
 import os
 from pathlib import Path
 
+from ldpstream.runtime.catalog import OPEN, TOKEN, Service
 from ldpstream.runtime.process import pid_alive
 from ldpstream.runtime.settings import Settings
 
 log = logging.getLogger(__name__)
-OPEN, TOKEN = "open", "token"  # how a target's /metrics is read
 PID_LABEL = "__meta_ldp_pid"
 
 
@@ -30,10 +30,13 @@ def targets_dir(cfg: Settings, access: str | None = None) -> Path:
     return root if access is None else root / access
 
 
-def announce(cfg: Settings, job: str, port: int, access: str = OPEN, host: str | None = None) -> Path | None:
+def announce(cfg: Settings, service: Service, port: int, host: str | None = None) -> Path | None:
     """Announce this process's /metrics at `host`:`port` (default: `cfg.metrics_addr`, or loopback where that is
-    every interface) under `job` until it exits; the file written (None, logged, where the state dir cannot be
-    written: the service runs on, unannounced)."""
+    every interface) under the service's job until it exits; the file written (None, logged, where the state dir
+    cannot be written: the service runs on, unannounced)."""
+    if service.metrics is None:
+        raise ValueError(f"the service {service.name} declares no metrics")
+    job, access = service.metrics.job, service.metrics.access
     if access not in (OPEN, TOKEN):
         raise ValueError(f"access is {OPEN} or {TOKEN}, not {access!r}")
     address = host or cfg.metrics_addr

@@ -17,9 +17,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ldpstream.runtime.catalog import OPEN, TOKEN
 from ldpstream.runtime.process import ServiceError, port_in_use, spawn, wait_until
 from ldpstream.runtime.settings import Settings
-from ldpstream.runtime.targets import OPEN, TOKEN, announced, prune, targets_dir
+from ldpstream.runtime.targets import announced, prune, targets_dir
 from ldpstream.services.base import LocalService
 from ldpstream.services.debian import debian_program
 

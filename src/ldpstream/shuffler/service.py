@@ -247,6 +247,7 @@ class Shuffler:
 
     def _hold(self, c: Collection, messages: list[Any]) -> int:
         by_version: dict[int, list[tuple[int, int, Envelope]]] = defaultdict(list)
+        skipped = c.skipped
         for m in messages:
             partition, offset = m.partition(), m.offset()
             if offset < c.read_next.get(partition, 0):  # held already (a partition is read in order): never twice
@@ -268,7 +269,19 @@ class Shuffler:
             held += c.pending.add(c.state, version, joined, np.array([p for p, _, _ in items]),
                                   np.array([o for _, o, _ in items]))
         metrics.SHUFFLER_HELD.labels(c.name).set(c.pending.total)
+        metrics.SHUFFLER_READ.labels(c.name).inc(held)
+        metrics.SHUFFLER_SKIPPED.labels(c.name).inc(c.skipped - skipped)
         return held
+
+    def _observe_lag(self, c: Collection) -> None:
+        """The collection's raw lag (`ldp_shuffler_raw_lag_messages`) from the watermarks the consumer last fetched
+        (no request to the broker); partitions not fetched yet are left out."""
+        lag = 0
+        for p in range(c.partitions):
+            marks = self.consumer.get_watermark_offsets(TopicPartition(raw_topic(c.name), p), cached=True)
+            if marks is not None and marks[1] >= 0:
+                lag += max(0, marks[1] - c.read_next.get(p, max(marks[0], 0)))
+        metrics.SHUFFLER_LAG.labels(c.name).set(lag)
 
     def _envelope(self, c: Collection, value: bytes | None) -> Envelope | None:
         """A raw message's envelope if it holds reports of a published shuffled version of the collection, made
@@ -330,6 +343,7 @@ class Shuffler:
             self.follow_specs()
         made: list[Outcome] = []
         for c in self.collections.values():
+            self._observe_lag(c)
             now = self.clock()
             due = {v: self.due(spec, now) for v, spec in c.specs.items()}
             closes = {v: w for v, w in due.items() if w is not None and w > c.state.closed.get(v, -1)}
@@ -388,6 +402,9 @@ class Shuffler:
             metrics.SHUFFLER_REPORTS.labels(c.name).inc(n)
         metrics.SHUFFLER_HELD.labels(c.name).set(c.pending.total)
         seconds = (self.clock() - started) / 1000
+        if made:
+            metrics.SHUFFLER_LAST_RELEASE.labels(c.name).set(time.time())
+            metrics.SHUFFLER_RELEASE_SECONDS.labels(c.name).set(seconds)
         outcomes = [Outcome(c.name, v, at, n, f.rolled, seconds) for (v, at, n), f in zip(made, figures, strict=True)]
         for o in outcomes:
             log.info("%s@%d: released %d reports of window %d (%d rolled in) in %.2f s", o.collection, o.spec_version,
