@@ -118,7 +118,8 @@ def training_vectors(key: Any) -> dict[str, Any]:
                   "signature": b64(sign_block(online_key, model_message(descriptor_bytes))),
                   "etag": descriptor.etag, "bytes": b64(model), "sha256": hashlib.sha256(model).hexdigest(),
                   "theta": theta.tolist()},
-        "clipped": {"examples": [{"features": row.tolist(), "label": int(label)} for row, label in zip(x, y)],
+        "clipped": {"examples": [{"features": row.tolist(), "label": int(label)}
+                                 for row, label in zip(x, y, strict=True)],
                     "vector": clipped.tolist()},
         "updates": updates,
         "refusals": refusals,

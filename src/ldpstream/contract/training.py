@@ -209,7 +209,8 @@ def parse_descriptor(data: bytes) -> ModelDescriptor:
     for name, kind in _DESCRIPTOR_FIELDS.items():
         value = raw[name]
         if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or not 0 <= value <= MAX_INT)):
-            raise TrainingWireError(f"model descriptor field {name!r} is not a valid {kind.__name__}", "malformed_model")
+            raise TrainingWireError(f"model descriptor field {name!r} is not a valid {kind.__name__}",
+                                    "malformed_model")
     if not all(isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= 1 << 20 for w in raw["dims"]):
         raise TrainingWireError("model descriptor dims are not widths", "malformed_model")
     if not re.fullmatch(r"[0-9a-f]{64}", raw["sha256"]):
