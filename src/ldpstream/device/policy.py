@@ -47,7 +47,7 @@ from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.base import LDPError
 
 EVERY_MECHANISM = frozenset([*registry.known_names(), *registry.KEYVALUE, *registry.HEAVY_HITTERS, "factorization",
-                             *registry.DISTRIBUTION])
+                             *registry.DISTRIBUTION, *registry.GRADIENT])
 BUDGET_RTOL = 1e-9  # relative slack on sums of floating-point budgets
 
 
