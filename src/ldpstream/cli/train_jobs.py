@@ -127,3 +127,44 @@ def register(group: typer.Typer) -> None:
     """Add `publish` and `run` to the `ldp train` group."""
     group.command("publish")(publish)
     group.command("run")(run)
+
+
+def simulate_training(url: str, token: Path, job: str, dataset: str, devices: int, split: str, policy: Path | None,
+                      trust: Path | None, seed: int, concurrency: int, state_dir: Path | None, timeout_s: float,
+                      as_json: bool, tls: Any = None) -> None:
+    """`ldp simulate --join URL --token F --train JOB --dataset fashion-mnist --devices N [--split iid|non-iid]`:
+    Python devices that each hold their own rows train the job through the edge (`ldpstream.sgd.fleet`)."""
+    import tempfile
+
+    from ldpstream.contract.signatures import TrustedKeys
+    from ldpstream.device.policy import PrivacyPolicy
+    from ldpstream.runtime.join_keys import pinned_keys
+    from ldpstream.runtime.settings import Settings
+    from ldpstream.sgd.fleet import train_fleet
+    from ldpstream.sgd.images import fashion_mnist
+
+    if dataset != "fashion-mnist":
+        fail(f"--dataset: only fashion-mnist, not {dataset!r}", code=2)
+    if split not in ("iid", "non-iid"):
+        fail(f"--split is iid or non-iid, not {split!r}", code=2)
+    keys = TrustedKeys.from_json(json.loads(trust.read_text()) if trust else pinned_keys(Settings.from_env()))
+    rules = PrivacyPolicy.load(policy) if policy else PrivacyPolicy()
+    data = fashion_mnist("train")
+    with tempfile.TemporaryDirectory(prefix="ldp-train-fleet-") as scratch:
+        where = state_dir or Path(scratch)
+
+        def on_round(run: Any) -> None:
+            if not as_json:
+                console.print(f"{job}: version {run.last_version}, {run.taken:,} updates taken of {run.updates:,} "
+                              f"made by {run.joined:,} devices")
+
+        run = train_fleet(url, job, token.read_text().strip(), keys, data, devices, split, where, policy=rules,
+                          seed=seed, concurrency=concurrency, timeout_s=timeout_s, tls=tls, on_round=on_round)
+    out = {"job": job, "join": url, "split": split, **run.to_json()}
+    if as_json:
+        typer.echo(json.dumps(out))
+    else:
+        console.print(f"{run.joined:,} of {devices:,} devices joined {job}; {run.updates:,} updates made, "
+                      f"{run.taken:,} taken; refused: {dict(run.refused) or 'none'}; outcomes {dict(run.outcomes)}")
+    if run.joined and not run.taken:
+        raise typer.Exit(1)

@@ -5,8 +5,8 @@
 - `GET /v1/jobs/JOB/model`: the current model descriptor (what the coordinator signed), `ETag` and `304`;
 - `GET /v1/jobs/JOB/model/VERSION`: a version's bytes (the last few versions are kept);
 - `POST /v1/jobs/JOB/updates`: one device's update, admitted in this order (each refusal counted, nothing changed):
-  size (411/413); the device's signature (`ldpstream.contract.auth`, key of collection `job/JOB`: 401); the job
-  (404 `unknown_job`); the update's shape against the job's mechanism, NaN and infinities (400: `malformed`,
+  size (411/413); the job (404 `unknown_job`); the device's signature (`ldpstream.contract.auth`, key of collection
+  `job/JOB`: 401); the update's shape against the job's mechanism, NaN and infinities (400: `malformed`,
   `wrong_shape`, `not_finite`); its job version and model version against the current model (409
   `closed_version`: not the current version, or the job is done); enrolment, replay and rate
   (`ldpstream.edge.devices.Admission`: 401, 429); then one Redis script marks the device's update for the version
@@ -180,8 +180,9 @@ class TrainingEdge:
                 return _json({"error": "method not allowed"}, 405, {"Allow": allowed})
             try:
                 return await handler()
-            except Refused as refused:
-                return _json({"reason": refused.reason, "error": refused.detail}, refused.status)
+            except Refused as refused:  # an update's refusal carries its verdict, as a report's (section 9.4)
+                return _json({"reason": refused.reason, "error": refused.detail, "verdicts": [refused.reason]},
+                             refused.status)
         return answer
 
     async def spec(self, job_id: str) -> web.Response:
@@ -213,7 +214,7 @@ class TrainingEdge:
             EDGE_UPDATES.labels("refused", refused.reason).inc()
             raise
         EDGE_UPDATES.labels("admitted", "").inc()
-        return _json({"accepted": 1, "version": version})
+        return _json({"accepted": 1, "version": version, "verdicts": ["admitted"]})
 
     async def _admit(self, request: web.BaseRequest, job_id: str) -> int:
         """The module docstring's steps; the admitted update's model version."""
@@ -223,12 +224,12 @@ class TrainingEdge:
             raise Refused(413, "too_large", f"an update is at most {MAX_UPDATE_BYTES} bytes")
         body = await request.read()
         key = JOB_PREFIX + job_id
+        job = await self.job(job_id)
         try:
             signed = parse_authorization(request.headers.get("Authorization"))
             verify(self.admission.key_of(key, signed.device), signed, request.method, request.path, body, now_ms())
         except AuthError as exc:
             raise Refused(401, "unauthorized", str(exc)) from None
-        job = await self.job(job_id)
         try:
             update = decode_update(body, job.spec)
         except TrainingWireError as exc:
