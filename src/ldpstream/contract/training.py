@@ -209,7 +209,7 @@ def parse_descriptor(data: bytes) -> ModelDescriptor:
         raise TrainingWireError("the model descriptor lacks or adds fields", "malformed_model")
     for name, kind in _DESCRIPTOR_FIELDS.items():
         value = raw[name]
-        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or not 0 <= value <= MAX_INT)):
+        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or not 0 <= raw[name] <= MAX_INT)):
             raise TrainingWireError(f"model descriptor field {name!r} is not a valid {kind.__name__}",
                                     "malformed_model")
     if not all(isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= 1 << 20 for w in raw["dims"]):

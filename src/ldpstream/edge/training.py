@@ -90,7 +90,7 @@ class Deliveries:
     """A Kafka producer whose deliveries answer asyncio futures (a thread serves its delivery reports)."""
 
     def __init__(self, bootstrap: str) -> None:
-        self._producer = producer_client(bootstrap, **{"linger.ms": 2, "message.timeout.ms": 10_000})
+        self._producer = producer_client(bootstrap, None, **{"linger.ms": 2, "message.timeout.ms": 10_000})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True, name="edge-job-deliveries")
         self._thread.start()
