@@ -127,6 +127,9 @@ def check_job(spec: JobSpec) -> JobSpec:
         raise bad(f"mechanism {mech.name!r} is not one devices run (known: {list(DEVICE_MECHANISMS)})")
     if (mech.k is None) != (mech.name == "privunitg") or (mech.k is not None and not 1 <= mech.k <= 1 << 20):
         raise bad("projunit takes k (1 .. 2^20), privunitg no k")
+    if mech.name == "privunitg" and 4 * spec.parameters > MAX_UPDATE_BYTES - 256:
+        raise bad(f"a privunitg update of {spec.parameters} float32 values passes the edge's {MAX_UPDATE_BYTES} bytes: "
+                  f"use projunit (k values and a seed, whatever the model's size)")
     if not (0 < mech.p < 1 and 0 < mech.q < 1):
         raise bad(f"cap parameters p, q must lie in (0, 1), got {mech.p}, {mech.q}")
     if not math.isfinite(spec.epsilon) or spec.epsilon > 100:
