@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from ldpstream.contract.topics import (
     DLQ_TOPIC,
     GRADIENTS_TOPIC,
+    JOBS_PREFIX,
     MODELS_TOPIC,
     RAW_PREFIX,
     REPORTS_PREFIX,
@@ -26,6 +27,7 @@ from ldpstream.contract.topics import (
     SHUFFLER_STATE_TOPIC,
     SPECS_TOPIC,
     STRATEGIES_TOPIC,
+    UPDATES_TOPIC,
 )
 
 AGGREGATOR_GROUPS = "ldp-aggregator"  # the prefix of every aggregator worker's consumer group (and faust's topics)
@@ -128,8 +130,11 @@ class Service:
 
 
 EDGE = Principal("edge", topic(REPORTS_PREFIX, "write", "describe", prefixed=True)
-                 + topic(RAW_PREFIX, "write", "describe", prefixed=True) + reads_specs(),
-                 f"~ldp:edge:* %R~ldp:api:tokens {WRITER}")  # the tokens: read, to check its /metrics scrapes
+                 + topic(RAW_PREFIX, "write", "describe", prefixed=True) + reads_specs()
+                 + topic(JOBS_PREFIX, "read", "describe", prefixed=True) + topic(UPDATES_TOPIC, "write"),
+                 # the tokens: read, to check its /metrics scrapes; the training jobs' model versions (the
+                 # coordinator's): read
+                 f"~ldp:edge:* %R~ldp:api:tokens %R~ldp:sgd:jobs:* {WRITER}")
 # only the shuffler reads what the edge admitted for a shuffled collection; it writes the shuffled batches, its
 # state, and commits its offsets inside its transactions
 SHUFFLER = Principal("shuffler", topic(RAW_PREFIX, "read", "describe", prefixed=True)
@@ -149,7 +154,9 @@ API = Principal("api", topic(REPORTS_PREFIX, "describe", prefixed=True) + reads_
                 f"%R~ldp:* +@read +@connection -@dangerous +info {CLUSTER_DISCOVERY}")
 COORDINATOR = Principal("coordinator", topic(GRADIENTS_TOPIC, "read", "describe", "create")
                         + topic(MODELS_TOPIC, "write", "describe", "create") + topic(DLQ_TOPIC, "write", "describe")
-                        + (Grant("group", COORDINATOR_GROUPS, "read", True),),
+                        + (Grant("group", COORDINATOR_GROUPS, "read", True),)
+                        + topic(JOBS_PREFIX, "read", "describe", "create", prefixed=True)
+                        + (Grant("group", READER_GROUP, "read"),),
                         f"~ldp:sgd:* {WRITER}")
 # the SGD devices' side (no service of ours: a trusted gateway, `ldp train`'s simulated devices): sends gradients,
 # reads models
