@@ -25,11 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ldpstream.sgd import SERVER_EMA as DEFAULT_EMA
+from ldpstream.sgd import SERVER_LR as DEFAULT_LR
+from ldpstream.sgd import SERVER_MOMENTUM as DEFAULT_MOMENTUM
 from ldpstream.sgd.models import TrainingError
-
-DEFAULT_LR = 1.0
-DEFAULT_MOMENTUM = 0.5
-DEFAULT_EMA = 0.999  # chosen on a validation split of Fashion-MNIST's training set (docs/explanation/sgd.md)
 
 
 @dataclass(frozen=True)
