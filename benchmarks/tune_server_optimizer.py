@@ -46,7 +46,7 @@ def screen(lr: float, momentum: float, rounds: int, private: bool, epsilon: floa
     """Validation accuracy per EMA decay after `rounds` rounds of one trajectory."""
     net = make_network("softmax", (train.dims, train.classes))
     sd = np.sqrt((gradient_mechanism("privunitg", dims=net.size, epsilon=epsilon).mse(net.size) + 1)
-                 / (net.size * CLIENTS_PER_ROUND)) if private else 0.0
+                 / (net.size * CLIENTS_PER_ROUND))
     rng = np.random.default_rng(seed)
     servers = [ServerOptimizer(lr, momentum, ema) for ema in EMAS]
     states = [s.start(net.init(rng)) for s in servers]
@@ -57,7 +57,8 @@ def screen(lr: float, momentum: float, rounds: int, private: bool, epsilon: floa
         rows = order[at : at + CLIENTS_PER_ROUND]
         at += CLIENTS_PER_ROUND
         mean = clip(net.gradients(states[0].theta, train.x[rows], train.y[rows]), "l2").mean(axis=0)
-        mean += sd * rng.standard_normal(net.size)
+        if private:
+            mean += sd * rng.standard_normal(net.size)
         states = [s.step(state, mean) for s, state in zip(servers, states, strict=True)]
     return {f"ema {s.ema:g}": net.accuracy(s.served(state), validation.x, validation.y)
             for s, state in zip(servers, states, strict=True)}
