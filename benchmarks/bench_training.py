@@ -7,8 +7,10 @@ protocol of apple/ml-projunit (Asi et al., NeurIPS 2023, Sec. 6): one example pe
 Protocols: `full` = 10 epochs (1,000 rounds; each device reports 10 times, lifetime eps = 10 eps), `one-epoch` =
 1 epoch (100 rounds; each device reports once). Mechanisms: `none` (non-private, the same L2 clipping), `gaussian`
 ((eps, 1e-5)-LDP analytic Gaussian: the reference point of (eps, delta) privacy), `privunitg`, `projunit` (L2
-clipping) and `pm`, `hm` (k-of-d sampling, L-infinity clipping); eps per report in {1, 4, 8, 16}. The server's step
-size is post-processing: `--lr` (default 1.0: better than 0.2 for PrivUnitG at eps 8 too), `--momentum` (0.5).
+clipping) and `pm`, `hm` (k-of-d sampling, L-infinity clipping); eps per report in {1, 4, 8, 16}. The server's
+optimizer is post-processing (`ldpstream.sgd.server_optimizer`): `--lr`, `--momentum` and `--ema` (the decay of the
+moving average of the iterates the server evaluates; 0 evaluates the last iterate), the trainer's defaults unless
+given.
 
 Prints one JSON object: per cell the accuracy with its standard error, the rounds, and a device's lifetime epsilon
 (`ldpstream.sgd.accounting`), and beside them the reference numbers of an independent simulation of the protocol
@@ -23,6 +25,7 @@ import sys
 import time
 
 from ldpstream.contract.networks import make_network
+from ldpstream.sgd import SERVER_EMA, SERVER_LR, SERVER_MOMENTUM
 from ldpstream.sgd.federated import FederatedJob, train_federated
 from ldpstream.sgd.images import fashion_mnist, iid_split
 
@@ -31,8 +34,6 @@ MECHANISMS = ("none", "gaussian", "privunitg", "projunit", "pm", "hm")
 EPSILONS = (1.0, 4.0, 8.0, 16.0)
 PROTOCOLS = {"full": 10, "one-epoch": 1}
 CLIENTS_PER_ROUND = 600
-LR = 1.0
-MOMENTUM = 0.5
 # the independent simulation, eps 8 per report, full protocol (Gaussian at delta 1e-5; PM with sampling)
 REFERENCE = {"softmax": {"none": 0.829, "privunitg": 0.746, "gaussian": 0.620, "pm": 0.155},
              "mlp": {"none": 0.843, "privunitg": 0.702, "gaussian": 0.451, "pm": 0.167}}
@@ -44,8 +45,9 @@ def main() -> None:
     parser.add_argument("--mechanisms", nargs="+", choices=MECHANISMS, default=list(MECHANISMS))
     parser.add_argument("--epsilons", nargs="+", type=float, default=list(EPSILONS))
     parser.add_argument("--protocols", nargs="+", choices=sorted(PROTOCOLS), default=list(PROTOCOLS))
-    parser.add_argument("--lr", type=float, default=LR, help="the server's learning rate")
-    parser.add_argument("--momentum", type=float, default=MOMENTUM)
+    parser.add_argument("--lr", type=float, default=SERVER_LR, help="the server's learning rate")
+    parser.add_argument("--momentum", type=float, default=SERVER_MOMENTUM)
+    parser.add_argument("--ema", type=float, default=SERVER_EMA, help="EMA decay of the served iterates (0: last)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -57,13 +59,13 @@ def main() -> None:
             net = make_network(model, MODELS[model])
             for mechanism in args.mechanisms:
                 for eps in [1.0] if mechanism == "none" else args.epsilons:
-                    lr = args.lr
-                    job = FederatedJob(mechanism, eps, CLIENTS_PER_ROUND, PROTOCOLS[protocol], lr, args.momentum,
-                                       args.seed)
+                    job = FederatedJob(mechanism, eps, CLIENTS_PER_ROUND, PROTOCOLS[protocol], args.lr, args.momentum,
+                                       args.seed, args.ema)
                     out = train_federated(job, net, train, split, test).summary
                     cell = {"protocol": protocol, "model": model, "mechanism": mechanism,
-                            "epsilon_per_report": out["epsilon_per_report"], "lr": lr, "momentum": args.momentum,
-                            "accuracy": out["accuracy"], "accuracy_stderr": out["accuracy_stderr"],
+                            "epsilon_per_report": out["epsilon_per_report"], "lr": args.lr, "momentum": args.momentum,
+                            "ema": args.ema, "accuracy": out["accuracy"], "accuracy_stderr": out["accuracy_stderr"],
+                            "last_iterate_accuracy": out["last_iterate_accuracy"],
                             "loss": out["loss"], "rounds": out["rounds"],
                             "participations_per_device": out["participations_per_device"],
                             "lifetime_epsilon": out["lifetime_epsilon"], "seconds": round(out["seconds"], 1)}

@@ -25,11 +25,11 @@ def _data() -> tuple[LabelledSet, LabelledSet]:
     return LabelledSet(full.name, full.x[TEST_ROWS:], full.y[TEST_ROWS:], 10), full.head(TEST_ROWS)
 
 
-# Chance is 1/10. Measured with these seeds: softmax 0.82 non-private, 0.74 with PrivUnitG at eps 4 per report and
-# 0.57 with the Gaussian at eps 8; each bound below sits more than 10 standard errors (sqrt(p (1 - p) / 2000) <= 0.011)
-# under what was measured.
+# Chance is 1/10. Measured with these seeds and the default server optimizer: softmax 0.79 and MLP 0.72 non-private,
+# 0.75 with PrivUnitG at eps 4 per report and 0.70 with the Gaussian at eps 8; each bound below sits at least 10
+# standard errors (sqrt(p (1 - p) / 2000) <= 0.011) under what was measured.
 @pytest.mark.parametrize(("model", "dims", "mechanism", "eps", "bound"), [
-    ("softmax", (10, 10), "none", 1.0, 0.70), ("mlp", (10, 16, 10), "none", 1.0, 0.70),
+    ("softmax", (10, 10), "none", 1.0, 0.69), ("mlp", (10, 16, 10), "none", 1.0, 0.60),
     ("softmax", (10, 10), "gaussian", 8.0, 0.45), ("softmax", (10, 10), "privunitg", 4.0, 0.62),
 ])
 def test_trainer_reaches_a_stated_accuracy(model: str, dims: tuple[int, ...], mechanism: str, eps: float,
@@ -72,5 +72,7 @@ def test_cli_json_keys(tmp_path: Path) -> None:
     assert out["lifetime_epsilon"] == 8.0 and 0 <= out["accuracy"] <= 1
     snapshot = decode_snapshot((tmp_path / "model").read_bytes())
     assert (snapshot.name, snapshot.dims, snapshot.version) == ("softmax", (10, 10), 60)
+    last = json.loads(CliRunner().invoke(app, [*args, "--mechanism", "none", "--ema", "0"]).output)
+    assert last["ema"] == 0 and last["accuracy"] == last["last_iterate_accuracy"]  # ema 0 serves the last iterate
     bad = CliRunner().invoke(app, [*args, "--mechanism", "none", "--split", "by-city"])
     assert bad.exit_code == 2, bad.output

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from ldpstream.cli.errors import CliError, client_logs, require_services
 from ldpstream.cli.output import fail
 from ldpstream.cli.output import wide as console
-from ldpstream.sgd import GRADIENT_MECHANISMS
+from ldpstream.sgd import GRADIENT_MECHANISMS, SERVER_EMA, SERVER_LR, SERVER_MOMENTUM
 
 if TYPE_CHECKING:
     from ldpstream.sgd.checkpoint import JobState
@@ -69,8 +69,11 @@ def train(
     epochs: Annotated[int, typer.Option(min=1, help="with --dataset: epochs T (each device once per epoch)")] = 1,
     split: Annotated[str, typer.Option(help="with --dataset: iid (one example per device) or non-iid (10 "
                                             "examples of 2 classes per device)")] = "iid",
-    lr: Annotated[float, typer.Option(help="with --dataset: the server's learning rate")] = 1.0,
-    momentum: Annotated[float, typer.Option(help="with --dataset: the server's momentum")] = 0.5,
+    lr: Annotated[float, typer.Option(help="with --dataset: the server's learning rate")] = SERVER_LR,
+    momentum: Annotated[float, typer.Option(help="with --dataset: the server's momentum")] = SERVER_MOMENTUM,
+    ema: Annotated[float, typer.Option(help="with --dataset: the server serves (evaluates, saves) the "
+                                            "bias-corrected exponential moving average of its iterates with this "
+                                            "decay; 0 serves the last iterate")] = SERVER_EMA,
     hidden: Annotated[str, typer.Option(help="with --model mlp: hidden widths, comma-separated")] = "64",
     save: Annotated[Path | None, typer.Option(help="with --dataset: write the final model's snapshot bytes here")]
     = None,
@@ -88,7 +91,7 @@ def train(
     if not offline:
         raise typer.BadParameter("pass --offline (in process) or --job FILE (over Kafka)")
     if dataset is not None:
-        return train_network(dataset, model, mechanism, epsilon, clients_per_round, epochs, split, lr, momentum,
+        return train_network(dataset, model, mechanism, epsilon, clients_per_round, epochs, split, (lr, momentum, ema),
                              hidden, devices, dims, seed, as_json, save)
     mechanism = mechanism or "hm"
     try:
@@ -140,8 +143,8 @@ def _network_data(dataset: str, devices: int, dims: int, seed: int) -> tuple[Lab
 
 
 def train_network(dataset: str, model: str, mechanism: str | None, epsilon: float, clients_per_round: int,
-                  epochs: int, split: str, lr: float, momentum: float, hidden: str, devices: int, dims: int, seed: int,
-                  as_json: bool, save: Path | None) -> None:
+                  epochs: int, split: str, server: tuple[float, float, float], hidden: str, devices: int, dims: int,
+                  seed: int, as_json: bool, save: Path | None) -> None:
     """`ldp train --offline --dataset D --model softmax|mlp ...`: the offline trainer of `ldpstream.sgd.federated`;
     without --mechanism, the default of L2 clipping at the model's size (`default_gradient_mechanism`)."""
     from ldpstream.contract.networks import make_network
@@ -154,7 +157,8 @@ def train_network(dataset: str, model: str, mechanism: str | None, epsilon: floa
         train_set, test_set = _network_data(dataset, devices, dims, seed)
         net = make_network(model, (train_set.dims, *widths, train_set.classes))
         mechanism = mechanism or default_gradient_mechanism("l2", net.size)
-        job = FederatedJob(mechanism, epsilon, clients_per_round, epochs, lr, momentum, seed)
+        lr, momentum, ema = server
+        job = FederatedJob(mechanism, epsilon, clients_per_round, epochs, lr, momentum, seed, ema)
         run = train_federated(job, net, train_set, device_split(split, train_set.y, seed), test_set)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc

@@ -4,12 +4,14 @@ Each epoch deals the devices of a `DeviceSplit` in a fresh random order into rou
 every device computes the gradient of the cross-entropy on its own examples at the current model (their mean when it
 holds several), clips it to the unit ball of the mechanism's norm (L2: scaled to norm <= 1; L-infinity: each
 coordinate to [-1, 1]), and perturbs it with the job's gradient randomizer; the server takes the randomizer's
-unbiased mean of the B reports and makes one step of SGD with momentum (v <- mu v + g; theta <- theta - lr v). The
+unbiased mean of the B reports and makes one step of `ServerOptimizer` (SGD with momentum, serving the bias-corrected
+exponential moving average of its iterates: `server_optimizer`). The served model is the one evaluated and saved. The
 B devices' per-example gradients are one vectorised pass (`Network.gradients`), their reports one `perturb` call.
 
 Mechanisms: every gradient randomizer of `ldpstream.mechanisms.gradients` (pure eps-LDP), `gaussian` (the
 (eps, delta)-LDP analytic Gaussian reference, `ldpstream.mechanisms.gaussian`) and `none` (the same clipping, no
-noise). The server's step size and momentum act on the reports only: post-processing, free of privacy cost.
+noise). The server's step size, momentum and averaging act on the reports only: post-processing, free of privacy
+cost.
 """
 
 from __future__ import annotations
@@ -26,10 +28,9 @@ from ldpstream.contract.snapshot import Snapshot
 from ldpstream.sgd.accounting import job_privacy, rounds_per_epoch
 from ldpstream.sgd.images import DeviceSplit, LabelledSet
 from ldpstream.sgd.models import TrainingError
+from ldpstream.sgd.server_optimizer import DEFAULT_EMA, DEFAULT_LR, DEFAULT_MOMENTUM, ServerOptimizer
 
 GAUSSIAN_DELTA = 1e-5
-DEFAULT_LR = 1.0
-DEFAULT_MOMENTUM = 0.5
 CHUNK_ELEMENTS = 1 << 24  # per-example gradients computed in chunks of at most this many numbers (128 MiB)
 
 
@@ -111,7 +112,7 @@ def evaluate(net: Network, theta: np.ndarray, test: LabelledSet) -> Evaluation:
 @dataclass(frozen=True)
 class FederatedJob:
     """One offline job: network, randomizer and its epsilon per report, B devices a round, T epochs, the server's
-    learning rate and momentum, and the seed of the device order and the noise."""
+    learning rate, momentum and EMA decay (`ServerOptimizer`), and the seed of the device order and the noise."""
 
     mechanism: str
     epsilon: float
@@ -120,6 +121,7 @@ class FederatedJob:
     lr: float = DEFAULT_LR
     momentum: float = DEFAULT_MOMENTUM
     seed: int = 0
+    ema: float = DEFAULT_EMA
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.epsilon) and self.epsilon > 0):
@@ -127,8 +129,11 @@ class FederatedJob:
         if self.epochs < 1 or self.clients_per_round < 1:
             raise TrainingError(f"need epochs >= 1 and clients per round >= 1, got {self.epochs}, "
                                 f"{self.clients_per_round}")
-        if not (math.isfinite(self.lr) and self.lr > 0 and 0 <= self.momentum < 1):
-            raise TrainingError(f"need lr > 0 and momentum in [0, 1), got {self.lr}, {self.momentum}")
+        ServerOptimizer(self.lr, self.momentum, self.ema)  # TrainingError on a bad lr, momentum or EMA decay
+
+    @property
+    def optimizer(self) -> ServerOptimizer:
+        return ServerOptimizer(self.lr, self.momentum, self.ema)
 
 
 @dataclass(frozen=True)
@@ -149,20 +154,20 @@ def train_federated(job: FederatedJob, net: Network, train: LabelledSet, split: 
     init_seed, order_seed, noise_seed = np.random.SeedSequence(job.seed).spawn(3)
     order_rng, noise_rng = np.random.default_rng(order_seed), np.random.default_rng(noise_seed)
     mechanism = randomizer(job.mechanism, net.size, job.epsilon)
-    theta = net.init(np.random.default_rng(init_seed))
-    velocity = np.zeros(net.size)
+    server = job.optimizer
+    state = server.start(net.init(np.random.default_rng(init_seed)))
     b = job.clients_per_round
     for _ in range(job.epochs):
         order = order_rng.permutation(split.devices)
         for r in range(per_epoch):
-            gradients = clip(device_gradients(net, theta, train, split.rows[order[r * b : (r + 1) * b]]),
+            gradients = clip(device_gradients(net, state.theta, train, split.rows[order[r * b : (r + 1) * b]]),
                              mechanism.norm)
-            mean = np.asarray(mechanism.mean(mechanism.perturb(gradients, noise_rng)), dtype=np.float64)
-            velocity = job.momentum * velocity + mean
-            theta = theta - job.lr * velocity
-        if not np.isfinite(theta).all():
+            state = server.step(state, mechanism.mean(mechanism.perturb(gradients, noise_rng)))
+        if not np.isfinite(state.theta).all():
             raise TrainingError("the model diverged (non-finite parameters): lower --lr or --momentum")
+    theta = server.served(state)
     result = evaluate(net, theta, test)
+    last = evaluate(net, state.theta, test) if job.ema else result
     private = job.mechanism != "none"
     privacy = job_privacy(job.epsilon, job.epochs, b / split.devices,
                           GAUSSIAN_DELTA if job.mechanism == "gaussian" else 0.0) if private else {
@@ -172,9 +177,11 @@ def train_federated(job: FederatedJob, net: Network, train: LabelledSet, split: 
         "dataset": train.name, "model": net.name, "dims": list(net.dims), "parameters": net.size,
         "mechanism": job.mechanism, "split": split.kind, "devices": split.devices,
         "examples_per_device": int(split.rows.shape[1]), "clients_per_round": b, "epochs": job.epochs,
-        "rounds": job.epochs * per_epoch, "lr": job.lr, "momentum": job.momentum, "seed": job.seed,
+        "rounds": job.epochs * per_epoch, "lr": job.lr, "momentum": job.momentum, "ema": job.ema,
+        "seed": job.seed,
         "accuracy": result.accuracy, "accuracy_stderr": result.accuracy_stderr, "loss": result.loss,
-        "loss_stderr": result.loss_stderr, "test_examples": len(test.y), **privacy,
+        "loss_stderr": result.loss_stderr, "last_iterate_accuracy": last.accuracy, "test_examples": len(test.y),
+        **privacy,
         "seconds": time.perf_counter() - started,
     }
     return FederatedRun(summary, Snapshot(net.name, net.dims, job.epochs * per_epoch, theta))

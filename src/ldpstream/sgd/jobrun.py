@@ -43,6 +43,7 @@ from ldpstream.runtime.jobs import KEEP_VERSIONS, UPDATES_PARTITIONS, model_pref
 from ldpstream.runtime.kafka import consume_arrived, consumer_client, ensure_topic, topic_partitions
 from ldpstream.runtime.redis import SyncRedis
 from ldpstream.sgd.accounting import job_privacy
+from ldpstream.sgd.server_optimizer import ServerOptimizer, ServerState
 
 log = logging.getLogger(__name__)
 BATCH_MESSAGES = 1000
@@ -56,17 +57,6 @@ JOB_ACCURACY = Gauge("ldp_job_held_out_accuracy", "The current model's held-out 
 JOB_LOSS = Gauge("ldp_job_held_out_loss", "The current model's held-out mean cross-entropy", ["job"])
 JOB_PARTICIPATIONS = Gauge("ldp_job_max_participations", "The most versions any device sent an update for",
                            ["job"])
-
-
-class ServerOptimizer:
-    """SGD with momentum on the server (post-processing): v <- mu v + g; theta <- theta - lr v."""
-
-    def __init__(self, lr: float, momentum: float) -> None:
-        self.lr, self.momentum = lr, momentum
-
-    def step(self, theta: np.ndarray, velocity: np.ndarray, gradient: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        velocity = self.momentum * velocity + gradient
-        return theta - self.lr * velocity, velocity
 
 
 @dataclass
@@ -124,7 +114,8 @@ class JobCoordinator:
         self.spec, self.bootstrap, self.redis, self.signer = spec, bootstrap, client, signer
         self.evaluator, self.clock = evaluator, clock
         self.net = make_network(spec.model.architecture, tuple(spec.model.dims))
-        self.optimizer = ServerOptimizer(spec.lr, spec.momentum)
+        # devices compute their gradients at the published iterate, so a job serves it (no EMA: `ema=0`)
+        self.optimizer = ServerOptimizer(spec.lr, spec.momentum, ema=0.0)
         m = spec.mechanism
         self.projection = ProjUnit(spec.parameters, spec.epsilon, k=m.k) if m.name == "projunit" else None
         self.state: RunState | None = None
@@ -302,7 +293,8 @@ class JobCoordinator:
 
     def _step(self, state: RunState) -> None:
         gradient = state.total / self.spec.batch_size * self.spec.clip
-        state.theta, state.velocity = self.optimizer.step(state.theta, state.velocity, gradient)
+        stepped = self.optimizer.step(ServerState(state.theta, state.velocity, state.theta, 0), gradient)
+        state.theta, state.velocity = stepped.theta, stepped.velocity
         if not np.isfinite(state.theta).all():
             raise RuntimeError("the model diverged (non-finite parameters): lower the job's lr or momentum")
         state.version += 1
