@@ -24,7 +24,7 @@ import time
 
 from ldpstream.sgd.federated import FederatedJob, train_federated
 from ldpstream.sgd.images import fashion_mnist, iid_split
-from ldpstream.sgd.networks import make_network
+from ldpstream.contract.networks import make_network
 
 MODELS = {"softmax": (784, 10), "mlp": (784, 64, 10)}
 MECHANISMS = ("none", "gaussian", "privunitg", "projunit", "pm", "hm")

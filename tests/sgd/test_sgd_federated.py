@@ -14,8 +14,8 @@ from ldpstream.sgd.accounting import job_privacy
 from ldpstream.sgd.federated import FederatedJob, clip, train_federated
 from ldpstream.sgd.images import LabelledSet, gaussian_classes, iid_split, non_iid_split
 from ldpstream.sgd.models import TrainingError
-from ldpstream.sgd.networks import make_network
-from ldpstream.sgd.snapshot import decode_snapshot
+from ldpstream.contract.networks import make_network
+from ldpstream.contract.snapshot import decode_snapshot
 
 TEST_ROWS = 2000
 

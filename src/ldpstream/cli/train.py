@@ -147,7 +147,7 @@ def train_network(dataset: str, model: str, mechanism: str | None, epsilon: floa
     from ldpstream.mechanisms.gradients import default_gradient_mechanism
     from ldpstream.sgd.federated import FederatedJob, train_federated
     from ldpstream.sgd.images import device_split
-    from ldpstream.sgd.networks import make_network
+    from ldpstream.contract.networks import make_network
 
     try:
         widths = tuple(int(w) for w in hidden.split(",") if w.strip()) if model == "mlp" else ()

@@ -21,11 +21,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ldpstream.contract.networks import Network
+from ldpstream.contract.snapshot import Snapshot
 from ldpstream.sgd.accounting import job_privacy, rounds_per_epoch
 from ldpstream.sgd.images import DeviceSplit, LabelledSet
 from ldpstream.sgd.models import TrainingError
-from ldpstream.sgd.networks import Network
-from ldpstream.sgd.snapshot import Snapshot
 
 GAUSSIAN_DELTA = 1e-5
 DEFAULT_LR = 1.0

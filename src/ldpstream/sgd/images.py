@@ -1,4 +1,4 @@
-"""Multiclass data for the networks of `ldpstream.sgd.networks`: Fashion-MNIST from Debian's package, a synthetic
+"""Multiclass data for the networks of `ldpstream.contract.networks`: Fashion-MNIST from Debian's package, a synthetic
 set of Gaussian classes, and how examples are dealt to devices (IID, one example each; or non-IID, each device's
 examples from few classes).
 

@@ -14,11 +14,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from ldpstream.contract.networks import TrainingError
+
 DEFAULT_LAMBDA = 1e-4  # 000 Sec. VI-B: "we set the regularization factor lambda = 10^-4"
-
-
-class TrainingError(ValueError):
-    """Invalid input to training: bad shapes, labels, job parameters or gradients."""
 
 
 class Model(ABC):

@@ -11,7 +11,7 @@
     ...     p*s   parameters, little-endian, s = dtype size; nothing after them
 
 Decoding reads outside bytes: it checks the magic, every length against what is left, the architecture and widths
-(`ldpstream.sgd.networks.check_dims`, which bounds the parameter count) and the total size BEFORE it reads the
+(`ldpstream.contract.networks.check_dims`, which bounds the parameter count) and the total size BEFORE it reads the
 parameters, which it takes as a view (`np.frombuffer`) and refuses unless finite. Whatever the bytes, it returns a
 `Snapshot` or raises `SnapshotError`.
 """
@@ -24,9 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ldpstream.contract.networks import NETWORKS, Network, TrainingError, check_dims, make_network
 from ldpstream.contract.untrusted import rejecting
-from ldpstream.sgd.models import TrainingError
-from ldpstream.sgd.networks import NETWORKS, Network, check_dims, make_network
 
 MAGIC = b"LDPM"
 FORMAT_VERSION = 1

@@ -17,7 +17,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from ldpstream.sgd.models import TrainingError
+
+class TrainingError(ValueError):
+    """Invalid input to training: bad shapes, labels, job parameters or gradients."""
+
 
 MAX_LAYERS = 8
 MAX_WIDTH = 1 << 20

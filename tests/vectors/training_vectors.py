@@ -1,0 +1,126 @@
+"""The vectors of training jobs (`training.json`, docs/reference/protocol.md section 9): a job spec and its spec-key
+signature, a model descriptor and its online-key signature, a version's bytes, the clipped update vector of given
+examples, updates made from scripted uniforms (exact bytes; values to 1e-9 relative to the largest), and updates
+the edge refuses with their codes. Keys come from the fixed seeds of generate.py."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from ldpstream.contract.networks import make_network
+from ldpstream.contract.signatures import PinnedKey, sign_block, spec_message
+from ldpstream.contract.snapshot import Snapshot
+from ldpstream.contract.training import (
+    TrainingWireError,
+    clipped_update_vector,
+    decode_update,
+    describe_version,
+    encode_update,
+    job_from_mapping,
+    model_message,
+)
+from ldpstream.mechanisms.gradients.device import (
+    ScriptedUniforms,
+    privunitg_report,
+    projunit_report,
+    uniforms_needed,
+)
+from ldpstream.mechanisms.gradients.privunit import optimal_cap
+
+NOW = 1_795_788_000_000
+SPEC_SEED, ONLINE_SEED = 0, 2  # generate.py's key(0) signs specs, key(2) pointers (and model versions)
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def job_fields(mechanism: str, epsilon: float, dims: list[int], k: int | None = None) -> dict[str, Any]:
+    n = make_network("softmax" if len(dims) == 2 else "mlp", tuple(dims)).size
+    cap = optimal_cap("gaussian", epsilon, n if k is None else min(k, 1 << (n - 1).bit_length()))
+    mech: dict[str, Any] = {"name": mechanism, "p": cap.p, "q": cap.q, **({} if k is None else {"k": k})}
+    return {"job_id": "tiny", "version": 1, "model": {"architecture": "softmax" if len(dims) == 2 else "mlp",
+            "dims": dims}, "parameters": n, "mechanism": mech, "clip": 0.5, "epsilon": epsilon, "max_rounds": 2,
+            "batch_size": 4, "max_versions": 3, "lr": 1.0, "momentum": 0.5, "version_validity_s": 86400,
+            "max_examples": 3, "expected_population": 100}
+
+
+def uniforms(count: int, seed: int) -> list[float]:
+    """Scripted uniforms on the 2^-53 grid (numpy's Generator.random of a fixed seed)."""
+    return [float(u) for u in np.random.default_rng(seed).random(count)]
+
+
+def training_vectors(key: Any) -> dict[str, Any]:
+    """`key(seed)` is generate.py's fixed Ed25519 key of a seed."""
+    spec_key, online_key = key(SPEC_SEED), key(ONLINE_SEED)
+    spec = job_from_mapping(job_fields("privunitg", 4.0, [3, 2]))
+    spec_bytes = spec.canonical_json()
+    net = make_network("softmax", (3, 2))
+    theta = np.linspace(-0.4, 0.3, net.size)
+    model = Snapshot("softmax", (3, 2), 5, theta).encode("float64")
+    descriptor = describe_version(spec, 5, model, NOW, False)
+    descriptor_bytes = descriptor.canonical_json()
+    x = np.array([[0.5, -1.0, 2.0], [0.0, 0.25, -0.5], [1.0, 1.0, 1.0], [9.0, 9.0, 9.0]])
+    y = np.array([1, 0, 1, 0])
+    clipped = clipped_update_vector(spec, theta, x, y)
+    updates = []
+    for name, dims, k, eps, seed in [("privunitg", [3, 2], None, 4.0, 11), ("privunitg", [4, 3, 2], None, 1.0, 12),
+                                     ("projunit", [3, 2], 4, 8.0, 13), ("projunit", [4, 3, 2], 16, 2.0, 14)]:
+        job = job_from_mapping({**job_fields(name, eps, dims, k)})
+        n_params = job.parameters
+        vec = np.random.default_rng(seed).normal(size=n_params)
+        vec *= 0.8 / np.linalg.norm(vec)
+        draws = uniforms(uniforms_needed(name, n_params, k), seed)
+        words = [int(w) for w in np.random.default_rng(seed + 100).integers(0, 2**64, size=1, dtype=np.uint64)]
+        source = ScriptedUniforms(draws, list(words))
+        m = job.mechanism
+        report = (privunitg_report(vec, m.p, m.q, source) if name == "privunitg"
+                  else projunit_report(vec, k or 0, m.p, m.q, source))
+        body = encode_update(job.job_id, job.version, 7, report)
+        updates.append({"name": f"{name} {dims} eps {eps}", "job": job.canonical_json().decode(),
+                        "vector": vec.tolist(), "uniforms": draws, "words": [str(w) for w in words],
+                        "model_version": 7, "seed": str(int(report["seed"][0])) if "seed" in report else None,
+                        "value": report["value"].reshape(-1).astype(float).tolist(), "body": b64(body)})
+    ok = encode_update(spec.job_id, spec.version, 5, {"value": np.zeros((1, spec.parameters), dtype="<f4")})
+    nan = np.zeros((1, spec.parameters), dtype="<f4")
+    nan[0, 2] = np.nan
+    inf = np.zeros((1, spec.parameters), dtype="<f4")
+    inf[0, 0] = np.inf
+    refused = [("NaN in the value", encode_update(spec.job_id, spec.version, 5, {"value": nan})),
+               ("an infinity", encode_update(spec.job_id, spec.version, 5, {"value": inf})),
+               ("one value short", encode_update(spec.job_id, spec.version, 5,
+                                                 {"value": np.zeros((1, spec.parameters - 1), dtype="<f4")})),
+               ("float64 values", encode_update(spec.job_id, spec.version, 5,
+                                                {"value": np.zeros((1, spec.parameters))})),
+               ("cut short", ok[:-1]),
+               ("not msgpack", b"\xc1"),
+               ("unknown wire version", b"\x95\x02" + ok[2:])]
+    refusals = []
+    for name, body in refused:
+        try:
+            decode_update(body, spec)
+            code = "accepted"
+        except TrainingWireError as exc:
+            code = exc.code
+        refusals.append({"name": name, "body": b64(body), "code": code})
+    return {
+        "keys": {"keys": [PinnedKey("spec", "current", spec_key.public_key()).to_json(),
+                          PinnedKey("pointer", "current", online_key.public_key()).to_json()]},
+        "now_ms": NOW,
+        "job": {"bytes": b64(spec_bytes), "signed_key": spec.signed_key.decode(),
+                "signature": b64(sign_block(spec_key, spec_message(spec.signed_key, spec_bytes))),
+                "model_bytes": spec.model_bytes()},
+        "model": {"descriptor": b64(descriptor_bytes),
+                  "signature": b64(sign_block(online_key, model_message(descriptor_bytes))),
+                  "etag": descriptor.etag, "bytes": b64(model), "sha256": hashlib.sha256(model).hexdigest(),
+                  "theta": theta.tolist()},
+        "clipped": {"examples": [{"features": row.tolist(), "label": int(label)}
+                                 for row, label in zip(x, y, strict=True)],
+                    "vector": clipped.tolist()},
+        "updates": updates,
+        "refusals": refusals,
+    }
