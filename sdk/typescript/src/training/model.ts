@@ -1,14 +1,14 @@
 /**
- * The models a device trains, in plain typed arrays (`ldpstream.sgd.networks`): a fully connected network with layer
+ * The models a device trains, in plain typed arrays (`ldpstream.contract.networks`): a fully connected network with layer
  * widths dims = (d, h_1, ..., h_m, C), ReLU between layers and a softmax output trained by cross-entropy; softmax
  * regression is the network with no hidden layer (dims = (d, C)). The parameters are one flat Float64Array theta:
  * per layer l, W_l (in_l x out_l, row-major) then b_l (out_l), in order, exactly as the Python snapshot encodes them
- * (`ldpstream.sgd.snapshot`, decoded by `decodeSnapshot` here).
+ * (`ldpstream.contract.snapshot`, decoded by `decodeSnapshot` here).
  *
  * With a_0 = x, z_l = a_{l-1} W_l + b_l, a_l = relu(z_l) and p = softmax(z_L): delta_L = p - onehot(y),
  * delta_{l-1} = (delta_l W_l^T) * [z_{l-1} > 0], and the example's gradient is dW_l = a_{l-1} delta_l^T,
- * db_l = delta_l. A device's update is the mean of its examples' gradients, clipped to the unit ball of the job's
- * norm (`ldpstream.sgd.federated.clip`: L2 scaled to norm <= 1, L-infinity clipped to [-1, 1] per coordinate).
+ * db_l = delta_l. A device's update is the mean of its examples' gradients (summed in row order), scaled to L2 norm
+ * <= C and divided by C (docs/reference/protocol.md section 9.5, `ldpstream.contract.training.clipped_update_vector`).
  * Pure: no I/O, no randomness, nothing from the device or the collector.
  */
 
@@ -17,7 +17,6 @@ export const MAX_WIDTH = 1 << 20;
 export const MAX_PARAMS = 1 << 26;
 export const NETWORKS = ["softmax", "mlp"] as const;
 export type NetworkName = (typeof NETWORKS)[number];
-export type ClipNorm = "l2" | "linf";
 
 /** One of the device's own examples: its d features and its class 0..C-1. */
 export interface Example {
@@ -203,23 +202,18 @@ function logSumExp(z: Float64Array): number {
   return top + Math.log(s);
 }
 
-/** The vector clipped in place to the unit ball of `norm`: L2 scaled by 1 / max(1, ||g||), L-infinity to [-1, 1]. */
-export function clip(g: Float64Array, norm: ClipNorm): Float64Array {
-  if (norm === "l2") {
-    let s = 0;
-    for (let j = 0; j < g.length; j++) s += g[j] * g[j];
-    const length = Math.sqrt(s);
-    if (length > 1) for (let j = 0; j < g.length; j++) g[j] /= length;
-    return g;
-  }
-  if (norm === "linf") {
-    for (let j = 0; j < g.length; j++) g[j] = g[j] > 1 ? 1 : g[j] < -1 ? -1 : g[j];
-    return g;
-  }
-  throw new ModelError(`unknown clipping norm ${JSON.stringify(norm)}`);
+/** Protocol 9.5 step 2, in place: g scaled to L2 norm <= c, then divided by c (a vector of the unit ball). */
+export function clipToUnit(g: Float64Array, c: number): Float64Array {
+  if (!(Number.isFinite(c) && c > 0)) throw new ModelError(`the clip must be finite and > 0, got ${c}`);
+  let s = 0;
+  for (let j = 0; j < g.length; j++) s += g[j] * g[j];
+  const norm = Math.sqrt(s);
+  const factor = norm > c ? c / norm : 1;
+  for (let j = 0; j < g.length; j++) g[j] = (g[j] * factor) / c;
+  return g;
 }
 
-// ---- Snapshots: a model version as bytes (`ldpstream.sgd.snapshot`) ----
+// ---- Snapshots: a model version as bytes (`ldpstream.contract.snapshot`) ----
 
 const MAGIC = [0x4c, 0x44, 0x50, 0x4d]; // "LDPM"
 const FORMAT_VERSION = 1;
@@ -239,7 +233,7 @@ export interface ModelShape {
   dims: readonly number[];
 }
 
-/** The model version these outside bytes encode (`ldpstream.sgd.snapshot` layout), or ModelError. The header, the
+/** The model version these outside bytes encode (`ldpstream.contract.snapshot` layout), or ModelError. The header, the
  * architecture and every length are checked (against `expected` when given) before the parameters are read;
  * parameters must be finite. */
 export function decodeSnapshot(data: Uint8Array, expected?: ModelShape): Snapshot {
