@@ -101,7 +101,10 @@ def enroll(collection: Annotated[str, typer.Option(help="collection name")],
 
 
 @devices_app.command("mint-token")
-def mint_token(collection: Annotated[list[str], typer.Option(help="a collection the token enrols in (repeatable)")],
+def mint_token(collection: Annotated[list[str] | None, typer.Option(
+                   help="a collection the token enrols in (repeatable)")] = None,
+               job: Annotated[list[str] | None, typer.Option(help="a training job the token enrols in (repeatable)")]
+               = None, *,
                uses: Annotated[int, typer.Option(min=1, max=10**9, help="devices the token may enrol")],
                out: Annotated[Path, typer.Option(help="write the token here (0600; a bearer secret)")],
                expires: Annotated[str, typer.Option(help="lifetime: <n>s, <n>m, <n>h or <n>d")] = "30d") -> None:
@@ -119,7 +122,7 @@ def mint_token(collection: Annotated[list[str], typer.Option(help="a collection 
         if lifetime is None:
             raise ValueError("an enrolment token must expire")
         now = now_ms()
-        token = new_token(collection, uses, now, now + lifetime)
+        token = new_token([*(collection or []), *(f"job/{j}" for j in job or [])], uses, now, now + lifetime)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     replace_secret(out, mint(load_token_key(Settings.from_env()), token).encode())

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 
 def simulate_command(
-    spec_file: Annotated[Path, typer.Option("--spec", help="spec file (YAML or JSON)")],
     devices: Annotated[int, typer.Option(help="number of simulated devices, one report each")],
+    spec_file: Annotated[Path | None, typer.Option("--spec", help="spec file (YAML or JSON)")] = None,
     rate: Annotated[float | None, typer.Option(help="at most this many reports per second")] = None,
     seed: Annotated[int, typer.Option(help="seed of the population, the device ids and the noise")] = 0,
     truth: Annotated[Path | None, typer.Option(help="write the exact population statistics here (JSON)")] = None,
@@ -46,6 +46,15 @@ def simulate_command(
                                                      "default: the SDK's defaults)")] = None,
     trust: Annotated[Path | None, typer.Option(help="with --join: the keys the devices pin (`ldp spec keys "
                                                     "--json`; default: this machine's)")] = None,
+    train: Annotated[str | None, typer.Option(help="with --join: the devices train this job (`ldp train publish`) "
+                                                   "on their own rows of --dataset, instead of reporting to --spec")
+                     ] = None,
+    dataset: Annotated[str, typer.Option(help="with --train: the devices' rows (fashion-mnist)")] = "fashion-mnist",
+    split: Annotated[str, typer.Option(help="with --train: iid (one example per device) or non-iid (ten examples "
+                                            "of two classes)")] = "iid",
+    state_dir: Annotated[Path | None, typer.Option(help="with --train: where the devices keep their state "
+                                                        "(default: a temporary directory)")] = None,
+    timeout_s: Annotated[float, typer.Option(help="with --train: stop after this many seconds")] = 3600.0,
 ) -> None:
     """Simulate a fleet with a known population: perturb in vectorised chunks and produce to Kafka (or, with
     --via, send each enrolled device's report to the ingestion edge)."""
@@ -54,8 +63,18 @@ def simulate_command(
     from ldpstream.runtime.settings import Settings
     from ldpstream.simulator.simulator import simulate
 
-    spec = load_checked(spec_file)
     tls = None if ca_file is None else ssl.create_default_context(cafile=ca_file)
+    if train is not None:
+        from ldpstream.cli.train_jobs import simulate_training
+
+        if join is None or token is None:
+            fail("--train needs --join URL and --token FILE (`ldp devices mint-token --job JOB --out FILE`)", code=2)
+        simulate_training(join, token, train, dataset, devices, split, policy, trust, seed, concurrency, state_dir,
+                          timeout_s, as_json, tls)
+        return
+    if spec_file is None:
+        fail("--spec is needed (or --join with --train)", code=2)
+    spec = load_checked(spec_file)
     if join is not None:
         simulate_join(spec, devices, join, token, policy, trust, seed, concurrency, truth, as_json, tls)
         return

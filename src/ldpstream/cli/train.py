@@ -144,10 +144,10 @@ def train_network(dataset: str, model: str, mechanism: str | None, epsilon: floa
                   as_json: bool, save: Path | None) -> None:
     """`ldp train --offline --dataset D --model softmax|mlp ...`: the offline trainer of `ldpstream.sgd.federated`;
     without --mechanism, the default of L2 clipping at the model's size (`default_gradient_mechanism`)."""
+    from ldpstream.contract.networks import make_network
     from ldpstream.mechanisms.gradients import default_gradient_mechanism
     from ldpstream.sgd.federated import FederatedJob, train_federated
     from ldpstream.sgd.images import device_split
-    from ldpstream.contract.networks import make_network
 
     try:
         widths = tuple(int(w) for w in hidden.split(",") if w.strip()) if model == "mlp" else ()
@@ -250,10 +250,15 @@ def _summary_text(summary: dict[str, Any]) -> str:
 def status(job: str = typer.Argument(..., help="training job id"),
            as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """A job's iteration, gradients accepted and dropped by reason, parameters and held-out evaluation."""
+    from ldpstream.cli.train_jobs import device_job_status
     from ldpstream.runtime.settings import Settings
     from ldpstream.sgd.checkpoint import RedisCheckpoint
     from ldpstream.sgd.jobs import state_summary
 
+    joined = device_job_status(job)  # a job devices join through the edge (`ldp train publish`)
+    if joined is not None:
+        typer.echo(json.dumps(joined) if as_json else json.dumps(joined, indent=1))
+        return
     cfg = Settings.from_env()
     checkpoint = RedisCheckpoint(cfg.redis)
     state = checkpoint.load(job)
@@ -297,4 +302,7 @@ def register(app: typer.Typer) -> None:
     group.callback(invoke_without_command=True)(train)
     group.command("status")(status)
     group.command("devices")(devices)
+    from ldpstream.cli.train_jobs import register as register_jobs
+
+    register_jobs(group)
     app.add_typer(group, name="train")

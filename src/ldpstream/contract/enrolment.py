@@ -38,7 +38,7 @@ MAX_COLLECTIONS = 64
 MAX_USES = 10**9
 FIELDS = ("collections", "expires_ms", "id", "issued_ms", "uses")
 _ID = re.compile(r"[0-9a-f]{32}")
-_NAME = re.compile(NAME)
+_NAME = re.compile(f"(job/)?{NAME[1:-1]}")  # a collection, or a training job's key job/JOB
 _B64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 

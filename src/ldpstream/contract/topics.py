@@ -11,6 +11,9 @@ DLQ_TOPIC = "ldp.dlq"
 SETASIDE_TOPIC = "ldp.setaside"  # reports a poisoning audit set aside, kept with the detector's reason
 GRADIENTS_TOPIC = "ldp.sgd.gradients"  # devices' noisy gradients for the SGD coordinator
 MODELS_TOPIC = "ldp.sgd.models"  # compacted, keyed by job id
+JOBS_PREFIX = "ldp.jobs."  # training jobs devices join (`ldpstream.runtime.jobs`)
+JOBS_TOPIC = "ldp.jobs.specs"  # compacted, keyed by "job/JOB@VERSION": the signed job specs
+UPDATES_TOPIC = "ldp.jobs.updates"  # the updates the edge admitted, keyed by device pseudonym
 
 
 def report_topic(collection: str) -> str:

@@ -32,7 +32,7 @@ MAX_UPDATE_BYTES = 64 * 1024 + 256
 MAX_MODEL_BYTES = 64 * 1024 * 1024  # a device never fetches a version longer than this, whatever is announced
 UPDATE_WIRE_VERSION = 1
 DEVICE_MECHANISMS = ("privunitg", "projunit")  # the mechanisms section 9.5 defines on devices
-JOB_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+JOB_ID = re.compile(r"^[a-z][a-z0-9_-]{0,58}$")  # a collection name short enough for its key job/JOB
 MAX_INT = 2**53  # JSON integers every SDK reads exactly
 
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
@@ -113,7 +113,7 @@ def check_job(spec: JobSpec) -> JobSpec:
         return TrainingWireError(f"job spec {spec.job_id[:64]!r}: {why}", "malformed_job")
 
     if not JOB_ID.match(spec.job_id):
-        raise bad("job_id must match [a-z0-9][a-z0-9_-]{0,63}")
+        raise bad("job_id must match [a-z][a-z0-9_-]{0,58}")
     try:
         check_dims(spec.model.architecture, tuple(spec.model.dims))
         net = make_network(spec.model.architecture, tuple(spec.model.dims))

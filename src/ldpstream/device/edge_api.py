@@ -22,6 +22,7 @@ from urllib.parse import quote
 from ldpstream.contract.auth import Credential, authorization
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.signatures import block_from_header
+from ldpstream.contract.training import MAX_DESCRIPTOR_BYTES, MAX_JOB_SPEC_BYTES
 from ldpstream.device.http import DEFAULT_TIMEOUT_S, Answer, EdgeError, exchange, json_of
 
 __all__ = ["EdgeClient", "EdgeError", "Signed"]
@@ -81,6 +82,23 @@ class EdgeClient:
     def strategy(self, content_hash: str) -> bytes:
         """A factorization strategy's .npz bytes (unchecked: the caller checks them against `content_hash`)."""
         body, _ = self._call("GET", f"/v1/strategies/{quote(content_hash)}", None, {}, MAX_STRATEGY_BYTES)
+        return body
+
+    def job(self, job: str) -> Signed:
+        """A training job's signed spec (protocol section 9.1)."""
+        body, headers = self._call("GET", f"/v1/jobs/{quote(job)}", None, {}, MAX_JOB_SPEC_BYTES)
+        return _signed(body, headers)
+
+    def model(self, job: str, etag: str | None = None) -> Signed | None:
+        """The job's signed model descriptor (section 9.2), or None if it is the one of `etag` still (304)."""
+        headers = {} if etag is None else {"If-None-Match": etag}
+        answer = self._call("GET", f"/v1/jobs/{quote(job)}/model", None, headers, MAX_DESCRIPTOR_BYTES,
+                            not_modified=True)
+        return None if answer is None else _signed(*answer)
+
+    def model_bytes(self, job: str, version: int, size: int) -> bytes:
+        """A model version's bytes, read up to `size` (the descriptor's; more is `too_large`)."""
+        body, _ = self._call("GET", f"/v1/jobs/{quote(job)}/model/{int(version)}", None, {}, size)
         return body
 
     def leave(self, credential: Credential) -> None:

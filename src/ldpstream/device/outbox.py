@@ -68,7 +68,9 @@ DELIVERED = frozenset({ADMITTED, DUPLICATE})
 REFUSED = "refused"  # a refusal the device does not know by name: dropped as never admissible
 DAMAGED = "damaged"  # a stored report that no longer decodes
 VERDICTS = frozenset({ADMITTED, DUPLICATE, FUTURE, STALE, OUT_OF_RANGE, WRONG_SHAPE, MALFORMED, UNKNOWN_COLLECTION,
-                      "wrong_device", "too_large", "unsupported_media_type"})
+                      "wrong_device", "too_large", "unsupported_media_type",
+                      # a training update's (docs/reference/protocol.md section 9.4)
+                      "closed_version", "round_limit", "not_finite", "unknown_job"})
 
 
 def backoff_s(attempt: int, retry_after_s: float, base_s: float, cap_s: float, u: float | None = None) -> float:
@@ -168,6 +170,7 @@ class HttpTransport:
         self.sleep = sleep
         self.tls = tls
         self.pseudonym = device_pseudonym(credential.collection, credential.device)
+        self.path = f"/v1/collections/{credential.collection}/reports"  # where batches go
         self.current_version: int | None = None  # the edge's current spec version, when an answer said it
         self.delivered: Counter[str] = Counter()  # reports the edge took, by verdict (admitted, duplicate)
 
@@ -213,7 +216,7 @@ class HttpTransport:
     def _send(self, body: bytes, n: int, deadline: float) -> list[str] | None:
         """POST one body of `n` reports with retries before `deadline`: the verdict on each, or None when the edge
         gave none (no answer, still unavailable, or a status that may change: the reports stay)."""
-        path = f"/v1/collections/{self.credential.collection}/reports"
+        path = self.path
         for attempt in range(1, self.attempts + 1):
             left = deadline - time.monotonic()
             if left <= 0:

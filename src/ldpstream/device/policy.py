@@ -43,11 +43,12 @@ from typing import Any
 
 from ldpstream.contract.collector import Strategies, privacy_budgets
 from ldpstream.contract.spec import CollectionSpec, SpecError
+from ldpstream.contract.training import JobSpec
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.base import LDPError
 
 EVERY_MECHANISM = frozenset([*registry.known_names(), *registry.KEYVALUE, *registry.HEAVY_HITTERS, "factorization",
-                             *registry.DISTRIBUTION])
+                             *registry.DISTRIBUTION, *registry.GRADIENT])
 BUDGET_RTOL = 1e-9  # relative slack on sums of floating-point budgets
 
 
@@ -172,3 +173,40 @@ def judge(spec: CollectionSpec, policy: PrivacyPolicy, committed: Mapping[str, f
 def policy_json(policy: PrivacyPolicy) -> str:
     """The policy as JSON (what `PrivacyPolicy.load` reads back)."""
     return json.dumps(policy.to_dict(), sort_keys=True)
+
+
+def judge_job(job: JobSpec, policy: PrivacyPolicy, committed: Mapping[str, float]) -> Verdict:
+    """Accept a training job under the policy (protocol section 9.1), with the same fields and codes as a
+    collection: its epsilon per update against the per-report and per-day caps, its mechanism against the allowed
+    ones, its cap parameters against its epsilon (`policy_unbuildable` if they spend more), and the most it can cost,
+    epsilon * max_rounds, against the per-collection and per-device lifetimes (keyed `job/JOB`)."""
+    from ldpstream.mechanisms.gradients.device import cap_ratio
+
+    eps, name = job.epsilon, job.mechanism.name
+    try:
+        ratio = cap_ratio(job.mechanism.p, job.mechanism.q)
+    except LDPError as exc:
+        return Verdict(False, "policy_unbuildable", f"the job's mechanism cannot be built: {exc}")
+    if not ratio <= math.exp(eps) * (1 + BUDGET_RTOL):
+        return Verdict(False, "policy_unbuildable", f"the job's cap parameters spend eps = {math.log(ratio):.6g}, "
+                                                    f"more than its stated epsilon {eps:g}")
+    if eps > policy.max_epsilon_per_report * (1 + BUDGET_RTOL):
+        return Verdict(False, "policy_epsilon_per_report", f"epsilon per update {eps:g} exceeds the policy's "
+                                                           f"max_epsilon_per_report {policy.max_epsilon_per_report:g}")
+    if eps > policy.max_epsilon_per_day * (1 + BUDGET_RTOL):
+        return Verdict(False, "policy_epsilon_per_day", f"epsilon per update {eps:g} exceeds the policy's "
+                                                        f"max_epsilon_per_day {policy.max_epsilon_per_day:g}")
+    if name not in policy.allowed_mechanisms:
+        return Verdict(False, "policy_mechanism", f"mechanism {name!r} is not among the policy's allowed_mechanisms")
+    wanted = eps * job.max_rounds
+    if wanted > policy.max_lifetime_per_collection * (1 + BUDGET_RTOL):
+        return Verdict(False, "policy_lifetime_per_collection",
+                       f"the job can cost {wanted:g} (eps {eps:g} x {job.max_rounds} rounds) > the policy's "
+                       f"max_lifetime_per_collection {policy.max_lifetime_per_collection:g}")
+    needed = max(committed.get(job.key, 0.0), wanted)
+    others = math.fsum(v for key, v in committed.items() if key != job.key)
+    if others + needed > policy.max_lifetime_per_device * (1 + BUDGET_RTOL):
+        return Verdict(False, "policy_lifetime_per_device",
+                       f"accepting {job.key!r} would commit {others + needed:g} over the device's collections and "
+                       f"jobs > the policy's max_lifetime_per_device {policy.max_lifetime_per_device:g}")
+    return Verdict(True, commitment=needed)

@@ -87,6 +87,7 @@ from ldpstream.edge.join import MAX_ENROL_BODY, EnrolLimits, Join
 from ldpstream.edge.keyring import Keyring
 from ldpstream.edge.plans import EdgePlan, EdgePlans
 from ldpstream.edge.spool import Spool
+from ldpstream.edge.training import TrainingEdge
 from ldpstream.runtime.join_keys import load_enrolment_keys
 from ldpstream.runtime.metrics import (
     EDGE_ENROLMENTS,
@@ -187,6 +188,7 @@ class Edge:
         self._refreshing = False
         self.join = Join(self.plans, self.redis, self.admission.keyring, _key(config.pointer_key, load_signing_key),
                          _key(config.enrolment_keys, load_enrolment_keys), config.enrol_limits)
+        self.training = TrainingEdge(config.bootstrap, self.redis, self.admission)  # /v1/jobs/...
 
     async def plan(self, name: str, version: int) -> EdgePlan | None:
         """The published plan (a Kafka read, off the loop, only on a miss)."""
@@ -474,6 +476,8 @@ class Routes:
             return _only(method, "DELETE", lambda: self.leave(request, parts[3], parts[5]))
         if len(parts) == 4 and parts[2] == "strategies":
             return _only(method, "GET", lambda: self.strategy(parts[3]))
+        if len(parts) >= 4 and parts[2] == "jobs":
+            return self.edge.training.route(request, parts)
         return _not_found
 
     async def enroll(self, request: web.BaseRequest) -> web.Response:

@@ -20,6 +20,7 @@ from pathlib import Path
 from ldpstream.contract.topics import (
     DLQ_TOPIC,
     GRADIENTS_TOPIC,
+    JOBS_PREFIX,
     MODELS_TOPIC,
     RAW_PREFIX,
     REPORTS_PREFIX,
@@ -27,6 +28,7 @@ from ldpstream.contract.topics import (
     SHUFFLER_STATE_TOPIC,
     SPECS_TOPIC,
     STRATEGIES_TOPIC,
+    UPDATES_TOPIC,
 )
 from ldpstream.runtime.secrets import create_secret
 from ldpstream.runtime.settings import Settings
@@ -71,7 +73,8 @@ def _reads_specs() -> list[Grant]:
 # topics). Report topics are written by the edge (and by `ldp simulate`, a trusted gateway, with its credentials).
 KAFKA_GRANTS: Mapping[str, list[Grant]] = {
     "edge": (_topic(REPORTS_PREFIX, "write", "describe", prefixed=True)
-             + _topic(RAW_PREFIX, "write", "describe", prefixed=True) + _reads_specs()),
+             + _topic(RAW_PREFIX, "write", "describe", prefixed=True) + _reads_specs()
+             + _topic(JOBS_PREFIX, "read", "describe", prefixed=True) + _topic(UPDATES_TOPIC, "write")),
     # only the shuffler reads what the edge admitted for a shuffled collection; it writes the shuffled batches, its
     # state, and commits its offsets inside its transactions
     "shuffler": (_topic(RAW_PREFIX, "read", "describe", prefixed=True)
@@ -88,7 +91,9 @@ KAFKA_GRANTS: Mapping[str, list[Grant]] = {
     "api": _topic(REPORTS_PREFIX, "describe", prefixed=True) + _reads_specs(),
     "coordinator": (_topic(GRADIENTS_TOPIC, "read", "describe", "create") + _topic(MODELS_TOPIC, "write", "describe",
                                                                                    "create")
-                    + _topic(DLQ_TOPIC, "write", "describe") + [Grant("group", COORDINATOR_GROUPS, "read", True)]),
+                    + _topic(DLQ_TOPIC, "write", "describe") + [Grant("group", COORDINATOR_GROUPS, "read", True)]
+                    + _topic(JOBS_PREFIX, "read", "describe", "create", prefixed=True) + [Grant(
+                        "group", READER_GROUP, "read")]),
     GATEWAY: (_topic(GRADIENTS_TOPIC, "write", "describe") + _topic(MODELS_TOPIC, "read", "describe")
                 + [Grant("group", COORDINATOR_GROUPS, "read", True)]),
 }
@@ -102,7 +107,8 @@ REDIS_RULES: Mapping[str, str] = {
     ADMIN: "~* &* +@all",
     "aggregator": f"~ldp:{{* ~ldp:health:* {_WRITER}",
     "api": f"%R~ldp:* +@read +@connection -@dangerous +info {_CLUSTER_DISCOVERY}",
-    "edge": f"~ldp:edge:* %R~ldp:api:tokens {_WRITER}",  # the tokens: read, to check its /metrics scrapes
+    # the tokens: read, to check its /metrics scrapes; the training jobs' model versions (the coordinator's): read
+    "edge": f"~ldp:edge:* %R~ldp:api:tokens %R~ldp:sgd:jobs:* {_WRITER}",
     "coordinator": f"~ldp:sgd:* {_WRITER}",
     "shuffler": f"~ldp:shuffle:* {_WRITER}",
     GATEWAY: "resetkeys +@connection",

@@ -1,0 +1,170 @@
+"""`ldp train publish JOB.yaml`, `ldp train run JOB` and the device jobs' `ldp train status JOB`: training jobs that
+devices join through the edge (docs/reference/protocol.md section 9; `ldpstream.sgd.jobrun`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ldpstream.cli.errors import CliError, client_logs, require_services
+from ldpstream.cli.output import fail
+from ldpstream.cli.output import wide as console
+
+
+def _evaluation_key(job_id: str) -> str:
+    from ldpstream.runtime.jobs import model_prefix
+
+    return model_prefix(job_id) + "evaluation"
+
+
+def publish(job_file: Annotated[Path, typer.Argument(metavar="JOB.yaml", help="the job file (job: and evaluation:)")],
+            as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """Sign and publish a training job devices join (its job.job_id names it); publishing it again is a no-op."""
+    from ldpstream.contract.spec import SpecError
+    from ldpstream.runtime.jobs import publish_job
+    from ldpstream.runtime.redis import redis_client
+    from ldpstream.runtime.settings import Settings
+    from ldpstream.runtime.signing import SigningError
+    from ldpstream.sgd.jobfile import load_job_yaml
+
+    try:
+        spec, evaluation = load_job_yaml(job_file)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    cfg = Settings.from_env()
+    require_services()
+    try:
+        key, created = publish_job(spec, cfg.bootstrap)
+    except (SpecError, SigningError) as exc:
+        fail(str(exc))
+    client = redis_client(cfg.redis, 10.0)
+    if evaluation is not None:
+        client.set(_evaluation_key(spec.job_id), json.dumps(evaluation))
+    else:
+        client.delete(_evaluation_key(spec.job_id))
+    out = {"job": spec.job_id, "key": key, "created": created, "epsilon": spec.epsilon,
+           "mechanism": spec.mechanism.name, "parameters": spec.parameters, "batch_size": spec.batch_size,
+           "max_rounds": spec.max_rounds, "lifetime_epsilon_bound": spec.epsilon * spec.max_rounds}
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    console.print(f"{key} {'published' if created else 'already published (unchanged)'}: {spec.model.architecture} "
+                  f"{spec.model.dims} ({spec.parameters:,} parameters), {spec.mechanism.name} at eps "
+                  f"{spec.epsilon:g} per update, at most {spec.max_rounds} round(s) per device, B = {spec.batch_size}")
+
+
+def run(job: Annotated[str, typer.Argument(help="the training job's id")],
+        metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus metrics on this port")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print the final status as JSON")] = False) -> None:
+    """Run a published job's coordinator until the job ends or SIGTERM/SIGINT: it takes B updates the edge
+    admitted per version, steps, signs and publishes the next version."""
+    from ldpstream.runtime import metrics
+    from ldpstream.runtime.access import act_as
+    from ldpstream.runtime.jobs import newest, read_jobs
+    from ldpstream.runtime.redis import redis_client
+    from ldpstream.runtime.settings import Settings
+    from ldpstream.runtime.signing import load_signing_key
+    from ldpstream.sgd.jobfile import held_out
+    from ldpstream.sgd.jobrun import JobCoordinator, status
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    client_logs(verbose=True)
+    act_as("coordinator")
+    cfg = Settings.from_env()
+    require_services()
+    found = newest(read_jobs(cfg.bootstrap), job)
+    if found is None:
+        fail(f"no published training job {job!r} (`ldp train publish JOB.yaml`)")
+    if metrics_port is not None:
+        try:
+            metrics.serve(metrics_port, cfg, "ldp-job")
+        except OSError as exc:
+            raise CliError(f"cannot serve metrics on {cfg.metrics_addr}:{metrics_port}: {exc.strerror}") from exc
+    client = redis_client(cfg.redis, 10.0)
+    raw = client.get(_evaluation_key(job))
+    evaluator = held_out(found.spec, json.loads(raw)) if raw else None
+    coordinator = JobCoordinator(found.spec, cfg.bootstrap, client, load_signing_key(cfg.pointer_signing_key),
+                                 evaluator)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def on_version(state: Any) -> None:
+        last = state.evaluations[-1] if state.evaluations else {}
+        if not as_json:
+            console.print(f"{job}: version {state.version}" + (f", held-out accuracy {last['accuracy']:.4f}"
+                                                               if last else "") + (" (done)" if state.done else ""))
+
+    coordinator.run(should_stop=stop.is_set, on_version=on_version)
+    summary = status(found.spec, client.hgetall(f"ldp:sgd:jobs:{job}:state"))
+    typer.echo(json.dumps(summary) if as_json else f"{job}: version {summary['version']}, "
+               f"{summary['updates_accepted']:,} updates accepted, refused {summary['refused'] or 'none'}")
+
+
+def device_job_status(job: str) -> dict[str, Any] | None:
+    """`ldp train status JOB`'s JSON for a job devices join, or None if no coordinator of such a job ran."""
+    from ldpstream.runtime.jobs import read_jobs
+    from ldpstream.runtime.redis import redis_client
+    from ldpstream.runtime.settings import Settings
+    from ldpstream.sgd.jobrun import state_key, status
+
+    cfg = Settings.from_env()
+    raw = redis_client(cfg.redis, 10.0).hgetall(state_key(job))
+    if not raw:
+        return None
+    jobs = read_jobs(cfg.bootstrap)
+    found = jobs.get(f"job/{job}@{int(raw[b'job_version'])}")
+    return None if found is None else status(found.spec, raw)
+
+
+def register(group: typer.Typer) -> None:
+    """Add `publish` and `run` to the `ldp train` group."""
+    group.command("publish")(publish)
+    group.command("run")(run)
+
+
+def simulate_training(url: str, token: Path, job: str, dataset: str, devices: int, split: str, policy: Path | None,
+                      trust: Path | None, seed: int, concurrency: int, state_dir: Path | None, timeout_s: float,
+                      as_json: bool, tls: Any = None) -> None:
+    """`ldp simulate --join URL --token F --train JOB --dataset fashion-mnist --devices N [--split iid|non-iid]`:
+    Python devices that each hold their own rows train the job through the edge (`ldpstream.sgd.fleet`)."""
+    import tempfile
+
+    from ldpstream.contract.signatures import TrustedKeys
+    from ldpstream.device.policy import PrivacyPolicy
+    from ldpstream.runtime.join_keys import pinned_keys
+    from ldpstream.runtime.settings import Settings
+    from ldpstream.sgd.fleet import train_fleet
+    from ldpstream.sgd.images import fashion_mnist
+
+    if dataset != "fashion-mnist":
+        fail(f"--dataset: only fashion-mnist, not {dataset!r}", code=2)
+    if split not in ("iid", "non-iid"):
+        fail(f"--split is iid or non-iid, not {split!r}", code=2)
+    keys = TrustedKeys.from_json(json.loads(trust.read_text()) if trust else pinned_keys(Settings.from_env()))
+    rules = PrivacyPolicy.load(policy) if policy else PrivacyPolicy()
+    data = fashion_mnist("train")
+    with tempfile.TemporaryDirectory(prefix="ldp-train-fleet-") as scratch:
+        where = state_dir or Path(scratch)
+
+        def on_round(run: Any) -> None:
+            if not as_json:
+                console.print(f"{job}: version {run.last_version}, {run.taken:,} updates taken of {run.updates:,} "
+                              f"made by {run.joined:,} devices")
+
+        run = train_fleet(url, job, token.read_text().strip(), keys, data, devices, split, where, policy=rules,
+                          seed=seed, concurrency=concurrency, timeout_s=timeout_s, tls=tls, on_round=on_round)
+    out = {"job": job, "join": url, "split": split, **run.to_json()}
+    if as_json:
+        typer.echo(json.dumps(out))
+    else:
+        console.print(f"{run.joined:,} of {devices:,} devices joined {job}; {run.updates:,} updates made, "
+                      f"{run.taken:,} taken; refused: {dict(run.refused) or 'none'}; outcomes {dict(run.outcomes)}")
+    if run.joined and not run.taken:
+        raise typer.Exit(1)
