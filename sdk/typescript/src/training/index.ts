@@ -10,3 +10,4 @@ export { capRatio, perturbUpdate, privunitgReport, projunitReport, type Mechanis
 export { checkShape, clippedUpdateVector, computeUpdate, encodeUpdate, JobError, type JobSpec, type ModelDescriptor,
   parseDescriptor, parseJob, snapshotLength } from "./job.js";
 export { checkDescriptor, checkJobSpec, checkModelBytes, MODEL_DOMAIN } from "./train.js";
+export { type JobJoinOptions, judgeJob, TrainingDevice } from "./device.js";
