@@ -11,3 +11,4 @@ export { checkShape, clippedUpdateVector, computeUpdate, encodeUpdate, JobError,
   parseDescriptor, parseJob, snapshotLength } from "./job.js";
 export { checkDescriptor, checkJobSpec, checkModelBytes, MODEL_DOMAIN } from "./train.js";
 export { type JobJoinOptions, judgeJob, TrainingDevice } from "./device.js";
+export { CryptoRandom, type Random } from "../random.js";
