@@ -19,6 +19,7 @@ from ldpstream.contract.training import (
     clipped_update_vector,
     decode_update,
     describe_version,
+    descriptor_etag,
     encode_update,
     job_from_mapping,
     model_message,
@@ -116,7 +117,8 @@ def training_vectors(key: Any) -> dict[str, Any]:
                 "model_bytes": spec.model_bytes()},
         "model": {"descriptor": b64(descriptor_bytes),
                   "signature": b64(sign_block(online_key, model_message(descriptor_bytes))),
-                  "etag": descriptor.etag, "bytes": b64(model), "sha256": hashlib.sha256(model).hexdigest(),
+                  "etag": descriptor_etag(descriptor_bytes), "bytes": b64(model),
+                  "sha256": hashlib.sha256(model).hexdigest(),
                   "theta": theta.tolist()},
         "clipped": {"examples": [{"features": row.tolist(), "label": int(label)}
                                  for row, label in zip(x, y, strict=True)],

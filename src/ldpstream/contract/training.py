@@ -174,9 +174,10 @@ class ModelDescriptor:
     def canonical_json(self) -> bytes:
         return canonical(asdict(self))
 
-    @property
-    def etag(self) -> str:
-        return f'"{self.job}@{self.job_version}/{self.version}"'
+
+def descriptor_etag(body: bytes) -> str:
+    """A descriptor's ETag: the quoted sha256 (hex) of its exact bytes (a version re-issued has another)."""
+    return f'"{hashlib.sha256(body).hexdigest()}"'
 
 
 def model_message(descriptor_bytes: bytes) -> bytes:

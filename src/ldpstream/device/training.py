@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ldpstream.contract.auth import Credential
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.signatures import SignatureError, TrustedKeys, spec_message, verify_block
 from ldpstream.contract.snapshot import SnapshotError, decode_snapshot
@@ -52,7 +54,7 @@ from ldpstream.contract.validation import MAX_FUTURE_SKEW_MS
 from ldpstream.device.edge_api import EdgeClient, EdgeError
 from ldpstream.device.http import DEFAULT_TIMEOUT_S
 from ldpstream.device.ledger import PrivacyLedger
-from ldpstream.device.outbox import HttpTransport, Outbox
+from ldpstream.device.outbox import DELIVERED, HttpTransport, Outbox
 from ldpstream.device.policy import PrivacyPolicy, judge_job
 from ldpstream.device.sdk import DEFAULT_POLICY, SpecRefused
 from ldpstream.device.state import DeviceState, StateError, write_atomically
@@ -148,11 +150,42 @@ def examples_arrays(examples: Any) -> tuple[np.ndarray, np.ndarray]:
     return x, y.astype(np.intp)
 
 
+class UpdateTransport(HttpTransport):
+    """Sends a device's queued updates to `POST /v1/jobs/JOB/updates`, one a request, oldest first, with the
+    retries, backoff and deadlines of reports (`HttpTransport`); each answer's verdict settles its update."""
+
+    def __init__(self, base_url: str, credential: Credential, outbox: Outbox, job: str, **sending: Any) -> None:
+        super().__init__(base_url, credential, outbox, **sending)
+        self.path = f"/v1/jobs/{job}/updates"
+
+    def flush(self) -> int:
+        """Send the outbox's updates within `flush_timeout_s`; how many the edge took (admitted or had already).
+        Stops early, the rest kept, when the edge stays unavailable through every retry or the time is up."""
+        deadline = time.monotonic() + self.flush_timeout_s
+        self.outbox.drop_stale()
+        taken = 0
+        for update in self.outbox.pending():
+            try:
+                body = update.read_bytes()
+            except FileNotFoundError:
+                continue
+            verdicts = self._send(body, 1, deadline)
+            if verdicts is None:
+                break
+            if verdicts[0] in DELIVERED:
+                update.unlink(missing_ok=True)
+                self.delivered[verdicts[0]] += 1
+                taken += 1
+            else:
+                self.outbox.discard([update], verdicts[0])
+        return taken
+
+
 class TrainingDevice:
     """One device's updates to one training job (module docstring)."""
 
     def __init__(self, spec: JobSpec, client: EdgeClient, keys: TrustedKeys, state: DeviceState,
-                 ledger: PrivacyLedger, transport: HttpTransport, policy: PrivacyPolicy | None,
+                 ledger: PrivacyLedger, transport: UpdateTransport, policy: PrivacyPolicy | None,
                  source: Uniforms, clock: Callable[[], int]) -> None:
         self.spec, self.client, self.keys, self.state = spec, client, keys, state
         self.ledger, self.transport, self.policy, self.source, self.clock = ledger, transport, policy, source, clock
@@ -202,9 +235,8 @@ class TrainingDevice:
                 raise EdgeError(0, "no_token", f"the device has not joined {key!r}: an enrolment token is needed")
             mine.credential = client.enroll(token, key)
         state.save()
-        transport = HttpTransport(edge_url, mine.credential, Outbox(state.outbox_path(key), **(outbox or {})),
-                                  tls=tls, **sending)
-        transport.path = f"/v1/jobs/{job}/updates"
+        transport = UpdateTransport(edge_url, mine.credential, Outbox(state.outbox_path(key), **(outbox or {})), job,
+                                    tls=tls, **sending)
         randomness = source if source is not None else GeneratorUniforms(rng or np.random.default_rng())
         return cls(spec, client, keys, state, ledger, transport, policy, randomness, clock)
 

@@ -39,6 +39,7 @@ from ldpstream.contract.training import (
     ModelDescriptor,
     TrainingWireError,
     decode_update,
+    descriptor_etag,
     parse_descriptor,
 )
 from ldpstream.edge.devices import RATE_LIMITED, REPLAYED, Admission, Admit
@@ -193,9 +194,9 @@ class TrainingEdge:
 
     async def descriptor(self, request: web.BaseRequest, job_id: str) -> web.Response:
         await self.job(job_id)
-        body, block, descriptor = await self.model(job_id)
-        headers = {"ETag": descriptor.etag, "Cache-Control": "no-cache", "LDP-Signature": block_header(block)}
-        if request.headers.get("If-None-Match") == descriptor.etag:
+        body, block, _ = await self.model(job_id)
+        headers = {"ETag": descriptor_etag(body), "Cache-Control": "no-cache", "LDP-Signature": block_header(block)}
+        if request.headers.get("If-None-Match") == headers["ETag"]:
             return web.Response(status=304, headers=headers)
         return web.Response(body=body, content_type=JSON, headers=headers)
 

@@ -93,9 +93,9 @@ def train_fleet(url: str, job: str, token: str, keys: Any, data: LabelledSet, de
                 return "waiting", 0
             return "sent", device.flush()
 
+        version = _wait_for_version(fleet[live[0]], -1, started + timeout_s)  # type: ignore[arg-type]
         while time.monotonic() - started < timeout_s and live:
             order = rng.permutation(live)
-            version = run.last_version
             for start in range(0, len(order), batch):
                 results = list(pool.map(step, order[start : start + batch].tolist()))
                 for outcome, taken in results:

@@ -176,8 +176,10 @@ class JobCoordinator:
                 if publish:
                     data, body, block = self._published(new)
                     pipe.set(f"{prefix}bytes:{new.version}", data)
-                    pipe.delete(*(f"{prefix}bytes:{v}" for v in range(max(0, new.version - 2 * KEEP_VERSIONS),
-                                                                        new.version - KEEP_VERSIONS + 1)))
+                    old = [f"{prefix}bytes:{v}" for v in range(max(0, new.version - 2 * KEEP_VERSIONS),
+                                                                 new.version - KEEP_VERSIONS + 1)]
+                    if old:
+                        pipe.delete(*old)
                     pipe.hset(prefix + "model", mapping={"descriptor": body, "signature": block,
                                                          "version": new.version})
                 pipe.execute()
