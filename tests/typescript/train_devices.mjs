@@ -87,6 +87,7 @@ async function waitForVersion(device, version) {
   return version;
 }
 
+let version = live.length ? await waitForVersion(fleet[live[0]], -1) : -1; // the first version published
 while (Date.now() < deadline && live.length && !run.done) {
   const batch = fleet[live[0]].spec.batch_size;
   const order = shuffled(live);
@@ -98,7 +99,7 @@ while (Date.now() < deadline && live.length && !run.done) {
       run.taken += taken;
     }
     if (results.some(([o]) => o === "refused:done")) run.done = true;
-    else run.last_version = await waitForVersion(fleet[live[0]], run.last_version);
+    else run.last_version = version = await waitForVersion(fleet[live[0]], version);
     if (Date.now() >= deadline) break;
   }
   live = live.filter((i) => {

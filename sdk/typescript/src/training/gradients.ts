@@ -14,7 +14,6 @@
  */
 
 import type { Random } from "../random.js";
-import { GAMMA, MASK64, mix64 } from "../u64.js";
 import { ModelError } from "./model.js";
 import { ndtri } from "./special.js";
 
@@ -123,22 +122,82 @@ export function hadamard(x: Float64Array): Float64Array {
   return x;
 }
 
+/** (hi, lo) of the low 64 bits of a * b for uint32 a and 64-bit b = (bh, bl). */
+function mul64(a: number, bh: number, bl: number): [number, number] {
+  const a0 = a & 0xffff, a1 = a >>> 16, b0 = bl & 0xffff, b1 = bl >>> 16;
+  const p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+  const mid = (p00 >>> 16) + (p01 & 0xffff) + (p10 & 0xffff);
+  const lo = ((mid << 16) | (p00 & 0xffff)) >>> 0;
+  const hi = (p11 + (p01 >>> 16) + (p10 >>> 16) + (mid >>> 16) + Math.imul(a, bh)) >>> 0;
+  return [hi, lo];
+}
+
+/** (hi, lo) * (ch, cl) mod 2^64. */
+function mulConst(hi: number, lo: number, ch: number, cl: number): [number, number] {
+  const [h, l] = mul64(lo, ch, cl);
+  return [(h + Math.imul(hi, cl)) >>> 0, l];
+}
+
+const MIX1 = [0xbf58476d, 0x1ce4e5b9] as const;
+const MIX2 = [0x94d049bb, 0x133111eb] as const;
+const GOLDEN = [0x9e3779b9, 0x7f4a7c15] as const;
+
+/** SplitMix64's outputs mix64(s + (j + 1) golden), j < count, as (hi, lo) words: `u64.mix64` on 32-bit halves (no
+ * BigInt in the loop: ProjUnit reads one word per padded coordinate). */
+export function seedWords(seed: bigint, count: number): { hi: Uint32Array; lo: Uint32Array } {
+  const hi = new Uint32Array(count);
+  const lo = new Uint32Array(count);
+  let sh = Number((seed >> 32n) & 0xffffffffn);
+  let sl = Number(seed & 0xffffffffn);
+  for (let j = 0; j < count; j++) {
+    const l = (sl + GOLDEN[1]) >>> 0; // the state advances by golden: s + (j + 1) golden mod 2^64
+    sh = (sh + GOLDEN[0] + (l < sl ? 1 : 0)) >>> 0;
+    sl = l;
+    // z ^= z >> 30; z *= MIX1; z ^= z >> 27; z *= MIX2; z ^= z >> 31
+    let zh = sh, zl = (sl ^ ((sl >>> 30) | (sh << 2))) >>> 0;
+    zh = (zh ^ (sh >>> 30)) >>> 0;
+    [zh, zl] = mulConst(zh, zl, MIX1[0], MIX1[1]);
+    zl = (zl ^ ((zl >>> 27) | (zh << 5))) >>> 0;
+    zh = (zh ^ (zh >>> 27)) >>> 0;
+    [zh, zl] = mulConst(zh, zl, MIX2[0], MIX2[1]);
+    zl = (zl ^ ((zl >>> 31) | (zh << 1))) >>> 0;
+    zh = (zh ^ (zh >>> 31)) >>> 0;
+    hi[j] = zh;
+    lo[j] = zl;
+  }
+  return { hi, lo };
+}
+
 /** D's signs and S's rows of W = sqrt(n'/k) S H D for a seed, bit for bit as `ProjUnit.projection` defines them:
  * w_j = mix64(s + (j + 1) golden); D_j = -1 iff bit j mod 64 of w_{j // 64} is set; S lists in increasing order the
  * k indices i < n' with the smallest w_{ceil(n'/64) + i} (ties: the lower index), all of them when k = n'. */
 export function projection(seed: bigint, padded: number, k: number): { signs: Float64Array; rows: Int32Array } {
   const signWords = Math.ceil(padded / 64);
-  const word = (j: number): bigint => mix64((seed + BigInt(j + 1) * GAMMA) & MASK64);
+  const words = seedWords(seed, signWords + (k === padded ? 0 : padded));
   const signs = new Float64Array(padded);
-  for (let w = 0; w < signWords; w++) {
-    const bits = word(w);
-    for (let b = 0; b < 64 && 64 * w + b < padded; b++) signs[64 * w + b] = (bits >> BigInt(b)) & 1n ? -1 : 1;
+  for (let j = 0; j < padded; j++) {
+    const w = j >> 6, b = j & 63;
+    const bit = b < 32 ? (words.lo[w] >>> b) & 1 : (words.hi[w] >>> (b - 32)) & 1;
+    signs[j] = bit ? -1 : 1;
   }
   if (k === padded) return { signs, rows: Int32Array.from({ length: padded }, (_, i) => i) };
-  const keys = Array.from({ length: padded }, (_, i) => word(signWords + i));
-  const order = Array.from({ length: padded }, (_, i) => i);
-  order.sort((a, b) => (keys[a] < keys[b] ? -1 : keys[a] > keys[b] ? 1 : a - b));
-  return { signs, rows: Int32Array.from(order.slice(0, k)).sort() };
+  // The k smallest keys: by their value rounded to a double (monotone), then the ties at the threshold exactly.
+  const keys = new Float64Array(padded);
+  for (let i = 0; i < padded; i++) keys[i] = words.hi[signWords + i] * 4294967296 + words.lo[signWords + i];
+  const threshold = Float64Array.from(keys).sort()[k - 1];
+  const rows: number[] = [];
+  const ties: number[] = [];
+  for (let i = 0; i < padded; i++) {
+    if (keys[i] < threshold) rows.push(i);
+    else if (keys[i] === threshold) ties.push(i);
+  }
+  const exact = (i: number) => [words.hi[signWords + i], words.lo[signWords + i]];
+  ties.sort((a, b) => {
+    const [ah, al] = exact(a), [bh, bl] = exact(b);
+    return ah !== bh ? ah - bh : al !== bl ? al - bl : a - b;
+  });
+  rows.push(...ties.slice(0, k - rows.length));
+  return { signs, rows: Int32Array.from(rows).sort() };
 }
 
 /** The device's projunit report of the clipped vector x (k the spec's, capped at the padded dimension). */

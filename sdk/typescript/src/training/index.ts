@@ -12,3 +12,4 @@ export { checkShape, clippedUpdateVector, computeUpdate, encodeUpdate, JobError,
 export { checkDescriptor, checkJobSpec, checkModelBytes, MODEL_DOMAIN } from "./train.js";
 export { type JobJoinOptions, judgeJob, TrainingDevice } from "./device.js";
 export { CryptoRandom, type Random } from "../random.js";
+export { BudgetExceeded, EdgeError, SpecRefused, StateError } from "../errors.js";
