@@ -181,6 +181,9 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
          direct: bool = typer.Option(False, "--direct", help="produce to Kafka in bulk instead of through the edge"),
          train_devices: int = typer.Option(200_000, min=0, help="devices of the LDP SGD demo over Kafka (0: skip)"),
          as_json: bool = typer.Option(False, "--json", help="print the estimates and truth as JSON"),
+         train: bool = typer.Option(False, "--train", help="instead: Python devices (at most 2,000 of --devices) join "
+                                                           "a Fashion-MNIST training job through the edge and train "
+                                                           "it, accuracy shown version by version"),
          last: bool = typer.Option(False, "--last", help="only print the name of the collection the last demo made "
                                                          "(each demo makes its own, SPEC-demo-TIME), for "
                                                          "`ldp series \"$(ldp demo --last)\" ...`")) -> None:
@@ -200,6 +203,17 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
 
     if last:
         print_last_demo(Settings.from_env().state_dir)
+        return
+    if train:
+        from ldpstream.cli.train_jobs import train_demo
+
+        summary = train_demo(min(devices, 2000), seed, as_json)
+        if as_json:
+            typer.echo(json.dumps(summary))
+        else:
+            console.print(f"{summary['fleet']['joined']:,} devices joined {summary['job']} through the edge and sent "
+                          f"{summary['fleet']['taken']:,} updates (eps 8 each, B = {summary['batch_size']}); one "
+                          f"device refused a copy of the job at eps 16: {summary['refusal']}")
         return
     require_services()
     cfg = Settings.from_env()

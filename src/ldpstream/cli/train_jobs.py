@@ -168,3 +168,86 @@ def simulate_training(url: str, token: Path, job: str, dataset: str, devices: in
                       f"{run.taken:,} taken; refused: {dict(run.refused) or 'none'}; outcomes {dict(run.outcomes)}")
     if run.joined and not run.taken:
         raise typer.Exit(1)
+
+
+def train_demo(devices: int, seed: int, as_json: bool) -> dict[str, Any]:
+    """`ldp demo --train`: publish a Fashion-MNIST softmax job (eps 8 per update, B = devices / 5, 5 versions),
+    start an edge and the job's coordinator, have `devices` Python devices (ten images of two classes each) join
+    through the edge and train it, the held-out accuracy printed version by version; then one device asked to join a
+    copy of the job at eps 16 per update (signed by the real key: a compromised server) refuses it under the default
+    policy. The summary; CliError if a device could not train, the accuracy did not rise, or the greedy job was
+    accepted."""
+    import tempfile
+    import time
+
+    from ldpstream.cli.demo import free_port
+    from ldpstream.contract.clock import now_ms
+    from ldpstream.contract.enrolment import mint, new_token
+    from ldpstream.device.sdk import SpecRefused
+    from ldpstream.device.training import TrainingDevice
+    from ldpstream.edge.processes import start_edge, stop_edge, wait_live
+    from ldpstream.runtime.jobs import publish_job
+    from ldpstream.runtime.join_keys import load_token_key, pinned_keys
+    from ldpstream.runtime.redis import redis_client
+    from ldpstream.runtime.settings import Settings
+    from ldpstream.runtime.signing import load_signing_key
+    from ldpstream.sgd.fleet import train_fleet
+    from ldpstream.sgd.images import fashion_mnist
+    from ldpstream.sgd.jobfile import complete_job, held_out
+    from ldpstream.sgd.jobrun import JobCoordinator
+
+    cfg = Settings.from_env()
+    require_services()
+    job_id = f"demo-train-{time.strftime('%Y%m%d-%H%M%S')}"
+    batch = max(10, devices // 5)
+    fields = {"job_id": job_id, "version": 1, "model": {"architecture": "softmax", "dims": [784, 10]},
+              "mechanism": {"name": "privunitg"}, "clip": 1.0, "epsilon": 8.0, "max_rounds": 1, "batch_size": batch,
+              "max_versions": 5, "expected_population": devices, "lr": 1.0, "momentum": 0.5, "max_examples": 10,
+              "version_validity_s": 3600}
+    spec = complete_job(fields)
+    greedy = complete_job({**fields, "job_id": job_id + "-greedy", "epsilon": 16.0, "max_rounds": 1})
+    for job in (spec, greedy):
+        publish_job(job, cfg.bootstrap)
+    client = redis_client(cfg.redis, 10.0)
+    coordinator = JobCoordinator(spec, cfg.bootstrap, client, load_signing_key(cfg.pointer_signing_key),
+                                 held_out(spec, {"dataset": "fashion-mnist", "rows": 10_000}))
+    stop = threading.Event()
+    thread = threading.Thread(target=coordinator.run, kwargs={"should_stop": stop.is_set}, daemon=True)
+    token = mint(load_token_key(cfg), new_token([f"job/{job_id}", f"job/{greedy.job_id}"], devices + 1, now_ms(),
+                                                now_ms() + 3_600_000))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    edge = start_edge(port, cfg.state_dir / "edge" / "spool" / f"demo-{port}", "--enrol-per-address",
+                      str(devices + 10), log_file=cfg.state_dir / "demo-edge.log")
+    curve: list[dict[str, float]] = []
+    try:
+        coordinator.start()
+        thread.start()
+        wait_live(url, edge, probe="/readyz")
+
+        def on_round(run: Any) -> None:
+            state = coordinator.state
+            if state is not None and state.evaluations and state.evaluations[-1] not in curve:
+                curve.append(state.evaluations[-1])
+                if not as_json:
+                    last = state.evaluations[-1]
+                    console.print(f"version {int(last['version'])}: held-out accuracy {last['accuracy']:.3f} "
+                                  f"(stderr {last['accuracy_stderr']:.3f}), {run.taken:,} updates taken")
+
+        with tempfile.TemporaryDirectory(prefix="ldp-demo-train-") as scratch:
+            run = train_fleet(url, job_id, token, pinned_keys(cfg), fashion_mnist("train"), devices, "non-iid",
+                              Path(scratch), seed=seed, concurrency=4, timeout_s=600, on_round=on_round)
+            try:
+                TrainingDevice.join(url, greedy.job_id, token, pinned_keys(cfg), state_dir=Path(scratch) / "greedy")
+            except SpecRefused as refused:
+                refusal = f"{refused.code}: {refused}"
+            else:
+                raise CliError(f"a device accepted {greedy.job_id} at eps 16 per update: the default policy failed")
+    finally:
+        stop.set()
+        thread.join(30)
+        stop_edge(edge)
+    if not curve or curve[-1]["accuracy"] <= 0.1:
+        raise CliError(f"the model did not learn: {curve}; fleet {run.to_json()}")
+    return {"job": job_id, "devices": devices, "batch_size": batch, "fleet": run.to_json(), "curve": curve,
+            "refusal": refusal}

@@ -127,6 +127,9 @@ def check_job(spec: JobSpec) -> JobSpec:
         raise bad(f"mechanism {mech.name!r} is not one devices run (known: {list(DEVICE_MECHANISMS)})")
     if (mech.k is None) != (mech.name == "privunitg") or (mech.k is not None and not 1 <= mech.k <= 1 << 20):
         raise bad("projunit takes k (1 .. 2^20), privunitg no k")
+    if mech.name == "privunitg" and 4 * spec.parameters > MAX_UPDATE_BYTES - 256:
+        raise bad(f"a privunitg update of {spec.parameters} float32 values passes the edge's {MAX_UPDATE_BYTES} bytes: "
+                  f"use projunit (k values and a seed, whatever the model's size)")
     if not (0 < mech.p < 1 and 0 < mech.q < 1):
         raise bad(f"cap parameters p, q must lie in (0, 1), got {mech.p}, {mech.q}")
     if not math.isfinite(spec.epsilon) or spec.epsilon > 100:
@@ -209,7 +212,7 @@ def parse_descriptor(data: bytes) -> ModelDescriptor:
         raise TrainingWireError("the model descriptor lacks or adds fields", "malformed_model")
     for name, kind in _DESCRIPTOR_FIELDS.items():
         value = raw[name]
-        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or not 0 <= value <= MAX_INT)):
+        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or not 0 <= raw[name] <= MAX_INT)):
             raise TrainingWireError(f"model descriptor field {name!r} is not a valid {kind.__name__}",
                                     "malformed_model")
     if not all(isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= 1 << 20 for w in raw["dims"]):

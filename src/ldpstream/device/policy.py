@@ -160,11 +160,17 @@ def judge(spec: CollectionSpec, policy: PrivacyPolicy, committed: Mapping[str, f
         return Verdict(False, "policy_lifetime_per_collection",
                        f"the spec's lifetime budget {wanted:g} exceeds the policy's max_lifetime_per_collection "
                        f"{policy.max_lifetime_per_collection:g}")
-    needed = max(committed.get(spec.name, 0.0), wanted)
-    others = math.fsum(v for name, v in committed.items() if name != spec.name)
+    return device_lifetime(spec.name, wanted, policy, committed)
+
+
+def device_lifetime(name: str, wanted: float, policy: PrivacyPolicy, committed: Mapping[str, float]) -> Verdict:
+    """Accept committing `wanted` to `name` (a collection, or a job's `job/JOB`) if, with what is committed to the
+    others, the device stays within `max_lifetime_per_device`; the commitment never shrinks."""
+    needed = max(committed.get(name, 0.0), wanted)
+    others = math.fsum(v for key, v in committed.items() if key != name)
     if others + needed > policy.max_lifetime_per_device * (1 + BUDGET_RTOL):
         return Verdict(False, "policy_lifetime_per_device",
-                       f"accepting {spec.name!r} would commit {others + needed:g} over the device's collections "
+                       f"accepting {name!r} would commit {others + needed:g} over the device's collections "
                        f"({len(committed)} accepted before, {others:g} committed to others) > the policy's "
                        f"max_lifetime_per_device {policy.max_lifetime_per_device:g}")
     return Verdict(True, commitment=needed)
@@ -203,10 +209,4 @@ def judge_job(job: JobSpec, policy: PrivacyPolicy, committed: Mapping[str, float
         return Verdict(False, "policy_lifetime_per_collection",
                        f"the job can cost {wanted:g} (eps {eps:g} x {job.max_rounds} rounds) > the policy's "
                        f"max_lifetime_per_collection {policy.max_lifetime_per_collection:g}")
-    needed = max(committed.get(job.key, 0.0), wanted)
-    others = math.fsum(v for key, v in committed.items() if key != job.key)
-    if others + needed > policy.max_lifetime_per_device * (1 + BUDGET_RTOL):
-        return Verdict(False, "policy_lifetime_per_device",
-                       f"accepting {job.key!r} would commit {others + needed:g} over the device's collections and "
-                       f"jobs > the policy's max_lifetime_per_device {policy.max_lifetime_per_device:g}")
-    return Verdict(True, commitment=needed)
+    return device_lifetime(job.key, wanted, policy, committed)

@@ -258,9 +258,9 @@ class TrainingDevice:
         if fetched is not None:
             descriptor = check_descriptor(fetched.body, fetched.block, self.keys, self.spec, mine.seen, self.clock())
             self._descriptor, self._etag = descriptor, fetched.etag
-        descriptor = self._descriptor
-        if descriptor is None:
+        if self._descriptor is None:
             raise EdgeError(304, "bad_answer", "the edge answered 304 to a device that holds no model")
+        descriptor = self._descriptor
         if descriptor.expires_ms < self.clock():  # a kept descriptor ages too
             raise SpecRefused("expired", f"model version {descriptor.version} expired")
         data = _models.get(descriptor.sha256)

@@ -90,7 +90,7 @@ class Deliveries:
     """A Kafka producer whose deliveries answer asyncio futures (a thread serves its delivery reports)."""
 
     def __init__(self, bootstrap: str) -> None:
-        self._producer = producer_client(bootstrap, **{"linger.ms": 2, "message.timeout.ms": 10_000})
+        self._producer = producer_client(bootstrap, None, **{"linger.ms": 2, "message.timeout.ms": 10_000})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True, name="edge-job-deliveries")
         self._thread.start()
@@ -133,6 +133,7 @@ class TrainingEdge:
         self.admission = admission
         self.jobs: dict[str, SignedJob] = {}
         self._read_at = 0.0
+        self._reading: asyncio.Future[dict[str, SignedJob]] | None = None
         self._deliveries: Deliveries | None = None
         self._mark = redis.register_script(MARK)
         self._unmark = redis.register_script(UNMARK)
@@ -141,9 +142,16 @@ class TrainingEdge:
         """The newest published spec of the job (the topic re-read off the loop on a miss, at most every
         REFRESH_S); Refused 404 `unknown_job`."""
         found = newest(self.jobs, job_id)
-        if found is None and time.monotonic() - self._read_at > REFRESH_S:
-            self._read_at = time.monotonic()
-            self.jobs = await asyncio.get_running_loop().run_in_executor(None, read_jobs, self.bootstrap)
+        if found is None and (self._reading is not None or time.monotonic() - self._read_at > REFRESH_S):
+            if self._reading is None:  # one read at a time: the requests that miss meanwhile wait for it
+                self._read_at = time.monotonic()
+                self._reading = asyncio.get_running_loop().run_in_executor(None, read_jobs, self.bootstrap)
+            reading = self._reading
+            try:
+                self.jobs = await asyncio.shield(reading)
+            finally:
+                if self._reading is reading:
+                    self._reading = None
             found = newest(self.jobs, job_id)
         if found is None:
             raise Refused(404, "unknown_job", f"no published training job {job_id[:80]!r}")

@@ -41,6 +41,7 @@ from ldpstream.contract.training import JobSpec, TrainingWireError, decode_updat
 from ldpstream.mechanisms.gradients.projunit import ProjUnit
 from ldpstream.runtime.jobs import KEEP_VERSIONS, UPDATES_PARTITIONS, model_prefix
 from ldpstream.runtime.kafka import consume_arrived, consumer_client, ensure_topic, topic_partitions
+from ldpstream.runtime.redis import SyncRedis
 from ldpstream.sgd.accounting import job_privacy
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ class RunState:
                 "max_participations": self.max_participations, "evaluations": json.dumps(self.evaluations)}
 
     @classmethod
-    def from_redis(cls, raw: dict[bytes, bytes]) -> RunState:
+    def from_redis(cls, raw: dict[Any, Any]) -> RunState:
         def f64(name: str) -> np.ndarray:
             return np.frombuffer(raw[name.encode()], dtype="<f8").copy()
 
@@ -118,7 +119,7 @@ def participations_key(job_id: str, job_version: int) -> str:
 class JobCoordinator:
     """Runs one job's versions (module docstring) until it is done or `should_stop()`."""
 
-    def __init__(self, spec: JobSpec, bootstrap: str, client: redis.Redis, signer: Any,
+    def __init__(self, spec: JobSpec, bootstrap: str, client: SyncRedis, signer: Any,
                  evaluator: Evaluator | None = None, clock: Callable[[], int] = now_ms) -> None:
         self.spec, self.bootstrap, self.redis, self.signer = spec, bootstrap, client, signer
         self.evaluator, self.clock = evaluator, clock
@@ -208,7 +209,7 @@ class JobCoordinator:
             on_version: Callable[[RunState], None] | None = None) -> RunState:
         """Read and apply updates until the job is done or `should_stop()`; the last state."""
         state = self.start()
-        consumer = consumer_client(self.bootstrap, COORDINATOR_GROUP, **{"enable.auto.commit": False})
+        consumer = consumer_client(self.bootstrap, COORDINATOR_GROUP, None, **{"enable.auto.commit": False})
         try:
             self._assign(consumer, state)
             while not state.done and not should_stop():
@@ -312,7 +313,7 @@ class JobCoordinator:
             state.evaluations.append({"version": state.version, **self.evaluator(state.theta)})
 
 
-def status(spec: JobSpec, raw: dict[bytes, bytes]) -> dict[str, Any]:
+def status(spec: JobSpec, raw: dict[Any, Any]) -> dict[str, Any]:
     """What `ldp train status JOB --json` shows of a device job's coordinator state."""
     state = RunState.from_redis(raw)
     last = state.evaluations[-1] if state.evaluations else {}
