@@ -173,14 +173,19 @@ export class TrainingDevice {
     }
     let spec: JobSpec;
     try {
-      const version = Number(answer.headers.get("ldp-job-version") ?? "");
+      const header = answer.headers.get("ldp-job-version");
+      const version = Number(header);
+      if (header === null || !Number.isSafeInteger(version) || version < 1) {
+        throw new SpecRefused("malformed_job", `no valid LDP-Job-Version header (${String(header)}): the version the signature binds ` +
+                              "(a page on another origin needs the edge to expose it)");
+      }
       let block: Uint8Array | null;
       try {
         block = blockFromHeader(answer.headers.get("ldp-signature"));
       } catch {
         block = new Uint8Array(0);
       }
-      spec = await checkJobSpec(answer.body, block, keys, options.job, Number.isSafeInteger(version) ? version : 0, mine.seen.version)
+      spec = await checkJobSpec(answer.body, block, keys, options.job, version, mine.seen.version)
         .catch((exc: unknown) => { throw trustRefusal(exc); });
       if (policy !== null) {
         const verdict = judgeJob(spec, policy, ledger.committed());

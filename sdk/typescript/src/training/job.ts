@@ -16,6 +16,7 @@ export const JOB_PREFIX = "job/";
 export const MAX_JOB_SPEC_BYTES = 64 * 1024;
 export const MAX_DESCRIPTOR_BYTES = 4096;
 export const MAX_MODEL_BYTES = 64 * 1024 * 1024;
+export const MAX_UPDATE_BYTES = 64 * 1024 + 256;
 export const UPDATE_WIRE_VERSION = 1;
 const JOB_ID = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 const MAX_INT = 2 ** 53;
@@ -100,6 +101,9 @@ export function parseJob(data: Uint8Array): JobSpec {
   }
   if (typeof mech.p !== "number" || typeof mech.q !== "number" || !(mech.p > 0 && mech.p < 1 && mech.q > 0 && mech.q < 1)) {
     throw bad("cap parameters p, q must lie in (0, 1)");
+  }
+  if (mech.name === "privunitg" && 4 * size > MAX_UPDATE_BYTES - 256) {
+    throw bad(`a privunitg update of ${size} float32 values passes the edge's ${MAX_UPDATE_BYTES} bytes: use projunit`);
   }
   return {
     job_id: r.job_id, version: r.version as number, model: { architecture: model.architecture as NetworkName, dims: [...model.dims as number[]] },
