@@ -24,17 +24,18 @@
  */
 
 import { authorization, devicePseudonym } from "../auth.js";
+import { openLedger, storageOf } from "../device.js";
 import { EdgeClient, type Fetch, refusal } from "../edge.js";
 import { EdgeError, SpecRefused, StateError, TrustError } from "../errors.js";
 import { fsum } from "../fsum.js";
-import { PrivacyLedger } from "../ledger.js";
+import type { PrivacyLedger } from "../ledger.js";
 import { backoffS, Outbox, retryAfterSeconds, type StoredReport, type TransportOptions } from "../outbox.js";
 import { makePolicy, type PolicyOptions, type PrivacyPolicy, type Verdict } from "../policy.js";
 import { CryptoRandom, type Random } from "../random.js";
 import { blockFromHeader, type PinnedKeysJson, type TrustedKeys, trustedKeysFromJson } from "../signatures.js";
 import type { CollectionSpec } from "../spec.js";
 import { DeviceState } from "../state.js";
-import { type DeviceStorage, indexedDbStorage } from "../storage.js";
+import type { DeviceStorage } from "../storage.js";
 import { capRatio } from "./gradients.js";
 import { computeUpdate, JOB_PREFIX, type JobSpec, MAX_DESCRIPTOR_BYTES, MAX_JOB_SPEC_BYTES, MAX_MODEL_BYTES,
   type ModelDescriptor } from "./job.js";
@@ -110,13 +111,6 @@ export interface JobJoinOptions {
   random?: Random;
 }
 
-async function storageOf(storage: DeviceStorage | string | undefined): Promise<DeviceStorage> {
-  if (typeof storage === "string") return (await import("../node.js")).directoryStorage(storage);
-  if (storage !== undefined) return storage;
-  if ((globalThis as { indexedDB?: unknown }).indexedDB !== undefined) return indexedDbStorage();
-  throw new StateError("no IndexedDB here: pass `storage`");
-}
-
 function trustRefusal(exc: unknown): unknown {
   return exc instanceof TrustError ? new SpecRefused(exc.code, exc.message) : exc;
 }
@@ -148,20 +142,7 @@ export class TrainingDevice {
     const clock = options.clock ?? Date.now;
     const storage = await storageOf(options.storage);
     const state = await DeviceState.open(storage);
-    const persist = async (json: string) => {
-      try {
-        await storage.set("ledger", json);
-      } catch (exc) {
-        throw new StateError(`cannot write the privacy ledger (nothing charged): ${String(exc)}`);
-      }
-    };
-    let ledger: PrivacyLedger;
-    try {
-      const text = await storage.get("ledger");
-      ledger = text === undefined || text === null ? new PrivacyLedger(persist) : PrivacyLedger.fromJSON(text, persist);
-    } catch (exc) {
-      throw new StateError(`the privacy ledger is damaged (${String(exc)}): repair or reset it`);
-    }
+    const ledger = await openLedger(storage);
     const client = new EdgeClient(options.edge, options.fetch, options.outbox?.timeoutMs);
     const key = JOB_PREFIX + options.job;
     const mine = state.of(key);

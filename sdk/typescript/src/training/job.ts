@@ -56,10 +56,9 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "obj
 const isCount = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= MAX_INT;
 const isPositive = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v > 0;
 
-/** The job spec these (verified) bytes hold, its fields checked against each other; JobError otherwise. */
-export function parseJob(data: Uint8Array): JobSpec {
-  const bad = (why: string) => new JobError(`job spec: ${why}`, "malformed_job");
-  if (data.length > MAX_JOB_SPEC_BYTES) throw new JobError(`job spec of ${data.length} bytes`, "too_large");
+/** The JSON object of at most `limit` bytes of UTF-8; JobError `too_large`, or `bad`'s, otherwise. */
+function jsonObject(data: Uint8Array, limit: number, what: string, bad: (why: string) => JobError): Record<string, unknown> {
+  if (data.length > limit) throw new JobError(`${what} of ${data.length} bytes`, "too_large");
   let raw: unknown;
   try {
     raw = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(data));
@@ -67,6 +66,13 @@ export function parseJob(data: Uint8Array): JobSpec {
     throw bad("not JSON");
   }
   if (!isObject(raw)) throw bad("not an object");
+  return raw;
+}
+
+/** The job spec these (verified) bytes hold, its fields checked against each other; JobError otherwise. */
+export function parseJob(data: Uint8Array): JobSpec {
+  const bad = (why: string) => new JobError(`job spec: ${why}`, "malformed_job");
+  const raw = jsonObject(data, MAX_JOB_SPEC_BYTES, "job spec", bad);
   const keys = Object.keys(raw);
   const missing = REQUIRED.filter((k) => !(k in raw));
   const extra = keys.filter((k) => !REQUIRED.includes(k) && !OPTIONAL.includes(k));
@@ -142,14 +148,7 @@ const DESCRIPTOR_FIELDS: Record<keyof ModelDescriptor, "string" | "int" | "list"
 /** The descriptor these (verified) bytes hold; JobError `malformed_model` otherwise. */
 export function parseDescriptor(data: Uint8Array): ModelDescriptor {
   const bad = (why: string) => new JobError(`model descriptor: ${why}`, "malformed_model");
-  if (data.length > MAX_DESCRIPTOR_BYTES) throw new JobError(`model descriptor of ${data.length} bytes`, "too_large");
-  let raw: unknown;
-  try {
-    raw = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(data));
-  } catch {
-    throw bad("not JSON");
-  }
-  if (!isObject(raw)) throw bad("not an object");
+  const raw = jsonObject(data, MAX_DESCRIPTOR_BYTES, "model descriptor", bad);
   const names = Object.keys(DESCRIPTOR_FIELDS);
   if (Object.keys(raw).length !== names.length || !names.every((k) => k in raw)) throw bad("lacks or adds fields");
   for (const [name, kind] of Object.entries(DESCRIPTOR_FIELDS)) {

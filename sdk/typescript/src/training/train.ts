@@ -14,23 +14,15 @@
  */
 
 import { concatBytes, utf8 } from "../bytes.js";
-import { SignatureError, TrustError } from "../errors.js";
+import { TrustError } from "../errors.js";
 import { sha256Hex } from "../hashes.js";
 import { MAX_SKEW_MS } from "../pointer.js";
 import { specMessage, type TrustedKeys, verifyBlock } from "../signatures.js";
+import { signed } from "../trust.js";
 import { checkShape, JOB_PREFIX, JobError, type JobSpec, type ModelDescriptor, parseDescriptor, parseJob } from "./job.js";
 import { decodeSnapshot, ModelError } from "./model.js";
 
 export const MODEL_DOMAIN = utf8("ldpstream model version signature v1\x00");
-
-async function signed(check: () => Promise<void>): Promise<void> {
-  try {
-    await check();
-  } catch (exc) {
-    if (exc instanceof SignatureError) throw new TrustError(exc.code, exc.message);
-    throw exc;
-  }
-}
 
 function parsed<T>(parse: () => T): T {
   try {
