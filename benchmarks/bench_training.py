@@ -22,9 +22,9 @@ import json
 import sys
 import time
 
+from ldpstream.contract.networks import make_network
 from ldpstream.sgd.federated import FederatedJob, train_federated
 from ldpstream.sgd.images import fashion_mnist, iid_split
-from ldpstream.contract.networks import make_network
 
 MODELS = {"softmax": (784, 10), "mlp": (784, 64, 10)}
 MECHANISMS = ("none", "gaussian", "privunitg", "projunit", "pm", "hm")

@@ -73,6 +73,18 @@ class Running:
             waited.wait(0.05)
         raise AssertionError(f"version {version} not reached: {self.state().version}, {self.state().outcomes}")
 
+    def restart(self) -> None:
+        """Stop the coordinator and start another one of the same job (a crash and a restart, or a second process):
+        it goes on from the state in Redis, reading from the offsets that state applied."""
+        self.stop.set()
+        self.thread.join(30)
+        self.stop = threading.Event()
+        self.coordinator = JobCoordinator(self.spec, self.cfg.bootstrap, redis_client(self.cfg.redis),
+                                          load_signing_key(self.cfg.pointer_signing_key))
+        self.thread = threading.Thread(target=self.coordinator.run, kwargs={"should_stop": self.stop.is_set},
+                                       daemon=True)
+        self.thread.start()
+
     def wait_accepted(self, n: int, timeout_s: float = 30.0) -> RunState:
         waited = threading.Event()
         for _ in range(int(timeout_s / 0.05)):
@@ -144,6 +156,7 @@ def test_bad_updates_are_refused_at_the_edge_counted_once_and_the_coordinator_go
     assert first is not None and a.train(examples(rng)) is None  # one update per version, nothing charged again
     assert a.ledger.lifetime_spent(a.key) == spec.epsilon
     assert a.flush() == 1
+    tiny.restart()  # whether or not the first coordinator applied a's update, it is counted once
     credential = a.transport.credential
     assert post(edge.url, path, first, credential) == (409, {
         "reason": "duplicate", "error": "this device already sent an update for version 0",
@@ -231,20 +244,21 @@ def test_a_device_refuses_a_job_above_its_policy_and_models_it_cannot_believe(
 
 def test_python_devices_train_fashion_mnist_softmax_through_the_edge(live_services: Settings, edge: EdgeProcess,
                                                                     tmp_path: Path) -> None:
-    """300 devices of ten images each (non-IID), B = 50, 6 versions, eps 8: the held-out accuracy rises from 10%
-    (version 0 predicts one class) to what the offline trainer reaches with these settings (0.33-0.50 over seeds,
-    `ldpstream.sgd.federated`; the comparison within 2 points is benchmarks/bench_training_jobs.py)."""
-    spec = job_spec(model={"architecture": "softmax", "dims": [784, 10]}, epsilon=8.0, batch_size=50, max_versions=6,
+    """200 devices of ten images each (non-IID), B = 40, 5 versions, eps 8: the held-out accuracy rises from 10%
+    (version 0 predicts one class) to about what the offline trainer reaches with such settings (0.33-0.50 over
+    seeds at B = 50 and 6 rounds, `ldpstream.sgd.federated`); the 2-point comparison is not a test here (too slow
+    for CI) and not yet a benchmark."""
+    spec = job_spec(model={"architecture": "softmax", "dims": [784, 10]}, epsilon=8.0, batch_size=40, max_versions=5,
                     lr=1.0, momentum=0.5)
     running = start_job(live_services, spec, {"dataset": "fashion-mnist", "rows": 2000})
     try:
         run = train_fleet(edge.url, spec.job_id, token(live_services, spec.job_id), pinned_keys(live_services),
-                          fashion_mnist("train"), 300, "non-iid", tmp_path / "fleet", seed=0, concurrency=1,
+                          fashion_mnist("train"), 200, "non-iid", tmp_path / "fleet", seed=0, concurrency=1,
                           timeout_s=120)
-        state = running.wait_version(6, timeout_s=60)
+        state = running.wait_version(5, timeout_s=60)
     finally:
         running.stop.set()
         running.thread.join(10)
-    assert state.done and run.joined == 300 and run.taken == state.outcomes["accepted"] == 300
+    assert state.done and run.joined == 200 and run.taken == state.outcomes["accepted"] == 200
     curve = [e["accuracy"] for e in state.evaluations]
-    assert len(curve) == 6 and curve[-1] > 0.2, curve  # chance is 0.1; its stderr at 2,000 rows is 0.007
+    assert len(curve) == 5 and curve[-1] > 0.2, curve  # chance is 0.1; its stderr at 2,000 rows is 0.007

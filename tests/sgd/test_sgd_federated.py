@@ -10,12 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 from ldpstream.cli.commands import app
+from ldpstream.contract.networks import make_network
+from ldpstream.contract.snapshot import decode_snapshot
 from ldpstream.sgd.accounting import job_privacy
 from ldpstream.sgd.federated import FederatedJob, clip, train_federated
 from ldpstream.sgd.images import LabelledSet, gaussian_classes, iid_split, non_iid_split
 from ldpstream.sgd.models import TrainingError
-from ldpstream.contract.networks import make_network
-from ldpstream.contract.snapshot import decode_snapshot
 
 TEST_ROWS = 2000
 

@@ -7,9 +7,9 @@ import struct
 import numpy as np
 import pytest
 
-from ldpstream.sgd.models import TrainingError
 from ldpstream.contract.networks import make_network
 from ldpstream.contract.snapshot import Snapshot, SnapshotError, decode_snapshot
+from ldpstream.sgd.models import TrainingError
 
 
 @pytest.mark.parametrize(("name", "dims"), [("softmax", (5, 3)), ("mlp", (5, 4, 3)), ("mlp", (4, 6, 5, 3))])

@@ -207,7 +207,7 @@ def demo(devices: int = typer.Option(50_000, min=1, help="simulated devices, one
     if train:
         from ldpstream.cli.train_jobs import train_demo
 
-        summary = train_demo(min(devices, 2000), seed, as_json)
+        summary = train_demo(min(devices, 2000), seed, as_json, free_port())
         if as_json:
             typer.echo(json.dumps(summary))
         else:

@@ -170,17 +170,17 @@ def simulate_training(url: str, token: Path, job: str, dataset: str, devices: in
         raise typer.Exit(1)
 
 
-def train_demo(devices: int, seed: int, as_json: bool) -> dict[str, Any]:
+def train_demo(devices: int, seed: int, as_json: bool, port: int) -> dict[str, Any]:
     """`ldp demo --train`: publish a Fashion-MNIST softmax job (eps 8 per update, B = devices / 5, 5 versions),
-    start an edge and the job's coordinator, have `devices` Python devices (ten images of two classes each) join
-    through the edge and train it, the held-out accuracy printed version by version; then one device asked to join a
+    start an edge (on `port`) and the job's coordinator, have `devices` Python devices (ten images of two classes
+    each) join through the edge and train it, the held-out accuracy printed version by version; then one device
+    asked to join a
     copy of the job at eps 16 per update (signed by the real key: a compromised server) refuses it under the default
     policy. The summary; CliError if a device could not train, the accuracy did not rise, or the greedy job was
     accepted."""
     import tempfile
     import time
 
-    from ldpstream.cli.demo import free_port
     from ldpstream.contract.clock import now_ms
     from ldpstream.contract.enrolment import mint, new_token
     from ldpstream.device.sdk import SpecRefused
@@ -215,7 +215,6 @@ def train_demo(devices: int, seed: int, as_json: bool) -> dict[str, Any]:
     thread = threading.Thread(target=coordinator.run, kwargs={"should_stop": stop.is_set}, daemon=True)
     token = mint(load_token_key(cfg), new_token([f"job/{job_id}", f"job/{greedy.job_id}"], devices + 1, now_ms(),
                                                 now_ms() + 3_600_000))
-    port = free_port()
     url = f"http://127.0.0.1:{port}"
     edge = start_edge(port, cfg.state_dir / "edge" / "spool" / f"demo-{port}", "--enrol-per-address",
                       str(devices + 10), log_file=cfg.state_dir / "demo-edge.log")
