@@ -6,7 +6,8 @@
 // (README, "Layers"): what the on-demand mechanisms share with the core (mechanisms/shared.ts says what) is one chunk,
 // and the rest of the core is the entry file. Licence comments stay at the end of their file (only @noble/ed25519's
 // chunk has one). Prints the sizes, minified and minified+gzipped: the core's (every file the entry imports
-// statically, directly or not), and every file's together.
+// statically, directly or not), every file's together, and the training bundle's
+// (ldpstream-training.js: its own entry point, outside the core).
 import { build } from "esbuild";
 import { gzipSync } from "node:zlib";
 import { readFileSync, rmSync } from "node:fs";
@@ -31,5 +32,12 @@ const files = Object.keys(result.metafile.outputs).filter((f) => f.endsWith(".js
 const sum = (list) => list.map(size).reduce((a, b) => [a[0] + b[0], a[1] + b[1]], [0, 0]);
 const [coreMin, coreGzip] = sum(statics);
 const [allMin, allGzip] = sum(files);
+// Training (dist/training/index.js) as one self-contained file beside them, for pages that train: built apart so
+// that it never moves a byte of the core's chunks.
+const training = `${outdir}/ldpstream-training.js`;
+await build({ entryPoints: ["dist/training/index.js"], bundle: true, format: "esm", minify: true, platform: "browser",
+              target: "es2022", outfile: training, external: ["node:*"], legalComments: "eof", logLevel: "warning" });
+const [trainingMin, trainingGzip] = size(training);
 console.log(JSON.stringify({ bundle: entry, core_min_bytes: coreMin, core_min_gzip_bytes: coreGzip,
-                             all_files: files.length, all_min_bytes: allMin, all_min_gzip_bytes: allGzip }));
+                             all_files: files.length, all_min_bytes: allMin, all_min_gzip_bytes: allGzip,
+                             training_min_bytes: trainingMin, training_min_gzip_bytes: trainingGzip }));

@@ -62,7 +62,8 @@ export interface JoinOptions {
   random?: Random;
 }
 
-async function storageOf(storage: DeviceStorage | string | undefined): Promise<DeviceStorage> {
+/** The device's storage: a directory in Node (a path), the given get/set object, or IndexedDB in a browser. */
+export async function storageOf(storage: DeviceStorage | string | undefined): Promise<DeviceStorage> {
   if (typeof storage === "string") {
     const { directoryStorage } = await import("./node.js");
     return directoryStorage(storage);
@@ -70,6 +71,23 @@ async function storageOf(storage: DeviceStorage | string | undefined): Promise<D
   if (storage !== undefined) return storage;
   if ((globalThis as { indexedDB?: unknown }).indexedDB !== undefined) return indexedDbStorage();
   throw new StateError("no IndexedDB here: pass `storage`");
+}
+
+/** The device's privacy ledger, kept in `storage` (every charge written before it counts); StateError if it is damaged. */
+export async function openLedger(storage: DeviceStorage): Promise<PrivacyLedger> {
+  const persist = async (json: string) => {
+    try {
+      await storage.set("ledger", json);
+    } catch (exc) {
+      throw new StateError(`cannot write the privacy ledger (nothing charged): ${String(exc)}`);
+    }
+  };
+  try {
+    const text = await storage.get("ledger");
+    return text === undefined || text === null ? new PrivacyLedger(persist) : PrivacyLedger.fromJSON(text, persist);
+  } catch (exc) {
+    throw new StateError(`the privacy ledger is damaged (${String(exc)}): repair or reset it`);
+  }
 }
 
 /** The lifetime the device commits to a spec its policy accepts; SpecRefused (the verdict) if it does not. */
@@ -205,20 +223,7 @@ export class Device {
     const clock = options.clock ?? Date.now;
     const storage = await storageOf(options.storage);
     const state = await DeviceState.open(storage);
-    let ledger: PrivacyLedger;
-    const persist = async (json: string) => {
-      try {
-        await storage.set("ledger", json);
-      } catch (exc) {
-        throw new StateError(`cannot write the privacy ledger (nothing charged): ${String(exc)}`);
-      }
-    };
-    try {
-      const text = await storage.get("ledger");
-      ledger = text === undefined || text === null ? new PrivacyLedger(persist) : PrivacyLedger.fromJSON(text, persist);
-    } catch (exc) {
-      throw new StateError(`the privacy ledger is damaged (${String(exc)}): repair or reset it`);
-    }
+    const ledger = await openLedger(storage);
     const client = new EdgeClient(options.edge, options.fetch, options.outbox?.timeoutMs);
     const link = new Link(client, keys, state, options.collection, clock);
     let spec: CollectionSpec, strategies: Strategies, commitment = 0;

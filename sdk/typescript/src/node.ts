@@ -7,7 +7,8 @@
 import type { DeviceStorage } from "./storage.js";
 
 function fileOf(key: string): string {
-  if (!/^(device|ledger|outbox\/[a-z][a-z0-9_-]{0,62})$/.test(key)) throw new Error(`not a storage key: ${key}`);
+  // a collection's outbox, or a training job's (outbox/job-JOB) and its last update's version (training-JOB)
+  if (!/^(device|ledger|outbox\/[a-z][a-z0-9_-]{0,67}|training-[a-z0-9][a-z0-9_-]{0,63})$/.test(key)) throw new Error(`not a storage key: ${key}`);
   return `${key}.json`;
 }
 

@@ -24,7 +24,8 @@ export interface Seen {
   sequence: number;
 }
 
-async function signed(check: () => Promise<void>): Promise<void> {
+/** `check`'s SignatureError as a TrustError of the same code. */
+export async function signed(check: () => Promise<void>): Promise<void> {
   try {
     await check();
   } catch (exc) {

@@ -60,7 +60,7 @@ export function columnBytes(column: ReportColumn): Uint8Array {
   return littleEndian(column.dtype, column.values);
 }
 
-class Writer {
+export class Writer {
   #parts: Uint8Array[] = [];
 
   #head(...bytes: number[]): void {

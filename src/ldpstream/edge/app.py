@@ -114,7 +114,7 @@ IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
 CORS_PREFLIGHT = {"Access-Control-Allow-Methods": "GET, POST, DELETE",
                   "Access-Control-Allow-Headers": "Authorization, Content-Type, Content-Encoding, If-None-Match",
                   "Access-Control-Max-Age": "600"}
-CORS_EXPOSED = "LDP-Signature, LDP-Spec-Version, ETag, Retry-After, X-Request-Id"
+CORS_EXPOSED = "LDP-Signature, LDP-Spec-Version, LDP-Job-Version, ETag, Retry-After, X-Request-Id"
 # from SIGTERM to exit at most: the forwarder's flush of what is in flight (bounded at 15 s: delivered or spooled),
 # then the rest; with nothing in flight a stop takes well under a second, Kafka and Redis gone or not
 STOP_S = 20.0
