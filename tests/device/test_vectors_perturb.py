@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from ldpstream.contract.collector import collector_for, privacy_budgets, strateg
 from ldpstream.contract.spec import SpecError, parse_spec
 from ldpstream.device import Device, PrivacyLedger
 from ldpstream.device.ledger import Account
-from ldpstream.device.perturb import report_memos
+from ldpstream.device.perturb import memo_prefix, report_memos
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.workload.mechanism import FactorizationMechanism
 
@@ -39,6 +40,7 @@ def test_memo_keys_and_reprs(case: dict[str, Any]) -> None:
                                       **case["parameters"])
     secrets = np.array([int(s) for s in case["secrets"]], dtype=np.uint64)
     assert repr(mech) == case["repr"]
+    assert memo_prefix("battery", mech) == case["memo_prefix"]  # type: ignore[arg-type]
     assert mech.memo_keys(np.array(case["values"]), secrets).tolist() == case["memo_keys"]
     if case["mechanism"] in ("l-grr", "l-oue", "l-osue", "l-sue", "rappor"):
         prr = mech.permanent_response(case["values"], secrets)  # type: ignore[attr-defined]
@@ -75,6 +77,29 @@ def test_a_device_charges_the_recorded_memos() -> None:
     device.report(record, timestamp=1_795_788_000_000)
     index = 2 * len(case["records"])
     assert sorted(ledger.memos(spec.name)) == sorted(case["memos"][index])
+
+
+def test_a_ledger_of_legacy_memo_names_pays_for_none_again() -> None:
+    """A device upgraded from the repr-named memos: each memo it paid for is read under its legacy name, found paid
+    and renamed (read old, write new, kept on disk); a value it never paid for is charged once; nothing is lost."""
+    case = next(c for c in cases("collectors.json") if "memos" in c)
+    spec = parse_spec(case["spec"])
+    secret, n = int(case["secrets"][2]), len(case["records"])
+    legacy, names = case["legacy_memos"][2 * n], case["memos"][2 * n]
+    assert legacy != names
+    paid = {key: 0.75 for key in legacy}  # what the old SDK charged for them (not this spec's eps_inf: kept as paid)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ledger.json"
+        PrivacyLedger({spec.name: Account(lifetime_spent=0.75 * len(paid), memos=paid, secret=secret)}).save(path)
+        ledger = PrivacyLedger.open(path)
+        device = Device(spec, "phone", ledger=ledger, policy=None)
+        device.report(case["records"][0], timestamp=1_795_788_000_000)
+        again = PrivacyLedger.open(path)
+        assert again.lifetime_spent(spec.name) == 0.75 * len(paid)
+        assert again.memos(spec.name) == {key: 0.75 for key in names}
+        device = Device(spec, "phone", ledger=again, policy=None)
+        device.report(case["records"][0], timestamp=1_795_788_000_000 + 3_600_000)
+        assert PrivacyLedger.open(path).lifetime_spent(spec.name) == 0.75 * len(paid)
 
 
 @pytest.mark.parametrize("case", [c for c in cases("hashes.json") if c["kind"] == "strategy"], ids=lambda c: c["name"])

@@ -27,11 +27,13 @@ implementation's (the Python mechanisms define these functions), recorded for fi
 `tests/device/test_vectors_perturb.py` holds the Python SDK to them through its public paths:
 
 - `memo.json`: the keyed 64-bit streams (`ldpstream.mechanisms.longitudinal.memo`), the attribute secrets, and every
-  memoized mechanism's parameters, repr (it names the ledger's memos) and permanent responses for fixed secrets and
+  memoized mechanism's parameters, memo name prefix (protocol.md, "Memo naming": m1, for the attribute "battery"),
+  repr (which named the ledger's memos before m1) and permanent responses for fixed secrets and
   values (L-GRR's code, unary and RAPPOR bits with the cohort, 1BitMean's rounding and bit, dBitFlip's buckets and
   bits).
 - `collectors.json`: specs and how their collector resolves "auto", k and the budgets (`privacy_budgets`), which k
-  attributes a secret fixes, and the memo keys a record reads (`ldpstream.device.perturb.report_memos`).
+  attributes a secret fixes, and the memos a record reads (`ldpstream.device.perturb.report_memos`), by their names and
+  their legacy names.
 - `hashes.json`: local hashing's buckets and exact q*, Hadamard bits, string fingerprints, salts and buckets, the
   heavy-hitter trees' levels and seeds, SFP's puzzle pieces and records, open-domain key codes, and a factorization
   strategy's .npz bytes (stored and deflated) with its content hash.

@@ -15,7 +15,7 @@ import numpy as np
 
 from ldpstream.contract.collector import collector_for, hash_seed, privacy_budgets
 from ldpstream.contract.spec import KeyValueAttribute, parse_spec
-from ldpstream.device.perturb import report_memos
+from ldpstream.device.perturb import memo_prefix, report_memos
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.frequency.hadamard import hadamard_bit
 from ldpstream.mechanisms.frequency.local_hash import hash_buckets, other_support_probability
@@ -77,6 +77,7 @@ def memo_vectors() -> dict[str, Any]:
         case: dict[str, Any] = {"name": f"{name} at ({lifetime:g}, {first:g}), domain {domain}, {parameters}",
                                 "kind": "longitudinal", "mechanism": name, "lifetime": lifetime, "first": first,
                                 "domain": domain, "parameters": parameters, "repr": repr(mech),
+                                "memo_prefix": memo_prefix("battery", mech),
                                 "epsilon": float(mech.epsilon), "epsilon_lifetime": float(mech.epsilon_lifetime),
                                 "mechanism_parameters": {k: float(v) for k, v in mech.parameters().items()},
                                 "secrets": u64(secrets), "values": values,
@@ -177,14 +178,17 @@ def collector_vectors() -> dict[str, Any]:
         if spec.privacy is not None:
             names = [a.name for a in spec.attributes]
             records = [{n: r[n] for n in names} for r in RECORDS]
-            memos = []
+            memos, legacy = [], []
             for secret in secrets:
                 for record in records:
                     columns = {n: np.array([v]) for n, v in record.items()}
-                    memos.append([m.key for m in report_memos(spec, columns, np.array([secret]))[0]])
+                    read = report_memos(spec, columns, np.array([secret]))[0]
+                    memos.append([m.key for m in read])
+                    legacy.append([m.legacy for m in read])
             case["secrets"] = u64(secrets)
             case["records"] = records
-            case["memos"] = memos  # per secret, then per record
+            case["memos"] = memos  # per secret, then per record: the memo names (m1)
+            case["legacy_memos"] = legacy  # the same memos' names before m1, which a ledger may still hold
         cases.append(case)
     return {"cases": cases}
 
