@@ -108,3 +108,15 @@ def test_the_strategy_vectors_load_and_their_tampered_bytes_do_not(case: dict[st
     assert mech.hash == case["hash"] and mech.q.tolist() == case["q"]
     with pytest.raises(SpecError):
         strategy_from_bytes(base64.b64decode(case["tampered"]), case["hash"])
+
+
+def test_every_mechanism_a_spec_can_name_has_vectors() -> None:
+    """Driven by the registry (tests/vectors/rules.json `mechanisms.every`): each name a spec can give is run by some
+    case of collectors.json, memo.json (the memoized ones) or hashes.json (factorization), so that every SDK passing
+    the vectors runs it."""
+    rules = json.loads((VECTORS / "rules.json").read_text())
+    named = {m for c in cases("collectors.json") for m in c["mechanisms"].values()}
+    named |= {c["mechanism"] for c in LONGITUDINAL}
+    named |= {"factorization"} if any(c["kind"] == "strategy" for c in cases("hashes.json")) else set()
+    missing = sorted(set(rules["mechanisms"]["every"]) - named)
+    assert not missing, f"mechanisms a spec can name with no vector case: {missing} (tests/vectors/perturb_vectors.py)"

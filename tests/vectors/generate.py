@@ -357,17 +357,21 @@ def delivery_vectors() -> dict[str, Any]:
 
 
 from perturb_vectors import collector_vectors, hash_vectors, memo_vectors  # noqa: E402
+from spec_rules import rules, typescript  # noqa: E402
 
 VECTORS = {"trust.json": trust_vectors, "policy.json": policy_vectors, "wire.json": wire_vectors,
            "auth.json": auth_vectors, "memo.json": memo_vectors, "collectors.json": collector_vectors,
-           "hashes.json": hash_vectors, "distribution.json": distribution_vectors, "delivery.json": delivery_vectors}
+           "hashes.json": hash_vectors, "distribution.json": distribution_vectors, "delivery.json": delivery_vectors,
+           "rules.json": rules}
+GENERATED = {"sdk/typescript/src/rules.ts": typescript}  # beside the vectors, relative to the repository
 
 
 def render(name: str) -> str:
-    return json.dumps(VECTORS[name](), indent=1) + "\n"
+    return GENERATED[name]() if name in GENERATED else json.dumps(VECTORS[name](), indent=1) + "\n"
 
 
 if __name__ == "__main__":
-    for name in VECTORS:
-        (HERE / name).write_text(render(name))
-        print(f"wrote {HERE / name}")
+    for name in [*VECTORS, *GENERATED]:
+        path = ROOT / name if name in GENERATED else HERE / name
+        path.write_text(render(name))
+        print(f"wrote {path}")

@@ -136,13 +136,14 @@ def collector_vectors() -> dict[str, Any]:
     for sampling in ("one", "split", 2):
         specs.append((f"sampling {sampling}", spec_json(epsilon=4.0, sampling=sampling,
                                                         attributes=[NUMERIC, CATEGORICAL, WIDE])))
-    for name in ("laplace", "scdf", "staircase", "duchi", "pm", "hm", "harmony"):
+    # One spec per mechanism of each family the registry lists (a new mechanism gets its case without a line here).
+    for name in (*registry.NUMERIC, *registry.DISTRIBUTION):
         specs.append((f"numeric {name}", spec_json(attributes=[{**NUMERIC, "mechanism": name}])))
-    for name in ("grr", "sue", "oue", "blh", "olh", "hadamard"):
+    for name in registry.FREQUENCY:
         specs.append((f"categorical {name}", spec_json(attributes=[{**CATEGORICAL, "mechanism": name}])))
-    for name in ("privkv", "pckv-ue", "pckv-grr"):
+    for name in registry.KEYVALUE:
         specs.append((f"key-value {name}", spec_json(attributes=[{**KEYVALUE, "mechanism": name}])))
-    for name in ("hcms_tree", "pem", "sfp"):
+    for name in registry.HEAVY_HITTERS:
         specs.append((f"strings {name}", spec_json(epsilon=4.0, attributes=[{**STRING, "mechanism": name}])))
     memoized = [
         ("auto", [{**NUMERIC, "mechanism": "auto"}, {**CATEGORICAL, "mechanism": "auto"},

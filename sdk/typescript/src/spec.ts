@@ -10,17 +10,15 @@ import { LDPError, SpecError } from "./errors.js";
 import { FREQUENCY } from "./mechanisms/frequency.js";
 import { DISTRIBUTION_PARAMETERS, distribution, longitudinal, LONGITUDINAL_KIND } from "./mechanisms/optional.js";
 import { NUMERIC } from "./mechanisms/numeric.js";
+import {
+  FACTORIZATION, HEAVY_HITTER_NAMES, KEYVALUE_NAMES, MAX_SPEC_SIZE, MAX_WINDOW_SECONDS, NOMINAL_BUDGETS, WORKLOAD_NAMES,
+} from "./rules.js";
 
 export const NAME = /^[a-z][a-z0-9_\-]{0,62}$/;
 const WINDOW = /^(\d+)([smhd])$/;
 const UNIT_SECONDS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400 };
-const MAX_SPEC_SIZE = 256 * 1024;
-const MAX_WINDOW_SECONDS = 3650 * 86400;
-export const FACTORIZATION = "factorization";
-const WORKLOAD_NAMES = ["histogram", "prefix", "all_range", "all_marginals", "3way_marginals", "parity"];
-export const KEYVALUE_NAMES = ["privkv", "pckv-ue", "pckv-grr"];
-export const HEAVY_HITTER_NAMES = ["hcms_tree", "pem", "sfp"];
-const NOMINAL_BUDGETS: [number, number] = [2.0, 1.0];
+// The names, bounds and limits, generated from the Python contract (rules.ts, tests/vectors/spec_rules.py).
+export { FACTORIZATION, HEAVY_HITTER_NAMES, KEYVALUE_NAMES } from "./rules.js";
 
 export interface NumericAttribute {
   name: string;

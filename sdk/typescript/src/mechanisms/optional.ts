@@ -9,20 +9,16 @@
  */
 
 import { LDPError } from "../errors.js";
+import { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "../rules.js";
 import type * as Distribution from "./distribution.js";
 import type * as Factorization from "./factorization.js";
 import type * as KeyValue from "./keyvalue.js";
 import type * as Longitudinal from "./longitudinal.js";
 import type * as Strings from "./strings.js";
 
-export const LONGITUDINAL_KIND: Record<string, "frequency" | "numeric"> = {
-  "l-grr": "frequency", "l-oue": "frequency", "l-osue": "frequency", "l-sue": "frequency", rappor: "frequency",
-  "1bitmean": "numeric", dbitflip: "frequency",
-};
-
-/** The distribution mechanisms a numeric attribute may name, and the parameters a spec may give them
- * (`registry.DISTRIBUTION`, their classes' `parameter_names()`; smoothing is the collector's only). */
-export const DISTRIBUTION_PARAMETERS: Record<string, readonly string[]> = { hh: ["bins", "fanout"], sw: ["bins", "smoothing"] };
+/** The memoized mechanisms' kinds; the distribution mechanisms a numeric attribute may name, and the parameters a spec
+ * may give them (`registry.DISTRIBUTION`, their classes' `parameter_names()`): generated from the Python registry. */
+export { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND };
 
 export interface Needs {
   longitudinal?: boolean;
