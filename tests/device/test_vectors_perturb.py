@@ -80,26 +80,31 @@ def test_a_device_charges_the_recorded_memos() -> None:
 
 
 def test_a_ledger_of_legacy_memo_names_pays_for_none_again() -> None:
-    """A device upgraded from the repr-named memos: each memo it paid for is read under its legacy name, found paid
-    and renamed (read old, write new, kept on disk); a value it never paid for is charged once; nothing is lost."""
+    """A device upgraded from the repr-named memos: each memo it paid for is found paid under its legacy name, which
+    stays (kept on disk, reports after a restart pay nothing for it); a value it never paid for is charged once, under
+    its m1 name."""
     case = next(c for c in cases("collectors.json") if "memos" in c)
     spec = parse_spec(case["spec"])
-    secret, n = int(case["secrets"][2]), len(case["records"])
-    legacy, names = case["legacy_memos"][2 * n], case["memos"][2 * n]
-    assert legacy != names
-    paid = {key: 0.75 for key in legacy}  # what the old SDK charged for them (not this spec's eps_inf: kept as paid)
+    secret, n, t = int(case["secrets"][2]), len(case["records"]), 1_795_788_000_000
+    legacy, later = case["legacy_memos"][2 * n], case["memos"][2 * n + 1]
+    assert legacy != case["memos"][2 * n] and not set(later) & set(case["memos"][2 * n])
+    paid = {key: 0.75 for key in legacy}  # what the old SDK charged for them
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "ledger.json"
         PrivacyLedger({spec.name: Account(lifetime_spent=0.75 * len(paid), memos=paid, secret=secret)}).save(path)
-        ledger = PrivacyLedger.open(path)
-        device = Device(spec, "phone", ledger=ledger, policy=None)
-        device.report(case["records"][0], timestamp=1_795_788_000_000)
-        again = PrivacyLedger.open(path)
-        assert again.lifetime_spent(spec.name) == 0.75 * len(paid)
-        assert again.memos(spec.name) == {key: 0.75 for key in names}
+        Device(spec, "phone", ledger=PrivacyLedger.open(path), policy=None).report(case["records"][0], timestamp=t)
+        again = PrivacyLedger.open(path)  # as after a restart
+        assert again.lifetime_spent(spec.name) == 0.75 * len(paid) and again.memos(spec.name) == paid
         device = Device(spec, "phone", ledger=again, policy=None)
-        device.report(case["records"][0], timestamp=1_795_788_000_000 + 3_600_000)
-        assert PrivacyLedger.open(path).lifetime_spent(spec.name) == 0.75 * len(paid)
+        device.report(case["records"][0], timestamp=t + 3_600_000)
+        device.report(case["records"][1], timestamp=t + 2 * 3_600_000)  # new values: new memos, m1 names, charged
+        last = PrivacyLedger.open(path)
+        cost = collector_for(spec).mechanisms  # each new memo costs its mechanism's eps_inf
+        assert set(last.memos(spec.name)) == set(legacy) | set(later)
+        assert last.lifetime_spent(spec.name) == pytest.approx(
+            0.75 * len(paid) + sum(last.memos(spec.name)[k] for k in later))
+        eps_inf = {name: float(mech.epsilon_lifetime) for name, mech in cost.items()}  # type: ignore[attr-defined]
+        assert all(last.memos(spec.name)[k] == eps_inf[k.split("/")[1]] for k in later)
 
 
 @pytest.mark.parametrize("case", [c for c in cases("hashes.json") if c["kind"] == "strategy"], ids=lambda c: c["name"])

@@ -200,18 +200,15 @@ export class PrivacyLedger {
       const where = window === ALL_TIME_WINDOW ? "all time" : `window ${window} (${spec.windows[0]})`;
       throw new BudgetExceeded(`${spec.name}: the spend in ${where} would be ${total} > the budget eps = ${spec.epsilon}`);
     }
-    // A memo the ledger holds under its legacy name is paid: renamed, never charged again (protocol.md, "Memo naming").
-    const fresh = new Map<string, number>(), renamed = new Map<string | undefined, string>();
-    for (const m of memos) {
-      if (!current.memos.has(m.key)) current.memos.has(m.legacy!) ? renamed.set(m.legacy, m.key) : fresh.set(m.key, m.epsilon);
-    }
+    const fresh = new Map<string, number>();
+    // A memo the ledger holds under its legacy name is read under it: paid (docs/reference/protocol.md, "Memo naming").
+    for (const m of memos) if (!current.memos.has(m.key) && !current.memos.has(m.legacy!)) fresh.set(m.key, m.epsilon);
     const lifetime = current.lifetimeSpent + (spec.privacy === null ? epsilon : fsum([...fresh.values()]));
     checkLifetime(spec, memos, fresh, lifetime);
     const day = Math.floor(timestampMs / DAY_MS);
     if (policy !== null) this.#checkPolicy(spec, policy, epsilon, day, lifetime, days);
     const account: Account = { windows: current.windows.plus(window, epsilon), lifetimeSpent: lifetime,
-                               memos: new Map([...[...current.memos].map(([k, v]) => [renamed.get(k) ?? k, v] as const), ...fresh]),
-                               secret: current.secret };
+                               memos: new Map([...current.memos, ...fresh]), secret: current.secret };
     return [account, days.plus(day, epsilon)];
   }
 

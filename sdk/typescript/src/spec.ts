@@ -211,8 +211,9 @@ const windows: Check = (v) => {
 };
 
 /** The distribution mechanisms a numeric attribute may name (`registry.DISTRIBUTION`), sorted. */
-const DISTRIBUTION_NAMES = Object.keys(DISTRIBUTION_PARAMETERS).sort();
-const memoized = (kind: string) => Object.keys(LONGITUDINAL_KIND).filter((n) => LONGITUDINAL_KIND[n] === kind).sort();
+// rules.ts lists names sorted.
+const DISTRIBUTION_NAMES = Object.keys(DISTRIBUTION_PARAMETERS);
+const memoized = (kind: string) => Object.keys(LONGITUDINAL_KIND).filter((n) => LONGITUDINAL_KIND[n] === kind);
 
 // What an analyst reads about an attribute (the console's catalogue), and what the simulator draws from: checked as
 // Python checks them, otherwise unused on a device (and dropped from the attribute). One line of plain text each.
@@ -300,7 +301,7 @@ function validated(data: Record<string, Json>): CollectionSpec {
 function parameterError(mechanism: string, parameters: Record<string, number>, domain: number | null): string | undefined {
   const isDistribution = Object.hasOwn(DISTRIBUTION_PARAMETERS, mechanism);
   if (!(mechanism in LONGITUDINAL_KIND) && !isDistribution) {
-    return `parameters go with a named memoized mechanism (${Object.keys(LONGITUDINAL_KIND).sort().join(", ")}) or distribution mechanism (${DISTRIBUTION_NAMES.join(", ")}), not '${mechanism}'`;
+    return `parameters go with a named memoized mechanism (${Object.keys(LONGITUDINAL_KIND).join(", ")}) or distribution mechanism (${DISTRIBUTION_NAMES.join(", ")}), not '${mechanism}'`;
   }
   try {
     if (isDistribution) distribution().makeDistribution(mechanism, NOMINAL_BUDGETS[1], parameters);

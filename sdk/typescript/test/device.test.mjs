@@ -64,24 +64,30 @@ test("memos are charged once each; a new value pays, an old one does not", async
   assert.deepEqual([...again.memos("life").keys()], ["c/x/0", "c/x/1"]);
 });
 
-test("a ledger of legacy memo names (before m1) pays for none again: each read is renamed, kept paid", async () => {
+test("a ledger of legacy memo names (before m1) pays for none again; new values pay under m1 names", async () => {
   const vectors = JSON.parse(readFileSync(new URL("../../../tests/vectors/collectors.json", import.meta.url), "utf8"));
   const c = vectors.cases.find((v) => v.memos !== undefined);
   const life = parseSpec(c.spec), n = c.records.length, secret = BigInt(c.secrets[2]);
-  const legacy = c.legacy_memos[2 * n], names = c.memos[2 * n];
+  const legacy = c.legacy_memos[2 * n], names = c.memos[2 * n], later = c.memos[2 * n + 1];
   const old = { format: 3, days: { spent: {}, dropped: null }, commitments: {}, collections: { [life.name]: {
     windows: { spent: {}, dropped: null }, lifetime_spent: 0.75 * legacy.length,
     memos: Object.fromEntries(legacy.map((k) => [k, 0.75])), secret: secret.toString(16).padStart(16, "0") } } };
   let saved = "";
   const ledger = PrivacyLedger.fromJSON(JSON.stringify(old), async (text) => { saved = text; });
-  const memos = new Collector(life).memos(c.records[0], secret);
+  const collector = new Collector(life), memos = collector.memos(c.records[0], secret);
   assert.deepEqual(memos.map((m) => m.key), names);
   await ledger.charge(life, T, memos);
-  const again = PrivacyLedger.fromJSON(saved);
+  const again = PrivacyLedger.fromJSON(saved, async (text) => { saved = text; }); // as after a restart
   assert.equal(again.lifetimeSpent(life.name), 0.75 * legacy.length);
-  assert.deepEqual(Object.fromEntries(again.memos(life.name)), Object.fromEntries(names.map((k) => [k, 0.75])));
+  assert.deepEqual(Object.fromEntries(again.memos(life.name)), old.collections[life.name].memos);
   await again.charge(life, T + HOUR, memos);
-  assert.equal(again.lifetimeSpent(life.name), 0.75 * legacy.length);
+  const fresh = collector.memos(c.records[1], secret);
+  assert.deepEqual(fresh.map((m) => m.key), later);
+  await again.charge(life, T + 2 * HOUR, fresh);
+  const last = PrivacyLedger.fromJSON(saved);
+  assert.deepEqual([...last.memos(life.name).keys()].sort(), [...legacy, ...later].sort());
+  const paid = fresh.reduce((sum, m) => sum + m.epsilon, 0);
+  assert.ok(Math.abs(last.lifetimeSpent(life.name) - (0.75 * legacy.length + paid)) < 1e-12);
 });
 
 test("a failed write charges nothing", async () => {

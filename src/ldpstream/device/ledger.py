@@ -36,7 +36,8 @@ an attribute cost j eps_inf. The odometer refuses, with `BudgetExceeded`, a repo
 the spec's lifetime budget; the device then cannot report the new value in that collection at all (the guarantee it made
 is spent), while reports of values it has paid for go on. A memo is named as docs/reference/protocol.md says ("Memo
 naming" m1); a ledger written before m1 holds memos under their legacy names (Python's repr of the mechanism): a report
-that reads one finds it paid and renames it (read old, write new), so no upgrade pays for a memo twice.
+that reads one finds it paid under that name, which stays (read old, write new: memos first paid later get m1 names),
+so no upgrade, nor a downgrade, pays for a memo twice.
 
 The secret. A collection with a lifetime budget perturbs with the device's 64-bit secret for that collection (`secret`,
 drawn once with the `secrets` module): the memos are a keyed hash of it (`ldpstream.mechanisms.longitudinal.memo`), so
@@ -85,7 +86,7 @@ class BudgetExceeded(ValueError):
 class Memo:
     """A memoized response a report reads: its name (attribute, mechanism and budgets, value or rounded value:
     `ldpstream.device.perturb.memo_prefix`), the eps_inf its first read costs, and the name an older SDK gave it (built
-    on Python's repr), under which a ledger written before memo naming m1 holds it."""
+    on Python's repr), under which a ledger written before memo naming m1 holds it (then it is paid)."""
 
     key: str
     epsilon: float
@@ -267,16 +268,13 @@ class PrivacyLedger:
             raise BudgetExceeded(f"{spec.name}: a report costing eps = {epsilon:g} would bring the spend in {where} "
                                  f"to {total:g} > the collection's budget eps = {spec.epsilon:g} "
                                  f"(already spent {before:g})")
-        renamed = {m.legacy: m.key for m in memos
-                   if m.key not in current.memos and m.legacy is not None and m.legacy in current.memos}
-        new = {m.key: m.epsilon for m in memos if m.key not in current.memos and m.legacy not in renamed}
+        new = {m.key: m.epsilon for m in memos if m.key not in current.memos and m.legacy not in current.memos}
         lifetime = current.lifetime_spent + (epsilon if spec.privacy is None else math.fsum(new.values()))
         self._check_lifetime(spec, memos, new, current, lifetime)
         day = timestamp_ms // DAY_MS
         if policy is not None:
             self._check_policy(spec, policy, epsilon, day, lifetime, days)
-        paid = {renamed.get(k, k): v for k, v in current.memos.items()}  # a legacy name read is written anew, paid
-        account = Account(current.windows.plus(window, epsilon), lifetime, {**paid, **new}, current.secret)
+        account = Account(current.windows.plus(window, epsilon), lifetime, {**current.memos, **new}, current.secret)
         return account, days.plus(day, epsilon)
 
     def _check_policy(self, spec: CollectionSpec, policy: PrivacyPolicy, epsilon: float, day: int,
