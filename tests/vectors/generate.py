@@ -31,7 +31,8 @@ implementation's (the Python mechanisms define these functions), recorded for fi
   repr (which named the ledger's memos before m1) and permanent responses for fixed secrets and
   values (L-GRR's code, unary and RAPPOR bits with the cohort, 1BitMean's rounding and bit, dBitFlip's buckets and
   bits).
-- `collectors.json`: specs and how their collector resolves "auto", k and the budgets (`privacy_budgets`), which k
+- `collectors.json`: specs and how their collector resolves "auto", k and the budgets (`privacy_budgets`), each
+  attribute's report columns (dtype, values per row, bounds, finite output set: `Mechanism.schema`), which k
   attributes a secret fixes, and the memos a record reads (`ldpstream.device.perturb.report_memos`), by their names and
   their legacy names.
 - `hashes.json`: local hashing's buckets and exact q*, Hadamard bits, string fingerprints, salts and buckets, the

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import zipfile
 from typing import Any
 
@@ -171,6 +172,7 @@ def collector_vectors() -> dict[str, Any]:
         case: dict[str, Any] = {
             "name": label, "spec": text, "k": collector.k,
             "mechanisms": {name: mech.name for name, mech in collector.mechanisms.items()},
+            "report_columns": {name: report_columns(mech) for name, mech in collector.mechanisms.items()},
             "budgets": {"per_report": budgets["per_report"], "lifetime": budgets["lifetime"],
                         "values": budgets["values"],
                         "attributes": {n: {"mechanism": a["mechanism"], "one_report": float(a["one_report"]),
@@ -192,6 +194,15 @@ def collector_vectors() -> dict[str, Any]:
             case["legacy_memos"] = legacy  # the same memos' names before m1, which a ledger may still hold
         cases.append(case)
     return {"cases": cases}
+
+
+def report_columns(mech: Any) -> list[dict[str, Any]]:
+    """The wire columns of `mech`'s report (`Mechanism.schema`): name, dtype, values per row, the inclusive bounds of
+    each value (null: unbounded) and, for a finite output set, its values; the edge refuses a row outside them."""
+    def bound(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None
+    return [{"name": c.name, "dtype": c.dtype, "width": c.width, "low": bound(c.low), "high": bound(c.high),
+             "allowed": None if c.allowed is None else [float(v) for v in c.allowed]} for c in mech.schema.columns]
 
 
 def npz_bytes(mech: FactorizationMechanism, compression: int) -> bytes:
