@@ -12,6 +12,7 @@ from typing import Any
 
 from ldpstream.contract import pointer, spec
 from ldpstream.contract.auth import SCHEME
+from ldpstream.contract.checks import REQUIRED, Record, rule_of
 from ldpstream.contract.validation import MAX_FUTURE_SKEW_MS
 from ldpstream.contract.wire import WIRE_VERSION
 from ldpstream.device import edge_api, http, ledger, outbox
@@ -37,6 +38,84 @@ def mechanisms() -> dict[str, Any]:
         "workloads": list(WORKLOAD_NAMES),
         "every": sorted(EVERY_MECHANISM),
     }
+
+
+RECORDS: dict[str, type[Record]] = {
+    "spec": spec.CollectionSpec, "privacy": spec.Privacy, "shuffle": spec.Shuffle,
+    "numeric": spec.NumericAttribute, "categorical": spec.CategoricalAttribute, "keyvalue": spec.KeyValueAttribute,
+    "string": spec.StringAttribute}
+
+
+def fields() -> dict[str, dict[str, Any]]:
+    """Each object of a spec (the spec, its privacy and shuffle blocks, each type of attribute): its fields with the
+    rule each declares (type, bounds: gt/ge/lt/le, min_length/max_length, pattern, nullable) and its default."""
+    def default(value: Any) -> dict[str, Any]:
+        return {"required": True} if value is REQUIRED else {"default": value}
+    return {kind: {name: {**rule_of(check), **default(value)} for name, (check, value) in record._fields.items()}
+            for kind, record in RECORDS.items()}
+
+
+BASE: dict[str, Any] = {"name": "diag", "version": 1, "epsilon": 2.0, "windows": ["1h"]}
+ATTRIBUTES = {"numeric": {"name": "x", "type": "numeric", "range": [0, 1]},
+              "categorical": {"name": "c", "type": "categorical", "values": ["a", "b", "c"]},
+              "keyvalue": {"name": "kv", "type": "keyvalue", "keys": ["a", "b"], "range": [0, 1]},
+              "string": {"name": "s", "type": "string", "max_length": 8}}
+
+
+def with_field(kind: str, field: str, value: Any) -> dict[str, Any]:
+    """A spec whose `kind` object has `field` = value, every other field as plain as can be."""
+    if kind == "spec":
+        return {**BASE, "attributes": [ATTRIBUTES["numeric"]], field: value}
+    if kind == "privacy":
+        privacy = {"per_report": 1.0, "lifetime": 4.0, field: value}  # lifetime >= per_report, whichever is set
+        if field == "per_report" and isinstance(value, float | int) and value > 0:
+            privacy["lifetime"] = 2.0 * value
+        elif field == "lifetime" and isinstance(value, float | int) and value > 0:
+            privacy["per_report"] = min(value / 2, 1.0)
+        body = {**BASE, "attributes": [ATTRIBUTES["categorical"]], "privacy": privacy}
+        del body["epsilon"]  # it is privacy.per_report
+        return body
+    if kind == "shuffle":
+        return {**BASE, "attributes": [ATTRIBUTES["numeric"]],
+                "shuffle": {"delta": 1e-8, "min_batch": 1000, "grace_s": 30, field: value}}
+    attribute = {**ATTRIBUTES[kind], field: value}
+    if field == "buckets":  # an open key domain: buckets, no keys
+        del attribute["keys"]
+    return {**BASE, "attributes": [attribute]}
+
+
+def edges(rule: dict[str, Any]) -> list[Any]:
+    """Values on each side of each bound the rule declares."""
+    if rule.get("type") == "integer":
+        return [v for b, step in (("ge", -1), ("le", 1)) if b in rule for v in (rule[b], rule[b] + step)]
+    if rule.get("type") == "number":
+        out = []
+        for b, side in (("gt", 1), ("ge", -1), ("lt", -1), ("le", 1)):
+            if b in rule:
+                out += [rule[b], rule[b] + side * max(abs(rule[b]), 1.0) * 1e-6]
+        return out
+    if rule.get("type") == "string" and "pattern" not in rule:
+        lengths = [n for b, step in (("min_length", -1), ("max_length", 1)) if b in rule
+                   for n in (rule[b], rule[b] + step)]
+        return ["x" * n for n in lengths if n >= 0]
+    return []
+
+
+def bound_cases() -> list[dict[str, Any]]:
+    """A spec on each side of every bound a field declares, and whether the Python contract accepts it: an SDK that
+    copied a bound wrong (or missed one) gives another verdict."""
+    cases = []
+    for kind, record in RECORDS.items():
+        for field, (check, _) in record._fields.items():
+            for value in edges(rule_of(check)):
+                text = json.dumps(with_field(kind, field, value))
+                try:
+                    spec.parse_spec(text)
+                    accepted = True
+                except spec.SpecError:
+                    accepted = False
+                cases.append({"name": f"{kind}.{field} = {value!r}"[:80], "spec": text, "accepted": accepted})
+    return cases
 
 
 def rules() -> dict[str, Any]:
@@ -65,6 +144,8 @@ def rules() -> dict[str, Any]:
                      "hopeless": sorted(outbox.HOPELESS), "verdicts": sorted(outbox.VERDICTS)},
         "ledger": {"format": ledger.FORMAT, "windows_kept": ledger.WINDOWS_KEPT, "days_kept": ledger.DAYS_KEPT},
         "auth_scheme": SCHEME,
+        "fields": fields(),
+        "bounds": bound_cases(),
     }
 
 

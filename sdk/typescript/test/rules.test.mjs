@@ -11,7 +11,9 @@ import { LONGITUDINAL_PARAMETERS, makeLongitudinal } from "../dist/mechanisms/lo
 import { NUMERIC } from "../dist/mechanisms/numeric.js";
 import { makeDistribution } from "../dist/mechanisms/distribution.js";
 import { makeKeyvalue } from "../dist/mechanisms/keyvalue.js";
+import { SpecError } from "../dist/errors.js";
 import { DEFAULT_POLICY, EVERY_MECHANISM } from "../dist/policy.js";
+import { parseSpec } from "../dist/spec.js";
 import * as generated from "../dist/rules.js";
 
 const RULES = JSON.parse(readFileSync(new URL("../../../tests/vectors/rules.json", import.meta.url), "utf8"));
@@ -52,4 +54,17 @@ test("each family's mechanisms are built by name, as the registry lists them", (
   }
   for (const name of Object.keys(M.distribution)) assert.ok(NO_PORT.has(name) || makeDistribution(name, 1.0, {}), name);
   for (const name of M.keyvalue) assert.ok(NO_PORT.has(name) || makeKeyvalue(name, 1.0, 8, 1), name);
+});
+
+test("every bound a spec's field declares (rules.json `bounds`): the same verdict as the Python contract", () => {
+  const differ = RULES.bounds.filter((c) => {
+    try {
+      parseSpec(c.spec);
+      return !c.accepted;
+    } catch (exc) {
+      if (!(exc instanceof SpecError)) throw exc;
+      return c.accepted;
+    }
+  });
+  assert.deepEqual(differ.map((c) => c.name), [], "the TypeScript SDK's spec bounds differ from the Python contract's");
 });
