@@ -11,7 +11,9 @@ import { LONGITUDINAL_PARAMETERS, makeLongitudinal } from "../dist/mechanisms/lo
 import { NUMERIC } from "../dist/mechanisms/numeric.js";
 import { makeDistribution } from "../dist/mechanisms/distribution.js";
 import { makeKeyvalue } from "../dist/mechanisms/keyvalue.js";
+import { Collector } from "../dist/collector.js";
 import { SpecError } from "../dist/errors.js";
+import { CryptoRandom } from "../dist/random.js";
 import { DEFAULT_POLICY, EVERY_MECHANISM } from "../dist/policy.js";
 import { parseSpec } from "../dist/spec.js";
 import * as generated from "../dist/rules.js";
@@ -67,4 +69,35 @@ test("every bound a spec's field declares (rules.json `bounds`): the same verdic
     }
   });
   assert.deepEqual(differ.map((c) => c.name), [], "the TypeScript SDK's spec bounds differ from the Python contract's");
+});
+
+/** numpy's dtype names (collectors.json, `Mechanism.schema`) as the wire spells them (protocol.md, §5.1). */
+const WIRE_DTYPE = { float64: "<f8", int64: "<i8", uint32: "<u4", uint8: "|u1", int8: "|i1" };
+/** A true value for each attribute of collectors.json's specs. */
+const RECORD = { battery: 71, network: "wifi", app: "app3", minutes: { chat: 10, maps: 300 }, usage: { k: 0.5 },
+                 domain: "abc" };
+
+test("every mechanism's report has the columns collectors.json declares (dtype, width, bounds, output set)", () => {
+  const rng = new CryptoRandom();
+  for (const c of JSON.parse(readFileSync(new URL("../../../tests/vectors/collectors.json", import.meta.url), "utf8")).cases) {
+    const spec = parseSpec(c.spec), collector = new Collector(spec);
+    const record = Object.fromEntries(spec.attributes.map((a) => [a.name, RECORD[a.name]]));
+    for (let i = 0; i < 20; i++) { // sampled attributes: each reported in some of 20 reports
+      for (const { attribute, report } of collector.perturb(record, rng, spec.privacy === null ? null : 5n)) {
+        const name = spec.attributes[attribute].name, want = c.report_columns[name], at = `${c.name}: ${name}`;
+        assert.deepEqual(Object.keys(report).sort(), want.map((w) => w.name).sort(), at);
+        for (const w of want) {
+          const got = report[w.name];
+          assert.equal(got.dtype, WIRE_DTYPE[w.dtype], `${at}.${w.name} dtype`);
+          assert.equal(got.values.length, w.width, `${at}.${w.name} width`);
+          for (const v of got.values) { // bounds from exp/log: within 1e-12 relative (an ulp may differ by platform)
+            const slack = (x) => 1e-12 * Math.abs(x);
+            assert.ok((w.low === null || v >= w.low - slack(w.low)) && (w.high === null || v <= w.high + slack(w.high)),
+                      `${at}.${w.name} ${v}`);
+            if (w.allowed !== null) assert.ok(w.allowed.some((a) => Math.abs(a - v) <= slack(a)), `${at}.${w.name} ${v}`);
+          }
+        }
+      }
+    }
+  }
 });
