@@ -1,4 +1,4 @@
-"""Training jobs on devices (docs/reference/protocol.md section 9): bytes per update per mechanism, and the Python
+"""Training jobs on devices (docs/reference/protocol.md section 13): bytes per update per mechanism, and the Python
 device's time per update (gradient of its examples, clip, perturb from uniforms, encode), for softmax and the MLP,
 next to the peer measured in the same run: the server mechanism's vectorised perturbation of the same vector.
 

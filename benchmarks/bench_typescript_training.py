@@ -1,4 +1,4 @@
-"""Device time per training update (issue 40), as JSON: what one device spends making one update (section 9.5 of
+"""Device time per training update (issue 40), as JSON: what one device spends making one update (section 13.5 of
 docs/reference/protocol.md: the mean gradient of its examples at the model, clipping, the job's randomizer, the
 update's bytes), for softmax 784-10 with privunitg and projunit (k = 1000) and the MLP 784-64-10 with projunit
 (a privunitg update of its 50,890 values would pass the edge's limit), by
@@ -58,7 +58,7 @@ def cases(updates: int, examples: int) -> list[dict[str, Any]]:
     out = []
     for architecture, dims in (("softmax", [784, 10]), ("mlp", [784, 64, 10])):
         size = make_network(architecture, tuple(dims)).size
-        for name in ("privunitg", "projunit") if 4 * size <= 65_536 else ("projunit",):  # protocol 9.1's limit
+        for name in ("privunitg", "projunit") if 4 * size <= 65_536 else ("projunit",):  # protocol 13.1's limit
             inner = size if name == "privunitg" else min(K, 1 << (size - 1).bit_length())
             cap = optimal_cap("gaussian", EPSILON, inner)
             mechanism = {"name": name, "p": cap.p, "q": cap.q, **({"k": K} if name == "projunit" else {})}

@@ -1,4 +1,4 @@
-// Device time per training update (protocol section 9.5: mean gradient of the device's examples, clip, perturb,
+// Device time per training update (protocol section 13.5: mean gradient of the device's examples, clip, perturb,
 // encode), by the TypeScript SDK: `runTrainBench(training, cases)` runs in Node (node train.mjs CASES.json -> JSON)
 // and in a page (train_browser.mjs). Each case: {name, architecture, dims, mechanism {name, p, q[, k]}, examples,
 // updates}; the model's parameters and the examples are pseudo-random (fixed), the noise from crypto.getRandomValues.

@@ -135,6 +135,9 @@ def test_the_committed_vectors_are_what_the_generator_writes() -> None:
     spec.loader.exec_module(generate)
     for name in generate.VECTORS:
         assert (VECTORS / name).read_text() == generate.render(name), f"{name} drifted: run tests/vectors/generate.py"
+    for name in generate.GENERATED:  # the TypeScript SDK's copy of the spec's rules
+        assert (generate.ROOT / name).read_text() == generate.render(name), (
+            f"{name} differs from the Python contract: run `.venv/bin/python tests/vectors/generate.py`")
 
 
 DELIVERY = load("delivery.json")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from ldpstream.contract.collector import collector_for, privacy_budgets, strateg
 from ldpstream.contract.spec import SpecError, parse_spec
 from ldpstream.device import Device, PrivacyLedger
 from ldpstream.device.ledger import Account
-from ldpstream.device.perturb import report_memos
+from ldpstream.device.perturb import memo_prefix, report_memos
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.workload.mechanism import FactorizationMechanism
 
@@ -39,6 +40,7 @@ def test_memo_keys_and_reprs(case: dict[str, Any]) -> None:
                                       **case["parameters"])
     secrets = np.array([int(s) for s in case["secrets"]], dtype=np.uint64)
     assert repr(mech) == case["repr"]
+    assert memo_prefix("battery", mech) == case["memo_prefix"]  # type: ignore[arg-type]
     assert mech.memo_keys(np.array(case["values"]), secrets).tolist() == case["memo_keys"]
     if case["mechanism"] in ("l-grr", "l-oue", "l-osue", "l-sue", "rappor"):
         prr = mech.permanent_response(case["values"], secrets)  # type: ignore[attr-defined]
@@ -77,9 +79,49 @@ def test_a_device_charges_the_recorded_memos() -> None:
     assert sorted(ledger.memos(spec.name)) == sorted(case["memos"][index])
 
 
+def test_a_ledger_of_legacy_memo_names_pays_for_none_again() -> None:
+    """A device upgraded from the repr-named memos: each memo it paid for is found paid under its legacy name, which
+    stays (kept on disk, reports after a restart pay nothing for it); a value it never paid for is charged once, under
+    its m1 name."""
+    case = next(c for c in cases("collectors.json") if "memos" in c)
+    spec = parse_spec(case["spec"])
+    secret, n, t = int(case["secrets"][2]), len(case["records"]), 1_795_788_000_000
+    legacy, later = case["legacy_memos"][2 * n], case["memos"][2 * n + 1]
+    assert legacy != case["memos"][2 * n] and not set(later) & set(case["memos"][2 * n])
+    paid = {key: 0.75 for key in legacy}  # what the old SDK charged for them
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ledger.json"
+        PrivacyLedger({spec.name: Account(lifetime_spent=0.75 * len(paid), memos=paid, secret=secret)}).save(path)
+        Device(spec, "phone", ledger=PrivacyLedger.open(path), policy=None).report(case["records"][0], timestamp=t)
+        again = PrivacyLedger.open(path)  # as after a restart
+        assert again.lifetime_spent(spec.name) == 0.75 * len(paid) and again.memos(spec.name) == paid
+        device = Device(spec, "phone", ledger=again, policy=None)
+        device.report(case["records"][0], timestamp=t + 3_600_000)
+        device.report(case["records"][1], timestamp=t + 2 * 3_600_000)  # new values: new memos, m1 names, charged
+        last = PrivacyLedger.open(path)
+        cost = collector_for(spec).mechanisms  # each new memo costs its mechanism's eps_inf
+        assert set(last.memos(spec.name)) == set(legacy) | set(later)
+        assert last.lifetime_spent(spec.name) == pytest.approx(
+            0.75 * len(paid) + sum(last.memos(spec.name)[k] for k in later))
+        eps_inf = {name: float(mech.epsilon_lifetime) for name, mech in cost.items()}  # type: ignore[attr-defined]
+        assert all(last.memos(spec.name)[k] == eps_inf[k.split("/")[1]] for k in later)
+
+
 @pytest.mark.parametrize("case", [c for c in cases("hashes.json") if c["kind"] == "strategy"], ids=lambda c: c["name"])
 def test_the_strategy_vectors_load_and_their_tampered_bytes_do_not(case: dict[str, Any]) -> None:
     mech = FactorizationMechanism.load(io.BytesIO(base64.b64decode(case["npz"])), expected_hash=case["hash"])
     assert mech.hash == case["hash"] and mech.q.tolist() == case["q"]
     with pytest.raises(SpecError):
         strategy_from_bytes(base64.b64decode(case["tampered"]), case["hash"])
+
+
+def test_every_mechanism_a_spec_can_name_has_vectors() -> None:
+    """Driven by the registry (tests/vectors/rules.json `mechanisms.every`): each name a spec can give is run by some
+    case of collectors.json, memo.json (the memoized ones) or hashes.json (factorization), so that every SDK passing
+    the vectors runs it."""
+    rules = json.loads((VECTORS / "rules.json").read_text())
+    named = {m for c in cases("collectors.json") for m in c["mechanisms"].values()}
+    named |= {c["mechanism"] for c in LONGITUDINAL}
+    named |= {"factorization"} if any(c["kind"] == "strategy" for c in cases("hashes.json")) else set()
+    missing = sorted(set(rules["mechanisms"]["every"]) - named)
+    assert not missing, f"mechanisms a spec can name with no vector case: {missing} (tests/vectors/perturb_vectors.py)"

@@ -1,4 +1,4 @@
-"""The Python SDK against tests/vectors/training.json (docs/reference/protocol.md section 9): the job spec and model
+"""The Python SDK against tests/vectors/training.json (docs/reference/protocol.md section 13): the job spec and model
 descriptor verify against the pinned keys, the clipped update vector of given examples, the update bytes made from
 scripted uniforms, and the updates the edge refuses. The TypeScript SDK passes the same file."""
 

@@ -1,4 +1,4 @@
-"""Devices train models through the edge (docs/reference/protocol.md section 9): the real edge, Kafka and Redis, the
+"""Devices train models through the edge (docs/reference/protocol.md section 13): the real edge, Kafka and Redis, the
 real device SDK (`TrainingDevice`), the real coordinator (`JobCoordinator`, in a thread here). Bad input from devices,
 from the network and from a compromised or frozen coordinator is refused where it happens, nothing is counted twice,
 no budget is refunded, and the coordinator keeps going."""

@@ -1,4 +1,4 @@
-"""The device's update randomizers (`ldpstream.mechanisms.gradients.device`, protocol section 9.5) draw from the same
+"""The device's update randomizers (`ldpstream.mechanisms.gradients.device`, protocol section 13.5) draw from the same
 laws as the server mechanisms: seeded simulation of n reports, unbiased (every coordinate's mean within 5 standard
 errors of x) and with PrivUnitG's closed-form error E||x_hat - x||^2 = MSE + 1 - ||x||^2 (privunit's docstring),
 within 5 standard errors of the n squared errors' mean."""

@@ -1,4 +1,4 @@
-"""TypeScript devices train through the real edge, Kafka and Redis (docs/reference/protocol.md section 9): Node
+"""TypeScript devices train through the real edge, Kafka and Redis (docs/reference/protocol.md section 13): Node
 `TrainingDevice`s (tests/typescript/train_devices.mjs) join a job with its token, train on their own rows, and the
 real coordinator takes their updates and steps; a device whose policy caps epsilon below the job's refuses it and
 sends nothing; Node and Python devices train one Fashion-MNIST softmax job, one version each; the example page

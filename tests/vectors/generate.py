@@ -27,11 +27,14 @@ implementation's (the Python mechanisms define these functions), recorded for fi
 `tests/device/test_vectors_perturb.py` holds the Python SDK to them through its public paths:
 
 - `memo.json`: the keyed 64-bit streams (`ldpstream.mechanisms.longitudinal.memo`), the attribute secrets, and every
-  memoized mechanism's parameters, repr (it names the ledger's memos) and permanent responses for fixed secrets and
+  memoized mechanism's parameters, memo name prefix (protocol.md, "Memo naming": m1, for the attribute "battery"),
+  repr (which named the ledger's memos before m1) and permanent responses for fixed secrets and
   values (L-GRR's code, unary and RAPPOR bits with the cohort, 1BitMean's rounding and bit, dBitFlip's buckets and
   bits).
-- `collectors.json`: specs and how their collector resolves "auto", k and the budgets (`privacy_budgets`), which k
-  attributes a secret fixes, and the memo keys a record reads (`ldpstream.device.perturb.report_memos`).
+- `collectors.json`: specs and how their collector resolves "auto", k and the budgets (`privacy_budgets`), each
+  attribute's report columns (dtype, values per row, bounds, finite output set: `Mechanism.schema`), which k
+  attributes a secret fixes, and the memos a record reads (`ldpstream.device.perturb.report_memos`), by their names and
+  their legacy names.
 - `hashes.json`: local hashing's buckets and exact q*, Hadamard bits, string fingerprints, salts and buckets, the
   heavy-hitter trees' levels and seeds, SFP's puzzle pieces and records, open-domain key codes, and a factorization
   strategy's .npz bytes (stored and deflated) with its content hash.
@@ -356,18 +359,21 @@ def delivery_vectors() -> dict[str, Any]:
 
 from perturb_vectors import collector_vectors, hash_vectors, memo_vectors  # noqa: E402
 from training_vectors import training_vectors  # noqa: E402
+from spec_rules import rules, typescript  # noqa: E402
 
 VECTORS = {"trust.json": trust_vectors, "policy.json": policy_vectors, "wire.json": wire_vectors,
            "auth.json": auth_vectors, "memo.json": memo_vectors, "collectors.json": collector_vectors,
            "hashes.json": hash_vectors, "distribution.json": distribution_vectors, "delivery.json": delivery_vectors,
-           "training.json": lambda: training_vectors(key)}
+           "training.json": lambda: training_vectors(key), "rules.json": rules}
+GENERATED = {"sdk/typescript/src/rules.ts": typescript}  # beside the vectors, relative to the repository
 
 
 def render(name: str) -> str:
-    return json.dumps(VECTORS[name](), indent=1) + "\n"
+    return GENERATED[name]() if name in GENERATED else json.dumps(VECTORS[name](), indent=1) + "\n"
 
 
 if __name__ == "__main__":
-    for name in VECTORS:
-        (HERE / name).write_text(render(name))
-        print(f"wrote {HERE / name}")
+    for name in [*VECTORS, *GENERATED]:
+        path = ROOT / name if name in GENERATED else HERE / name
+        path.write_text(render(name))
+        print(f"wrote {path}")

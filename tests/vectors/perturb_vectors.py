@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import zipfile
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from ldpstream.contract.collector import collector_for, hash_seed, privacy_budgets
 from ldpstream.contract.spec import KeyValueAttribute, parse_spec
-from ldpstream.device.perturb import report_memos
+from ldpstream.device.perturb import memo_prefix, report_memos
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.frequency.hadamard import hadamard_bit
 from ldpstream.mechanisms.frequency.local_hash import hash_buckets, other_support_probability
@@ -77,6 +78,7 @@ def memo_vectors() -> dict[str, Any]:
         case: dict[str, Any] = {"name": f"{name} at ({lifetime:g}, {first:g}), domain {domain}, {parameters}",
                                 "kind": "longitudinal", "mechanism": name, "lifetime": lifetime, "first": first,
                                 "domain": domain, "parameters": parameters, "repr": repr(mech),
+                                "memo_prefix": memo_prefix("battery", mech),
                                 "epsilon": float(mech.epsilon), "epsilon_lifetime": float(mech.epsilon_lifetime),
                                 "mechanism_parameters": {k: float(v) for k, v in mech.parameters().items()},
                                 "secrets": u64(secrets), "values": values,
@@ -135,13 +137,14 @@ def collector_vectors() -> dict[str, Any]:
     for sampling in ("one", "split", 2):
         specs.append((f"sampling {sampling}", spec_json(epsilon=4.0, sampling=sampling,
                                                         attributes=[NUMERIC, CATEGORICAL, WIDE])))
-    for name in ("laplace", "scdf", "staircase", "duchi", "pm", "hm", "harmony"):
+    # One spec per mechanism of each family the registry lists (a new mechanism gets its case without a line here).
+    for name in (*registry.NUMERIC, *registry.DISTRIBUTION):
         specs.append((f"numeric {name}", spec_json(attributes=[{**NUMERIC, "mechanism": name}])))
-    for name in ("grr", "sue", "oue", "blh", "olh", "hadamard"):
+    for name in registry.FREQUENCY:
         specs.append((f"categorical {name}", spec_json(attributes=[{**CATEGORICAL, "mechanism": name}])))
-    for name in ("privkv", "pckv-ue", "pckv-grr"):
+    for name in registry.KEYVALUE:
         specs.append((f"key-value {name}", spec_json(attributes=[{**KEYVALUE, "mechanism": name}])))
-    for name in ("hcms_tree", "pem", "sfp"):
+    for name in registry.HEAVY_HITTERS:
         specs.append((f"strings {name}", spec_json(epsilon=4.0, attributes=[{**STRING, "mechanism": name}])))
     memoized = [
         ("auto", [{**NUMERIC, "mechanism": "auto"}, {**CATEGORICAL, "mechanism": "auto"},
@@ -169,6 +172,7 @@ def collector_vectors() -> dict[str, Any]:
         case: dict[str, Any] = {
             "name": label, "spec": text, "k": collector.k,
             "mechanisms": {name: mech.name for name, mech in collector.mechanisms.items()},
+            "report_columns": {name: report_columns(mech) for name, mech in collector.mechanisms.items()},
             "budgets": {"per_report": budgets["per_report"], "lifetime": budgets["lifetime"],
                         "values": budgets["values"],
                         "attributes": {n: {"mechanism": a["mechanism"], "one_report": float(a["one_report"]),
@@ -177,16 +181,28 @@ def collector_vectors() -> dict[str, Any]:
         if spec.privacy is not None:
             names = [a.name for a in spec.attributes]
             records = [{n: r[n] for n in names} for r in RECORDS]
-            memos = []
+            memos, legacy = [], []
             for secret in secrets:
                 for record in records:
                     columns = {n: np.array([v]) for n, v in record.items()}
-                    memos.append([m.key for m in report_memos(spec, columns, np.array([secret]))[0]])
+                    read = report_memos(spec, columns, np.array([secret]))[0]
+                    memos.append([m.key for m in read])
+                    legacy.append([m.legacy for m in read])
             case["secrets"] = u64(secrets)
             case["records"] = records
-            case["memos"] = memos  # per secret, then per record
+            case["memos"] = memos  # per secret, then per record: the memo names (m1)
+            case["legacy_memos"] = legacy  # the same memos' names before m1, which a ledger may still hold
         cases.append(case)
     return {"cases": cases}
+
+
+def report_columns(mech: Any) -> list[dict[str, Any]]:
+    """The wire columns of `mech`'s report (`Mechanism.schema`): name, dtype, values per row, the inclusive bounds of
+    each value (null: unbounded) and, for a finite output set, its values; the edge refuses a row outside them."""
+    def bound(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None
+    return [{"name": c.name, "dtype": c.dtype, "width": c.width, "low": bound(c.low), "high": bound(c.high),
+             "allowed": None if c.allowed is None else [float(v) for v in c.allowed]} for c in mech.schema.columns]
 
 
 def npz_bytes(mech: FactorizationMechanism, compression: int) -> bytes:

@@ -1,4 +1,4 @@
-"""The vectors of training jobs (`training.json`, docs/reference/protocol.md section 9): a job spec and its spec-key
+"""The vectors of training jobs (`training.json`, docs/reference/protocol.md section 13): a job spec and its spec-key
 signature, a model descriptor and its online-key signature, a version's bytes, the clipped update vector of given
 examples, updates made from scripted uniforms (exact bytes; values to 1e-9 relative to the largest), and updates
 the edge refuses with their codes. Keys come from the fixed seeds of generate.py."""

@@ -30,6 +30,8 @@ export type TrueRecord = Record<string, unknown>;
 export interface Memo {
   key: string;
   epsilon: number;
+  /** Its name before memo naming m1 (`ldpstream.device.ledger.Memo.legacy`), which an older ledger may hold. */
+  legacy?: string;
 }
 
 interface Plan {
@@ -195,13 +197,13 @@ export class Collector {
     return longitudinal().keyedSample(secret, this.plans.map((p) => p.nameKey), k);
   }
 
-  /** The memos a report of `record` reads (a spec with a privacy block), as the Python ledger keys them. */
+  /** The memos a report of `record` reads (a spec with a privacy block), named as the Python ledger names them. */
   memos(record: TrueRecord, secret: bigint): Memo[] {
     const inputs = this.inputs(record);
     return this.sampled(null as unknown as Random, secret).map((i) => {
       const p = this.plans[i], mech = p.memoized!;
-      const key = mech.memoKey(inputs[i] as number, longitudinal().attributeSecret(secret, p.nameKey));
-      return { key: `${p.attribute.name}/${mech.repr()}/${key}`, epsilon: mech.epsilonLifetime };
+      return longitudinal().memoOf(p.attribute.name, mech, mech.memoKey(inputs[i] as number,
+                                                                         longitudinal().attributeSecret(secret, p.nameKey)));
     });
   }
 

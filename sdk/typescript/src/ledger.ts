@@ -201,7 +201,8 @@ export class PrivacyLedger {
       throw new BudgetExceeded(`${spec.name}: the spend in ${where} would be ${total} > the budget eps = ${spec.epsilon}`);
     }
     const fresh = new Map<string, number>();
-    for (const m of memos) if (!current.memos.has(m.key)) fresh.set(m.key, m.epsilon);
+    // A memo the ledger holds under its legacy name is read under it: paid (docs/reference/protocol.md, "Memo naming").
+    for (const m of memos) if (!current.memos.has(m.key) && !current.memos.has(m.legacy!)) fresh.set(m.key, m.epsilon);
     const lifetime = current.lifetimeSpent + (spec.privacy === null ? epsilon : fsum([...fresh.values()]));
     checkLifetime(spec, memos, fresh, lifetime);
     const day = Math.floor(timestampMs / DAY_MS);

@@ -9,10 +9,9 @@ import { NAME } from "./spec.js";
 
 export const MAX_POINTER_BYTES = 1024;
 export const POINTER_PERIOD_MS = 3_600_000;
-/** The longest validity a device accepts (the protocol's bound). */
-export const MAX_POINTER_VALIDITY_MS = 7 * 24 * 3_600_000;
-/** How far a server's time may be ahead of the device's clock (`ldpstream.contract.auth.MAX_SKEW_MS`). */
-export const MAX_SKEW_MS = 5 * 60 * 1000;
+/** The longest validity a device accepts (the protocol's bound); how far a server's time may be ahead of the device's
+ * clock (`ldpstream.contract.validation.MAX_FUTURE_SKEW_MS`). Generated from the Python contract (rules.ts). */
+export { MAX_POINTER_VALIDITY_MS, MAX_SKEW_MS } from "./rules.js";
 const FIELDS = ["collection", "content_hash", "expires_ms", "issued_ms", "sequence", "version"];
 const HASH = /^[0-9a-f]{64}$/;
 

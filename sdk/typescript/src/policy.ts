@@ -18,6 +18,7 @@ import { fsum } from "./fsum.js";
 import { FREQUENCY } from "./mechanisms/frequency.js";
 import { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "./mechanisms/optional.js";
 import { NUMERIC } from "./mechanisms/numeric.js";
+import { POLICY_DEFAULTS } from "./rules.js";
 import { type CollectionSpec, FACTORIZATION, HEAVY_HITTER_NAMES, KEYVALUE_NAMES } from "./spec.js";
 
 const BUDGET_RTOL = 1e-9;
@@ -49,10 +50,7 @@ export interface PrivacyPolicy {
   readonly allowedMechanisms: readonly string[];
 }
 
-export const DEFAULT_POLICY: PrivacyPolicy = Object.freeze({
-  maxEpsilonPerReport: 8.0, maxEpsilonPerDay: 16.0, maxLifetimePerCollection: 8.0, maxLifetimePerDevice: 32.0,
-  allowedMechanisms: EVERY_MECHANISM,
-});
+export const DEFAULT_POLICY: PrivacyPolicy = Object.freeze({ ...POLICY_DEFAULTS, allowedMechanisms: EVERY_MECHANISM });
 
 /** A field as the Python SDK spells it: maxEpsilonPerDay is max_epsilon_per_day. */
 const snakeCase = (field: string) => field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);

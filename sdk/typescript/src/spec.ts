@@ -10,17 +10,15 @@ import { LDPError, SpecError } from "./errors.js";
 import { FREQUENCY } from "./mechanisms/frequency.js";
 import { DISTRIBUTION_PARAMETERS, distribution, longitudinal, LONGITUDINAL_KIND } from "./mechanisms/optional.js";
 import { NUMERIC } from "./mechanisms/numeric.js";
+import {
+  FACTORIZATION, HEAVY_HITTER_NAMES, KEYVALUE_NAMES, MAX_SPEC_SIZE, MAX_WINDOW_SECONDS, NOMINAL_BUDGETS, WORKLOAD_NAMES,
+} from "./rules.js";
 
 export const NAME = /^[a-z][a-z0-9_\-]{0,62}$/;
 const WINDOW = /^(\d+)([smhd])$/;
 const UNIT_SECONDS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400 };
-const MAX_SPEC_SIZE = 256 * 1024;
-const MAX_WINDOW_SECONDS = 3650 * 86400;
-export const FACTORIZATION = "factorization";
-const WORKLOAD_NAMES = ["histogram", "prefix", "all_range", "all_marginals", "3way_marginals", "parity"];
-export const KEYVALUE_NAMES = ["privkv", "pckv-ue", "pckv-grr"];
-export const HEAVY_HITTER_NAMES = ["hcms_tree", "pem", "sfp"];
-const NOMINAL_BUDGETS: [number, number] = [2.0, 1.0];
+// The names, bounds and limits, generated from the Python contract (rules.ts, tests/vectors/spec_rules.py).
+export { FACTORIZATION, HEAVY_HITTER_NAMES, KEYVALUE_NAMES } from "./rules.js";
 
 export interface NumericAttribute {
   name: string;
@@ -209,8 +207,9 @@ const windows: Check = (v) => {
 };
 
 /** The distribution mechanisms a numeric attribute may name (`registry.DISTRIBUTION`), sorted. */
-const DISTRIBUTION_NAMES = Object.keys(DISTRIBUTION_PARAMETERS).sort();
-const memoized = (kind: string) => Object.keys(LONGITUDINAL_KIND).filter((n) => LONGITUDINAL_KIND[n] === kind).sort();
+// rules.ts lists names sorted.
+const DISTRIBUTION_NAMES = Object.keys(DISTRIBUTION_PARAMETERS);
+const memoized = (kind: string) => Object.keys(LONGITUDINAL_KIND).filter((n) => LONGITUDINAL_KIND[n] === kind);
 
 // What an analyst reads about an attribute (the console's catalogue), and what the simulator draws from: checked as
 // Python checks them, otherwise unused on a device (and dropped from the attribute). One line of plain text each.
@@ -298,7 +297,7 @@ function validated(data: Record<string, Json>): CollectionSpec {
 function parameterError(mechanism: string, parameters: Record<string, number>, domain: number | null): string | undefined {
   const isDistribution = Object.hasOwn(DISTRIBUTION_PARAMETERS, mechanism);
   if (!(mechanism in LONGITUDINAL_KIND) && !isDistribution) {
-    return `parameters go with a named memoized mechanism (${Object.keys(LONGITUDINAL_KIND).sort().join(", ")}) or distribution mechanism (${DISTRIBUTION_NAMES.join(", ")}), not '${mechanism}'`;
+    return `parameters go with a named memoized mechanism (${Object.keys(LONGITUDINAL_KIND).join(", ")}) or distribution mechanism (${DISTRIBUTION_NAMES.join(", ")}), not '${mechanism}'`;
   }
   try {
     if (isDistribution) distribution().makeDistribution(mechanism, NOMINAL_BUDGETS[1], parameters);

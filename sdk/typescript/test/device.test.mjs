@@ -4,6 +4,9 @@ import "../dist/mechanisms/all.js"; // every mechanism, statically
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
+import { readFileSync } from "node:fs";
+
+import { Collector } from "../dist/collector.js";
 import { BudgetExceeded, PolicyError } from "../dist/errors.js";
 import { PrivacyLedger } from "../dist/ledger.js";
 import { backoffS, envelopeOf, Outbox } from "../dist/outbox.js";
@@ -59,6 +62,32 @@ test("memos are charged once each; a new value pays, an old one does not", async
   assert.throws(() => ledger.check(lifetime, T + 3 * HOUR, memo(2)), /lifetime budget/);
   const again = PrivacyLedger.fromJSON(ledger.toJSON());
   assert.deepEqual([...again.memos("life").keys()], ["c/x/0", "c/x/1"]);
+});
+
+test("a ledger of legacy memo names (before m1) pays for none again; new values pay under m1 names", async () => {
+  const vectors = JSON.parse(readFileSync(new URL("../../../tests/vectors/collectors.json", import.meta.url), "utf8"));
+  const c = vectors.cases.find((v) => v.memos !== undefined);
+  const life = parseSpec(c.spec), n = c.records.length, secret = BigInt(c.secrets[2]);
+  const legacy = c.legacy_memos[2 * n], names = c.memos[2 * n], later = c.memos[2 * n + 1];
+  const old = { format: 3, days: { spent: {}, dropped: null }, commitments: {}, collections: { [life.name]: {
+    windows: { spent: {}, dropped: null }, lifetime_spent: 0.75 * legacy.length,
+    memos: Object.fromEntries(legacy.map((k) => [k, 0.75])), secret: secret.toString(16).padStart(16, "0") } } };
+  let saved = "";
+  const ledger = PrivacyLedger.fromJSON(JSON.stringify(old), async (text) => { saved = text; });
+  const collector = new Collector(life), memos = collector.memos(c.records[0], secret);
+  assert.deepEqual(memos.map((m) => m.key), names);
+  await ledger.charge(life, T, memos);
+  const again = PrivacyLedger.fromJSON(saved, async (text) => { saved = text; }); // as after a restart
+  assert.equal(again.lifetimeSpent(life.name), 0.75 * legacy.length);
+  assert.deepEqual(Object.fromEntries(again.memos(life.name)), old.collections[life.name].memos);
+  await again.charge(life, T + HOUR, memos);
+  const fresh = collector.memos(c.records[1], secret);
+  assert.deepEqual(fresh.map((m) => m.key), later);
+  await again.charge(life, T + 2 * HOUR, fresh);
+  const last = PrivacyLedger.fromJSON(saved);
+  assert.deepEqual([...last.memos(life.name).keys()].sort(), [...legacy, ...later].sort());
+  const paid = fresh.reduce((sum, m) => sum + m.epsilon, 0);
+  assert.ok(Math.abs(last.lifetimeSpent(life.name) - (0.75 * legacy.length + paid)) < 1e-12);
 });
 
 test("a failed write charges nothing", async () => {

@@ -8,7 +8,7 @@ import { nameKey } from "../dist/hashes.js";
 import { FactorizationMechanism } from "../dist/mechanisms/factorization.js";
 import { hadamardBit, hashBucket, otherSupportProbability } from "../dist/mechanisms/frequency.js";
 import { keyCode } from "../dist/mechanisms/keyvalue.js";
-import { keyedBits, makeLongitudinal } from "../dist/mechanisms/longitudinal.js";
+import { keyedBits, makeLongitudinal, memoPrefixes } from "../dist/mechanisms/longitudinal.js";
 import { duchiBound } from "../dist/mechanisms/numeric.js";
 import { bucket, hashSalts, HCMSTree, PEM, prefixFingerprint, SFP, StringDomain } from "../dist/mechanisms/strings.js";
 import { parseSpec } from "../dist/spec.js";
@@ -47,6 +47,7 @@ export async function checkMemoCase(c) {
     case "longitudinal": {
       const mech = makeLongitudinal(c.mechanism, c.lifetime, c.first, c.domain, c.parameters);
       assert.equal(mech.repr(), c.repr);
+      assert.deepEqual(memoPrefixes("battery", mech), [c.memo_prefix, `battery/${c.repr}/`]);
       close(mech.epsilon, c.epsilon, "epsilon");
       close(mech.epsilonLifetime, c.epsilon_lifetime, "epsilon_lifetime");
       for (const [k, v] of Object.entries(c.mechanism_parameters)) close(mech.parameters()[k], v, k);
@@ -97,7 +98,9 @@ export async function checkCollectorCase(c) {
     let i = 0;
     for (const secret of big(c.secrets)) {
       for (const record of c.records) {
-        assert.deepEqual(collector.memos(record, secret).map((m) => m.key), c.memos[i++]);
+        const memos = collector.memos(record, secret);
+        assert.deepEqual(memos.map((m) => m.key), c.memos[i]);
+        assert.deepEqual(memos.map((m) => m.legacy), c.legacy_memos[i++]);
       }
     }
   }

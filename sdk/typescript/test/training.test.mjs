@@ -1,4 +1,4 @@
-// tests/vectors/training.json (protocol section 9): the TypeScript device reads the job, the signed model descriptor
+// tests/vectors/training.json (protocol section 13): the TypeScript device reads the job, the signed model descriptor
 // and the version bytes as Python does, computes the same clipped vector, and makes the same update from the same
 // scripted uniforms (header and seed byte for byte, values within 1e-9 of the largest |value|, as 9.5 says).
 import { test } from "node:test";

@@ -35,7 +35,7 @@ async function outcome(check) {
 }
 
 const KNOWN = new Set(["trust.json", "policy.json", "wire.json", "auth.json", "memo.json", "collectors.json", "hashes.json",
-                       "distribution.json", "delivery.json", "training.json"]);
+                       "distribution.json", "delivery.json", "training.json", "rules.json"]);
 
 test("every vector file is one this suite checks", () => {
   const files = readdirSync(DIR).filter((f) => f.endsWith(".json"));

@@ -1,5 +1,5 @@
 """`ldp train publish JOB.yaml`, `ldp train run JOB` and the device jobs' `ldp train status JOB`: training jobs that
-devices join through the edge (docs/reference/protocol.md section 9; `ldpstream.sgd.jobrun`)."""
+devices join through the edge (docs/reference/protocol.md section 13; `ldpstream.sgd.jobrun`)."""
 
 from __future__ import annotations
 

@@ -97,6 +97,18 @@ def _text(value: Any, error: str, surrogates: bool = False) -> str:
     raise invalid("Input should be a valid string")
 
 
+def declared(check: Check, **rule: Any) -> Check:
+    """`check`, carrying the rule it enforces as data (`rule_of`): what tests/vectors/spec_rules.py publishes so that
+    every SDK holds a spec's fields to the same bounds."""
+    check.rule = {k: v for k, v in rule.items() if v is not None}  # type: ignore[attr-defined]
+    return check
+
+
+def rule_of(check: Check) -> dict[str, Any]:
+    """The rule `check` declared (`declared`): its type and bounds, length or pattern; {} if it declared none."""
+    return dict(getattr(check, "rule", {}))
+
+
 def string(min_length: int | None = None, max_length: int | None = None, pattern: str | None = None) -> Check:
     """A string, its length in characters within the bounds, matching `pattern` (whose `$` is the end of the text,
     never before a final newline)."""
@@ -113,7 +125,7 @@ def string(min_length: int | None = None, max_length: int | None = None, pattern
             raise invalid(f"String should match pattern '{pattern}'")
         return text
 
-    return check
+    return declared(check, type="string", min_length=min_length, max_length=max_length, pattern=pattern)
 
 
 _WHITESPACE = " \t\n\r\x0b\x0c\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
@@ -159,7 +171,7 @@ def number(gt: float | None = None, ge: float | None = None, lt: float | None = 
         _bounds(result, gt, ge, lt, le)
         return result
 
-    return check
+    return declared(check, type="number", gt=gt, ge=ge, lt=lt, le=le)
 
 
 def _leading_zeros_dropped(s: str) -> str | None:
@@ -237,7 +249,7 @@ def integer(ge: int | None = None, le: int | None = None) -> Check:
         _bounds(result, None, ge, None, le)
         return result
 
-    return check
+    return declared(check, type="integer", ge=ge, le=le)
 
 
 def boolean(value: Any) -> bool:
@@ -264,7 +276,7 @@ def literal(*choices: str) -> Check:
 
 def optional(inner: Check) -> Check:
     """None, or what `inner` takes."""
-    return lambda value: None if value is None else inner(value)
+    return declared(lambda value: None if value is None else inner(value), **rule_of(inner), nullable=True)
 
 
 _SEQUENCES = (list, tuple, set, frozenset)
@@ -356,7 +368,7 @@ _PARAMETER_NAME = string(max_length=32)
 
 def then(check: Check, rule: Callable[[Any], Any]) -> Check:
     """`check`, then a field's own rule on what it returned (the rule raises ValueError)."""
-    return lambda value: rule(check(value))
+    return declared(lambda value: rule(check(value)), **rule_of(check))
 
 
 REQUIRED: Any = object()

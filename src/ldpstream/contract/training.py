@@ -1,6 +1,6 @@
 """What devices and servers share about training jobs: the job spec, the signed model descriptor, the update's wire.
 
-docs/reference/protocol.md section 9 is the contract. A `JobSpec` is canonical JSON signed by a spec key over
+docs/reference/protocol.md section 13 is the contract. A `JobSpec` is canonical JSON signed by a spec key over
 `spec_message("job/JOB@VERSION", bytes)`; a `ModelDescriptor` (the current model version: its number, the sha256
 and length of its bytes, the model's shape, its validity) is canonical JSON signed by an online (pointer-role) key
 over `MODEL_DOMAIN` + bytes; an update is the msgpack array `[1, job, job_version, model_version, columns]` whose
@@ -31,7 +31,7 @@ MAX_DESCRIPTOR_BYTES = 4096
 MAX_UPDATE_BYTES = 64 * 1024 + 256
 MAX_MODEL_BYTES = 64 * 1024 * 1024  # a device never fetches a version longer than this, whatever is announced
 UPDATE_WIRE_VERSION = 1
-DEVICE_MECHANISMS = ("privunitg", "projunit")  # the mechanisms section 9.5 defines on devices
+DEVICE_MECHANISMS = ("privunitg", "projunit")  # the mechanisms section 13.5 defines on devices
 JOB_ID = re.compile(r"^[a-z][a-z0-9_-]{0,58}$")  # a collection name short enough for its key job/JOB
 MAX_INT = 2**53  # JSON integers every SDK reads exactly
 
@@ -60,7 +60,7 @@ class MechanismSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omi
 
 
 class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """A training job (protocol section 9.1, which defines each field)."""
+    """A training job (protocol section 13.1, which defines each field)."""
 
     job_id: str
     version: Count
@@ -93,7 +93,7 @@ class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
         return canonical(msgspec.to_builtins(self))
 
     def model_bytes(self) -> int:
-        """The length of a version's bytes (section 9.3)."""
+        """The length of a version's bytes (section 13.3)."""
         return snapshot_length(self.model.architecture, self.model.dims, self.parameters)
 
 
@@ -103,7 +103,7 @@ def canonical(value: Any) -> bytes:
 
 
 def snapshot_length(architecture: str, dims: list[int], parameters: int) -> int:
-    """4 + 3 + len(architecture) + 1 + 4 m + 16 + 8 P (section 9.3, float64 parameters)."""
+    """4 + 3 + len(architecture) + 1 + 4 m + 16 + 8 P (section 13.3, float64 parameters)."""
     return 4 + 3 + len(architecture) + 1 + 4 * len(dims) + 16 + 8 * parameters
 
 
@@ -160,7 +160,7 @@ def job_from_mapping(data: Any) -> JobSpec:
 
 @dataclass(frozen=True)
 class ModelDescriptor:
-    """The current model version of a job (section 9.2)."""
+    """The current model version of a job (section 13.2)."""
 
     job: str
     job_version: int
@@ -253,7 +253,7 @@ def report_columns(spec: JobSpec) -> dict[str, tuple[str, int]]:
 
 
 def encode_update(job: str, job_version: int, model_version: int, report: dict[str, np.ndarray]) -> bytes:
-    """The msgpack bytes of one update (section 9.4): the mechanism's report columns, sorted by name."""
+    """The msgpack bytes of one update (section 13.4): the mechanism's report columns, sorted by name."""
     columns = [encode_column(name, np.asarray(values).reshape(-1)) for name, values in sorted(report.items())]
     return _encoder.encode(UpdateEnvelope(UPDATE_WIRE_VERSION, job, job_version, model_version, columns))
 

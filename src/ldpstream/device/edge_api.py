@@ -85,12 +85,12 @@ class EdgeClient:
         return body
 
     def job(self, job: str) -> Signed:
-        """A training job's signed spec (protocol section 9.1)."""
+        """A training job's signed spec (protocol section 13.1)."""
         body, headers = self._call("GET", f"/v1/jobs/{quote(job)}", None, {}, MAX_JOB_SPEC_BYTES)
         return _signed(body, headers)
 
     def model(self, job: str, etag: str | None = None) -> Signed | None:
-        """The job's signed model descriptor (section 9.2), or None if it is the one of `etag` still (304)."""
+        """The job's signed model descriptor (section 13.2), or None if it is the one of `etag` still (304)."""
         headers = {} if etag is None else {"If-None-Match": etag}
         answer = self._call("GET", f"/v1/jobs/{quote(job)}/model", None, headers, MAX_DESCRIPTOR_BYTES,
                             not_modified=True)

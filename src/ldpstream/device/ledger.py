@@ -34,7 +34,10 @@ lifetime is its memos: a `Memo` (collection, attribute, mechanism, value or roun
 the first time a report reads it, and never again. A device whose value changes reads a new memo: j distinct values of
 an attribute cost j eps_inf. The odometer refuses, with `BudgetExceeded`, a report whose new memos would take it above
 the spec's lifetime budget; the device then cannot report the new value in that collection at all (the guarantee it made
-is spent), while reports of values it has paid for go on.
+is spent), while reports of values it has paid for go on. A memo is named as docs/reference/protocol.md says ("Memo
+naming" m1); a ledger written before m1 holds memos under their legacy names (Python's repr of the mechanism): a report
+that reads one finds it paid under that name, which stays (read old, write new: memos first paid later get m1 names),
+so no upgrade, nor a downgrade, pays for a memo twice.
 
 The secret. A collection with a lifetime budget perturbs with the device's 64-bit secret for that collection (`secret`,
 drawn once with the `secrets` module): the memos are a keyed hash of it (`ldpstream.mechanisms.longitudinal.memo`), so
@@ -81,11 +84,13 @@ class BudgetExceeded(ValueError):
 
 @dataclass(frozen=True)
 class Memo:
-    """A memoized response a report reads: its key (attribute, mechanism and budgets, value or rounded value) and
-    the eps_inf its first read costs."""
+    """A memoized response a report reads: its name (attribute, mechanism and budgets, value or rounded value:
+    `ldpstream.device.perturb.memo_prefix`), the eps_inf its first read costs, and the name an older SDK gave it (built
+    on Python's repr), under which a ledger written before memo naming m1 holds it (then it is paid)."""
 
     key: str
     epsilon: float
+    legacy: str | None = None
 
 
 @dataclass
@@ -263,7 +268,7 @@ class PrivacyLedger:
             raise BudgetExceeded(f"{spec.name}: a report costing eps = {epsilon:g} would bring the spend in {where} "
                                  f"to {total:g} > the collection's budget eps = {spec.epsilon:g} "
                                  f"(already spent {before:g})")
-        new = {m.key: m.epsilon for m in memos if m.key not in current.memos}
+        new = {m.key: m.epsilon for m in memos if m.key not in current.memos and m.legacy not in current.memos}
         lifetime = current.lifetime_spent + (epsilon if spec.privacy is None else math.fsum(new.values()))
         self._check_lifetime(spec, memos, new, current, lifetime)
         day = timestamp_ms // DAY_MS

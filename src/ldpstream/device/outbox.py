@@ -69,7 +69,7 @@ REFUSED = "refused"  # a refusal the device does not know by name: dropped as ne
 DAMAGED = "damaged"  # a stored report that no longer decodes
 VERDICTS = frozenset({ADMITTED, DUPLICATE, FUTURE, STALE, OUT_OF_RANGE, WRONG_SHAPE, MALFORMED, UNKNOWN_COLLECTION,
                       "wrong_device", "too_large", "unsupported_media_type",
-                      # a training update's (docs/reference/protocol.md section 9.4)
+                      # a training update's (docs/reference/protocol.md section 13.4)
                       "closed_version", "round_limit", "not_finite", "unknown_job"})
 
 

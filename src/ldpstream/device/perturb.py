@@ -9,9 +9,10 @@ and `report_memos` says which memos each device's report reads, for its ledger (
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
-from typing import overload
+from typing import TYPE_CHECKING, cast, overload
 
 import numpy as np
 
@@ -30,6 +31,12 @@ from ldpstream.device.ledger import Memo
 from ldpstream.mechanisms.base import LDPError
 from ldpstream.mechanisms.keyvalue.base import EMPTY, check_pairs, pairs_array
 from ldpstream.mechanisms.open_domain.strings import StringDomain
+
+if TYPE_CHECKING:
+    from ldpstream.mechanisms.longitudinal.base import Longitudinal
+
+
+MEMO_NAMING = "m1"  # the memo names' version (`memo_prefix`); names without it are the legacy ones (`Memo.legacy`)
 
 
 class RecordError(LDPError):
@@ -64,18 +71,26 @@ def perturb(spec: CollectionSpec, devices: np.ndarray, timestamps_ms: np.ndarray
 def report_memos(spec: CollectionSpec, records: Mapping[str, np.ndarray], secrets: np.ndarray,
                  strategies: Strategies | None = None) -> list[list[Memo]]:
     """Per device, the memos its report of `records` with its collection secret reads (a spec with a privacy block):
-    one per attribute it reports, keyed by the attribute, the mechanism with its budgets, and the memo key (the
-    value's code, or 1BitMean's rounded value), at the mechanism's eps_inf."""
+    one per attribute it reports, named by the attribute, the mechanism with its budgets, and the memo key (the
+    value's code, or 1BitMean's rounded value; `memo_prefix`), at the mechanism's eps_inf, with its legacy name."""
     n = len(np.atleast_1d(np.asarray(secrets)))
     collector = collector_for(spec, strategies)
     keys = collector.memo_keys(true_columns(spec, records, n), _secrets(spec, secrets, n))
     memos: list[list[Memo]] = [[] for _ in range(n)]
     for name, (rows, memo) in keys.items():
-        mech = collector.mechanisms[name]
-        prefix, cost = f"{name}/{mech!r}/", float(mech.epsilon_lifetime)  # type: ignore[attr-defined]
+        mech = cast("Longitudinal", collector.mechanisms[name])
+        prefix, legacy, cost = memo_prefix(name, mech), f"{name}/{mech!r}/", float(mech.epsilon_lifetime)
         for row, key in zip(rows.tolist(), memo.tolist(), strict=True):
-            memos[row].append(Memo(f"{prefix}{key}", cost))
+            memos[row].append(Memo(f"{prefix}{key}", cost, f"{legacy}{key}"))
     return memos
+
+
+def memo_prefix(attribute: str, mech: Longitudinal) -> str:
+    """The memo name of `attribute`'s memos under `mech` without its key (docs/reference/protocol.md, "Memo
+    naming", MEMO_NAMING): `m1/ATTRIBUTE/MECHANISM/NAME=HEX,.../`, each parameter as the 16 hex digits of its IEEE 754
+    binary64 bits, big-endian. Exact and the same in every language, unlike a language's number formatting."""
+    values = ",".join(f"{k}={struct.pack('>d', float(v)).hex()}" for k, v in mech.memo_parameters())
+    return f"{MEMO_NAMING}/{attribute}/{mech.name}/{values}/"
 
 
 @overload

@@ -182,7 +182,7 @@ def policy_json(policy: PrivacyPolicy) -> str:
 
 
 def judge_job(job: JobSpec, policy: PrivacyPolicy, committed: Mapping[str, float]) -> Verdict:
-    """Accept a training job under the policy (protocol section 9.1), with the same fields and codes as a
+    """Accept a training job under the policy (protocol section 13.1), with the same fields and codes as a
     collection: its epsilon per update against the per-report and per-day caps, its mechanism against the allowed
     ones, its cap parameters against its epsilon (`policy_unbuildable` if they spend more), and the most it can cost,
     epsilon * max_rounds, against the per-collection and per-device lifetimes (keyed `job/JOB`)."""

@@ -1,4 +1,4 @@
-"""A device that trains: one device's updates to one training job (docs/reference/protocol.md section 9).
+"""A device that trains: one device's updates to one training job (docs/reference/protocol.md section 13).
 
 `TrainingDevice.join(edge_url, job, token, trusted_keys, policy)` fetches the job's spec, verifies it against the
 pinned spec keys, lets the app's policy judge it (`ldpstream.device.policy.judge_job`: a refusal charges nothing,
@@ -103,7 +103,7 @@ def check_job(data: bytes, block: bytes | None, keys: TrustedKeys, job: str, see
 
 def check_descriptor(data: bytes, block: bytes | None, keys: TrustedKeys, spec: JobSpec, seen: Seen,
                      clock_ms: int) -> ModelDescriptor:
-    """A model descriptor the device may train on (protocol section 9.2, the codes in its order); SpecRefused."""
+    """A model descriptor the device may train on (protocol section 13.2, the codes in its order); SpecRefused."""
     try:
         verify_block(keys.pointer, block, model_message(data), f"model of {spec.job_id}")
         descriptor = parse_descriptor(data)

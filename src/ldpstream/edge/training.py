@@ -1,4 +1,4 @@
-"""The edge's training-job endpoints (docs/reference/protocol.md section 9): specs, model versions, updates.
+"""The edge's training-job endpoints (docs/reference/protocol.md section 13): specs, model versions, updates.
 
 - `GET /v1/jobs/JOB`: the newest published job spec's exact bytes, with its signature block (`LDP-Signature`) and
   `LDP-Job-Version`;
@@ -189,7 +189,7 @@ class TrainingEdge:
                 return _json({"error": "method not allowed"}, 405, {"Allow": allowed})
             try:
                 return await handler()
-            except Refused as refused:  # an update's refusal carries its verdict, as a report's (section 9.4)
+            except Refused as refused:  # an update's refusal carries its verdict, as a report's (section 13.4)
                 return _json({"reason": refused.reason, "error": refused.detail, "verdicts": [refused.reason]},
                              refused.status)
         return answer

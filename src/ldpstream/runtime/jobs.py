@@ -3,7 +3,7 @@
 A job spec is published like a collection spec (`ldpstream.runtime.specs`): on the compacted topic
 `ldp.jobs.specs`, keyed `job/JOB@VERSION`, its canonical JSON as the value and the admin's signature of both in the
 `ldp-sig` header (the spec key, over `spec_message(key, value)`: the bytes and block a device verifies, protocol
-section 9.1). A published version is immutable. `publish_job` also creates the topic of admitted updates.
+section 13.1). A published version is immutable. `publish_job` also creates the topic of admitted updates.
 
 The current model version of a job lives in Redis under `ldp:sgd:jobs:JOB:` (the coordinator writes it, the edge
 reads it): `model` holds the descriptor's bytes, its signature block and the version; `bytes:V` the version's bytes

@@ -1,7 +1,7 @@
 """Job files of training jobs devices join (`ldp train publish JOB.yaml`): the `job:` section, completed, and the
 coordinator's `evaluation:` section.
 
-The `job:` section holds the fields of protocol section 9.1; two may be left out and are derived here: `parameters`
+The `job:` section holds the fields of protocol section 13.1; two may be left out and are derived here: `parameters`
 (the architecture's count) and the mechanism's cap parameters `p`, `q` (PrivUnitG's optimal ones at the job's
 epsilon and dimension, `ldpstream.mechanisms.gradients.privunit.optimal_cap`; projunit's at its k). `evaluation:`
 (`dataset`: `fashion-mnist`, `rows`: how many of its test images) is the coordinator's, never a device's: it is kept

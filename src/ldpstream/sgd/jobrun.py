@@ -1,4 +1,4 @@
-"""The coordinator of a training job devices join through the edge (`ldp train run JOB`; protocol section 9.6).
+"""The coordinator of a training job devices join through the edge (`ldp train run JOB`; protocol section 13.6).
 
 It reads only what the edge admitted (`ldp.jobs.updates`, keyed by device pseudonym), in micro-batches, every
 partition from the offset after the one its state applied. Per update, in offset order: another job's (or another
@@ -286,7 +286,7 @@ class JobCoordinator:
         return new
 
     def _decode(self, columns: dict[str, np.ndarray]) -> np.ndarray:
-        """The unbiased P-vector one update stands for (section 9.5; the device divided by the cap's scale)."""
+        """The unbiased P-vector one update stands for (section 13.5; the device divided by the cap's scale)."""
         if self.projection is None:
             return columns["value"].reshape(-1).astype(np.float64)
         return self.projection.decode({"seed": columns["seed"].reshape(-1), "value": columns["value"]})[0]

@@ -37,7 +37,9 @@ export interface MemoizedMechanism<T> extends Mechanism {
   perturb(value: T, rng: Random, secret: bigint): Report;
   /** The key of the memo a report of `value` reads (the value's code, or 1BitMean's rounded value). */
   memoKey(value: T, secret: bigint): number;
-  /** Python's repr of the mechanism: it names the memos in the ledger (`ldpstream.device.perturb.report_memos`). */
+  /** What fixes its memos, in the order their name lists them (docs/reference/protocol.md, "Memo naming"). */
+  memoParameters(): [string, number][];
+  /** Python's repr of the mechanism: it named the memos in the ledger before memo naming m1 (their legacy names). */
   repr(): string;
   /** Worst-case one-report variance (what `auto` compares). */
   worstCaseVariance(): number;

@@ -160,6 +160,10 @@ abstract class TwoStage implements MemoizedMechanism<number> {
     return { domain: this.domainSize, p1: this.p1, q1: this.q1, p2: this.p2, q2: this.q2 };
   }
 
+  memoParameters(): [string, number][] {
+    return [["epsilon_lifetime", this.epsilonLifetime], ["epsilon_first", this.epsilon], ["domain_size", this.domainSize]];
+  }
+
   repr(): string {
     return `${this.className}(epsilon_lifetime=${formatG(this.epsilonLifetime)}, epsilon_first=${formatG(this.epsilon)}, `
       + `domain_size=${this.domainSize})`;
@@ -397,6 +401,11 @@ export class RAPPOR implements MemoizedMechanism<number> {
              p: this.q2, q: this.p2, p_star: this.pStar, q_star: this.qStar };
   }
 
+  memoParameters(): [string, number][] {
+    return [["epsilon_lifetime", this.epsilonLifetime], ["domain_size", this.domainSize], ["hashes", this.hashes],
+            ["bloom_bits", this.bloomBits], ["cohorts", this.cohorts]];
+  }
+
   repr(): string {
     return `RAPPOR(epsilon_lifetime=${formatG(this.epsilonLifetime)}, domain_size=${this.domainSize}, `
       + `hashes=${this.hashes}, bloom_bits=${this.bloomBits}, cohorts=${this.cohorts})`;
@@ -459,6 +468,10 @@ export class OneBitMean implements MemoizedMechanism<number> {
 
   parameters(): Record<string, number> {
     return { buckets: this.buckets, gamma: this.gamma, bound: this.bound };
+  }
+
+  memoParameters(): [string, number][] {
+    return [["epsilon_lifetime", this.epsilonLifetime], ["buckets", this.buckets], ["gamma", this.gamma]];
   }
 
   repr(): string {
@@ -538,10 +551,39 @@ export class DBitFlip implements MemoizedMechanism<number> {
     return { domain: this.domainSize, sampled: this.sampled, gamma: this.gamma, p_own: this.pOwn, p_other: this.pOther };
   }
 
+  memoParameters(): [string, number][] {
+    return [["epsilon_lifetime", this.epsilonLifetime], ["domain_size", this.domainSize], ["sampled", this.sampled],
+            ["gamma", this.gamma]];
+  }
+
   repr(): string {
     return `DBitFlip(epsilon_lifetime=${formatG(this.epsilonLifetime)}, domain_size=${this.domainSize}, `
       + `sampled=${this.sampled}, gamma=${formatG(this.gamma)})`;
   }
+}
+
+/** The memo names' version (docs/reference/protocol.md, "Memo naming"). */
+const MEMO_NAMING = "m1";
+
+/**
+ * The name of `attribute`'s memos under `mech` without their key (`ldpstream.device.perturb.memo_prefix`): each
+ * parameter as the 16 hex digits of its IEEE 754 binary64 bits, big-endian; and their legacy one (Python's repr).
+ */
+export function memoPrefixes(attribute: string, mech: MemoizedMechanism<number>): [string, string] {
+  const view = new DataView(new ArrayBuffer(8));
+  const hex = (v: number) => {
+    view.setFloat64(0, v);
+    return view.getBigUint64(0).toString(16).padStart(16, "0");
+  };
+  const values = mech.memoParameters().map(([k, v]) => `${k}=${hex(v)}`).join(",");
+  return [`${MEMO_NAMING}/${attribute}/${mech.name}/${values}/`, `${attribute}/${mech.repr()}/`];
+}
+
+/** The memo `key` of `attribute` under `mech` reads: its name, cost and legacy name (`Collector.memos`). */
+export function memoOf(attribute: string, mech: MemoizedMechanism<number>, key: number):
+    { key: string; epsilon: number; legacy: string } {
+  const [prefix, legacy] = memoPrefixes(attribute, mech);
+  return { key: `${prefix}${key}`, epsilon: mech.epsilonLifetime, legacy: `${legacy}${key}` };
 }
 
 /** The memoized mechanism `name` for budgets (eps_inf, eps_1) (`registry.make_longitudinal`). */

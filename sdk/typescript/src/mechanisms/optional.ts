@@ -9,6 +9,7 @@
  */
 
 import { LDPError } from "../errors.js";
+import { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "../rules.js";
 import type * as Distribution from "./distribution.js";
 import type * as Factorization from "./factorization.js";
 import type * as KeyValue from "./keyvalue.js";
@@ -16,6 +17,8 @@ import type * as Longitudinal from "./longitudinal.js";
 import { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "./names.js";
 import type * as Strings from "./strings.js";
 
+/** The memoized mechanisms' kinds; the distribution mechanisms a numeric attribute may name, and the parameters a spec
+ * may give them (`registry.DISTRIBUTION`, their classes' `parameter_names()`): generated from the Python registry. */
 export { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND };
 
 export interface Needs {

@@ -1,5 +1,5 @@
 /**
- * A device that trains: one device's updates to one training job (docs/reference/protocol.md section 9; the Python
+ * A device that trains: one device's updates to one training job (docs/reference/protocol.md section 13; the Python
  * SDK's `ldpstream.device.training`).
  *
  *     const { TrainingDevice } = await import("@ldpstream/device/training");
@@ -46,7 +46,7 @@ const BUDGET_RTOL = 1e-9;
 const MAX_ANSWER_BYTES = 64 * 1024;
 const RETRYABLE = new Set([429, 503, 507]);
 
-/** Accept a training job under the policy (protocol 9.1), with the same fields and codes as a collection (the
+/** Accept a training job under the policy (protocol 13.1), with the same fields and codes as a collection (the
  * Python SDK's `judge_job`): the cap parameters against the job's epsilon, epsilon per update against the per-report
  * and per-day caps, the mechanism against the allowed ones, and the most the job can cost, epsilon x max_rounds,
  * against the per-collection and per-device lifetimes (keyed `job/JOB`). */

@@ -1,5 +1,5 @@
 /**
- * The update randomizers on the device (docs/reference/protocol.md section 9.5; Python
+ * The update randomizers on the device (docs/reference/protocol.md section 13.5; Python
  * `ldpstream.mechanisms.gradients.device`): PrivUnitG (Asi, Feldman and Talwar, ICML 2022, "AFT22") and ProjUnit
  * (Asi, Feldman, Nelson, Nguyen and Talwar, NeurIPS 2023, "AFNNT23") on ONE device's clipped vector x (||x|| <= 1),
  * with the cap parameters (p, q) of the job's spec. Every random choice is read from the SDK's `Random` in the
@@ -23,7 +23,7 @@ export interface UpdateReport {
   value: Float32Array;
 }
 
-/** The job's mechanism as its spec states it (protocol 9.1). */
+/** The job's mechanism as its spec states it (protocol 13.1). */
 export interface MechanismSpec {
   name: string;
   p: number;

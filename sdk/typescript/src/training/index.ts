@@ -1,5 +1,5 @@
 /**
- * Training on the device (docs/reference/protocol.md section 9), its own entry point "@ldpstream/device/training"
+ * Training on the device (docs/reference/protocol.md section 13), its own entry point "@ldpstream/device/training"
  * (imported on demand, never in the core bundle): the models in plain typed arrays, the job spec, model descriptor
  * and update codecs, the checks of what the edge serves, and the update randomizers. Nothing here imports the
  * device or the collector.

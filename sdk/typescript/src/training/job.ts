@@ -1,5 +1,5 @@
 /**
- * What a device reads and writes for a training job (docs/reference/protocol.md section 9; Python
+ * What a device reads and writes for a training job (docs/reference/protocol.md section 13; Python
  * `ldpstream.contract.training`): the job spec (`parseJob`), the model descriptor (`parseDescriptor`), and the
  * update's msgpack bytes (`encodeUpdate`), which `computeUpdate` makes from the device's own examples: the mean
  * gradient at the model version, clipped, perturbed with the job's mechanism. Every parser reads outside bytes
@@ -29,7 +29,7 @@ export class JobError extends Error {
   }
 }
 
-/** A training job (protocol 9.1). */
+/** A training job (protocol 13.1). */
 export interface JobSpec {
   job_id: string;
   version: number;
@@ -120,12 +120,12 @@ export function parseJob(data: Uint8Array): JobSpec {
   };
 }
 
-/** The length of a version's bytes (protocol 9.3). */
+/** The length of a version's bytes (protocol 13.3). */
 export function snapshotLength(spec: JobSpec): number {
   return 4 + 3 + spec.model.architecture.length + 1 + 4 * spec.model.dims.length + 16 + 8 * spec.parameters;
 }
 
-/** The current model version of a job (protocol 9.2). */
+/** The current model version of a job (protocol 13.2). */
 export interface ModelDescriptor {
   job: string;
   job_version: number;
@@ -171,7 +171,7 @@ export function checkShape(d: ModelDescriptor, spec: JobSpec): void {
   }
 }
 
-/** The msgpack bytes of one update (protocol 9.4): [1, job, job_version, model_version, columns sorted by name]. */
+/** The msgpack bytes of one update (protocol 13.4): [1, job, job_version, model_version, columns sorted by name]. */
 export function encodeUpdate(job: string, jobVersion: number, modelVersion: number, report: UpdateReport): Uint8Array {
   const w = new Writer();
   w.array(5);
@@ -218,7 +218,7 @@ export function clippedUpdateVector(spec: JobSpec, theta: Float64Array, examples
   }
 }
 
-/** The update bytes of these examples at model version `modelVersion` (theta): protocol 9.5, then 9.4. */
+/** The update bytes of these examples at model version `modelVersion` (theta): protocol 13.5, then 9.4. */
 export function computeUpdate(spec: JobSpec, modelVersion: number, theta: Float64Array, examples: readonly Example[], rng: Random): Uint8Array {
   const x = clippedUpdateVector(spec, theta, examples);
   return encodeUpdate(spec.job_id, spec.version, modelVersion, perturbUpdate(x, spec.mechanism, rng));

@@ -8,7 +8,7 @@
  * With a_0 = x, z_l = a_{l-1} W_l + b_l, a_l = relu(z_l) and p = softmax(z_L): delta_L = p - onehot(y),
  * delta_{l-1} = (delta_l W_l^T) * [z_{l-1} > 0], and the example's gradient is dW_l = a_{l-1} delta_l^T,
  * db_l = delta_l. A device's update is the mean of its examples' gradients (summed in row order), scaled to L2 norm
- * <= C and divided by C (docs/reference/protocol.md section 9.5, `ldpstream.contract.training.clipped_update_vector`).
+ * <= C and divided by C (docs/reference/protocol.md section 13.5, `ldpstream.contract.training.clipped_update_vector`).
  * Pure: no I/O, no randomness, nothing from the device or the collector.
  */
 

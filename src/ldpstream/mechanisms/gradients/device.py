@@ -1,6 +1,6 @@
 """The device's update randomizers, drawn from a stream of uniforms so that every SDK makes the same report.
 
-docs/reference/protocol.md section 9.5 is the contract: PrivUnitG (AFT22, `ldpstream.mechanisms.gradients.privunit`)
+docs/reference/protocol.md section 13.5 is the contract: PrivUnitG (AFT22, `ldpstream.mechanisms.gradients.privunit`)
 and ProjUnit (AFNNT23, `ldpstream.mechanisms.gradients.projunit`) on one clipped vector x (||x|| <= 1), with the
 cap parameters (p, q) a job spec states, and every random choice read from `Uniforms` in a fixed order: the sign of
 the rounding to the sphere (u0), the cap (u1), the projection alpha by inversion (u2), then n standard normals by
@@ -131,6 +131,6 @@ def projunit_report(x: np.ndarray, k: int, p: float, q: float, source: Uniforms)
 
 
 def uniforms_needed(name: str, dims: int, k: int | None = None) -> int:
-    """How many uniforms one report draws (section 9.5): 3 + 2 ceil(n/2), n = dims or projunit's k'."""
+    """How many uniforms one report draws (section 13.5): 3 + 2 ceil(n/2), n = dims or projunit's k'."""
     n = dims if name == "privunitg" else min(k or dims, 1 << (dims - 1).bit_length())
     return 3 + 2 * ((n + 1) // 2)

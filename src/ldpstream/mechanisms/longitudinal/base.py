@@ -47,6 +47,11 @@ class Longitudinal:
     def parameters(self) -> dict[str, Any]:
         """The mechanism's parameters by name (probabilities of both stages, hashes, buckets...)."""
 
+    @abstractmethod
+    def memo_parameters(self) -> tuple[tuple[str, float], ...]:
+        """What fixes the memos, by name, in the order the memo name lists them (docs/reference/protocol.md,
+        "Memo naming"): the budgets and the structural parameters (domain size, hashes, buckets...)."""
+
     def privacy(self) -> dict[str, Any]:
         """{"epsilon_lifetime", "epsilon_one_report", "parameters"}: the two guarantees and what they come from."""
         return {

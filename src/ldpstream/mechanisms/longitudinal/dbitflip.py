@@ -197,6 +197,10 @@ class DBitFlip(Longitudinal, Mechanism):
         subsets = -math.log(math.comb(self.domain_size, self.sampled))
         return subsets + np.where(bits[:, None, :], np.log(prob), np.log1p(-prob)).sum(axis=2)
 
+    def memo_parameters(self) -> tuple[tuple[str, float], ...]:
+        return (("epsilon_lifetime", self.epsilon_lifetime), ("domain_size", self.domain_size),
+                ("sampled", self.sampled), ("gamma", self.gamma))
+
     def __repr__(self) -> str:
         return (
             f"DBitFlip(epsilon_lifetime={self.epsilon_lifetime:g}, domain_size={self.domain_size}, "

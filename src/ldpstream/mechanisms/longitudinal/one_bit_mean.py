@@ -113,5 +113,8 @@ class OneBitMean(Longitudinal, Duchi):
         bit ^= rng.random(t.shape[0]) < self.gamma  # output perturbation, fresh per report
         return np.where(bit, self.bound, -self.bound)
 
+    def memo_parameters(self) -> tuple[tuple[str, float], ...]:
+        return (("epsilon_lifetime", self.epsilon_lifetime), ("buckets", self.buckets), ("gamma", self.gamma))
+
     def __repr__(self) -> str:
         return f"OneBitMean(epsilon_lifetime={self.epsilon_lifetime:g}, buckets={self.buckets}, gamma={self.gamma:g})"

@@ -320,6 +320,10 @@ class RAPPOR(Longitudinal, Mechanism):
         return (-math.log(self.cohorts) + all_clear[:, None] + set_here * swap_one
                 + (self.hashes - set_here) * swap_zero)
 
+    def memo_parameters(self) -> tuple[tuple[str, float], ...]:
+        return (("epsilon_lifetime", self.epsilon_lifetime), ("domain_size", self.domain_size),
+                ("hashes", self.hashes), ("bloom_bits", self.bloom_bits), ("cohorts", self.cohorts))
+
     def __repr__(self) -> str:
         return (
             f"RAPPOR(epsilon_lifetime={self.epsilon_lifetime:g}, domain_size={self.domain_size}, hashes={self.hashes},"

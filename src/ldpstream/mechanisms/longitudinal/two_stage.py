@@ -170,6 +170,10 @@ class TwoStageOracle(Longitudinal, FrequencyOracle):
     def _sample(self, codes: np.ndarray, rng: np.random.Generator) -> Reports:
         return self._instantaneous(self._permanent(codes, draw_secrets(rng, codes.shape[0])), rng)
 
+    def memo_parameters(self) -> tuple[tuple[str, float], ...]:
+        return (("epsilon_lifetime", self.epsilon_lifetime), ("epsilon_first", self.epsilon),
+                ("domain_size", self.domain_size))
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(epsilon_lifetime={self.epsilon_lifetime:g}, epsilon_first={self.epsilon:g}, "
