@@ -118,10 +118,11 @@ def test_the_strategy_vectors_load_and_their_tampered_bytes_do_not(case: dict[st
 def test_every_mechanism_a_spec_can_name_has_vectors() -> None:
     """Driven by the registry (tests/vectors/rules.json `mechanisms.every`): each name a spec can give is run by some
     case of collectors.json, memo.json (the memoized ones) or hashes.json (factorization), so that every SDK passing
-    the vectors runs it."""
+    the vectors runs it; a training job's mechanisms by training.json."""
     rules = json.loads((VECTORS / "rules.json").read_text())
     named = {m for c in cases("collectors.json") for m in c["mechanisms"].values()}
     named |= {c["mechanism"] for c in LONGITUDINAL}
     named |= {"factorization"} if any(c["kind"] == "strategy" for c in cases("hashes.json")) else set()
+    named |= {u["name"].split()[0] for u in json.loads((VECTORS / "training.json").read_text())["updates"]}
     missing = sorted(set(rules["mechanisms"]["every"]) - named)
     assert not missing, f"mechanisms a spec can name with no vector case: {missing} (tests/vectors/perturb_vectors.py)"

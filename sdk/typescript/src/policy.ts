@@ -25,7 +25,8 @@ const BUDGET_RTOL = 1e-9;
 
 export const EVERY_MECHANISM: readonly string[] = Object.freeze([
   ...Object.keys(NUMERIC), ...Object.keys(FREQUENCY), ...Object.keys(LONGITUDINAL_KIND), ...KEYVALUE_NAMES,
-  ...HEAVY_HITTER_NAMES, FACTORIZATION, ...Object.keys(DISTRIBUTION_PARAMETERS), "privunitg", "privunit2", "projunit", "duchi-l2",
+  ...HEAVY_HITTER_NAMES, FACTORIZATION, ...Object.keys(DISTRIBUTION_PARAMETERS),
+  "privunitg", "projunit", // a training job's (protocol 13.1), run by the "@ldpstream/device/training" entry point
 ].sort());
 
 /** The policy an app passes to `Device.join` (every field optional: the defaults above). */

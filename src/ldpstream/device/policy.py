@@ -43,12 +43,12 @@ from typing import Any
 
 from ldpstream.contract.collector import Strategies, privacy_budgets
 from ldpstream.contract.spec import CollectionSpec, SpecError
-from ldpstream.contract.training import JobSpec
+from ldpstream.contract.training import DEVICE_MECHANISMS, JobSpec
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.base import LDPError
 
 EVERY_MECHANISM = frozenset([*registry.known_names(), *registry.KEYVALUE, *registry.HEAVY_HITTERS, "factorization",
-                             *registry.DISTRIBUTION, *registry.GRADIENT])
+                             *registry.DISTRIBUTION, *DEVICE_MECHANISMS])
 BUDGET_RTOL = 1e-9  # relative slack on sums of floating-point budgets
 
 

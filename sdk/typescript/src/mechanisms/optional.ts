@@ -4,7 +4,7 @@
  * distribution mechanisms a numeric attribute may name (Square Wave, hierarchical histograms).
  * `loadMechanisms(needsOf(specBytes))` brings in what a spec names (the device does it when it has verified a spec,
  * before it parses it); `mechanisms/all.js` registers every one at once (tools and tests). Their names and the
- * distribution mechanisms' parameters are in the core (`names.ts`, re-exported here), for validation and the policy
+ * distribution mechanisms' parameters are in the core (`rules.ts`, generated; re-exported here), for validation and the policy
  * (the memoized ones' parameters are checked in their module).
  */
 
@@ -14,7 +14,6 @@ import type * as Distribution from "./distribution.js";
 import type * as Factorization from "./factorization.js";
 import type * as KeyValue from "./keyvalue.js";
 import type * as Longitudinal from "./longitudinal.js";
-import { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "./names.js";
 import type * as Strings from "./strings.js";
 
 /** The memoized mechanisms' kinds; the distribution mechanisms a numeric attribute may name, and the parameters a spec

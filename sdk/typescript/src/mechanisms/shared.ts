@@ -18,7 +18,7 @@ export {
   checkCode, checkDomainSize, checkFrequencyEpsilon, FREQUENCY_MAX_EPSILON, hadamardBit, MAX_DOMAIN_SIZE, pureVariance,
   randomizedResponse, randomizedResponseFromUniform,
 } from "./frequency.js";
-export { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "./names.js";
+export { DISTRIBUTION_PARAMETERS, LONGITUDINAL_KIND } from "../rules.js";
 export { checkNumericEpsilon, checkUnit, duchiBound, NumericMechanism, unit } from "./numeric.js";
 
 /**
