@@ -113,7 +113,7 @@ def test_an_attacker_under_the_per_window_bound_is_caught_by_the_sequential_test
     probs = zipf_probabilities(64, 1.0)
     target = 40
     n = 200_000
-    h = threshold(POLICY.alpha_sequential, 64)
+    h = threshold(POLICY.alpha_sequential / 2, 64)  # the CUSUM has half the sequential budget
     blocks = [honest_block(oracle, n, probs, rng) for _ in range(4)]
     anchor = float(oracle.estimate(np.sum(blocks, axis=0)[1:]).value[target])
     var = oracle.variance(probs[target]) + probs[target] * (1 - probs[target])
