@@ -48,7 +48,7 @@ from ldpstream.mechanisms.poisoning.frequency import (
     supports_itemsets_apply,
     usable_reference,
 )
-from ldpstream.mechanisms.poisoning.heavy import HEAVY, ReferenceCap
+from ldpstream.mechanisms.poisoning.heavy import HEAVY, ReferenceCap, set_aside_estimate
 from ldpstream.mechanisms.poisoning.keyvalue import key_frequency_bound, keyvalue_disagreement
 from ldpstream.mechanisms.poisoning.numeric import mean_bound, mean_excess, output_density
 from ldpstream.mechanisms.poisoning.sequential import (
@@ -323,13 +323,18 @@ def _tree_defence(tree: PrefixTree, block: np.ndarray, reference: np.ndarray | N
         return Defence((Finding(HEAVY, CLEAN, n, false_positive=policy.alpha_window),), removed, cap)
     deepest = capped_levels[-1]  # the last level's strings, else the longest prefixes capped on the way
     rows = cap.capped[deepest]
-    excess = sum(value - bound for _, value, bound in rows)
+    set_aside = max(set_aside_estimate(tree, block[1:], level, np.stack([row for row, _, _ in cap.capped[level]]),
+                                       np.array([bound for _, _, bound in cap.capped[level]]))[1]
+                    for level in capped_levels)
     strings = tuple(tree.domain.decode(np.stack([row for row, _, _ in rows])))
     if deepest < tree.levels - 1:
         strings = tuple(f"{s}..." for s in strings)
     detail = (f"{len(rows)} {'string(s) of the top list' if deepest == tree.levels - 1 else 'prefix(es)'} above "
               f"the most an honest window shows given the reference, ranked by their reference frequency (levels "
               f"capped: {len(capped_levels)})")
-    # no statistics are removed (the sketches keep them); the reports set aside are estimated from the excess
-    return Defence((Finding(HEAVY, SUSPECTED, n, excess * n, None, (), policy.alpha_window, 0.0, detail),),
+    # no statistics are removed (the sketches keep them); the reports set aside: the most, over the capped levels, of
+    # the fewest of a level's reports that carry a suspect and explain its rise (each at most that level's carriers:
+    # `set_aside_estimate`; a deep level's suspects can be noise prefixes that collide with the fakes' cells, whose
+    # honest share hides them)
+    return Defence((Finding(HEAVY, SUSPECTED, n, set_aside, None, (), policy.alpha_window, 0.0, detail),),
                    removed, cap, strings)
