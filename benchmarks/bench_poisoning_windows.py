@@ -246,7 +246,6 @@ def under(w: Windows) -> dict[str, Any]:
         per_report = None if threshold is None else threshold[0] - 1
     honest = [w.genuine() for _ in range(HISTORY + ATTACKED)]
     attacked = list(honest[:HISTORY])
-    first_alert = None
     rises: list[float] = []
     defences: list[Defence | None] = []
     for t in range(ATTACKED):
@@ -267,7 +266,7 @@ def under(w: Windows) -> dict[str, Any]:
     flags = [alert(w, attacked, defences, HISTORY + t) for t in range(ATTACKED)]
     first_alert = flags.index(True) + 1 if any(flags) else None
     one = gains(w, attacked, honest, HISTORY)
-    row = gains(w, attacked, honest, len(attacked) - 1)
+    row: dict[str, Any] = dict(gains(w, attacked, honest, len(attacked) - 1))
     row.update(one_window_gain=one["gain_ours"], first_alert=first_alert,
                ratio=row["gain_ours"] / one["gain_ours"] if one["gain_ours"] > 1e-12 else None, alerts=sum(flags))
     return {"beta": UNDER_BETA, **row}
