@@ -1,35 +1,40 @@
 """Fake devices over time (issue 42): attacks across consecutive windows, against the defence as the aggregator runs
-it (each window defended against the sum of its four earlier windows, defended, and the sequential test's sums
-carried along: `ldpstream.mechanisms.poisoning.attribute.defend_windows`), next to the references of before (the raw
-sums of the four earlier windows, no sequential test: "raw ref").
+it (each window defended against the sum of its four earlier windows, defended, the sequential tests' state carried
+along, and the block test against the lagged windows: `ldpstream.mechanisms.poisoning.attribute.defend_windows`),
+next to the references of before (the raw sums of the four earlier windows, no sequential test: "raw ref").
 
 Per oracle and epsilon, windows of n genuine reports (frequency oracles: Zipf(1.0) over d = 1024 items, each window's
 support counts drawn from their exact marginals, as `bench_poisoning.marginal_reference`; PM: a truncated normal,
-perturbed), four honest windows first, then:
-- `ramp`: ten windows of maximal-gain fakes on r = 10 targets (PM: the largest output), their share rising
-  1%, 2%, ..., 10% of the window's reports; the gain at the last window;
+perturbed; PEM: Zipf(1.0) over 10k words, perturbed; PCKV-GRR: Zipf keys with values, perturbed), HISTORY honest
+windows first (the chain a deployment that has run a while holds: the block test's latest and lagged windows), then:
+- `single`: one window of maximal-gain fakes on r = 10 targets (PM: the largest output; PEM: 10 absent strings;
+  PCKV: 10 of 32 keys, M2GA) at beta = 1%, 5% and 10% of the window's reports; the gain in that window;
+- `ramp`: ten windows of the same fakes, their share rising 1%, 2%, ..., 10%; the gain at the last window;
 - `under`: ten windows in which an attacker who knows the published (defended) reference and the per-window bound
   crafts just enough maximal-gain reports (from 5% fakes, the rest honest) to raise each target to 2.5 standard
   deviations under the bound over that reference (`bench_poisoning.adaptive_limits`'s rule), each window: its rise
   over the genuine frequency is that allowance plus what its earlier windows left in the reference (the mean of
   its rises there), so a reference that takes in its windows raises it window after window; the gain after ten
-  windows against its first window's (the one-window adaptive gain), and the first window the alert fires;
+  windows against its first window's (the one-window adaptive gain), and the first window the alert fires
+  (frequency oracles);
 - `demotion`: ten windows of 5% fakes supporting none of r = 1 target, the most frequent item (PM: the smallest
   output), over `--runs` seeds: how often it is found in the first window and within ten, and the gain (negative)
-  left at the first and the last window;
-- `honest`: `--honest-windows` honest windows: windows with any finding suspected (false alarms) and the genuine
-  reports set aside.
+  left at the first and the last window (frequency oracles and PM);
+- `honest`: `--honest-windows` honest windows: windows with any finding suspected (false alarms, and which
+  detector raised them) and the genuine reports set aside.
 Gain: sum over the targets of (estimate with the fakes - estimate of the same genuine reports without them), each
-side defended by its own chain. `removed` = 1 - ours / none. The alert fires in a window when any finding of the
-attribute is suspected (what `ldp estimate` and the metrics show as the alert beside the fraction set aside).
+side defended by its own chain (PEM: the targets' estimates as the capped decode ranks them; PCKV: frequency plus
+mean). `removed` = 1 - ours / none. The alert fires in a window when any finding of the attribute is suspected
+(what `ldp estimate` and the metrics show as the alert beside the fraction set aside; PEM: a capped prefix).
 
-Prints a table (stderr) and, last on stdout, JSON rows: oracle, epsilon, scenario, beta, gain_none, gain_raw_ref,
-gain_ours, removed_raw_ref, removed_ours, alerts (windows with an alert, of the attacked ones), and per scenario
-its extra fields (under: one_window_gain, ratio, first_alert; demotion: detected_first_window,
+Prints each JSON row (stderr) and, last on stdout, all of them: oracle, epsilon, scenario, beta, gain_none,
+gain_raw_ref, gain_ours, removed_raw_ref, removed_ours, alerts (windows with an alert, of the attacked ones), and per
+scenario its extra fields (under: one_window_gain, ratio, first_alert; demotion: detected_first_window,
 detected_within_ten, runs, mean_first_alert and the gains at the first and last window; honest: windows,
-false_alarms, genuine_set_aside).
-Run: .venv/bin/python benchmarks/bench_poisoning_windows.py [--n 1000000] [--oracles grr,oue,olh,pm]
-     [--epsilons 1,4] [--scenarios ramp,under,demotion,honest] [--runs 10] [--honest-windows 200] [--seed 7]
+false_alarms, by_detector, genuine_set_aside).
+Run: .venv/bin/python benchmarks/bench_poisoning_windows.py [--n 1000000] [--oracles grr,oue,olh,pm,pem,pckv-grr]
+     [--epsilons 1,4] [--scenarios single,ramp,under,demotion,honest] [--runs 10] [--honest-windows 2000]
+     [--seed 7]
 """
 
 from __future__ import annotations
@@ -38,65 +43,137 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from bench_poisoning import ADAPTIVE_MARGIN, DOMAIN, POLICY, REFERENCE_WINDOWS, ZIPF, marginal_reference
+from bench_poisoning import (
+    ADAPTIVE_MARGIN,
+    DOMAIN,
+    KEYS,
+    POLICY,
+    REFERENCE_WINDOWS,
+    TOP,
+    WORDS,
+    ZIPF,
+    capped,
+    keyvalue_population,
+    marginal_reference,
+)
 
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.base import Estimate, Mechanism, Reports
 from ldpstream.mechanisms.frequency.base import FrequencyOracle
+from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.numeric.base import NumericMechanism
+from ldpstream.mechanisms.open_domain.strings import StringDomain
+from ldpstream.mechanisms.open_domain.tree import PEM, PrefixTree
 from ldpstream.mechanisms.poisoning.attribute import Defence, defend, defend_windows, reference_of
 from ldpstream.mechanisms.poisoning.base import SUSPECTED
 from ldpstream.mechanisms.poisoning.frequency import item_bounds, report_threshold, supports_itemsets_apply
-from ldpstream.simulator.poisoning import Adaptive, fake_frequency_reports, fake_numeric_reports
-from ldpstream.simulator.population import truncated_gaussian, zipf_probabilities
+from ldpstream.mechanisms.poisoning.heavy import ReferenceCap
+from ldpstream.mechanisms.poisoning.sequential import BLOCK_WINDOWS, LAG_WINDOWS
+from ldpstream.simulator.poisoning import (
+    Adaptive,
+    fake_frequency_reports,
+    fake_keyvalue_reports,
+    fake_numeric_reports,
+    fake_tree_reports,
+)
+from ldpstream.simulator.population import random_words, truncated_gaussian, zipf_probabilities
 
-SCENARIOS = ("ramp", "under", "demotion", "honest")
+SCENARIOS = ("single", "ramp", "under", "demotion", "honest")
+SINGLE_BETAS = (0.01, 0.05, 0.1)
+HISTORY = BLOCK_WINDOWS - 1 + LAG_WINDOWS  # honest windows before an attack: the latest and the lagged windows
 ATTACKED = 10
 TARGETS = 10
 UNDER_BETA = 0.05
 DEMOTION_BETA = 0.05
 
 
-class Windows:
-    """One oracle's windows: genuine blocks drawn fresh, fakes' statistics added."""
+def make(name: str, eps: float) -> Mechanism:
+    if name == "pem":
+        return PEM(eps, StringDomain(8, "abcdefghijklmnopqrstuvwxyz"), seed=11, top=TOP)
+    if name.startswith("pckv"):
+        return registry.make_keyvalue(name, eps, KEYS)
+    return registry.make(name, eps, domain=DOMAIN) if registry.takes_domain(name) else registry.make(name, eps)
 
-    def __init__(self, mech: Mechanism, n: int, rng: np.random.Generator) -> None:
+
+class Windows:
+    """One mechanism's windows: genuine blocks drawn fresh, fakes' statistics added, the targets' estimate."""
+
+    def __init__(self, mech: Mechanism, n: int, rng: np.random.Generator, targets: np.ndarray) -> None:
         self.mech, self.n, self.rng = mech, n, rng
         self.probs = zipf_probabilities(DOMAIN, ZIPF)
+        self.targets: Any = targets
+        if isinstance(mech, PrefixTree):
+            words = [w.decode() for w in random_words(WORDS + TARGETS, rng, max_length=8)]
+            self.rows = mech.domain.encode(words[:WORDS])
+            self.word_probs = zipf_probabilities(WORDS, ZIPF)
+            self.targets = words[WORDS:]  # strings no genuine device holds
+        elif isinstance(mech, KeyValueMechanism):
+            self.means = rng.uniform(-0.5, 0.5, KEYS)
+            self.targets = np.sort(rng.choice(KEYS, size=TARGETS, replace=False))
 
     def genuine(self) -> np.ndarray:
-        if isinstance(self.mech, FrequencyOracle):
-            return attribute_block(self.n, marginal_reference(self.mech, self.rng.multinomial(self.n, self.probs),
-                                                              self.rng))
-        assert isinstance(self.mech, NumericMechanism)
-        return attribute_block(self.n, self.mech.accumulate(self.mech.perturb(
-            truncated_gaussian(0.0, 0.25, self.n, self.rng), self.rng)))
+        mech, n, rng = self.mech, self.n, self.rng
+        if isinstance(mech, FrequencyOracle):
+            return attribute_block(n, marginal_reference(mech, rng.multinomial(n, self.probs), rng))
+        if isinstance(mech, NumericMechanism):
+            return attribute_block(n, mech.accumulate(mech.perturb(truncated_gaussian(0.0, 0.25, n, rng), rng)))
+        if isinstance(mech, PrefixTree):
+            return attribute_block(n, mech.accumulate(mech.perturb(
+                self.rows[rng.choice(WORDS, size=n, p=self.word_probs)], rng)))
+        assert isinstance(mech, KeyValueMechanism)
+        return attribute_block(n, mech.accumulate(mech.perturb(keyvalue_population(n, rng, self.means), rng)))
 
     def with_fakes(self, block: np.ndarray, fakes: Reports) -> np.ndarray:
         m = len(next(iter(fakes.values())))
         return block + attribute_block(m, self.mech.accumulate(fakes))
 
-    def fakes(self, attack: str, targets: np.ndarray, m: int, adaptive: Adaptive = Adaptive()) -> Reports:
-        if isinstance(self.mech, FrequencyOracle):
-            return fake_frequency_reports(self.mech, attack, targets, m, self.rng, adaptive)
-        assert isinstance(self.mech, NumericMechanism)
-        return fake_numeric_reports(self.mech, attack, m, self.rng)
+    def fakes(self, attack: str, m: int, adaptive: Adaptive = Adaptive(), targets: Any = None) -> Reports:
+        mech, rng = self.mech, self.rng
+        targets = self.targets if targets is None else targets
+        if isinstance(mech, FrequencyOracle):
+            return fake_frequency_reports(mech, attack, targets, m, rng, adaptive)
+        if isinstance(mech, NumericMechanism):
+            return fake_numeric_reports(mech, attack, m, rng)
+        if isinstance(mech, PrefixTree):
+            return fake_tree_reports(mech, attack, targets, m, rng)
+        assert isinstance(mech, KeyValueMechanism)
+        return fake_keyvalue_reports(mech, targets, m, rng)
 
-
-def value(mech: Mechanism, block: np.ndarray, d: Defence | None, targets: np.ndarray) -> float:
-    """The targets' summed estimate (a numeric mean), of the block less what the defence removed."""
-    kept = block if d is None else block - d.removed
-    est = np.atleast_1d(np.asarray(mech.estimate(kept[1:]).value))
-    return float(est[targets].sum()) if isinstance(mech, FrequencyOracle) else float(est[0])
+    def value(self, blocks: Sequence[np.ndarray], defences: Sequence[Defence | None] | None, at: int,
+              targets: Any = None) -> float:
+        """The targets' summed estimate in window `at` (a numeric mean; PCKV: frequency plus mean; PEM: as the
+        decode capped by the window's reference ranks them) of its block less what its defence removed (None: no
+        defence)."""
+        mech = self.mech
+        targets = self.targets if targets is None else targets
+        d = None if defences is None else defences[at]
+        kept = blocks[at] if d is None else blocks[at] - d.removed
+        if isinstance(mech, PEM):
+            est = np.asarray(mech.frequencies(kept[1:], targets).value)
+            reference = None if defences is None else reference_of(blocks, defences, at, REFERENCE_WINDOWS)
+            if reference is None:
+                return float(est.sum())
+            return float(capped(mech, ReferenceCap(mech, reference[1:], POLICY), kept[1:], targets).sum())
+        value = mech.estimate(kept[1:]).value
+        if isinstance(mech, KeyValueMechanism):
+            f, mean = np.asarray(value)
+            return float(f[targets].sum() + mean[targets].sum())
+        if isinstance(mech, FrequencyOracle):
+            return float(np.asarray(value)[targets].sum())
+        return float(np.atleast_1d(np.asarray(value))[0])
 
 
 def raw_chain(mech: Mechanism, blocks: Sequence[np.ndarray]) -> list[Defence | None]:
-    """The references of before: the raw sum of the four earlier windows, no sequential test."""
+    """The references of before: the raw sum of the four earlier windows, no sequential test (a tree's defence
+    removes nothing: its reference is the raw sum either way)."""
+    if isinstance(mech, PrefixTree):
+        return ours(mech, blocks)
     return [defend(mech, b, np.sum(blocks[max(0, i - REFERENCE_WINDOWS):i], axis=0) if i else None, policy=POLICY)
             for i, b in enumerate(blocks)]
 
@@ -105,17 +182,24 @@ def ours(mech: Mechanism, blocks: Sequence[np.ndarray]) -> list[Defence | None]:
     return defend_windows(mech, blocks, policy=POLICY, reference_windows=REFERENCE_WINDOWS)
 
 
-def alert(d: Defence | None) -> bool:
+def alert(w: Windows, blocks: Sequence[np.ndarray], defences: Sequence[Defence | None], at: int) -> bool:
+    """Whether window `at` raises the alert: any finding suspected (a tree: a prefix capped by its reference)."""
+    if isinstance(w.mech, PrefixTree):
+        reference = reference_of(blocks, defences, at, REFERENCE_WINDOWS)
+        if reference is None:
+            return False
+        return defend(w.mech, blocks[at], reference, policy=POLICY).status == SUSPECTED
+    d = defences[at]
     return d is not None and any(f.status == SUSPECTED for f in d.findings)
 
 
-def gains(mech: Mechanism, attacked: list[np.ndarray], honest: list[np.ndarray], targets: np.ndarray,
-          at: int) -> dict[str, float]:
+def gains(w: Windows, attacked: list[np.ndarray], honest: list[np.ndarray], at: int,
+          targets: Any = None) -> dict[str, float]:
     """Gain at window `at` with no defence, with the raw references and with ours (module docstring)."""
-    out = {"gain_none": value(mech, attacked[at], None, targets) - value(mech, honest[at], None, targets)}
+    out = {"gain_none": w.value(attacked, None, at, targets) - w.value(honest, None, at, targets)}
     for name, run in (("raw_ref", raw_chain), ("ours", ours)):
-        a, h = run(mech, attacked), run(mech, honest)
-        out[f"gain_{name}"] = value(mech, attacked[at], a[at], targets) - value(mech, honest[at], h[at], targets)
+        out[f"gain_{name}"] = (w.value(attacked, run(w.mech, attacked), at, targets)
+                               - w.value(honest, run(w.mech, honest), at, targets))
     return out
 
 
@@ -123,33 +207,47 @@ def removed(none: float, left: float) -> float | None:
     return None if abs(none) < 1e-12 else 1.0 - left / none
 
 
-def ramp(w: Windows, targets: np.ndarray) -> dict[str, Any]:
-    honest = [w.genuine() for _ in range(REFERENCE_WINDOWS + ATTACKED)]
-    attacked = list(honest[:REFERENCE_WINDOWS])
+def fakes_for(beta: float, n: int) -> int:
+    """Fake reports that make a share beta of a window of n genuine ones."""
+    return int(round(beta * n / (1 - beta)))
+
+
+def single(w: Windows) -> list[dict[str, Any]]:
+    """One attacked window after the honest history, at each beta of SINGLE_BETAS."""
+    rows = []
+    for beta in SINGLE_BETAS:
+        honest = [w.genuine() for _ in range(HISTORY + 1)]
+        attacked = honest[:-1] + [w.with_fakes(honest[-1], w.fakes("maximal_gain", fakes_for(beta, w.n)))]
+        row = gains(w, attacked, honest, HISTORY)
+        row["alerts"] = int(alert(w, attacked, ours(w.mech, attacked), HISTORY))
+        rows.append({"beta": beta, **row})
+    return rows
+
+
+def ramp(w: Windows) -> dict[str, Any]:
+    honest = [w.genuine() for _ in range(HISTORY + ATTACKED)]
+    attacked = list(honest[:HISTORY])
     for t in range(ATTACKED):
-        beta = 0.01 * (t + 1)
-        m = int(round(beta * w.n / (1 - beta)))
-        attacked.append(w.with_fakes(honest[REFERENCE_WINDOWS + t], w.fakes("maximal_gain", targets, m)))
-    row = gains(w.mech, attacked, honest, targets, len(attacked) - 1)
+        attacked.append(w.with_fakes(honest[HISTORY + t], w.fakes("maximal_gain", fakes_for(0.01 * (t + 1), w.n))))
+    row = gains(w, attacked, honest, len(attacked) - 1)
     defences = ours(w.mech, attacked)
-    row["alerts"] = sum(alert(d) for d in defences[REFERENCE_WINDOWS:])
+    row["alerts"] = sum(alert(w, attacked, defences, i) for i in range(HISTORY, len(attacked)))
     return {"beta": 0.1, **row}
 
 
-def under(w: Windows, targets: np.ndarray) -> dict[str, Any]:
+def under(w: Windows) -> dict[str, Any]:
     """The attacker under the bound, window by window against the chain as published so far."""
-    mech = w.mech
+    mech, targets = w.mech, w.targets
     assert isinstance(mech, FrequencyOracle)
-    m = int(round(UNDER_BETA * w.n / (1 - UNDER_BETA)))
+    m = fakes_for(UNDER_BETA, w.n)
     per_report = None
     if supports_itemsets_apply(mech):
         threshold = report_threshold(mech, targets, POLICY.alpha_report)
         per_report = None if threshold is None else threshold[0] - 1
-    honest = [w.genuine() for _ in range(REFERENCE_WINDOWS + ATTACKED)]
-    attacked = list(honest[:REFERENCE_WINDOWS])
-    first_alert = None
-    series = []
+    honest = [w.genuine() for _ in range(HISTORY + ATTACKED)]
+    attacked = list(honest[:HISTORY])
     rises: list[float] = []
+    defences: list[Defence | None] = []
     for t in range(ATTACKED):
         defences = ours(mech, attacked)
         reference = reference_of(attacked, defences, len(attacked), REFERENCE_WINDOWS)
@@ -160,43 +258,40 @@ def under(w: Windows, targets: np.ndarray) -> dict[str, Any]:
         sd = np.sqrt(window.stderr ** 2 + ref_est.stderr ** 2)
         allowed = float(max(0.0, np.min(((bound - base) - ADAPTIVE_MARGIN * sd)[targets])))
         kept = [rises[i] for i in range(max(0, t - REFERENCE_WINDOWS), t)  # its rises the reference holds
-                if defences[REFERENCE_WINDOWS + i] is not None and not alert(defences[REFERENCE_WINDOWS + i])]
+                if not alert(w, attacked, defences, HISTORY + i)]
         rise = allowed + (float(np.mean(kept)) * len(kept) / REFERENCE_WINDOWS if kept else 0.0)
         rises.append(rise)
-        fakes = w.fakes("adaptive", targets, m, Adaptive(per_report, rise, w.n + m))
-        attacked.append(w.with_fakes(honest[REFERENCE_WINDOWS + t], fakes))
-        d = ours(mech, attacked)
-        if first_alert is None and alert(d[-1]):
-            first_alert = t + 1
-        series.append(d)
-    one = gains(mech, attacked, honest, targets, REFERENCE_WINDOWS)
-    row = gains(mech, attacked, honest, targets, len(attacked) - 1)
+        attacked.append(w.with_fakes(honest[HISTORY + t], w.fakes("adaptive", m, Adaptive(per_report, rise, w.n + m))))
+    defences = ours(mech, attacked)
+    flags = [alert(w, attacked, defences, HISTORY + t) for t in range(ATTACKED)]
+    first_alert = flags.index(True) + 1 if any(flags) else None
+    one = gains(w, attacked, honest, HISTORY)
+    row: dict[str, Any] = dict(gains(w, attacked, honest, len(attacked) - 1))
     row.update(one_window_gain=one["gain_ours"], first_alert=first_alert,
-               ratio=row["gain_ours"] / one["gain_ours"] if one["gain_ours"] > 1e-12 else None,
-               alerts=sum(alert(d) for d in series[-1][REFERENCE_WINDOWS:]))
+               ratio=row["gain_ours"] / one["gain_ours"] if one["gain_ours"] > 1e-12 else None, alerts=sum(flags))
     return {"beta": UNDER_BETA, **row}
 
 
 def demotion(w: Windows, runs: int) -> dict[str, Any]:
     """Ten windows of 5% fakes demoting the top item, `runs` times: found in the first window, found within ten,
     and the gain (negative) left at the first and the last window."""
-    target = np.array([int(np.argmax(w.probs))]) if isinstance(w.mech, FrequencyOracle) else np.array([0])
-    m = int(round(DEMOTION_BETA * w.n / (1 - DEMOTION_BETA)))
+    frequency = isinstance(w.mech, FrequencyOracle)
+    target = np.array([int(np.argmax(w.probs))]) if frequency else np.array([0])
+    m = fakes_for(DEMOTION_BETA, w.n)
     first, within, when = 0, 0, []
     out: dict[str, list[float]] = {}
     for _ in range(runs):
-        honest = [w.genuine() for _ in range(REFERENCE_WINDOWS + ATTACKED)]
-        attacked = honest[:REFERENCE_WINDOWS] + [w.with_fakes(b, w.fakes("demotion", target, m))
-                                                 for b in honest[REFERENCE_WINDOWS:]]
-        found = [d is not None and any(f.status == SUSPECTED and (not isinstance(w.mech, FrequencyOracle)
-                                                                   or int(target[0]) in f.suspects)
-                                       for f in d.findings) for d in ours(w.mech, attacked)[REFERENCE_WINDOWS:]]
+        honest = [w.genuine() for _ in range(HISTORY + ATTACKED)]
+        attacked = honest[:HISTORY] + [w.with_fakes(b, w.fakes("demotion", m, targets=target))
+                                       for b in honest[HISTORY:]]
+        found = [d is not None and any(f.status == SUSPECTED and (not frequency or int(target[0]) in f.suspects)
+                                       for f in d.findings) for d in ours(w.mech, attacked)[HISTORY:]]
         first += found[0]
         within += any(found)
         if any(found):
             when.append(found.index(True) + 1)
-        for at, label in ((REFERENCE_WINDOWS, "first"), (len(attacked) - 1, "last")):
-            for key, gain in gains(w.mech, attacked, honest, target, at).items():
+        for at, label in ((HISTORY, "first"), (len(attacked) - 1, "last")):
+            for key, gain in gains(w, attacked, honest, at, target).items():
                 out.setdefault(f"{key}_{label}", []).append(gain)
     row: dict[str, Any] = {k: float(np.mean(v)) for k, v in out.items()}
     return {"beta": DEMOTION_BETA, "gain_none": row["gain_none_first"], "gain_raw_ref": row["gain_raw_ref_first"],
@@ -205,21 +300,33 @@ def demotion(w: Windows, runs: int) -> dict[str, Any]:
 
 
 def honest_windows(w: Windows, windows: int) -> dict[str, Any]:
-    blocks = [w.genuine() for _ in range(windows + REFERENCE_WINDOWS)]
-    defences = ours(w.mech, blocks)[REFERENCE_WINDOWS:]
-    set_aside = sum(f.set_aside for d in defences if d is not None for f in d.findings)
-    return {"beta": 0.0, "windows": windows, "false_alarms": sum(alert(d) for d in defences),
+    """`windows` honest windows after the history, in one chain: the windows with an alert, the detectors that
+    raised them, and the genuine reports set aside."""
+    blocks = [w.genuine() for _ in range(windows + HISTORY)]
+    defences = ours(w.mech, blocks)
+    flagged = [i for i in range(HISTORY, len(blocks)) if alert(w, blocks, defences, i)]
+    by = Counter(f.detector for i in flagged if (d := defences[i]) is not None for f in d.findings
+                 if f.status == SUSPECTED)
+    set_aside = sum(d.set_aside for d in defences[HISTORY:] if d is not None)
+    return {"beta": 0.0, "windows": windows, "false_alarms": len(flagged), "by_detector": dict(by),
             "genuine_set_aside": set_aside / (windows * w.n)}
+
+
+APPLIES: dict[str, Callable[[Mechanism], bool]] = {
+    "single": lambda m: True, "ramp": lambda m: True,
+    "under": lambda m: isinstance(m, FrequencyOracle),  # written for the frequency oracles' bound
+    "demotion": lambda m: isinstance(m, FrequencyOracle | NumericMechanism),
+    "honest": lambda m: not isinstance(m, PrefixTree)}  # a tree's alert decodes each window: see bench_poisoning
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1_000_000)
-    parser.add_argument("--oracles", default="grr,oue,olh,pm")
+    parser.add_argument("--oracles", default="grr,oue,olh,pm,pem,pckv-grr")
     parser.add_argument("--epsilons", default="1,4")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--honest-windows", type=int, default=200)
+    parser.add_argument("--honest-windows", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     scenarios = [s for s in args.scenarios.split(",") if s]
@@ -231,23 +338,23 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     for name in [o for o in args.oracles.split(",") if o]:
         for eps in [float(e) for e in args.epsilons.split(",")]:
-            mech = registry.make(name, eps, domain=DOMAIN) if registry.takes_domain(name) else registry.make(name, eps)
-            w = Windows(mech, args.n, rng)
-            runs: dict[str, Callable[[Windows], dict[str, Any]]] = {
-                "ramp": lambda w: ramp(w, targets), "under": lambda w: under(w, targets),
-                "demotion": lambda w: demotion(w, args.runs),
-                "honest": lambda w: honest_windows(w, args.honest_windows)}
+            w = Windows(make(name, eps), args.n, rng, targets)
+            runs: dict[str, Callable[[Windows], list[dict[str, Any]]]] = {
+                "single": single, "ramp": lambda w: [ramp(w)], "under": lambda w: [under(w)],
+                "demotion": lambda w: [demotion(w, args.runs)],
+                "honest": lambda w: [honest_windows(w, args.honest_windows)]}
             for scenario in scenarios:
-                if scenario == "under" and not isinstance(mech, FrequencyOracle):
-                    continue  # the under-the-bound attacker is written for the frequency oracles' bound
+                if not APPLIES[scenario](w.mech):
+                    continue
                 t0 = time.perf_counter()
-                row = {"oracle": name, "epsilon": eps, "scenario": scenario, **runs[scenario](w)}
-                for key in ("raw_ref", "ours"):
-                    if f"gain_{key}" in row:
-                        row[f"removed_{key}"] = removed(row["gain_none"], row[f"gain_{key}"])
-                row["seconds"] = round(time.perf_counter() - t0, 1)
-                rows.append({k: round(v, 5) if isinstance(v, float) else v for k, v in row.items()})
-                print(json.dumps(rows[-1]), file=sys.stderr)
+                for found in runs[scenario](w):
+                    row = {"oracle": name, "epsilon": eps, "scenario": scenario, **found}
+                    for key in ("raw_ref", "ours"):
+                        if f"gain_{key}" in row:
+                            row[f"removed_{key}"] = removed(row["gain_none"], row[f"gain_{key}"])
+                    row["seconds"] = round(time.perf_counter() - t0, 1)
+                    rows.append({k: round(v, 5) if isinstance(v, float) else v for k, v in row.items()})
+                    print(json.dumps(rows[-1]), file=sys.stderr)
     print(json.dumps(rows))
     return 0
 

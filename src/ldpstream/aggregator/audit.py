@@ -162,21 +162,24 @@ class Audit:
 
 def audit_reports(plan: Plan, live: WindowStats, reports: WindowReports, reference: WindowStats | None,
                   reference_windows: int = 0, policy: Policy = DEFAULT_POLICY,
-                  drift: Mapping[int, Drift | None] | None = None) -> Audit:
+                  drift: Mapping[int, Drift | None] | None = None,
+                  blocks: Mapping[int, tuple[np.ndarray, np.ndarray] | None] | None = None) -> Audit:
     """Step 3 and the set-aside reports of step 4 (pure). The tests on sums, and the choice of the items the
     per-report tests examine, read the window's `live` statistics (the worker's; the audit does not add the
     reports up again); the per-report tests read the reports. `drift`: per attribute, the sequential test's sums
-    after the window before (None: not run)."""
-    drift = drift or {}
+    after the window before (None: not run); `blocks`: per attribute, the block test's sums of defended windows
+    (`ldpstream.mechanisms.poisoning.attribute.blocks_of`; None: not run)."""
+    drift, blocks = drift or {}, blocks or {}
     defences: dict[int, Defence] = {}
     flagged_rows: dict[tuple[int, str], list[int]] = defaultdict(list)  # (message, detector) -> rows
     for j, mech in enumerate(plan.mechanisms):
         ref = None if reference is None else reference.stats[j]
         if j not in reports.attributes:
-            defences[j] = defend(mech, live.stats[j], ref, policy=policy, drift=drift.get(j))
+            defences[j] = defend(mech, live.stats[j], ref, policy=policy, drift=drift.get(j), blocks=blocks.get(j))
             continue
         msg_index, local, cols = reports.attributes[j]
-        defence = defend(mech, live.stats[j], ref, reports=cols, policy=policy, drift=drift.get(j))
+        defence = defend(mech, live.stats[j], ref, reports=cols, policy=policy, drift=drift.get(j),
+                         blocks=blocks.get(j))
         defences[j] = defence
         for f in defence.findings:
             if f.detector in PER_REPORT and f.flagged is not None:
@@ -287,7 +290,7 @@ def audit_window(bootstrap: str, store: StatsStore, plan: Plan, window: str, sta
         raise AuditError(f"{reports.reports} reports: too many to audit in memory (at most {MAX_AUDIT_REPORTS})")
     live = store.read_window(plan.spec.name, plan.spec.version, window, start_ms, plan.sizes)
     before = chain(store, plan, window, start_ms, audit_records(store, plan), policy)
-    result = audit_reports(plan, live, reports, before.reference, before.windows, policy, before.drift)
+    result = audit_reports(plan, live, reports, before.reference, before.windows, policy, before.drift, before.blocks)
     if result.set_aside:
         (setaside or DeadLetterProducer(bootstrap, SETASIDE_TOPIC)).send(plan.spec.topic, result.set_aside)
     store.put_poisoning(plan.spec.name, (plan.spec.version, window, start_ms),

@@ -84,7 +84,8 @@ class StoreFamilies:
         "ldp_poisoning_set_aside_ratio", "Suspected poisoning: the fraction of a window's reports its detectors set "
         "aside (from its audit, or the tests on its sums)", labels=["collection", "window"]))
     alert: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        "ldp_poisoning_alert", "1 when ldp_poisoning_set_aside_ratio is above ldp_poisoning_alert_threshold",
+        "ldp_poisoning_alert", "1 when ldp_poisoning_set_aside_ratio is above ldp_poisoning_alert_threshold or any "
+        "attribute is suspected (a demoted item, a capped heavy hitter, a drift held)",
         labels=["collection", "window"]))
     threshold: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
         "ldp_poisoning_alert_threshold", "The set-aside fraction above which a window raises the poisoning alert",

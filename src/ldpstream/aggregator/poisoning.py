@@ -35,7 +35,7 @@ from ldpstream.aggregator.store import ALL_TIME, StatsStore, WindowKey, WindowSt
 from ldpstream.contract.spec import window_seconds
 from ldpstream.mechanisms.base import Mechanism
 from ldpstream.mechanisms.open_domain.tree import LevelCap, PrefixTree
-from ldpstream.mechanisms.poisoning.attribute import Defence, Drift, defend, defend_windows
+from ldpstream.mechanisms.poisoning.attribute import Defence, Drift, blocks_of, defend, defend_windows
 from ldpstream.mechanisms.poisoning.base import STATUSES, SUSPECTED, Finding, Policy
 
 REFERENCE_WINDOWS = 4
@@ -160,11 +160,13 @@ def audit_records(store: StatsStore, plan: Plan) -> dict[WindowKey, Record]:
 @dataclass(frozen=True)
 class Chain:
     """What a window is defended against: its reference (the sum of its defended earlier windows), how many windows
-    that sums, and per attribute the sequential test's sums after the window before (None where it does not apply)."""
+    that sums, per attribute the sequential test's sums after the window before (None where it does not apply), and
+    per attribute the block test's sums of defended windows (`blocks_of`; None where there are none)."""
 
     reference: WindowStats | None
     windows: int
     drift: dict[int, Drift | None]
+    blocks: dict[int, tuple[np.ndarray, np.ndarray] | None] = field(default_factory=dict)
 
 
 def chain(store: StatsStore, plan: Plan, window: str, start_ms: int, records: Mapping[WindowKey, Record],
@@ -186,14 +188,16 @@ def chain(store: StatsStore, plan: Plan, window: str, start_ms: int, records: Ma
         defences[j] = defend_windows(mech, [stats[s].stats[j] if s in stats else None for s in slots], recorded,
                                      policy, REFERENCE_WINDOWS, REFERENCE_WINDOWS)
     drift = {j: _last_drift(mech, defences[j]) for j, mech in enumerate(plan.mechanisms)}
+    blocks = {j: blocks_of([stats[s].stats[j] if s in stats else None for s in slots], defences[j], len(slots))
+              for j in defences}
     before = [i for i, s in enumerate(slots) if i >= len(slots) - REFERENCE_WINDOWS and s in stats]
     if not before:
-        return Chain(None, 0, drift)
+        return Chain(None, 0, drift, blocks)
     total = WindowStats(0.0, {j: np.zeros(size) for j, size in plan.sizes.items()})
     for i in before:
         kept = _minus(stats[slots[i]], {j: d.removed for j, ds in defences.items() if (d := ds[i]) is not None})
         total = WindowStats(total.devices + kept.devices, {j: total.stats[j] + kept.stats[j] for j in total.stats})
-    return Chain(total, len(before), drift)
+    return Chain(total, len(before), drift, blocks)
 
 
 def _last_drift(mech: Mechanism, defences: list[Defence | None]) -> Drift | None:
@@ -238,7 +242,8 @@ def window_defence(store: StatsStore, plan: Plan, window: str, start_ms: int, st
     else:
         for j, mech in enumerate(plan.mechanisms):
             ref = None if reference is None else reference.stats[j]
-            attributes[j] = defend(mech, stats.stats[j], ref, policy=policy, drift=before.drift[j])
+            attributes[j] = defend(mech, stats.stats[j], ref, policy=policy, drift=before.drift[j],
+                                   blocks=before.blocks.get(j))
         source, audited_ms = "live", None
     defended = _minus(stats, {j: d.removed for j, d in attributes.items()})
     caps: dict[str, LevelCap] = {plan.spec.attributes[j].name: d.cap for j, d in attributes.items()

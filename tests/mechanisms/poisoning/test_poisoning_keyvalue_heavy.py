@@ -192,3 +192,36 @@ def test_a_suspected_string_does_not_fill_a_free_slot_of_the_top_list() -> None:
 def test_without_a_reference_strings_are_untested(strings: tuple[PEM, list[str], np.ndarray, np.ndarray]) -> None:
     tree, _, _, genuine = strings
     assert defend(tree, attribute_block(200_000, tree.accumulate(genuine)), None, policy=POLICY).status == UNTESTED
+
+
+@pytest.mark.parametrize("m", [0, 500, 2_000, 10_000, 40_000])
+def test_a_trees_reports_set_aside_never_exceed_those_carrying_a_suspect(
+        strings: tuple[PEM, list[str], np.ndarray, np.ndarray], m: int) -> None:
+    """Issue 42 item 5: the reports a tree's finding sets aside are at most one capped level's reports that carry a
+    suspected prefix (counted here from the reports themselves), and at most the fakes (each level holds
+    about m / T of them; the honest carriers at the bound are subtracted, so what is left is the fakes there plus
+    noise, far under m); the finding is suspected exactly when a string or prefix is capped (the alert fires)."""
+    tree, words, reference, genuine = strings
+    rng = np.random.default_rng(m)
+    fakes = fake_tree_reports(tree, "maximal_gain", words[500:503], m, rng) if m else None
+    reports = genuine if fakes is None else {k: np.concatenate([genuine[k], fakes[k].astype(genuine[k].dtype)])
+                                             for k in genuine}
+    n = len(reports["y"])
+    defence = defend(tree, attribute_block(n, tree.accumulate(reports)), reference, policy=POLICY)
+    (finding,) = defence.findings
+    assert (finding.status == SUSPECTED) == bool(defence.strings)
+    assert finding.set_aside >= 0
+    if finding.status != SUSPECTED:
+        assert finding.set_aside == 0
+        return
+    assert defence.cap is not None
+    carriers = []
+    for level, rows in defence.cap.capped.items():
+        if not rows:
+            continue
+        at = np.asarray(reports["level"]) == level
+        hashes, y = np.asarray(reports["hash"])[at].astype(np.int64), np.asarray(reports["y"])[at].astype(np.int64)
+        buckets = tree.oracles[level].candidate_buckets(np.stack([row for row, _, _ in rows]))  # (suspects, hashes)
+        carriers.append(int((buckets[:, hashes] == y[None, :]).any(axis=0).sum()))
+    assert finding.set_aside <= max(carriers)
+    assert finding.set_aside <= m

@@ -4,16 +4,28 @@ Siegmund's run length, an attacker under the per-window bound caught), and demot
 from __future__ import annotations
 
 import math
+import zlib
 
 import numpy as np
+import pytest
 
 from ldpstream.mechanisms import registry
+from ldpstream.mechanisms.base import Estimate
 from ldpstream.mechanisms.frequency.base import FrequencyOracle
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.poisoning.attribute import defend, defend_windows, reference_of
-from ldpstream.mechanisms.poisoning.base import SUSPECTED, Policy
-from ldpstream.mechanisms.poisoning.frequency import excess_claims, lower_bounds
-from ldpstream.mechanisms.poisoning.sequential import CUSUM, K, average_run_length, cusum_step, threshold
+from ldpstream.mechanisms.poisoning.base import SUSPECTED, Policy, bonferroni_z
+from ldpstream.mechanisms.poisoning.frequency import block_shift, excess_claims, lower_bounds
+from ldpstream.mechanisms.poisoning.sequential import (
+    BLOCK,
+    BLOCK_WINDOWS,
+    CUSUM,
+    LAG_WINDOWS,
+    K,
+    average_run_length,
+    cusum_step,
+    threshold,
+)
 from ldpstream.simulator.poisoning import fake_frequency_reports
 from ldpstream.simulator.population import zipf_probabilities
 
@@ -113,7 +125,7 @@ def test_an_attacker_under_the_per_window_bound_is_caught_by_the_sequential_test
     probs = zipf_probabilities(64, 1.0)
     target = 40
     n = 200_000
-    h = threshold(POLICY.alpha_sequential, 64)
+    h = threshold(POLICY.alpha_sequential / 2, 64)  # the CUSUM has half the sequential budget
     blocks = [honest_block(oracle, n, probs, rng) for _ in range(4)]
     anchor = float(oracle.estimate(np.sum(blocks, axis=0)[1:]).value[target])
     var = oracle.variance(probs[target]) + probs[target] * (1 - probs[target])
@@ -156,3 +168,59 @@ def test_a_demoted_top_item_is_found_and_given_back_up_to_its_lower_bound() -> N
     assert finding.removed is not None
     defended = float(oracle.estimate(block[1:] - finding.removed).value[0])
     assert abs(defended - low) < 1e-9
+
+
+@pytest.mark.parametrize("name,shape", [("grr", "zipf"), ("oue", "zipf"), ("grr", "one_item")])
+def test_the_block_test_flags_honest_blocks_at_most_at_its_stated_rate(name: str, shape: str) -> None:
+    """The block test's statistic on honest windows: the latest BLOCK_WINDOWS windows and the LAG_WINDOWS before them
+    are two honest samples of the population (a sum of honest windows is an honest window of their reports), so each
+    trial is independent and flags any item with probability <= alpha_sequential / 2 (Bonferroni over the K items and
+    both sides): the count over `trials` within 4 binomial standard deviations of that; a loose policy so that the
+    rate is measurable."""
+    policy = Policy(alpha_sequential=0.02)
+    oracle = registry.make(name, 2.0, domain=32)
+    assert isinstance(oracle, FrequencyOracle)
+    rng = np.random.default_rng(zlib.crc32(f"block {name} {shape}".encode()))
+    probs = zipf_probabilities(32, 1.0) if shape == "zipf" else np.eye(32)[0]
+    n, trials = 20_000, 20_000
+
+    def honest(reports: int) -> Estimate:  # `trials` honest windows at once, each item's support from its marginal
+        counts = rng.multinomial(reports, probs, size=trials)
+        support = rng.binomial(counts, oracle.p) + rng.binomial(reports - counts, oracle.q)
+        value = (support / reports - oracle.q) / (oracle.p - oracle.q)
+        return Estimate(n=reports, value=value, stderr=np.zeros_like(value))
+    flagged = int(block_shift(oracle, honest(BLOCK_WINDOWS * n), honest(LAG_WINDOWS * n), policy).any(axis=1).sum())
+    expected = policy.alpha_sequential / 2 * trials
+    assert flagged <= expected + 4 * math.sqrt(expected)
+
+
+def test_a_demotion_the_reference_takes_in_is_found_by_the_block_test() -> None:
+    """5% fakes that support none of GRR's top item (d = 1,024, eps = 4) after an honest history: the fall is
+    delta = beta (f + q / (p - q)) a window; n is chosen so that the block test sees it, at the attack's fourth
+    window (all four latest windows attacked, the lagged ones not), at delta / sd / sqrt(1 / B + 1 / R) >= its z + 4
+    standard deviations (the per-window test sees at most 1 / sqrt(1 + 1 / 4) of that per window, and less once the
+    reference takes in attacked windows). The block test finds it within the first four attacked windows, and the
+    item is held there, so the last window's defended fall is under the undefended one."""
+    oracle = registry.make("grr", 4.0, domain=1024)
+    assert isinstance(oracle, FrequencyOracle)
+    rng = np.random.default_rng(12)
+    probs = zipf_probabilities(1024, 1.0)
+    f, p, q, beta = float(probs[0]), oracle.p, oracle.q, 0.05
+    delta = beta * (f + q / (p - q))
+    z = bonferroni_z(POLICY.alpha_sequential / 2, 2 * 1024)
+    sd_unit = math.sqrt(float(oracle.variance(f)) + f * (1 - f))  # sqrt(n) sd of one window's estimate
+    n = math.ceil(((z + 4) * math.sqrt(1 / BLOCK_WINDOWS + 1 / LAG_WINDOWS) * sd_unit / delta) ** 2)
+    history = BLOCK_WINDOWS - 1 + LAG_WINDOWS
+    genuine = [honest_block(oracle, n, probs, rng) for _ in range(history + 10)]
+    m = round(beta * n / (1 - beta))
+    attacked = genuine[:history] + [with_fakes(oracle, b, "demotion", np.array([0]), m, rng)
+                                    for b in genuine[history:]]
+    defences = defend_windows(oracle, attacked, policy=POLICY)
+    found = [any(f.detector == BLOCK and 0 in f.suspects for f in d.findings)
+             for d in defences[history:] if d is not None]
+    assert any(found[:BLOCK_WINDOWS]), found
+    last = defences[-1]
+    assert last is not None
+    defended = float(oracle.estimate((attacked[-1] - last.removed)[1:]).value[0])
+    undefended = float(oracle.estimate(attacked[-1][1:]).value[0])
+    assert defended > undefended

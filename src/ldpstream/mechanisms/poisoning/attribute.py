@@ -7,8 +7,9 @@ previous ones kept.
 2. Tests of the sums on what is left: excess claims (every frequency oracle, both ways), the mean's bound
    (numeric), disagreement then key frequency (PCKV), against the reference window when there is one. Given the
    sequential test's state (`Drift`, the sums of the windows before), a frequency oracle's items and a numeric mean
-   first take this window's step of it (`ldpstream.mechanisms.poisoning.sequential`); what it finds drifting is held
-   to its reference on that side.
+   first take this window's step of it (`ldpstream.mechanisms.poisoning.sequential`), and a frequency oracle's
+   items the block test's (its latest windows together against the lagged windows before them); what they find
+   drifting is held on that side.
 3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`: a suspected prefix ranked by
    its reference frequency, the others by their estimates capped one standard deviation above it), nothing removed
    from the sums.
@@ -40,16 +41,24 @@ from ldpstream.mechanisms.poisoning.base import (
     Policy,
 )
 from ldpstream.mechanisms.poisoning.frequency import (
+    block_shift,
     excess_claims,
     standardized_excess,
     support_itemsets,
     supports_itemsets_apply,
     usable_reference,
 )
-from ldpstream.mechanisms.poisoning.heavy import HEAVY, ReferenceCap
+from ldpstream.mechanisms.poisoning.heavy import HEAVY, ReferenceCap, set_aside_estimate
 from ldpstream.mechanisms.poisoning.keyvalue import key_frequency_bound, keyvalue_disagreement
 from ldpstream.mechanisms.poisoning.numeric import mean_bound, mean_excess, output_density
-from ldpstream.mechanisms.poisoning.sequential import CUSUM, cusum_step, threshold
+from ldpstream.mechanisms.poisoning.sequential import (
+    BLOCK,
+    BLOCK_WINDOWS,
+    CUSUM,
+    LAG_WINDOWS,
+    cusum_step,
+    threshold,
+)
 
 PER_REPORT = frozenset({"support_itemsets", "output_density"})  # detectors that flag individual reports
 
@@ -82,7 +91,7 @@ class Drift:
     def step(self, x: np.ndarray, reference: np.ndarray, policy: Policy) -> Drift:
         """The state after a window of standardized excesses `x` over `reference` (the reference values)."""
         upper, lower = cusum_step(self.upper, self.lower, x)
-        h = threshold(policy.alpha_sequential, self.upper.size)
+        h = threshold(policy.alpha_sequential / 2, self.upper.size)  # the block test has the other half
         return Drift(upper, lower, np.where(self.upper == 0, reference, self.anchor_up),
                      np.where(self.lower == 0, reference, self.anchor_down),
                      (self.held_up | (upper > h)) & (upper > 0), (self.held_down | (lower > h)) & (lower > 0))
@@ -150,11 +159,14 @@ def _block(finding: Finding, size: int) -> np.ndarray:
 
 
 def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = None, reports: Reports | None = None,
-           prior: Sequence[Finding] = (), policy: Policy = Policy(), drift: Drift | None = None) -> Defence:
+           prior: Sequence[Finding] = (), policy: Policy = Policy(), drift: Drift | None = None,
+           blocks: tuple[np.ndarray, np.ndarray] | None = None) -> Defence:
     """The attribute's defence (module docstring). `reference`: the reference window's block (None: none);
     `reports`: the window's reports of this attribute (per-report tests); `prior`: per-report findings recorded
     before (used instead of running them); `drift`: the sequential test's sums after the window before (None: the
-    sequential test is not run)."""
+    sequential test is not run); `blocks`: the block test's (the sum of the defended blocks of the windows just
+    before this one, the sum of the lagged windows before those: `blocks_of`; None: not run; frequency oracles
+    with a drift only)."""
     block = np.asarray(block, dtype=np.float64)
     size = block.shape[0]
     removed = np.zeros(size)
@@ -197,6 +209,8 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
         if enough and reference_est is not None and usable_reference(reference_est, policy):
             x = standardized_excess(mech, mech.estimate(left), reference_est, policy)
             held = sequential(x, np.asarray(reference_est.value))
+            if held is not None and blocks is not None:
+                held = block_test(mech, left, blocks, policy, held, findings, int(block[0]))
         step(excess_claims(mech, left, reference_est, policy, held))
     elif isinstance(mech, NumericMechanism):
         if reports is not None and not prior:
@@ -217,6 +231,42 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     else:
         findings.append(Finding("none", UNTESTED, int(block[0]), detail=f"no poisoning detector for {mech.name}"))
     return Defence(tuple(findings), removed, drift=drift)
+
+
+def block_test(mech: FrequencyOracle, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray], policy: Policy,
+               held: tuple[np.ndarray, np.ndarray], findings: list[Finding], reports: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The block test's step (`ldpstream.mechanisms.poisoning.sequential`): its finding appended to `findings`, and
+    the levels `held` with each item it finds held, on that side, to the lagged windows' estimate as well (the
+    nearer of the two levels where the CUSUM holds it too). The test is not run while the lagged windows hold
+    fewer than the policy's minimum of reports."""
+    recent, lagged = blocks
+    if float(lagged[0]) < policy.min_reports:
+        return held
+    lagged_est = mech.estimate(lagged[1:])
+    shift = block_shift(mech, mech.estimate(left + recent[1:]), lagged_est, policy)
+    which = np.flatnonzero(shift)
+    findings.append(Finding(BLOCK, SUSPECTED if len(which) else CLEAN, reports, suspects=tuple(int(v) for v in which),
+                            false_positive=policy.alpha_sequential / 2,
+                            detail=f"{len(which)} shifted over the last {BLOCK_WINDOWS} windows against the "
+                                   f"{LAG_WINDOWS} before (up: {int((shift > 0).sum())}, down: "
+                                   f"{int((shift < 0).sum())}), held where they were" if len(which) else ""))
+    level = np.asarray(lagged_est.value, dtype=np.float64)
+    up, down = held
+    return (np.fmin(up, np.where(shift > 0, level, np.nan)), np.fmax(down, np.where(shift < 0, level, np.nan)))
+
+
+def blocks_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int,
+              ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The block test's inputs for window `index` (`defend`'s `blocks`): the sum of the defended blocks of the
+    BLOCK_WINDOWS - 1 windows before it, and of the LAG_WINDOWS before those (None: the lagged windows have no
+    reports)."""
+    recent = BLOCK_WINDOWS - 1
+    lagged = reference_of(blocks, defences, index - recent, LAG_WINDOWS) if index - recent > 0 else None
+    if lagged is None:
+        return None
+    latest = reference_of(blocks, defences, index, recent)
+    return (np.zeros_like(lagged) if latest is None else latest), lagged
 
 
 def defend_windows(mech: Mechanism, blocks: Sequence[np.ndarray | None], recorded: Sequence[Defence | None] = (),
@@ -240,7 +290,7 @@ def defend_windows(mech: Mechanism, blocks: Sequence[np.ndarray | None], recorde
             out.append(Defence((), np.zeros(np.shape(block)), drift=drift))
         else:
             defence = defend(mech, block, reference_of(blocks, out, i, reference_windows), policy=policy,
-                             drift=drift)
+                             drift=drift, blocks=blocks_of(blocks, out, i))
             drift = defence.drift
             out.append(defence)
     return out
@@ -273,13 +323,18 @@ def _tree_defence(tree: PrefixTree, block: np.ndarray, reference: np.ndarray | N
         return Defence((Finding(HEAVY, CLEAN, n, false_positive=policy.alpha_window),), removed, cap)
     deepest = capped_levels[-1]  # the last level's strings, else the longest prefixes capped on the way
     rows = cap.capped[deepest]
-    excess = sum(value - bound for _, value, bound in rows)
+    set_aside = max(set_aside_estimate(tree, block[1:], level, np.stack([row for row, _, _ in cap.capped[level]]),
+                                       np.array([bound for _, _, bound in cap.capped[level]]))[1]
+                    for level in capped_levels)
     strings = tuple(tree.domain.decode(np.stack([row for row, _, _ in rows])))
     if deepest < tree.levels - 1:
         strings = tuple(f"{s}..." for s in strings)
     detail = (f"{len(rows)} {'string(s) of the top list' if deepest == tree.levels - 1 else 'prefix(es)'} above "
               f"the most an honest window shows given the reference, ranked by their reference frequency (levels "
               f"capped: {len(capped_levels)})")
-    # no statistics are removed (the sketches keep them); the reports set aside are estimated from the excess
-    return Defence((Finding(HEAVY, SUSPECTED, n, excess * n, None, (), policy.alpha_window, 0.0, detail),),
+    # no statistics are removed (the sketches keep them); the reports set aside: the most, over the capped levels, of
+    # the fewest of a level's reports that carry a suspect and explain its rise (each at most that level's carriers:
+    # `set_aside_estimate`; a deep level's suspects can be noise prefixes that collide with the fakes' cells, whose
+    # honest share hides them)
+    return Defence((Finding(HEAVY, SUSPECTED, n, set_aside, None, (), policy.alpha_window, 0.0, detail),),
                    removed, cap, strings)

@@ -47,12 +47,16 @@ class Policy:
     min_reports: windows (per attribute) with fewer reports are reported as too few to test.
     candidates: items examined for support itemsets (the largest estimates, and those above their reference).
     alert_fraction: the fraction of a window's reports set aside above which the window raises the alert.
-    alpha_sequential: the probability that the sequential test over windows (`sequential.py`) raises a false alarm
-      on an attribute in an honest window (family-wise over its items and both directions).
+    alpha_sequential: the probability that the sequential tests over windows (`sequential.py`: the CUSUM and the
+      block test, half each) raise a false alarm on an attribute in an honest window (family-wise over its items and
+      both directions).
+
+    The defaults give an attribute's tests on sums a false-alarm budget of alpha_window + alpha_sequential = 1e-3 per
+    honest window (union bound): the alert's stated rate, one per 1,000 honest windows.
     """
 
     alpha_report: float = 1e-3
-    alpha_window: float = 1e-3
+    alpha_window: float = 9e-4
     drift: float = 0.0
     min_reports: int = 1000
     candidates: int = 64

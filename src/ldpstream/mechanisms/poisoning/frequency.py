@@ -148,6 +148,22 @@ def standardized_excess(oracle: FrequencyOracle, est: Estimate, reference: Estim
     return np.clip((np.asarray(est.value) - f0) / sd, -z, z)
 
 
+def block_shift(oracle: FrequencyOracle, block: Estimate, lagged: Estimate, policy: Policy) -> np.ndarray:
+    """Per item, +1 (-1) where the estimate of the latest windows together (`block`: this one and the few before)
+    lies above (below) the estimate of the windows before them (`lagged`) by more than z standard deviations, else
+    0 (`ldpstream.mechanisms.poisoning.sequential`, the block test). The same standardization as the window's test
+    (`_spread`: both standard errors at the lagged windows' frequency, device sampling counted), so an honest
+    block's step is N(0, 1) per item; z = Phi^-1(1 - (alpha_sequential / 2) / 2K): Bonferroni over the K items and
+    both sides, with half the sequential budget (the CUSUM has the other half). Items that expect fewer than
+    NORMAL_COUNT supports in the block are not tested (their normal tail is too light)."""
+    f0, sd, _ = _spread(oracle, block, lagged, policy)
+    z = bonferroni_z(policy.alpha_sequential / 2, 2 * oracle.domain_size)
+    x = (np.asarray(block.value, dtype=np.float64) - f0) / sd
+    s, p, q = oracle.supports_per_report, oracle.p, oracle.q
+    tested = s * block.n * (q + (p - q) * f0) >= NORMAL_COUNT
+    return np.where(tested & (np.abs(x) > z), np.sign(x), 0.0)
+
+
 def excess_claims(oracle: FrequencyOracle, stats: np.ndarray, reference: Estimate | None = None,
                   policy: Policy = Policy(), held: tuple[np.ndarray, np.ndarray] | None = None) -> Finding:
     """Items whose estimate exceeds what an honest window shows, each brought back to its bound by setting aside

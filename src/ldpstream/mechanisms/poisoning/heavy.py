@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ldpstream.mechanisms.frequency.base import split_count
+from ldpstream.mechanisms.open_domain.sketch import HashedGRR
 from ldpstream.mechanisms.open_domain.tree import PrefixTree, peeled_estimates
 from ldpstream.mechanisms.poisoning.base import Policy, bonferroni_z
 
@@ -79,3 +81,37 @@ class ReferenceCap:
         over = value > bound
         self.capped[level] = [(candidates[i], float(value[i]), float(bound[i])) for i in np.flatnonzero(over)]
         return np.where(over, base, base + sd)
+
+
+def set_aside_estimate(tree: PrefixTree, stats: np.ndarray, level: int, rows: np.ndarray, bounds: np.ndarray
+                       ) -> tuple[float, float]:
+    """(the reports of a level that carry one of its suspected prefixes `rows`, the fewest of them that explain the
+    suspects' rise over their `bounds`): nothing is removed from the sketches, so this is the figure a tree's finding
+    reports as set aside, and it never exceeds the carriers.
+
+    A hashed-GRR report (PEM's levels) names one cell (hash j, bucket y) and carries prefix x when y = h_j(x): the
+    carriers are exactly the counts of the cells the suspects cover. An honest report of hash j lands in bucket y
+    with probability q + (p - q) P[its value hashes to y], and at the bound P[value hashes to y] is the suspects'
+    bounds in y plus the rest of the mass spread over the g buckets, F_y + (1 - F) / g (F: the suspects' bounds
+    summed, at most 1): the carriers expected from honest devices are n_j times that, summed over the covered cells,
+    and the rest are the fewest crafted reports that explain them (derived here; counting every report of the level
+    as honest, fakes included, makes it smaller). Other sketches (HCMS: a report is one signed Hadamard coefficient,
+    which half the buckets read as support) have no such cell: every report of the level may carry a suspect, and
+    the estimate is the suspects' rise times n_T, at most n_T."""
+    oracle = tree.oracles[level]
+    sums, n_t = split_count(tree.level_stats(stats, level), oracle.stats_size)
+    b = np.clip(np.asarray(bounds, dtype=np.float64), 0.0, 1.0)
+    if isinstance(oracle, HashedGRR):
+        k, g, p, q = oracle.hashes, oracle.width, oracle.p, oracle.q
+        table = np.asarray(sums, dtype=np.float64).reshape(k, g)
+        buckets = oracle.candidate_buckets(rows)  # (suspects, k)
+        hashes = np.broadcast_to(np.arange(k), buckets.shape)
+        mass, covered = np.zeros((k, g)), np.zeros((k, g), dtype=bool)
+        np.add.at(mass, (hashes, buckets), np.broadcast_to(b[:, None], buckets.shape))
+        covered[hashes, buckets] = True
+        honest = q + (p - q) * (mass + (1.0 - min(1.0, float(b.sum()))) / g)
+        carriers = float(table[covered].sum())
+        expected = float((table.sum(axis=1, keepdims=True) * honest)[covered].sum())
+        return carriers, min(carriers, max(0.0, carriers - expected))
+    est = np.asarray(oracle.frequencies(tree.level_stats(stats, level), rows).value, dtype=np.float64)
+    return float(n_t), min(float(n_t), float(n_t * np.clip(est - b, 0.0, None).sum()))

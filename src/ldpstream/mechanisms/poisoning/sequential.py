@@ -23,7 +23,25 @@ after Siegmund ("Sequential analysis", 1985, Eq. 2.57, with the boundary correct
 
 so 2 K one-sided sums raise a false alarm in a window with probability about 2 K / ARL0 (Bonferroni; the x_t of
 consecutive windows share reference windows and are negatively correlated, which lengthens the run). `threshold`
-solves ARL0 = 2 K / alpha for the per-window rate alpha; the policy's is `Policy.alpha_sequential`.
+solves ARL0 = 2 K / alpha for the per-window rate alpha: half the policy's `Policy.alpha_sequential`, the block test
+below having the other half, so that the two together raise a false alarm in an honest window with probability at
+most alpha_sequential.
+
+**The block test.** A CUSUM compares each window with a reference that takes in the attacker's earlier windows when
+they pass (its past windows are clean), so a steady attack fades from its steps after REFERENCE windows: a top item
+demoted by 4.5 sd a window (GRR at eps 4, 5% fakes) steps 4, 3, 2, 1 and 0 sd, and its sum stops near 8 < h. The
+block test compares the latest BLOCK_WINDOWS windows together (this one included) with the LAG_WINDOWS defended
+windows before them, which an attack that began within the block has not reached:
+
+    y(v) = (f_block(v) - f_lag(v)) / sqrt(V(f_lag) (1 / n_block + 1 / n_lag)),
+
+N(0, 1) in an honest window (the same standardization as the window's own test), two-sided, Bonferroni over the K
+items: |y| > Phi^-1(1 - (alpha_sequential / 2) / 2K) (5.46 at K = 1,024 and 1e-4). A shift of delta sd per window
+sustained over the block shows as delta / sqrt(1 / B + 1 / R) = 1.63 delta (B = 4, R = 8): the demotion above,
+4.5 sd a window, is at 7.3 sd in the block test at its fourth window (found with probability Phi(7.3 - 5.46) =
+0.97). Consecutive windows' blocks overlap, so their tests are correlated, but each window's holds its rate by
+itself. An item the block test finds is held, on that side, to the lagged windows' estimate in this window (numeric
+means: not run; their sequential test is the CUSUM).
 """
 
 from __future__ import annotations
@@ -33,6 +51,9 @@ import math
 import numpy as np
 
 CUSUM = "drift_cusum"
+BLOCK = "drift_block"
+BLOCK_WINDOWS = 4  # B: the latest windows the block test sums, this one included
+LAG_WINDOWS = 8  # R: the windows before them it compares with
 K = 0.5  # the drift: half the shift, in standard deviations per window, the sums are tuned to
 RHO = 1.166  # Siegmund's correction for the overshoot of normal steps (E[overshoot] = 0.583 per unit of scale, x 2)
 
