@@ -358,8 +358,8 @@ def delivery_vectors() -> dict[str, Any]:
 
 
 from perturb_vectors import collector_vectors, hash_vectors, memo_vectors  # noqa: E402
-from training_vectors import training_vectors  # noqa: E402
 from spec_rules import rules, typescript  # noqa: E402
+from training_vectors import training_vectors  # noqa: E402
 
 VECTORS = {"trust.json": trust_vectors, "policy.json": policy_vectors, "wire.json": wire_vectors,
            "auth.json": auth_vectors, "memo.json": memo_vectors, "collectors.json": collector_vectors,
