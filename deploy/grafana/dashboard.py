@@ -2,7 +2,7 @@
 
 A dashboard is a list of rows (`Row`), each a list of panels (`Panel`) laid out two per line; adding a row (the
 SGD coordinator's, say) is one more function returning a `Row`, appended to `ROWS`. Every query names metrics
-of `ldpstream.aggregator.metrics` (tests/deploy/test_grafana.py checks it, and that the committed JSON is this output).
+of `ldpstream.readapi.metrics` (tests/deploy/test_grafana.py checks it, and that the committed JSON is this output).
 """
 
 from __future__ import annotations

@@ -11,19 +11,19 @@ scopes include the route's:
   400: bad parameter);
 - `GET /collections/{name}/series?attribute=A&window=1h&from=T&to=T&version=V` (scope `read`): one attribute's
   windows that start in [from, to) (ms since the epoch or ISO 8601; default the 48 newest), each with its estimates,
-  standard errors, 95% intervals, reports and privacy figures (`ldpstream.aggregator.series`; 404: unknown collection,
+  standard errors, 95% intervals, reports and privacy figures (`ldpstream.readapi.series`; 404: unknown collection,
   version or attribute; 400: a bad parameter, an empty range, one with no window or too many);
 - `GET /collections/{name}/distribution?attribute=A&window=all|1h|1h:<start_ms>&version=V&quantiles=0.1,0.5,0.9`
   (scope `read`): `ldpstream.aggregator.estimates.attribute_distribution` as JSON, one numeric attribute's
   distribution (grid, density, CDF, quantiles at the levels asked, default DEFAULT_QUANTILES, with standard errors;
   null while no device has reported it) (404: unknown collection or version; 400: a missing or unknown attribute,
   one that is not numeric or whose mechanism gives a mean only, bad quantile levels, a bad window);
-- `GET /metrics` (scope `metrics`): the store-wide metrics of `ldpstream.aggregator.metrics.StoreCollector` (Prometheus
+- `GET /metrics` (scope `metrics`): the store-wide metrics of `ldpstream.readapi.metrics.StoreCollector` (Prometheus
 text
   format);
-- `GET /openapi.json` (open): this API's OpenAPI document (`src/ldpstream/aggregator/openapi.json`);
+- `GET /openapi.json` (open): this API's OpenAPI document (`src/ldpstream/readapi/openapi.json`);
 - `GET /console/` (open: pages and scripts without data, which read the routes above with the token the person
-  gives them; `ldpstream.aggregator.console`), and `GET /` redirects there;
+  gives them; `ldpstream.readapi.console`), and `GET /` redirects there;
 - `GET /healthz` (open, for liveness probes that carry no token): whether Kafka and Redis answer and, over the
   project's services, whether the pipeline is healthy (`ldpstream.aggregator.health`: workers alive, no crash loop, no
   collection stalled with messages waiting); 200, else 503 with the reasons in the body. Anyone who reaches it
@@ -54,12 +54,9 @@ from confluent_kafka.admin import OffsetSpec
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from redis import RedisError
 
-from ldpstream.aggregator.console import CONSOLE_ROUTES, add_console
 from ldpstream.aggregator.estimates import POSTPROCESS, attribute_distribution, collection_estimates
 from ldpstream.aggregator.health import Health, HealthPolicy, pipeline_health
-from ldpstream.aggregator.metrics import EndOffsets, StoreCollector, store_registry
 from ldpstream.aggregator.plans import Plan, PlanRegistry
-from ldpstream.aggregator.series import SeriesError, collection_series, series_query
 from ldpstream.aggregator.store import ALL_TIME, RedisStore, StatsStore
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.collector import privacy_budgets
@@ -73,6 +70,9 @@ from ldpstream.contract.spec import (
 )
 from ldpstream.mechanisms.base import LDPError
 from ldpstream.mechanisms.distribution.base import DEFAULT_QUANTILES
+from ldpstream.readapi.console import CONSOLE_ROUTES, add_console
+from ldpstream.readapi.metrics import EndOffsets, StoreCollector, store_registry
+from ldpstream.readapi.series import SeriesError, collection_series, series_query
 from ldpstream.runtime.kafka import admin_client, metadata_answers
 from ldpstream.runtime.redis import async_redis_client, redis_answers
 from ldpstream.runtime.settings import Settings

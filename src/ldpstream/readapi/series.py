@@ -4,7 +4,7 @@ estimates, standard errors, 95% intervals, report counts and privacy figures.
 A series is what `GET /collections/{name}/series`, `ldp series` and `ldpstream.Client.series` show. Its windows are
 those of the store's index (`StatsStore.windows`) whose start lies in [from, to): a window without a report is not
 stored, so it is absent, never a row of zeros. The interval is the normal one, estimate +- 1.96 standard errors: the
-estimators are sums over independent devices, and `tests/aggregator/test_series_coverage.py` counts how often the band
+estimators are sums over independent devices, and `tests/readapi/test_series_coverage.py` counts how often the band
 covers the truth over many simulated windows. The bounds checked here (`series_query`) come before any read, so a
 request costs at most MAX_WINDOWS window reads and MAX_POINTS estimates.
 """
