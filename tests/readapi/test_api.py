@@ -265,7 +265,7 @@ class StubRegistry:
     def __init__(self, spec: CollectionSpec) -> None:
         self._plans = [Plan(spec), Plan(spec.replace(version=2))]
 
-    def plans(self) -> list[Plan]:
+    def plans(self, max_age_s: float = 0.0) -> list[Plan]:
         return self._plans
 
 

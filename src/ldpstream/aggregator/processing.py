@@ -33,6 +33,7 @@ import numpy as np
 
 from ldpstream.aggregator.store import ALL_TIME, BatchUpdate, OffsetRange, WindowIncrement, WindowKey
 from ldpstream.contract.pseudonym import device_partitions
+from ldpstream.contract.shuffled import report_path
 from ldpstream.contract.spec import CollectionSpec, window_seconds
 from ldpstream.contract.topics import collection_of, report_topic, source
 from ldpstream.contract.validation import (
@@ -227,17 +228,17 @@ class PartitionProcessor:
             _mark(reasons, np.flatnonzero(problems.wrong_count), WRONG_SHAPE)
             details.setdefault(WRONG_SHAPE, f"a device must report {plan.attributes_per_device} attribute(s)")
         partitions = np.array([m.partition for m, _, _ in items], dtype=np.int64)[rows.message]
-        # A shuffled collection's reports come from the shuffler, anonymous (device 0), each window's batch once
-        # (the edge kept one report per device and window): no partition, age or duplicate to judge
-        shuffled = spec.shuffle is not None
-        misplaced = None if shuffled else device_partitions(rows.devices, spec.partitions) != partitions
+        # a shuffled collection's reports are judged by no device (`ldpstream.contract.shuffled`): no partition,
+        # age or duplicate to judge
+        per_device = report_path(spec).per_device
+        misplaced = device_partitions(rows.devices, spec.partitions) != partitions if per_device else None
         if misplaced is not None and misplaced.any():
             _mark(reasons, np.flatnonzero(misplaced), WRONG_PARTITION)
             details.setdefault(WRONG_PARTITION, f"a device's reports go to partition (pseudonym mod {spec.partitions})")
         # 4. report times
         future, stale = time_problems(spec, rows.timestamps, self.clock_ms(), self.max_skew_ms)
         _mark(reasons, np.flatnonzero(future), FUTURE)
-        if not shuffled:
+        if per_device:
             _mark(reasons, np.flatnonzero(stale), STALE)
         details.setdefault(FUTURE, "report time is in the future")
         details.setdefault(STALE, "report time is older than the dedupe window")
@@ -245,7 +246,7 @@ class PartitionProcessor:
         # against what the partition counted before (a device's accepted rows are all on its own partition)
         dwin = dedupe_window(spec)
         starts = window_starts(dwin, rows.timestamps)
-        if spec.one_report_per_window and not shuffled:
+        if spec.one_report_per_window and per_device:
             for (part, start), group in _groups(reasons == 0, partitions, starts):
                 order = group[np.argsort(rows.devices[group], kind="stable")]  # by device, then arrival
                 devices = rows.devices[order]
@@ -289,7 +290,7 @@ class PartitionProcessor:
                                                                     for k, v in sub.items()})
                         stats[attr] = attribute_block(take.sum(), counted)
                 dedupe = None
-                if spec.one_report_per_window and spec.shuffle is None and window == dwin:
+                if spec.one_report_per_window and report_path(spec).per_device and window == dwin:
                     dedupe = {int(p): rows.devices[member & (partitions == p)] for p in _distinct(partitions[member])}
                 incs.append(WindowIncrement(spec.version, window, int(start), int(member.sum()), stats, dedupe, ttl))
         return incs

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ldpstream.contract.shuffled import report_path
 from ldpstream.contract.spec import ALL_TIME, CollectionSpec, window_seconds
 from ldpstream.contract.wire import ITEMSIZE, AttributeBlock, AttributeColumns, Envelope
 from ldpstream.mechanisms.base import ReportSchema
@@ -63,7 +64,7 @@ def admitted_until_ms(spec: CollectionSpec, timestamps_ms: np.ndarray) -> np.nda
     for a shuffled collection, whose shuffler then closes the window; the spec's `grace_s` when it states one; a
     report without windows: its time plus the grace), else the report's time plus the dedupe window's length (a
     day without windows: the rule before `grace_s`)."""
-    grace_s = spec.shuffle.grace_s if spec.shuffle is not None else spec.grace_s
+    grace_s = report_path(spec).grace_s(spec)
     if grace_s is None:
         return timestamps_ms + max_age_ms(spec)
     if not spec.windows:

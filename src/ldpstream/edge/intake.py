@@ -309,16 +309,6 @@ def without_rows(checked: Checked, drop: np.ndarray) -> Checked:
                    checked.window_starts[keep], checked.rows[keep], checked.verdicts)
 
 
-def anonymous(checked: Checked) -> Checked:
-    """The checked reports of a shuffled collection as the shuffler receives them: every device 0 and every time
-    the start of the report's dedupe window (who sent a report and when within its window are not written)."""
-    env = checked.envelope
-    n = len(checked)
-    return Checked(checked.plan, Envelope(env.version, env.collection, env.spec_version, bytes(8 * n),
-                                          checked.window_starts.astype("<i8").tobytes(), env.attributes),
-                   checked.window_starts, checked.rows, checked.verdicts)
-
-
 def _rows_of(flat: np.ndarray, take: np.ndarray) -> np.ndarray:
     """The rows `take` of a flat column of len(take) rows of equal width."""
     return flat.reshape(len(take), -1)[take].reshape(-1)

@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +58,7 @@ from ldpstream.aggregator.plans import Plan, PlanRegistry
 from ldpstream.aggregator.store import ALL_TIME, RedisStore, StatsStore
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.collector import privacy_budgets
+from ldpstream.contract.shuffled import shuffled_names
 from ldpstream.contract.spec import (
     CategoricalAttribute,
     CollectionSpec,
@@ -91,24 +90,18 @@ OPENAPI = Path(__file__).with_name("openapi.json")
 
 
 class PublishedPlans:
-    """The published plans, re-read from `ldp.collections` at most every `max_age_s` (a read takes ~0.3 s), or
-    after `miss_age_s` when a collection is asked for that is not known yet (it may have just been published)."""
+    """The published plans (the registry's cache, `ldpstream.runtime.specs.PublishedSpecs`), re-read at most every
+    `max_age_s` (a read takes ~0.3 s), or after `miss_age_s` when a collection is asked for that is not known yet
+    (it may have just been published)."""
 
     def __init__(self, registry: PlanRegistry, max_age_s: float = 5.0, miss_age_s: float = 1.0) -> None:
         self.registry = registry
         self.max_age_s = max_age_s
         self.miss_age_s = miss_age_s
-        self._plans: list[Plan] = []
-        self._read_at = -float("inf")
-        self._lock = threading.Lock()
 
     def all(self, max_age_s: float | None = None) -> list[Plan]:
         """Every published plan, by name then version, read at most `max_age_s` (default: the set one) ago."""
-        with self._lock:
-            if time.monotonic() - self._read_at >= (self.max_age_s if max_age_s is None else max_age_s):
-                self._plans = self.registry.plans()
-                self._read_at = time.monotonic()
-            return self._plans
+        return self.registry.plans(self.max_age_s if max_age_s is None else max_age_s)
 
     def versions(self, name: str) -> list[Plan]:
         """The published versions of a collection, oldest first (empty if it is not published)."""
@@ -180,7 +173,7 @@ def app_for_services(cfg: Settings) -> web.Application:
                                            "redis": lambda: redis_answers(cfg.redis, 2.0)},
                       lambda: pipeline_health(store, {p.spec.name: p.spec.topic for p in plans.all()}, ends,
                                               HealthPolicy.from_env(),
-                                              shuffled={p.spec.name for p in plans.all() if p.spec.shuffle}),
+                                              shuffled=shuffled_names(p.spec for p in plans.all())),
                       tokens=TokenVerifier(async_redis_client(cfg.redis, 2.0)))
 
 
