@@ -9,9 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ldpstream.contract.auth import AuthError, parse_authorization, verify
+from ldpstream.contract.auth import AuthError, Signed, parse_authorization, verify
 from ldpstream.contract.clock import now_ms
-from ldpstream.contract.pseudonym import device_pseudonym
 from ldpstream.contract.validation import dedupe_window, mark_ttl_ms
 from ldpstream.contract.wire import Envelope
 from ldpstream.edge.devices import RATE_LIMITED, REPLAYED, Admission, Admit
@@ -22,21 +21,13 @@ from ldpstream.edge.plans import EdgePlan
 
 
 @dataclass(frozen=True)
-class Signer:
-    """The device whose key signed a request, and the signature (for replay)."""
-
-    device: str
-    signature: str
-    pseudonym: int
-
-
-@dataclass(frozen=True)
 class Incoming:
-    """A request that authenticated and parsed: who sent it, for which collection, and its envelope with the plan of
-    its spec version (None: not published)."""
+    """A request that authenticated and parsed: who sent it (the signature, for replay; the device's pseudonym), for
+    which collection, and its envelope with the plan of its spec version (None: not published)."""
 
     collection: str
-    signer: Signer
+    signed: Signed
+    pseudonym: int
     envelope: Envelope
     plan: EdgePlan | None
 
@@ -54,7 +45,7 @@ class Admitted:
 
 
 def authenticate(admission: Admission, name: str, method: str, path: str, authorization: str | None,
-                 body: bytes) -> Signer:
+                 body: bytes) -> Signed:
     """The device that signed this method, path, time and body (`ldpstream.contract.auth`); Refusal 401 if none
     did (the key is derived, so no lookup)."""
     try:
@@ -62,7 +53,7 @@ def authenticate(admission: Admission, name: str, method: str, path: str, author
         verify(admission.key_of(name, signed.device), signed, method, path, body, now_ms())
     except AuthError as exc:
         raise Refusal(401, UNAUTHORIZED, str(exc)) from None
-    return Signer(signed.device, signed.signature, device_pseudonym(name, signed.device))
+    return signed
 
 
 async def admit(admission: Admission, items: Sequence[Incoming], checks: Sequence[Checked | Refusal],
@@ -74,7 +65,7 @@ async def admit(admission: Admission, items: Sequence[Incoming], checks: Sequenc
         if isinstance(checked, Checked):
             spec = checked.plan.spec
             starts = tuple(checked.window_starts.tolist()) if spec.one_report_per_window else ()
-            admits.append(Admit(item.collection, item.signer.device, item.signer.signature, dedupe_window(spec),
+            admits.append(Admit(item.collection, item.signed.device, item.signed.signature, dedupe_window(spec),
                                 spec.version, starts, mark_ttl_ms(spec)))
             positions.append(k)
     kept: list[Admitted] = []

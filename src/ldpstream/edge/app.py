@@ -48,6 +48,7 @@ from aiohttp import web
 from prometheus_client.multiprocess import mark_process_dead
 
 from ldpstream.contract.clock import now_ms
+from ldpstream.contract.pseudonym import device_pseudonym
 from ldpstream.edge.admission import Incoming, admit, authenticate
 from ldpstream.edge.answers import RETRY_AFTER_S, RequestIds, answered, json_answer, not_found
 from ldpstream.edge.coalesce import Coalesce
@@ -118,19 +119,20 @@ class Edge:
                      content_encoding: str | None, content_type: str, body: bytes) -> Accepted:
         """Steps 2-5 for a request's headers and body, apart from the HTTP server; a Refusal otherwise (steps 3-5
         for the requests of a loop turn together: `_intake_many`)."""
-        signer = authenticate(self.admission, name, method, path, authorization, body)
+        signed = authenticate(self.admission, name, method, path, authorization, body)
         data = inflate(body, content_encoding, self.config.max_inflated_bytes)
         version = json_version(data) if media_type(content_type) == JSON else None
         json_plan = None if version is None else await self.plan(name, version)
         env = parse(data, content_type, name, json_plan, self.config.max_reports)
-        return await self.intake(Incoming(name, signer, env, await self.plan(name, env.spec_version)))
+        return await self.intake(Incoming(name, signed, device_pseudonym(name, signed.device), env,
+                                          await self.plan(name, env.spec_version)))
 
     async def _intake_many(self, items: Sequence[Incoming]) -> list[Accepted | Refusal]:
         """Steps 3-5 for many requests: one vectorised check, one Redis round trip, one message per partition."""
-        checks = check_many([(i.envelope, i.plan, i.signer.pseudonym) for i in items], now_ms())
+        checks = check_many([(i.envelope, i.plan, i.pseudonym) for i in items], now_ms())
         results: list[Checked | Accepted | Refusal] = list(checks)  # each Checked becomes an Accepted or a Refusal
         admitted, turned_away = await admit(self.admission, items, checks, self.config.rate_per_s)
-        groups = destinations(admitted, [items[a.index].signer.pseudonym for a in admitted])
+        groups = destinations(admitted, [items[a.index].pseudonym for a in admitted])
         for k, answer in [*turned_away.items(), *(await deliver(self.forwarder, self.admission, groups)).items()]:
             results[k] = answer
         return results  # type: ignore[return-value]  # every Checked is replaced above (or the turn raised)
