@@ -1,5 +1,6 @@
 """mkdocs hooks: the command-line reference, generated from the `ldp` app itself (every command and subcommand,
-its help and its options), so the docs cannot drift from the code; and a site that makes no third-party request
+its help and its options), and the layer map, rendered from the table `tests/test_layers.py` enforces
+(`tests/layers.json`), so the docs cannot drift from the code; and a site that makes no third-party request
 (a privacy project's docs tell no font server or code host who reads them) and ships no bytecode.
 
 typer builds its commands from its own copy of click (`typer.core`), not from the `click` package: the walk below
@@ -9,13 +10,16 @@ checks against typer's classes, and anything it does not know is an error, never
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 MARKER = "<!-- ldp commands -->"
+LAYERS_MARKER = "<!-- ldp layers -->"
 ROOT = f"{Path(__file__).resolve().parents[1]}/"  # a default path inside the checkout is shown relative to it
+LAYERS = Path(ROOT) / "tests" / "layers.json"
 
 
 def _cell(text: str) -> str:
@@ -63,8 +67,24 @@ def cli_reference() -> str:
     return "\n".join(out)
 
 
+def layer_map() -> str:
+    """Markdown for the layers of `ldpstream`, top floor first: a diagram of the floors, then a row per package."""
+    layers = json.loads(LAYERS.read_text())["layers"]
+    floors = sorted({entry["floor"] for entry in layers}, reverse=True)
+    names = {floor: [e["package"] for e in layers if e["floor"] == floor] for floor in floors}
+    diagram = "\n  |\n".join(f" {'  '.join(names[floor])}" for floor in floors)
+    rows = ["| floor | package | what |", "| --- | --- | --- |"]
+    rows += [f"| {e['floor']} | `src/ldpstream/{e['package']}{'.py' if e['package'] == 'client' else '/'}` "
+             f"| {_cell(e['what'])} |" for floor in floors for e in layers if e["floor"] == floor]
+    return "\n".join(["```", diagram, "```", "", *rows])
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    return markdown.replace(MARKER, cli_reference()) if MARKER in markdown else markdown
+    if MARKER in markdown:
+        markdown = markdown.replace(MARKER, cli_reference())
+    if LAYERS_MARKER in markdown:
+        markdown = markdown.replace(LAYERS_MARKER, layer_map())
+    return markdown
 
 
 def on_config(config: Any, **_: Any) -> Any:

@@ -1,7 +1,9 @@
 """The layers of the code base: every import points down, and no module imports itself back (no cycles).
 
-    mechanisms <- contract <- {device, runtime, client} <- {simulator, edge, aggregator, shuffler, sgd} <- services
-        <- cli
+The floors are in `tests/layers.json` (the one table: docs/hooks.py renders docs/reference/layout.md from it):
+
+    mechanisms <- contract <- {device, runtime, client} <- {simulator, edge, aggregator, shuffler, sgd}
+        <- {readapi, services} <- cli
 
 Every layer is a subpackage of the one namespace `ldpstream` (src/ldpstream). A layer may import its own modules and
 any layer on a lower floor; layers on the same floor never import each other, so the device SDK never reaches the
@@ -12,6 +14,7 @@ walk reads the source with `ast`, so a module that fails to import is still chec
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,8 +25,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PACKAGE = SRC / "ldpstream"
-FLOORS = {"mechanisms": 0, "contract": 1, "device": 2, "runtime": 2, "client": 2, "simulator": 3, "edge": 3,
-          "aggregator": 3, "shuffler": 3, "sgd": 3, "services": 4, "cli": 5}
+LAYERS = json.loads((ROOT / "tests" / "layers.json").read_text())["layers"]
+FLOORS: dict[str, int] = {entry["package"]: entry["floor"] for entry in LAYERS}
 TOP_MODULES = {"__init__", "__main__"}  # the namespace's own face: `ldpstream` and `python -m ldpstream`
 
 

@@ -3,7 +3,7 @@
 A dashboard is a list of rows (`Row`), each a list of panels (`Panel`) laid out two per line. The store-wide rows
 come first and last; between them, one row per service of the catalog (`ldpstream.runtime.catalog`) that names one
 (`Metrics.row`), in the catalog's order: a service's row is one more function returning a `Row` of that title, listed
-in `SERVICE_ROWS`. Every query names metrics of `ldpstream.runtime.metrics` and `ldpstream.aggregator.metrics`
+in `SERVICE_ROWS`. Every query names metrics of `ldpstream.runtime.metrics` and `ldpstream.readapi.metrics`
 (tests/deploy/test_grafana.py checks it, and that the committed JSON is this output).
 """
 

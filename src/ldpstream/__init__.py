@@ -5,7 +5,9 @@ One namespace, layered bottom to top (every import points down, `tests/test_laye
 - `ldpstream.mechanisms`: the LDP mechanisms, pure numpy;
 - `ldpstream.contract`: what devices and servers share (specs, the wire format, pseudonyms, request signatures);
 - `ldpstream.device`: the device SDK (the base install); `ldpstream.runtime`: the servers' plumbing;
-- `ldpstream.simulator`, `ldpstream.edge`, `ldpstream.aggregator`, `ldpstream.sgd`: the services;
+- `ldpstream.simulator`, `ldpstream.edge`, `ldpstream.aggregator`, `ldpstream.shuffler`, `ldpstream.sgd`: the
+  services;
+- `ldpstream.readapi`: the read API (`ldp serve`) over the aggregator's store, its console and series;
 - `ldpstream.services` and `ldpstream.cli`: the local Kafka and Redis, and the `ldp` command line;
 - `ldpstream.Client` (`ldpstream.client`): the read API from Python, series as pandas DataFrames and Parquet.
 

@@ -12,7 +12,6 @@ from rich.console import Console
 
 from ldpstream.aggregator.audit import audit_reports, collect
 from ldpstream.aggregator.estimates import collection_estimates
-from ldpstream.aggregator.metrics import StoreCollector
 from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.poisoning import (
     audit_records,
@@ -28,6 +27,7 @@ from ldpstream.contract.spec import parse_spec
 from ldpstream.contract.wire import AttributeColumns, encode_envelope, envelope_of
 from ldpstream.mechanisms.frequency.base import FrequencyOracle
 from ldpstream.mechanisms.mixed import attribute_block
+from ldpstream.readapi.metrics import StoreCollector
 from ldpstream.simulator.poisoning import fake_frequency_reports
 from ldpstream.simulator.population import zipf_probabilities
 

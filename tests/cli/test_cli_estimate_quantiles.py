@@ -19,7 +19,7 @@ from ldpstream.contract.spec import load_spec
 from ldpstream.runtime.kafka import delete_topic
 from ldpstream.runtime.settings import PROJECT_ROOT, Settings
 from ldpstream.runtime.specs import publish_spec
-from tests.aggregator.series_support import Windows, simulated_windows
+from tests.readapi.series_support import Windows, simulated_windows
 
 runner = CliRunner()
 MINUTE = 60_000

@@ -15,16 +15,16 @@ from typer.testing import CliRunner
 
 import ldpstream
 from ldpstream.aggregator.plans import Plan
-from ldpstream.aggregator.series import SeriesQuery, collection_series
 from ldpstream.aggregator.store import RedisStore
 from ldpstream.cli.commands import app
 from ldpstream.client import COLUMNS, ClientError
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.spec import load_spec
+from ldpstream.readapi.series import SeriesQuery, collection_series
 from ldpstream.runtime.kafka import delete_topic
 from ldpstream.runtime.settings import PROJECT_ROOT, Settings
 from ldpstream.runtime.specs import publish_spec
-from tests.aggregator.series_support import SeriesApi, Windows, series_api, simulated_windows
+from tests.readapi.series_support import SeriesApi, Windows, series_api, simulated_windows
 
 runner = CliRunner()
 MINUTE = 60_000

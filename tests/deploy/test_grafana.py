@@ -1,6 +1,6 @@
 """The Grafana dashboard, checked without Grafana: it is what deploy/grafana/dashboard.py generates, every query
 is balanced PromQL naming metrics (and labels) that src/ldpstream/runtime/metrics.py
-and src/ldpstream/aggregator/metrics.py define, and provisioning fits compose."""
+and src/ldpstream/readapi/metrics.py define, and provisioning fits compose."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from ldpstream.aggregator.metrics import StoreCollector
 from ldpstream.aggregator.store import MemoryStore
+from ldpstream.readapi.metrics import StoreCollector
 from ldpstream.runtime import metrics
 from ldpstream.runtime.catalog import SERVICES
 
@@ -45,7 +45,7 @@ def load_generator() -> ModuleType:
 
 
 def defined_series() -> dict[str, set[str]]:
-    """Every series name ldpstream.runtime.metrics and ldpstream.aggregator.metrics expose, with its label names."""
+    """Every series name ldpstream.runtime.metrics and ldpstream.readapi.metrics expose, with its label names."""
     wrappers = [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)]
     families = [(m._name, str(m._type), set(m._labelnames)) for m in wrappers]
     store_wide = StoreCollector(MemoryStore(), lambda: [], lambda topics: {})
@@ -119,7 +119,7 @@ def test_every_query_is_balanced_and_names_defined_metrics_and_labels(board: dic
         names = metric_names(expr)
         grouped = names.pop("", set())
         for name, labels in names.items():
-            assert name in defined, f"{where}: {name!r} is not a metric of ldpstream.aggregator.metrics ({expr!r})"
+            assert name in defined, f"{where}: {name!r} is not a metric of ldpstream.readapi.metrics ({expr!r})"
             assert labels <= defined[name], f"{where}: {name} has no label(s) {labels - defined[name]}"
         assert grouped <= set.union(*(defined[n] for n in names)), f"{where}: grouping by unknown labels {grouped}"
         used |= set(names)

@@ -12,16 +12,16 @@ import uuid
 import pytest
 from pipeline_support import Collection, send_in_background
 
-from ldpstream.aggregator.api import PublishedPlans, TopicEnds, create_app
 from ldpstream.aggregator.health import HealthPolicy, WorkerRegistry, pipeline_health, worker_id
 from ldpstream.aggregator.plans import PlanRegistry
 from ldpstream.aggregator.processes import start_worker, stop_worker
 from ldpstream.aggregator.store import RedisStore
 from ldpstream.contract.spec import load_spec
+from ldpstream.readapi.api import PublishedPlans, TopicEnds, create_app
 from ldpstream.runtime.kafka import delete_topic
 from ldpstream.runtime.settings import PROJECT_ROOT, Settings
 from ldpstream.runtime.specs import publish_spec
-from tests.aggregator.test_api import http_get, serving, token_verifier
+from tests.readapi.test_api import http_get, serving, token_verifier
 
 pytestmark = pytest.mark.integration
 POLICY = HealthPolicy(heartbeat_max_age_s=5, stall_s=4, crash_limit=3, crash_window_s=60)

@@ -14,7 +14,7 @@ import pytest
 
 from ldpstream.aggregator.plans import PlanRegistry
 from ldpstream.contract.spec import CollectionSpec, SpecError, parse_spec
-from ldpstream.edge.plans import EdgePlans
+from ldpstream.edge.plans import edge_plans
 from ldpstream.runtime.kafka import ReportProducer, client_config
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.signing import (
@@ -105,7 +105,7 @@ def test_only_specs_signed_by_a_trusted_key_are_read(own: Settings, topics: list
         assert [p.spec.key for p in registry.plans()] == sorted([good.key, late.key])
         registry.refresh()  # the reasons are logged once, not at every refresh
     assert sum("published spec refused" in r.getMessage() for r in caplog.records) == len(reasons)
-    edge = EdgePlans(own.bootstrap)
+    edge = edge_plans(own.bootstrap)
     edge.refresh()
     assert edge.cached(good.name, 1) is not None and edge.cached(late.name, 1) is not None
     assert all(edge.cached(spec.name, 1) is None for spec in forged.values())

@@ -1,1 +1,2 @@
-"""aggregator: the stream processor (decode, validate, accumulate into Redis, estimates API, metrics)."""
+"""aggregator: the write side, the stream processor (decode, validate, deduplicate, accumulate into the store), its
+store, plans and estimates, the poisoning audit, and the pipeline's health; the read API is `ldpstream.readapi`."""

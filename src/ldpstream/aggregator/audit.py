@@ -37,6 +37,7 @@ from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.poisoning import DEFAULT_POLICY, audit_records, chain, encode_record
 from ldpstream.aggregator.store import ALL_TIME, StatsStore, WindowStats
 from ldpstream.contract.clock import now_ms
+from ldpstream.contract.shuffled import report_path
 from ldpstream.contract.spec import window_seconds
 from ldpstream.contract.topics import SETASIDE_TOPIC
 from ldpstream.contract.validation import (
@@ -110,7 +111,7 @@ def collect(plan: Plan, messages: Sequence[Message], window: str, start_ms: int)
         accepted = ~problems.out_of_range & ~problems.wrong_count
     if window != ALL_TIME:
         accepted &= window_starts(window, joined.timestamps_ms) == start_ms
-    if spec.one_report_per_window and spec.shuffle is None:
+    if spec.one_report_per_window and report_path(spec).per_device:
         accepted &= _first_per_device(joined.devices, window_starts(dedupe_window(spec), joined.timestamps_ms),
                                       accepted)
     attributes: dict[int, tuple[np.ndarray, np.ndarray, Reports]] = {}

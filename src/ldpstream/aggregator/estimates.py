@@ -24,6 +24,7 @@ import numpy as np
 from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.poisoning import DEFAULT_POLICY, WindowDefence, window_defence
 from ldpstream.aggregator.store import ALL_TIME, StatsStore
+from ldpstream.contract.shuffled import report_path
 from ldpstream.contract.spec import (
     Attribute,
     CategoricalAttribute,
@@ -94,7 +95,7 @@ def collection_estimates(store: StatsStore, plan: Plan, window: str = ALL_TIME,
     result = {"collection": plan.spec.name, "version": plan.spec.version,
               "window": name if name == ALL_TIME else f"{name}:{start}", "window_start_ms": start,
               "reports": int(stats.devices), "attributes": attributes}
-    if plan.spec.shuffle is not None:
+    if report_path(plan.spec).shuffled:
         result["shuffle"] = shuffle_summary(store, plan, name, start)
     result["poisoning"] = poisoning_summary(plan, attributes, window_defence(store, plan, name, start, stats),
                                             int(stats.devices), postprocess)
@@ -237,10 +238,10 @@ def shuffle_summary(store: StatsStore, plan: Plan, window: str, start_ms: int) -
     delta) and the bound that gave it (`ldpstream.contract.shuffled.WindowFigures`), and the largest batch epsilon.
     A device is in at most one batch per dedupe window; one in several batches composes them (`ldp privacy shuffle
     --windows`)."""
-    assert plan.spec.shuffle is not None
+    path = report_path(plan.spec).summary(plan.spec)
+    assert path is not None
     end = float("inf") if window == ALL_TIME else start_ms + window_seconds(window) * 1000
     batches = [msgspec.structs.asdict(f) for f in store.shuffle_figures(plan.spec.name)
                if f.spec_version == plan.spec.version and (window == ALL_TIME or start_ms <= f.window_ms < end)]
-    return {"delta": plan.spec.shuffle.delta, "min_batch": plan.spec.shuffle.min_batch,
-            "epsilon0": plan.spec.epsilon, "batches": batches,
+    return {**path, "epsilon0": plan.spec.epsilon, "batches": batches,
             "max_batch_epsilon": max((b["epsilon"] for b in batches), default=None)}

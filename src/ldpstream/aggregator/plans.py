@@ -5,27 +5,21 @@ A plan is built when its spec is first read: the factorization strategies the sp
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
-from confluent_kafka import KafkaException
 
 from ldpstream.aggregator.store import WindowStats
 from ldpstream.contract.collector import Strategies, collector_for
-from ldpstream.contract.spec import CollectionSpec, SpecError
+from ldpstream.contract.spec import CollectionSpec
 from ldpstream.mechanisms.base import Estimate, Mechanism, ReportSchema
 from ldpstream.mechanisms.distribution.base import Distribution
 from ldpstream.mechanisms.mixed import MixedCollector, block_size, joined_stats
 from ldpstream.mechanisms.open_domain.tree import LevelCap
-from ldpstream.runtime.specs import log_refused, read_specs
+from ldpstream.runtime.specs import PublishedSpecs
 from ldpstream.runtime.strategies import strategies_for
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -75,54 +69,19 @@ class Plan:
         return joined_stats(window.devices, [window.stats[j] for j in range(len(self.spec.attributes))])
 
 
-class PlanRegistry:
-    """The published specs, read from `ldp.collections` and re-read (at most every `refresh_s`) on a miss."""
+class PlanRegistry(PublishedSpecs[Plan]):
+    """The published specs as plans (`ldpstream.runtime.specs.PublishedSpecs`), re-read (at most every `refresh_s`)
+    on a miss; a plan's collector is built when its spec is first read, not in the first batch that needs it."""
 
     def __init__(self, bootstrap: str, refresh_s: float = 5.0) -> None:
-        self.bootstrap = bootstrap
-        self.refresh_s = refresh_s
-        self._plans: dict[str, Plan] = {}
-        self._last_refresh = -float("inf")
-        self._refused: set[str] = set()  # reasons for refused spec messages, logged once
-        self._lock = threading.Lock()
-
-    def get(self, name: str, version: int) -> Plan | None:
-        """The plan of name@version, or None if it is not published."""
-        key = f"{name}@{version}"
-        plan = self._plans.get(key)
-        if plan is None and time.monotonic() - self._last_refresh >= self.refresh_s:
-            self.refresh()
-            plan = self._plans.get(key)
-        return plan
-
-    def refresh(self) -> None:
-        """Re-read the specs topic; a spec that cannot be read, or whose plan cannot be built, is logged and left
-        out (and tried again at the next refresh)."""
-        with self._lock:
-            self._last_refresh = time.monotonic()
-            try:
-                invalid: list[str] = []
-                specs = read_specs(self.bootstrap, invalid, known={k: p.spec for k, p in self._plans.items()})
-            except (SpecError, RuntimeError, KafkaException) as exc:
-                log.error("cannot read published specs: %s", exc)
-                return
-            log_refused(invalid, self._refused, log)
-            for key, spec in specs.items():
-                if key not in self._plans:
-                    try:
-                        plan = Plan.load(spec, self.bootstrap)
-                        plan.schemas  # noqa: B018 - builds the collector now, not in the first batch that needs it
-                    except Exception as exc:  # a published spec is outside input: whatever building its plan raises
-                        log.error("published spec %s left out: %s", key, exc)
-                        continue
-                    self._plans[key] = plan
-
-    def plans(self) -> list[Plan]:
-        """Every known plan (refreshing first)."""
-        self.refresh()
-        return sorted(self._plans.values(), key=lambda p: (p.spec.name, p.spec.version))
+        super().__init__(bootstrap, lambda spec, _: _built(Plan.load(spec, bootstrap)), refresh_s=refresh_s)
 
     def latest(self, name: str) -> Plan | None:
-        """The highest published version of a collection."""
+        """The highest published version of a collection (the topic read first)."""
         versions = [p for p in self.plans() if p.spec.name == name]
         return versions[-1] if versions else None
+
+
+def _built(plan: Plan) -> Plan:
+    plan.schemas  # noqa: B018 - builds the collector now
+    return plan

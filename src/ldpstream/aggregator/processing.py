@@ -33,6 +33,7 @@ import numpy as np
 
 from ldpstream.aggregator.store import ALL_TIME, BatchUpdate, OffsetRange, WindowIncrement, WindowKey
 from ldpstream.contract.pseudonym import device_partitions
+from ldpstream.contract.shuffled import report_path
 from ldpstream.contract.spec import CollectionSpec, window_seconds
 from ldpstream.contract.topics import collection_of, report_topic, source
 from ldpstream.contract.validation import (
@@ -45,13 +46,13 @@ from ldpstream.contract.validation import (
     UNKNOWN_COLLECTION,
     WRONG_SHAPE,
     dedupe_window,
-    row_problems,
-    shape_problem,
+    envelope_problem,
+    read_message,
+    screen,
     shaped,
-    time_problems,
     window_starts,
 )
-from ldpstream.contract.wire import AttributeColumns, Envelope, WireError, check_envelope, concatenate, decode_envelope
+from ldpstream.contract.wire import AttributeColumns, Envelope, WireError, concatenate
 from ldpstream.mechanisms.base import Mechanism, ReportSchema
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.runtime.dlq import DeadLetter, Message, isolating, lookup
@@ -194,19 +195,17 @@ class PartitionProcessor:
     def _decode(self, topic: str, msg: Message) -> tuple[Envelope, CollectionPlan] | DeadLetter:
         """The message's envelope, checked as far as byte lengths tell, and its plan; or why it is rejected whole."""
         try:
-            env = decode_envelope(msg.value)
-            check_envelope(env)
+            env, _ = read_message(msg.value)
         except WireError as exc:
             reason = UNKNOWN_VERSION if str(exc).startswith("unknown wire version") else MALFORMED
             return _whole(msg, reason, str(exc))
         if report_topic(env.collection) != topic:
             return _whole(msg, UNKNOWN_COLLECTION, f"collection {env.collection!r} does not belong on topic {topic}")
         plan = self.plans(env.collection, env.spec_version)
-        if plan is None:
-            return _whole(msg, UNKNOWN_COLLECTION, f"no published spec {env.collection}@{env.spec_version}")
-        problem = shape_problem(env, plan.schemas)
-        if problem:
-            return _whole(msg, WRONG_SHAPE, problem)
+        problem = envelope_problem(env, plan)
+        if problem is not None:
+            return _whole(msg, *problem)
+        assert plan is not None
         return env, plan
 
     def _accumulate(self, topic: str, items: list[tuple[Message, Envelope, CollectionPlan]], rows: _Rows,
@@ -219,7 +218,7 @@ class PartitionProcessor:
         details: dict[str, str] = {}
         # 3. range of every report, and its number of attributes (`ldpstream.contract.validation`, as the edge runs it)
         columns = {a: AttributeColumns(grow, cols) for a, (grow, cols) in rows.attributes.items()}
-        problems = row_problems(spec, columns, plan.schemas, n, plan.attributes_per_device)
+        problems = screen(plan, columns, rows.timestamps, self.clock_ms(), self.max_skew_ms)
         if problems.out_of_range.any():
             _mark(reasons, np.flatnonzero(problems.out_of_range), OUT_OF_RANGE)
             details[OUT_OF_RANGE] = problems.out_of_range_detail
@@ -227,25 +226,23 @@ class PartitionProcessor:
             _mark(reasons, np.flatnonzero(problems.wrong_count), WRONG_SHAPE)
             details.setdefault(WRONG_SHAPE, f"a device must report {plan.attributes_per_device} attribute(s)")
         partitions = np.array([m.partition for m, _, _ in items], dtype=np.int64)[rows.message]
-        # A shuffled collection's reports come from the shuffler, anonymous (device 0), each window's batch once
-        # (the edge kept one report per device and window): no partition, age or duplicate to judge
-        shuffled = spec.shuffle is not None
-        misplaced = None if shuffled else device_partitions(rows.devices, spec.partitions) != partitions
+        # a shuffled collection's reports are judged by no device (`ldpstream.contract.shuffled`): no partition,
+        # age or duplicate to judge
+        per_device = report_path(spec).per_device
+        misplaced = device_partitions(rows.devices, spec.partitions) != partitions if per_device else None
         if misplaced is not None and misplaced.any():
             _mark(reasons, np.flatnonzero(misplaced), WRONG_PARTITION)
             details.setdefault(WRONG_PARTITION, f"a device's reports go to partition (pseudonym mod {spec.partitions})")
         # 4. report times
-        future, stale = time_problems(spec, rows.timestamps, self.clock_ms(), self.max_skew_ms)
-        _mark(reasons, np.flatnonzero(future), FUTURE)
-        if not shuffled:
-            _mark(reasons, np.flatnonzero(stale), STALE)
+        _mark(reasons, np.flatnonzero(problems.future), FUTURE)
+        if per_device:
+            _mark(reasons, np.flatnonzero(problems.stale), STALE)
         details.setdefault(FUTURE, "report time is in the future")
         details.setdefault(STALE, "report time is older than the dedupe window")
         # 5. duplicates, per partition and window: within the batch (the first report of a device wins), and
         # against what the partition counted before (a device's accepted rows are all on its own partition)
-        dwin = dedupe_window(spec)
-        starts = window_starts(dwin, rows.timestamps)
-        if spec.one_report_per_window and not shuffled:
+        dwin, starts = dedupe_window(spec), problems.starts
+        if spec.one_report_per_window and per_device:
             for (part, start), group in _groups(reasons == 0, partitions, starts):
                 order = group[np.argsort(rows.devices[group], kind="stable")]  # by device, then arrival
                 devices = rows.devices[order]
@@ -289,7 +286,7 @@ class PartitionProcessor:
                                                                     for k, v in sub.items()})
                         stats[attr] = attribute_block(take.sum(), counted)
                 dedupe = None
-                if spec.one_report_per_window and spec.shuffle is None and window == dwin:
+                if spec.one_report_per_window and report_path(spec).per_device and window == dwin:
                     dedupe = {int(p): rows.devices[member & (partitions == p)] for p in _distinct(partitions[member])}
                 incs.append(WindowIncrement(spec.version, window, int(start), int(member.sum()), stats, dedupe, ttl))
         return incs

@@ -66,8 +66,8 @@ def series(name: str = typer.Argument(..., help="collection name"),
 def local(name: str, attribute: str | None, window: str | None, start: str | None, end: str | None,
           version: int | None, now: int) -> dict[str, Any]:
     """The series read from the local stack's Redis (specs from its Kafka)."""
-    from ldpstream.aggregator.series import SeriesError, collection_series, series_query
     from ldpstream.aggregator.store import RedisStore
+    from ldpstream.readapi.series import SeriesError, collection_series, series_query
     from ldpstream.runtime.settings import Settings
 
     require_services()

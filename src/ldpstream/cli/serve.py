@@ -40,7 +40,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.
 
     Tokens: `ldp tokens create`. The console asks for a read token, or takes it from the address:
     http://HOST:PORT/console/#token=TOKEN (a fragment never leaves the browser)."""
-    from ldpstream.aggregator.api import serve as serve_api
+    from ldpstream.readapi.api import serve as serve_api
     from ldpstream.runtime.access import act_as
     from ldpstream.runtime.catalog import service
     from ldpstream.runtime.process import port_in_use

@@ -145,10 +145,10 @@ def record_topology(cfg: Settings, topology: str) -> Settings:
 
 def pipeline_status(cfg: Settings) -> Health:
     """The pipeline's health over the project's services (`ldpstream.aggregator.health`)."""
-    from ldpstream.aggregator.api import TopicEnds
     from ldpstream.aggregator.health import HealthPolicy, pipeline_health
     from ldpstream.aggregator.plans import PlanRegistry
     from ldpstream.aggregator.store import RedisStore
+    from ldpstream.readapi.api import TopicEnds
 
     plans = PlanRegistry(cfg.bootstrap).plans()
     return pipeline_health(RedisStore(cfg.redis), {p.spec.name: p.spec.topic for p in plans}, TopicEnds(cfg.bootstrap),

@@ -113,6 +113,7 @@ def refused_in_time(spec: CollectionSpec, timestamp_ms: int, now: int) -> None:
     the rule the edge and the workers apply (`ldpstream.contract.validation.time_problems`)."""
     import numpy as np
 
+    from ldpstream.contract.shuffled import report_path
     from ldpstream.contract.validation import MAX_FUTURE_SKEW_MS, max_age_ms, time_problems
 
     future, stale = time_problems(spec, np.array([timestamp_ms], dtype=np.int64), now)
@@ -120,7 +121,7 @@ def refused_in_time(spec: CollectionSpec, timestamp_ms: int, now: int) -> None:
         fail(f"nothing sent: every report stamped --timestamp-ms {timestamp_ms} would be refused as stale, "
              f"{(now - timestamp_ms) / 1000:,.0f} s old, and {spec.name} admits reports up to "
              f"{max_age_ms(spec) / 1000:,.0f} s old (its first window, {spec.windows[0] if spec.windows else 'none'}"
-             f"{', and its grace once the window closed' if spec.shuffle else ''})")
+             f"{', and its grace once the window closed' if report_path(spec).shuffled else ''})")
     if future[0]:
         fail(f"nothing sent: every report stamped --timestamp-ms {timestamp_ms} would be refused as from the future, "
              f"{(timestamp_ms - now) / 1000:,.0f} s ahead of this clock (at most {MAX_FUTURE_SKEW_MS / 1000:,.0f} s "

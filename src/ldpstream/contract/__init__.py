@@ -1,2 +1,2 @@
-"""collection: the contract devices and servers share (specs, wire format, pseudonyms and partitions, collectors,
-topic names). Imports nothing of ours but `ldp`."""
+"""contract: what devices and servers share (specs, wire format, pseudonyms and partitions, collectors, topic names,
+report validation, request signatures). Imports nothing of ours but `ldpstream.mechanisms`."""

@@ -1,5 +1,11 @@
 """The checks every server runs on reports against a published spec, pure: the aggregator's worker and the
-ingestion edge run this same code, so a report the edge accepts passes the worker's schema checks.
+ingestion edge run this same chain, so a report the edge accepts passes the worker's schema checks.
+
+The chain, in order: `read_message` (the bytes are an envelope of a known version, its byte lengths whole),
+`envelope_problem` (its spec version is published, and its blocks have the declared shapes), then, over the reports
+of one or more envelopes concatenated, `screen` (per report: range, attribute count, report time, dedupe window).
+What each server adds is its own: the edge the authenticated device and one report per window within a request, the
+worker the partition and the devices counted before.
 
 - `shape_problem`: every attribute block of an envelope has the columns and row widths its mechanism declares
   (from byte lengths alone, before anything is decoded into numpy);
@@ -15,11 +21,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
+from ldpstream.contract.shuffled import report_path
 from ldpstream.contract.spec import ALL_TIME, CollectionSpec, window_seconds
-from ldpstream.contract.wire import ITEMSIZE, AttributeBlock, AttributeColumns, Envelope
+from ldpstream.contract.wire import (
+    ITEMSIZE,
+    AttributeBlock,
+    AttributeColumns,
+    Envelope,
+    check_envelope,
+    decode_envelope,
+)
 from ldpstream.mechanisms.base import ReportSchema
 
 # Reasons a report is rejected for, by the worker and the edge alike (bounded: they are metric labels).
@@ -45,6 +60,58 @@ class RowProblems:
     wrong_count: np.ndarray
 
 
+class Checkable(Protocol):
+    """What the checks need of a published spec version: the spec, each attribute's report schema, and how many
+    attributes a device reports."""
+
+    @property
+    def spec(self) -> CollectionSpec: ...
+
+    @property
+    def schemas(self) -> Sequence[ReportSchema]: ...
+
+    @property
+    def attributes_per_device(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Screen:
+    """Per report of a concatenation: each problem `screen` found, and the start of its dedupe window."""
+
+    out_of_range: np.ndarray
+    out_of_range_detail: str
+    wrong_count: np.ndarray
+    future: np.ndarray
+    stale: np.ndarray
+    starts: np.ndarray
+
+
+def read_message(data: bytes) -> tuple[Envelope, int]:
+    """The envelope in `data` and its number of reports, checked as far as byte lengths tell (WireError)."""
+    env = decode_envelope(data)
+    return env, check_envelope(env)
+
+
+def envelope_problem(env: Envelope, plan: Checkable | None) -> tuple[str, str] | None:
+    """(reason, detail) if the envelope as a whole cannot be checked against `plan` (None: its spec version is not
+    published) or its attribute blocks do not have the shapes the plan declares; None if it can."""
+    if plan is None:
+        return UNKNOWN_COLLECTION, f"no published spec {env.collection}@{env.spec_version}"
+    problem = shape_problem(env, plan.schemas)
+    return (WRONG_SHAPE, problem) if problem else None
+
+
+def screen(plan: Checkable, attributes: Mapping[int, AttributeColumns], timestamps_ms: np.ndarray, now_ms: int,
+           max_skew_ms: int = MAX_FUTURE_SKEW_MS) -> Screen:
+    """The per-report checks over the reports of envelopes that passed `envelope_problem`, concatenated
+    (`attributes`: their columns, `timestamps_ms`: one per report)."""
+    spec = plan.spec
+    problems = row_problems(spec, attributes, plan.schemas, len(timestamps_ms), plan.attributes_per_device)
+    future, stale = time_problems(spec, timestamps_ms, now_ms, max_skew_ms)
+    return Screen(problems.out_of_range, problems.out_of_range_detail, problems.wrong_count, future, stale,
+                  window_starts(dedupe_window(spec), timestamps_ms))
+
+
 def dedupe_window(spec: CollectionSpec) -> str:
     """The window in which a device may report once: the spec's smallest tumbling window, else all-time."""
     return spec.windows[0] if spec.windows else ALL_TIME
@@ -63,7 +130,7 @@ def admitted_until_ms(spec: CollectionSpec, timestamps_ms: np.ndarray) -> np.nda
     for a shuffled collection, whose shuffler then closes the window; the spec's `grace_s` when it states one; a
     report without windows: its time plus the grace), else the report's time plus the dedupe window's length (a
     day without windows: the rule before `grace_s`)."""
-    grace_s = spec.shuffle.grace_s if spec.shuffle is not None else spec.grace_s
+    grace_s = report_path(spec).grace_s(spec)
     if grace_s is None:
         return timestamps_ms + max_age_ms(spec)
     if not spec.windows:

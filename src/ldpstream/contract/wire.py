@@ -30,7 +30,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
-from typing import ClassVar
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 import msgspec
 import numpy as np
@@ -136,9 +136,49 @@ def encode_column(name: str, values: np.ndarray) -> WireColumn:
     return WireColumn(name, arr.dtype.str, arr.tobytes())
 
 
+class Versioned(Protocol):
+    """A message struct that leads with its wire version."""
+
+    @property
+    def version(self) -> int: ...
+
+
+V = TypeVar("V", bound=Versioned)
+
+
+class Codec(Generic[V]):
+    """The msgpack codec of one kind of message (an array led by its version; `ldpstream.sgd.wire` has two more):
+    `decode` raises WireError only, naming an unknown version when the bytes lead with one."""
+
+    def __init__(self, kind: type[V], version: int) -> None:
+        self.version = version
+        self._decoder = msgspec.msgpack.Decoder(kind)
+
+    def encode(self, message: V) -> bytes:
+        return _encoder.encode(message)
+
+    def decode(self, data: bytes) -> V:
+        """The message in `data`; WireError with the reason if it is not one of this version.
+
+        Per message, so guarded without a wrapper's call: its one library call is the boundary, and whatever msgspec
+        raises there (its errors, UnicodeDecodeError on a string that is not UTF-8, TypeError on no bytes) is a
+        WireError."""
+        try:
+            message = self._decoder.decode(data)
+        except Exception as exc:  # outside bytes: msgspec raises more than its own errors
+            version = leading_version(data)
+            if version is not None and version != self.version:
+                raise WireError(f"unknown wire version {version}") from exc
+            reason = str(exc) if isinstance(exc, msgspec.DecodeError) else describe(exc)  # msgspec's own say enough
+            raise WireError(f"malformed envelope: {reason}") from exc
+        if message.version != self.version:
+            raise WireError(f"unknown wire version {message.version}")
+        return message
+
+
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Envelope)
 _head_decoder = msgspec.msgpack.Decoder(_Head)
+ENVELOPES = Codec(Envelope, WIRE_VERSION)
 
 
 def encode(batch: PerturbedBatch) -> bytes:
@@ -150,7 +190,7 @@ def encode(batch: PerturbedBatch) -> bytes:
     env = Envelope(WIRE_VERSION, batch.collection, batch.spec_version,
                    np.ascontiguousarray(batch.devices, dtype="<u8").tobytes(),
                    np.ascontiguousarray(batch.timestamps_ms, dtype="<i8").tobytes(), blocks)
-    return _encoder.encode(env)
+    return ENVELOPES.encode(env)
 
 
 def envelope_of(collection: str, spec_version: int, devices: np.ndarray, timestamps_ms: np.ndarray,
@@ -166,7 +206,7 @@ def envelope_of(collection: str, spec_version: int, devices: np.ndarray, timesta
 
 def encode_envelope(env: Envelope) -> bytes:
     """The msgpack bytes of an envelope."""
-    return _encoder.encode(env)
+    return ENVELOPES.encode(env)
 
 
 @dataclass(frozen=True)
@@ -220,22 +260,9 @@ def decode(data: bytes) -> DecodedBatch:
 
 
 def decode_envelope(data: bytes) -> Envelope:
-    """The envelope of one message; WireError with the reason if it is not an envelope of a known version.
-
-    Per message, so guarded without a wrapper's call: its one library call is the boundary, and whatever msgspec
-    raises there (its errors, UnicodeDecodeError on a string that is not UTF-8, TypeError on no bytes) is a
-    WireError."""
-    try:
-        env = _decoder.decode(data)
-    except Exception as exc:  # outside bytes: msgspec raises more than its own errors
-        version = leading_version(data)
-        if version is not None and version != WIRE_VERSION:
-            raise WireError(f"unknown wire version {version}") from exc
-        reason = str(exc) if isinstance(exc, msgspec.DecodeError) else describe(exc)  # msgspec's own say enough
-        raise WireError(f"malformed envelope: {reason}") from exc
-    if env.version != WIRE_VERSION:
-        raise WireError(f"unknown wire version {env.version}")
-    return env
+    """The envelope of one message; WireError with the reason if it is not an envelope of a known version
+    (`Codec.decode`)."""
+    return ENVELOPES.decode(data)
 
 
 def check_envelope(env: Envelope) -> int:

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 from ldpstream.contract.clock import now_ms as clock_ms
 from ldpstream.contract.spec import CollectionSpec, window_seconds
 from ldpstream.contract.validation import MAX_FUTURE_SKEW_MS
-from ldpstream.device.state import write_atomically
+from ldpstream.device.state import save_file
 
 if TYPE_CHECKING:
     from ldpstream.device.policy import PrivacyPolicy
@@ -348,9 +348,9 @@ class PrivacyLedger:
             raise ValueError("not a privacy ledger: a spend that is not a finite number >= 0")
 
     def save(self, path: str | Path) -> None:
-        """Write the ledger atomically and durably (`ldpstream.device.state.write_atomically`: 0600, fsynced, renamed
-        over the old one); StateError, the old file untouched, if it cannot be written (a full disk)."""
-        write_atomically(Path(path), self.to_json().encode())
+        """Write the ledger atomically and durably (`ldpstream.device.state.save_file`: 0600, fsynced, renamed over
+        the old one); StateError, the old file untouched, if it cannot be written (a full disk)."""
+        save_file(Path(path), self.to_json().encode())
 
     @classmethod
     def open(cls, path: str | Path) -> PrivacyLedger:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ldpstream.contract.auth import Credential, authorization
 from ldpstream.contract.clock import now_ms
+from ldpstream.contract.files import write_atomically
 from ldpstream.contract.pseudonym import device_pseudonym
 from ldpstream.contract.validation import (
     DEFAULT_MAX_AGE_MS,
@@ -100,12 +101,7 @@ class Outbox:
         bounds."""
         self._seq += 1
         path = self.directory / f"{self._seq:016d}.report"
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as handle:
-            handle.write(message)
-            handle.flush()
-            os.fsync(handle.fileno())
-        tmp.rename(path)
+        write_atomically(path, message)
         self._bound()
         return path
 

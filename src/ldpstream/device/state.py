@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ldpstream.contract.auth import Credential
+from ldpstream.contract.files import write_atomically
 from ldpstream.device.trust import Seen
 
 FORMAT = 1
@@ -112,22 +112,15 @@ class DeviceState:
         e.g. a full disk."""
         body = json.dumps({"format": FORMAT, "collections": {k: v.to_dict()
                                                             for k, v in sorted(self.collections.items())}})
-        write_atomically(self.directory / STATE_FILE, body.encode())
+        save_file(self.directory / STATE_FILE, body.encode())
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` (0600): write and fsync a temporary file, then rename it; StateError if that fails
-    (the old file is left as it was)."""
-    tmp = path.with_name(path.name + ".tmp")
+def save_file(path: Path, data: bytes) -> None:
+    """Replace the device's file `path` with `data` (0600, `ldpstream.contract.files.write_atomically`); StateError
+    if that fails (the old file is left as it was)."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        write_atomically(path, data, 0o600)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise StateError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 

@@ -32,22 +32,12 @@ from ldpstream.contract.validation import (
     STALE,
     UNKNOWN_COLLECTION,
     WRONG_SHAPE,
-    dedupe_window,
-    row_problems,
-    shape_problem,
-    time_problems,
-    window_starts,
+    Screen,
+    envelope_problem,
+    read_message,
+    screen,
 )
-from ldpstream.contract.wire import (
-    AttributeColumns,
-    Concatenation,
-    Envelope,
-    WireError,
-    check_envelope,
-    concatenate,
-    decode_envelope,
-    envelope_of,
-)
+from ldpstream.contract.wire import AttributeColumns, Concatenation, Envelope, WireError, concatenate, envelope_of
 from ldpstream.edge.plans import EdgePlan
 from ldpstream.mechanisms.base import ReportSchema
 
@@ -155,8 +145,7 @@ def parse(body: bytes, content_type: str, collection: str, json_plan: EdgePlan |
     kind = media_type(content_type)
     if kind == MSGPACK:
         try:
-            env = decode_envelope(body)
-            rows = check_envelope(env)
+            env, rows = read_message(body)
         except WireError as exc:
             raise Refusal(400, MALFORMED, str(exc)) from None
     elif kind == JSON:
@@ -173,11 +162,11 @@ def parse(body: bytes, content_type: str, collection: str, json_plan: EdgePlan |
 
 def check(env: Envelope, plan: EdgePlan | None, pseudonym: int, now_ms: int) -> Checked:
     """The reports of an envelope checked against its published plan for the authenticated device `pseudonym`."""
-    if plan is None:
-        raise Refusal(404, UNKNOWN_COLLECTION, f"no published spec {env.collection}@{env.spec_version}")
-    problem = shape_problem(env, plan.schemas)
-    if problem:
-        raise Refusal(400, WRONG_SHAPE, problem)
+    problem = envelope_problem(env, plan)
+    if problem is not None:
+        reason, detail = problem
+        raise Refusal(404 if reason == UNKNOWN_COLLECTION else 400, reason, detail)
+    assert plan is not None
     joined = concatenate([env])
     if joined.rejected:
         raise Refusal(400, MALFORMED, joined.rejected[0])
@@ -189,18 +178,19 @@ def check(env: Envelope, plan: EdgePlan | None, pseudonym: int, now_ms: int) -> 
                                          f"pseudonym is the authenticated device's (send 0 or your own)")
     verdicts = np.full(n, "", dtype=object)
     first: dict[str, tuple[int, str]] = {}
+    checks = screen.checks
     for mask, reason, detail in (  # the first that applies to a report is its verdict
-            (screen.out_of_range, OUT_OF_RANGE, screen.out_of_range_detail),
-            (screen.wrong_count, WRONG_SHAPE, f"a report carries {plan.attributes_per_device} attribute(s)"),
-            (screen.future, FUTURE, "report time is in the future"),
-            (screen.stale, STALE, "report time is past its window's end and the spec's grace"),
+            (checks.out_of_range, OUT_OF_RANGE, checks.out_of_range_detail),
+            (checks.wrong_count, WRONG_SHAPE, f"a report carries {plan.attributes_per_device} attribute(s)"),
+            (checks.future, FUTURE, "report time is in the future"),
+            (checks.stale, STALE, "report time is past its window's end and the spec's grace"),
             (screen.duplicate, DUPLICATE, "two reports for one window in the request")):
         hit = mask & (verdicts == "")
         if hit.any():
             verdicts[hit] = reason
             first.setdefault(reason, (_first(hit), detail))
     bad = verdicts != ""
-    checked = _checked(env, plan, pseudonym, screen.starts)
+    checked = _checked(env, plan, pseudonym, checks.starts)
     if not bad.any():
         return checked
     if bad.all():
@@ -220,7 +210,7 @@ def check_many(items: Sequence[Item], now_ms: int) -> list[Checked | Refusal]:
     results: list[Checked | Refusal | None] = [None] * len(items)
     groups: dict[int, list[int]] = {}
     for i, (env, plan, _) in enumerate(items):
-        if plan is not None and not shape_problem(env, plan.schemas):
+        if envelope_problem(env, plan) is None:
             groups.setdefault(id(plan), []).append(i)
     for members in groups.values():
         if len(members) < 2:
@@ -235,14 +225,15 @@ def check_many(items: Sequence[Item], now_ms: int) -> list[Checked | Refusal]:
         message = np.repeat(np.arange(len(kept)), joined.sizes)
         pseudonyms = np.fromiter((items[i][2] for i in kept), dtype=np.uint64, count=len(kept))
         screen = _screen(plan, joined, pseudonyms[message], message, now_ms)
-        bad = screen.out_of_range | screen.wrong_count | screen.future | screen.stale | screen.wrong_device \
+        checks = screen.checks
+        bad = checks.out_of_range | checks.wrong_count | checks.future | checks.stale | screen.wrong_device \
             | screen.duplicate
         dirty = np.bincount(message[bad], minlength=len(kept)) > 0
         bounds = np.cumsum(joined.sizes) - joined.sizes
         for m, i in enumerate(kept):
             if not dirty[m]:
                 env, _, pseudonym = items[i]
-                starts = screen.starts[bounds[m]:bounds[m] + joined.sizes[m]]
+                starts = checks.starts[bounds[m]:bounds[m] + joined.sizes[m]]
                 results[i] = _checked(env, plan, pseudonym, starts)
     for i, result in enumerate(results):
         if result is None:
@@ -255,34 +246,26 @@ def check_many(items: Sequence[Item], now_ms: int) -> list[Checked | Refusal]:
 
 @dataclass(frozen=True)
 class _Screen:
-    """Per report of a concatenation, each problem the checks look for, and its dedupe window's start."""
+    """Per report of a concatenation: the checks every server runs (`ldpstream.contract.validation.screen`), and
+    the edge's own: a device other than the authenticated one, a second report in one window of a request."""
 
-    out_of_range: np.ndarray
-    out_of_range_detail: str
-    wrong_count: np.ndarray
-    future: np.ndarray
-    stale: np.ndarray
+    checks: Screen
     wrong_device: np.ndarray
     duplicate: np.ndarray
-    starts: np.ndarray
 
 
 def _screen(plan: EdgePlan, joined: Concatenation, pseudonyms: np.ndarray, message: np.ndarray,
             now_ms: int) -> _Screen:
     """The checks of `check` over the reports of many requests (row i from request message[i], whose device has
     the pseudonym pseudonyms[i]), vectorised."""
-    spec = plan.spec
-    problems = row_problems(spec, joined.attributes, plan.schemas, len(joined.devices), plan.attributes_per_device)
-    future, stale = time_problems(spec, joined.timestamps_ms, now_ms)
-    claimed = joined.devices
-    starts = window_starts(dedupe_window(spec), joined.timestamps_ms)
+    checks = screen(plan, joined.attributes, joined.timestamps_ms, now_ms)
+    starts, claimed = checks.starts, joined.devices
     duplicate = np.zeros(len(starts), dtype=bool)
-    if spec.one_report_per_window and len(starts) > 1:
+    if plan.spec.one_report_per_window and len(starts) > 1:
         order = np.lexsort((starts, message))
         again = (message[order][1:] == message[order][:-1]) & (starts[order][1:] == starts[order][:-1])
         duplicate[order[1:][again]] = True
-    return _Screen(problems.out_of_range, problems.out_of_range_detail, problems.wrong_count, future, stale,
-                   (claimed != 0) & (claimed != pseudonyms), duplicate, starts)
+    return _Screen(checks, (claimed != 0) & (claimed != pseudonyms), duplicate)
 
 
 def _checked(env: Envelope, plan: EdgePlan, pseudonym: int, starts: np.ndarray) -> Checked:
@@ -307,16 +290,6 @@ def without_rows(checked: Checked, drop: np.ndarray) -> Checked:
                                              joined.timestamps_ms[keep], {a: c for a, c in attributes.items()
                                                                           if len(c.rows)}),
                    checked.window_starts[keep], checked.rows[keep], checked.verdicts)
-
-
-def anonymous(checked: Checked) -> Checked:
-    """The checked reports of a shuffled collection as the shuffler receives them: every device 0 and every time
-    the start of the report's dedupe window (who sent a report and when within its window are not written)."""
-    env = checked.envelope
-    n = len(checked)
-    return Checked(checked.plan, Envelope(env.version, env.collection, env.spec_version, bytes(8 * n),
-                                          checked.window_starts.astype("<i8").tobytes(), env.attributes),
-                   checked.window_starts, checked.rows, checked.verdicts)
 
 
 def _rows_of(flat: np.ndarray, take: np.ndarray) -> np.ndarray:

@@ -22,9 +22,8 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
-import msgspec
 from aiohttp import web
 from prometheus_client import Counter
 
@@ -42,6 +41,7 @@ from ldpstream.contract.training import (
     descriptor_etag,
     parse_descriptor,
 )
+from ldpstream.edge.answers import Handler, RequestIds, answered, json_answer
 from ldpstream.edge.devices import RATE_LIMITED, REPLAYED, Admission, Admit
 from ldpstream.runtime.jobs import SignedJob, model_fields, model_prefix, newest, read_jobs
 from ldpstream.runtime.kafka import producer_client
@@ -74,10 +74,6 @@ class Refused(Exception):
     def __init__(self, status: int, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.status, self.reason, self.detail = status, reason, detail
-
-
-def _json(value: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=msgspec.json.encode(value), status=status, headers=headers, content_type=JSON)
 
 
 def mark_keys(job: SignedJob, version: int) -> list[str]:
@@ -179,18 +175,18 @@ class TrainingEdge:
             return self._only(method, "POST", lambda: self.update(request, parts[3]))
 
         async def not_found() -> web.Response:
-            return _json({"error": "not found"}, 404)
+            return json_answer({"error": "not found"}, 404)
         return not_found
 
     def _only(self, method: str, allowed: str, handler: Callable[[], Awaitable[web.Response]]
               ) -> Callable[[], Awaitable[web.Response]]:
         async def answer() -> web.Response:
             if method != allowed:
-                return _json({"error": "method not allowed"}, 405, {"Allow": allowed})
+                return json_answer({"error": "method not allowed"}, 405, {"Allow": allowed})
             try:
                 return await handler()
             except Refused as refused:  # an update's refusal carries its verdict, as a report's (section 13.4)
-                return _json({"reason": refused.reason, "error": refused.detail, "verdicts": [refused.reason]},
+                return json_answer({"reason": refused.reason, "error": refused.detail, "verdicts": [refused.reason]},
                              refused.status)
         return answer
 
@@ -223,7 +219,7 @@ class TrainingEdge:
             EDGE_UPDATES.labels("refused", refused.reason).inc()
             raise
         EDGE_UPDATES.labels("admitted", "").inc()
-        return _json({"accepted": 1, "version": version, "verdicts": ["admitted"]})
+        return json_answer({"accepted": 1, "version": version, "verdicts": ["admitted"]})
 
     async def _admit(self, request: web.BaseRequest, job_id: str) -> int:
         """The module docstring's steps; the admitted update's model version."""
@@ -277,3 +273,23 @@ class TrainingEdge:
     def close(self) -> None:
         if self._deliveries is not None:
             self._deliveries.close()
+
+
+class TrainingHost(Protocol):
+    """What the training routes need of the edge process (`ldpstream.edge.app.Edge`)."""
+
+    training: TrainingEdge
+
+
+class TrainingRoutes:
+    """The training jobs' routes (`/v1/jobs/...`, `TrainingEdge.route`), each answer with its request id, counted
+    like the join's (`ldpstream.edge.routes.Router`)."""
+
+    def __init__(self, edge: TrainingHost, ids: RequestIds) -> None:
+        self.training, self.ids = edge.training, ids
+
+    def match(self, request: web.BaseRequest, parts: list[str]) -> Handler | None:
+        if len(parts) < 4 or parts[:3] != ["", "v1", "jobs"]:
+            return None
+        handler = self.training.route(request, parts)
+        return lambda: answered(self.ids.next(), handler)

@@ -1,5 +1,5 @@
 """Every per-process Prometheus metric of the system, defined once (prefix `ldp_`, base units, bounded labels; the
-label values are listed in `ldpstream.aggregator.metrics`, which also defines the store-wide metrics the API serves)."""
+label values are listed in `ldpstream.readapi.metrics`, which also defines the store-wide metrics the API serves)."""
 
 from __future__ import annotations
 

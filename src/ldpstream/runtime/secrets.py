@@ -10,6 +10,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from ldpstream.contract.files import write_atomically
+
 
 def create_secret(path: Path, make: Callable[[], bytes]) -> bytes:
     """The content of the secret file `path`, written as `make()` (0600, fsynced) if it does not exist yet.
@@ -37,10 +39,4 @@ def create_secret(path: Path, make: Callable[[], bytes]) -> bytes:
 def replace_secret(path: Path, content: bytes) -> None:
     """Replace the secret file `path` with `content` atomically (0600): a reader sees the old or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(content)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    write_atomically(path, content, 0o600)

@@ -6,17 +6,25 @@ any other way is refused. A published version is immutable: `publish_spec` reads
 nothing if the same content is already there, and refuses (`SpecError`) a different content under a published key. Two
 publishers racing on the same new key are not serialised by Kafka; publishing is an operator's act, done once per
 version. `rotate_signing_key` re-signs every published spec with a new key.
+
+`PublishedSpecs` is the one cache of the published specs every service reads (the edge, the aggregator's worker, the
+read API, the shuffler): each spec as the service's own plan of it, re-read from the topic on a miss.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
+from confluent_kafka import KafkaException
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ldpstream.contract.collector import sampled_count
+from ldpstream.contract.shuffled import report_path
 from ldpstream.contract.spec import CollectionSpec, SpecError, parse_spec
 from ldpstream.contract.topics import DLQ_TOPIC
 from ldpstream.runtime.dlq import DLQ_PARTITIONS
@@ -39,6 +47,10 @@ from ldpstream.runtime.signing import (
     verify,
 )
 from ldpstream.runtime.strategies import with_strategies
+
+log = logging.getLogger(__name__)
+P = TypeVar("P")
+Signed = tuple[bytes, bytes]  # a spec's exact bytes as the admin signed them, and their signature block
 
 
 @dataclass(frozen=True)
@@ -104,13 +116,105 @@ def read_specs(bootstrap: str, invalid: list[str] | None = None, known: Mapping[
     return specs
 
 
-def log_refused(reasons: Iterable[str], logged: set[str], log: logging.Logger) -> None:
-    """Log each reason `read_specs` gave for refusing a message once (`logged`: those logged before), so that a
-    reader that re-reads the topic often says it once."""
-    for reason in reasons:
-        if reason not in logged:
-            logged.add(reason)
-            log.error("published spec refused: %s", reason)
+class PublishedSpecs(Generic[P]):
+    """name@version -> a service's plan of each published spec (`load`: the spec and its signed bytes -> the plan;
+    only the specs `wanted` holds for), read from the specs topic and re-read on a miss at most every `refresh_s`
+    (so requests for unknown collections cost no Kafka read each). A spec whose plan cannot be built (a published
+    spec is outside input: whatever `load` raises) is logged once and tried again at the next read; a message the
+    reader refuses (`read_specs`) is logged once. Thread-safe: a miss during a re-read waits for it."""
+
+    def __init__(self, bootstrap: str, load: Callable[[CollectionSpec, Signed], P], refresh_s: float = 2.0,
+                 current_s: float = 10.0, wanted: Callable[[CollectionSpec], bool] = lambda _: True) -> None:
+        self.bootstrap = bootstrap
+        self.load = load
+        self.refresh_s = refresh_s
+        self.current_s = current_s  # how stale the newest versions may be when a device asks for one (`stale`)
+        self.wanted = wanted
+        self._plans: dict[str, tuple[CollectionSpec, P]] = {}
+        self._newest: dict[str, tuple[int, P]] = {}  # name -> the plan of its newest published version
+        self._read_at = -float("inf")
+        self._logged: set[str] = set()  # reasons logged once
+        self._lock = threading.RLock()
+        self.loaded = False  # the topic was read once
+
+    def cached(self, name: str, version: int) -> P | None:
+        """The plan if it is known already (never blocks)."""
+        known = self._plans.get(f"{name}@{version}")
+        return None if known is None else known[1]
+
+    def get(self, name: str, version: int) -> P | None:
+        """The plan of name@version, or None if it is not published (may read Kafka: blocking)."""
+        if self.cached(name, version) is None:
+            with self._lock:
+                if self.cached(name, version) is None and self.age_s() >= self.refresh_s:
+                    self.refresh()
+        return self.cached(name, version)
+
+    def newest(self, name: str) -> P | None:
+        """The plan of the collection's newest version (never blocks)."""
+        known = self._newest.get(name)
+        return None if known is None else known[1]
+
+    def find_newest(self, name: str) -> P | None:
+        """The plan of the collection's newest version, the topic re-read first if it is unknown (at most every
+        `refresh_s`: blocking)."""
+        if self.newest(name) is None:
+            with self._lock:
+                if self.newest(name) is None and self.age_s() >= self.refresh_s:
+                    self.refresh()
+        return self.newest(name)
+
+    def all(self) -> list[P]:
+        """Every plan loaded, by name then version (never blocks)."""
+        return [plan for _, (_, plan) in sorted(self._plans.items(), key=lambda kv: (kv[1][0].name, kv[1][0].version))]
+
+    def plans(self, max_age_s: float = 0.0) -> list[P]:
+        """Every plan, by name then version, the topic read at most `max_age_s` ago (blocking)."""
+        if self.age_s() >= max_age_s:
+            with self._lock:
+                if self.age_s() >= max_age_s:
+                    self.refresh()
+        return self.all()
+
+    def age_s(self) -> float:
+        """Seconds since the topic was last read."""
+        return time.monotonic() - self._read_at
+
+    def stale(self) -> bool:
+        """True when the newest versions were read more than `current_s` ago (refresh off the loop)."""
+        return self.age_s() >= self.current_s
+
+    def refresh(self) -> None:
+        """Re-read the specs topic and build the plans of the specs not known yet."""
+        with self._lock:
+            self._read_at = time.monotonic()
+            try:
+                invalid: list[str] = []
+                signed: dict[str, Signed] = {}
+                specs = read_specs(self.bootstrap, invalid, known={k: s for k, (s, _) in self._plans.items()},
+                                   signed=signed)
+            except (SpecError, RuntimeError, KafkaException) as exc:
+                log.error("cannot read published specs: %s", exc)
+                return
+            self._log_once(f"published spec refused: {reason}" for reason in invalid)
+            for key, spec in specs.items():
+                if key not in self._plans and self.wanted(spec):
+                    try:
+                        self._plans[key] = spec, self.load(spec, signed.get(key, (b"", b"")))
+                    except Exception as exc:  # a published spec is outside input: whatever building its plan raises
+                        self._log_once([f"published spec {key} left out: {exc}"])
+            for spec, plan in self._plans.values():
+                newest = self._newest.get(spec.name)
+                if newest is None or spec.version > newest[0]:
+                    self._newest[spec.name] = spec.version, plan
+            self.loaded = True
+
+    def _log_once(self, lines: Iterable[str]) -> None:
+        """Log each line once: a reader that re-reads the topic often says it once."""
+        for line in lines:
+            if line not in self._logged:
+                self._logged.add(line)
+                log.error("%s", line)
 
 
 def publish_spec(spec: CollectionSpec, bootstrap: str) -> Published:
@@ -134,9 +238,8 @@ def publish_spec(spec: CollectionSpec, bootstrap: str) -> Published:
         raise SpecError(f"{spec.key} is already published with different content (sha256 "
                         f"{existing.content_hash()[:12]} vs {spec.content_hash()[:12]}); a published version is "
                         f"immutable: publish a new version")
-    ensure_topic(bootstrap, spec.topic, spec.partitions)
-    if spec.shuffle is not None:
-        ensure_topic(bootstrap, spec.raw_topic, spec.partitions)
+    for topic in report_path(spec).topics(spec):
+        ensure_topic(bootstrap, topic, spec.partitions)
     ensure_topic(bootstrap, DLQ_TOPIC, DLQ_PARTITIONS, exact=False)
     if existing is None:
         produce_signed(bootstrap, cfg.specs_topic, [spec], signer)

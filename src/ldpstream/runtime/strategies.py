@@ -12,11 +12,11 @@ hash or raises SpecError, nothing else, whatever they are; only bytes that decod
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 from pathlib import Path
 
 from ldpstream.contract.collector import Strategies, pinned_strategies, strategy_from_bytes
+from ldpstream.contract.files import write_atomically
 from ldpstream.contract.spec import FACTORIZATION, CategoricalAttribute, CollectionSpec, SpecError
 from ldpstream.contract.topics import STRATEGIES_TOPIC
 from ldpstream.mechanisms.workload.mechanism import FactorizationMechanism
@@ -58,7 +58,9 @@ def with_strategies(spec: CollectionSpec, epsilon: float, bootstrap: str | None)
         mechanism = optimise(attr, epsilon)
         path = strategy_path(mechanism.hash)
         if not path.exists():
-            _atomic_save(mechanism, path)
+            saved = io.BytesIO()
+            mechanism.save(saved)
+            write_atomically(path, saved.getvalue())
         if bootstrap is not None:
             store_strategy(path, mechanism.hash, bootstrap)
         attributes[i] = attr.replace(strategy=mechanism.hash)
@@ -98,7 +100,7 @@ def load_strategy(content_hash: str, bootstrap: str | None = None) -> Factorizat
         except SpecError as exc:
             problems.append(str(exc))
             continue
-        _atomic_write(path, value)
+        write_atomically(path, value)
         return mechanism
     raise SpecError(f"strategy {content_hash[:12]}... is not in {STRATEGIES_TOPIC}; publish its spec first"
                     + "".join(f"; skipped a message under its hash: {p}" for p in problems))
@@ -109,14 +111,3 @@ def strategy_path(content_hash: str) -> Path:
     return cache_dir() / f"{content_hash}.npz"
 
 
-def _atomic_save(mechanism: FactorizationMechanism, path: Path) -> None:
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
-        pass
-    mechanism.save(tmp.name)
-    os.replace(tmp.name, path)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
-        tmp.write(data)
-    os.replace(tmp.name, path)

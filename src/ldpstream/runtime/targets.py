@@ -16,6 +16,7 @@ import logging
 import os
 from pathlib import Path
 
+from ldpstream.contract.files import write_atomically
 from ldpstream.runtime.catalog import OPEN, TOKEN, Service
 from ldpstream.runtime.process import pid_alive
 from ldpstream.runtime.settings import Settings
@@ -45,12 +46,10 @@ def announce(cfg: Settings, service: Service, port: int, host: str | None = None
     directory = targets_dir(cfg, access)
     path = directory / f"{job}-{port}.json"
     entry = [{"targets": [f"{address}:{port}"], "labels": {"job": job, PID_LABEL: str(os.getpid())}}]
-    tmp = path.with_suffix(".tmp")  # Prometheus reads *.json only: never a half-written file
     try:
         directory.mkdir(parents=True, exist_ok=True)
         prune(cfg)
-        tmp.write_text(json.dumps(entry))
-        tmp.replace(path)
+        write_atomically(path, json.dumps(entry).encode(), 0o644)  # Prometheus never reads a half-written file
     except OSError as exc:
         log.warning("metrics on port %d not announced to a local Prometheus: %s", port, exc)
         return None

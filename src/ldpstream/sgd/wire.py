@@ -25,7 +25,7 @@ take outside bytes: whatever they are, they return or raise `WireError`, nothing
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import ClassVar
 
 import msgspec
 import numpy as np
@@ -33,12 +33,12 @@ import numpy as np
 from ldpstream.contract.untrusted import rejecting
 from ldpstream.contract.wire import (
     ALLOWED_DTYPES,
+    Codec,
     SealedBatch,
     WireColumn,
     WireError,
     column_from_bytes,
     encode_column,
-    leading_version,
 )
 from ldpstream.mechanisms.base import Reports
 from ldpstream.sgd.training import TrainingJob
@@ -64,9 +64,6 @@ class ModelEnvelope(msgspec.Struct, array_like=True, frozen=True):
     job_spec: str
     done: bool
     stop_reason: str
-
-
-E = TypeVar("E", GradientEnvelope, ModelEnvelope)
 
 
 @dataclass(frozen=True)
@@ -115,9 +112,8 @@ class ModelVersion:
     stop_reason: str = ""
 
 
-_encoder = msgspec.msgpack.Encoder()
-_gradient_decoder = msgspec.msgpack.Decoder(GradientEnvelope)
-_model_decoder = msgspec.msgpack.Decoder(ModelEnvelope)
+GRADIENTS = Codec(GradientEnvelope, GRADIENT_WIRE_VERSION)
+MODELS = Codec(ModelEnvelope, MODEL_WIRE_VERSION)
 
 
 def encode_gradients(batch: GradientBatch) -> bytes:
@@ -125,14 +121,14 @@ def encode_gradients(batch: GradientBatch) -> bytes:
     if not isinstance(batch, GradientBatch):
         raise TypeError("only a GradientBatch (mechanism output) can be encoded")
     columns = [encode_column(name, values) for name, values in sorted(batch.reports.items())]
-    return _encoder.encode(GradientEnvelope(GRADIENT_WIRE_VERSION, batch.job, batch.model_version,
+    return GRADIENTS.encode(GradientEnvelope(GRADIENT_WIRE_VERSION, batch.job, batch.model_version,
                                             np.ascontiguousarray(batch.devices, dtype="<u8").tobytes(), columns))
 
 
 @rejecting(WireError, "malformed envelope")
 def decode_gradients(data: bytes) -> DecodedGradients:
     """Decode one gradient message; WireError with the reason if it is not a well-formed envelope."""
-    env = _decode(data, _gradient_decoder, GRADIENT_WIRE_VERSION)
+    env = GRADIENTS.decode(data)
     devices = column_from_bytes(env.devices, "<u8", "devices")
     if len(devices) == 0:
         raise WireError("empty envelope")
@@ -149,7 +145,7 @@ def decode_gradients(data: bytes) -> DecodedGradients:
 def encode_model(model: ModelVersion) -> bytes:
     """The msgpack bytes of one model version."""
     params = np.ascontiguousarray(model.params, dtype="<f8").tobytes()
-    return _encoder.encode(ModelEnvelope(MODEL_WIRE_VERSION, model.job.job_id, model.t, params,
+    return MODELS.encode(ModelEnvelope(MODEL_WIRE_VERSION, model.job.job_id, model.t, params,
                                          model.job.projection_seed, job_spec(model.job), model.done,
                                          model.stop_reason))
 
@@ -157,7 +153,7 @@ def encode_model(model: ModelVersion) -> bytes:
 @rejecting(WireError, "malformed model")
 def decode_model(data: bytes) -> ModelVersion:
     """Decode one model message; WireError with the reason if it is malformed or its job spec is invalid."""
-    env = _decode(data, _model_decoder, MODEL_WIRE_VERSION)
+    env = MODELS.decode(data)
     try:
         job = TrainingJob.model_validate_json(env.job_spec)
     except ValueError as exc:
@@ -173,16 +169,3 @@ def decode_model(data: bytes) -> ModelVersion:
 def job_spec(job: TrainingJob) -> str:
     """A job's canonical JSON (the form on the wire and in the checkpoint)."""
     return job.model_dump_json(by_alias=True)
-
-
-def _decode(data: bytes, decoder: msgspec.msgpack.Decoder[E], version: int) -> E:
-    try:
-        env = decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        leading = leading_version(data)
-        if leading is not None and leading != version:
-            raise WireError(f"unknown wire version {leading}") from exc
-        raise WireError(f"malformed envelope: {exc}") from exc
-    if env.version != version:
-        raise WireError(f"unknown wire version {env.version}")
-    return env

@@ -38,11 +38,11 @@ from confluent_kafka.admin import OffsetSpec
 
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.collector import collector_for
-from ldpstream.contract.shuffled import DUE_FIELD, encode_figures, figures_field, figures_key
-from ldpstream.contract.spec import CollectionSpec, SpecError, window_seconds
+from ldpstream.contract.shuffled import DUE_FIELD, encode_figures, figures_field, figures_key, report_path
+from ldpstream.contract.spec import CollectionSpec, window_seconds
 from ldpstream.contract.topics import SHUFFLER_STATE_TOPIC, raw_collection, raw_topic
-from ldpstream.contract.wire import Envelope, WireError, check_envelope, concatenate, decode_envelope
-from ldpstream.mechanisms.base import LDPError
+from ldpstream.contract.validation import read_message
+from ldpstream.contract.wire import Envelope, WireError, concatenate
 from ldpstream.runtime import metrics
 from ldpstream.runtime.access import SHUFFLER_GROUP
 from ldpstream.runtime.kafka import (
@@ -54,7 +54,7 @@ from ldpstream.runtime.kafka import (
     topic_partitions,
 )
 from ldpstream.runtime.redis import redis_client
-from ldpstream.runtime.specs import read_specs
+from ldpstream.runtime.specs import PublishedSpecs
 from ldpstream.runtime.strategies import strategies_for
 from ldpstream.shuffler.accounting import report_mechanism, window_figures
 from ldpstream.shuffler.batch import MEMORY_ROWS, PER_MESSAGE, WindowRows
@@ -122,9 +122,12 @@ class Shuffler:
         self.redis = redis_client(cfg.redis_url, 5.0)
         self.collections: dict[str, Collection] = {}
         self.outcomes: list[Outcome] = []
-        self._specs_read = -float("inf")
+        # the published shuffled specs with their mechanisms (the one cache of published specs; one that cannot be
+        # loaded is logged once and left out)
+        self.specs: PublishedSpecs[tuple[CollectionSpec, tuple[str | None, int | None]]] = PublishedSpecs(
+            cfg.bootstrap, lambda spec, _: (spec, self._mechanism(spec)), refresh_s=SPEC_POLL_S,
+            wanted=lambda spec: report_path(spec).shuffled)
         self._missing: set[str] = set()  # shuffled collections without a raw topic (logged once)
-        self._left_out: set[str] = set()  # published specs that cannot be loaded (logged once)
         self.follow_specs()
 
     # -- specs and assignment --------------------------------------------------------------------------------------
@@ -132,19 +135,11 @@ class Shuffler:
     def follow_specs(self) -> None:
         """Take up every published shuffled collection not followed yet (its state, its committed offsets) and new
         versions of those followed; a spec that cannot be loaded is logged once and left out."""
-        self._specs_read = time.monotonic()
         specs: dict[str, dict[int, tuple[CollectionSpec, tuple[str | None, int | None]]]] = defaultdict(dict)
-        for spec in read_specs(self.cfg.bootstrap).values():
+        for spec, mechanism in self.specs.plans():
             known = self.collections.get(spec.name)
-            if spec.shuffle is None or (known is not None and spec.version in known.specs):
-                continue
-            if spec.key in self._left_out:
-                continue
-            try:
-                specs[spec.name][spec.version] = spec, self._mechanism(spec)
-            except (LDPError, SpecError, RuntimeError, KafkaException) as exc:
-                log.error("published spec %s left out: %s", spec.key, exc)
-                self._left_out.add(spec.key)
+            if known is None or spec.version not in known.specs:
+                specs[spec.name][spec.version] = spec, mechanism
         states = self._states() if any(name not in self.collections for name in specs) else {}
         added = False
         for name, versions in specs.items():
@@ -288,8 +283,7 @@ class Shuffler:
         anonymous by the edge (every device 0; times are window starts); else None (logged). The raw topic is the
         edge's to write, but its bytes are checked as any outside bytes."""
         try:
-            env = decode_envelope(value or b"")
-            check_envelope(env)
+            env, _ = read_message(value or b"")
         except WireError as exc:
             log.error("%s: a raw message is malformed: %s", c.name, exc)
             return None
@@ -339,7 +333,7 @@ class Shuffler:
 
     def tick(self) -> list[Outcome]:
         """Close every window due (module docstring); the releases made."""
-        if time.monotonic() - self._specs_read > SPEC_POLL_S:
+        if self.specs.age_s() > SPEC_POLL_S:
             self.follow_specs()
         made: list[Outcome] = []
         for c in self.collections.values():

@@ -201,13 +201,15 @@ class FactorizationMechanism(Mechanism):
 
         return self.w @ wnnls(self.w.T @ self.w, x_hat)
 
-    def save(self, path: str | Path) -> str:
-        """Write Q, W, epsilon, labels and the content hash to a .npz file; returns the hash."""
+    def save(self, path: str | Path | BinaryIO) -> str:
+        """Write Q, W, epsilon, labels and the content hash as a .npz file (to a path or an open binary file);
+        returns the hash."""
         labels = np.array([]) if self.labels is None else self.labels  # empty: no labels (a domain has >= 2)
-        with open(path, "wb") as handle:
-            np.savez_compressed(
-                handle, q=self.q, w=self.w, epsilon=np.asarray(self.epsilon), hash=np.asarray(self.hash), labels=labels
-            )
+        if isinstance(path, str | Path):
+            with open(path, "wb") as handle:
+                return self.save(handle)
+        np.savez_compressed(path, q=self.q, w=self.w, epsilon=np.asarray(self.epsilon), hash=np.asarray(self.hash),
+                            labels=labels)
         return self.hash
 
     @classmethod

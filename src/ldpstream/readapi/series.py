@@ -4,7 +4,7 @@ estimates, standard errors, 95% intervals, report counts and privacy figures.
 A series is what `GET /collections/{name}/series`, `ldp series` and `ldpstream.Client.series` show. Its windows are
 those of the store's index (`StatsStore.windows`) whose start lies in [from, to): a window without a report is not
 stored, so it is absent, never a row of zeros. The interval is the normal one, estimate +- 1.96 standard errors: the
-estimators are sums over independent devices, and `tests/aggregator/test_series_coverage.py` counts how often the band
+estimators are sums over independent devices, and `tests/readapi/test_series_coverage.py` counts how often the band
 covers the truth over many simulated windows. The bounds checked here (`series_query`) come before any read, so a
 request costs at most MAX_WINDOWS window reads and MAX_POINTS estimates.
 """
@@ -21,7 +21,7 @@ import numpy as np
 from ldpstream.aggregator.estimates import attribute_entry
 from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.store import StatsStore, WindowStats
-from ldpstream.contract.shuffled import WindowFigures
+from ldpstream.contract.shuffled import WindowFigures, report_path
 from ldpstream.contract.spec import (
     CategoricalAttribute,
     KeyValueAttribute,
@@ -175,7 +175,8 @@ def collection_series(store: StatsStore, plan: Plan, query: SeriesQuery) -> dict
     attr = spec.attributes[index]
     starts = [s for v, w, s in store.windows(spec.name)
               if v == spec.version and w == query.window and query.from_ms <= s < query.to_ms]
-    figures = [f for f in store.shuffle_figures(spec.name) if f.spec_version == spec.version] if spec.shuffle else []
+    figures = [f for f in store.shuffle_figures(spec.name) if f.spec_version == spec.version] \
+        if report_path(spec).shuffled else []
     # only the attribute's statistics are read; the others' blocks are left empty, which the collector's estimate
     # passes over at no cost (its estimate of one attribute does not depend on another's statistics)
     sizes, others = {index: plan.sizes[index]}, {j: np.zeros(n) for j, n in plan.sizes.items() if j != index}
@@ -197,6 +198,5 @@ def collection_series(store: StatsStore, plan: Plan, query: SeriesQuery) -> dict
             "confidence": CONFIDENCE,
             "privacy": {"per_report": spec.epsilon, "attribute_per_report": mechanism.epsilon,
                         "lifetime": None if spec.privacy is None else spec.privacy.lifetime,
-                        "shuffled": None if spec.shuffle is None else {"delta": spec.shuffle.delta,
-                                                                       "min_batch": spec.shuffle.min_batch}},
+                        "shuffled": report_path(spec).summary(spec)},
             "windows": windows}

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from ldpstream.aggregator.plans import Plan
-from ldpstream.aggregator.series import SeriesQuery, collection_series
 from ldpstream.contract.spec import parse_spec
-from tests.aggregator.series_support import simulated_windows
+from ldpstream.readapi.series import SeriesQuery, collection_series
+from tests.readapi.series_support import simulated_windows
 
 SPEC = """
 name: coverage

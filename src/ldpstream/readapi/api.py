@@ -11,19 +11,19 @@ scopes include the route's:
   400: bad parameter);
 - `GET /collections/{name}/series?attribute=A&window=1h&from=T&to=T&version=V` (scope `read`): one attribute's
   windows that start in [from, to) (ms since the epoch or ISO 8601; default the 48 newest), each with its estimates,
-  standard errors, 95% intervals, reports and privacy figures (`ldpstream.aggregator.series`; 404: unknown collection,
+  standard errors, 95% intervals, reports and privacy figures (`ldpstream.readapi.series`; 404: unknown collection,
   version or attribute; 400: a bad parameter, an empty range, one with no window or too many);
 - `GET /collections/{name}/distribution?attribute=A&window=all|1h|1h:<start_ms>&version=V&quantiles=0.1,0.5,0.9`
   (scope `read`): `ldpstream.aggregator.estimates.attribute_distribution` as JSON, one numeric attribute's
   distribution (grid, density, CDF, quantiles at the levels asked, default DEFAULT_QUANTILES, with standard errors;
   null while no device has reported it) (404: unknown collection or version; 400: a missing or unknown attribute,
   one that is not numeric or whose mechanism gives a mean only, bad quantile levels, a bad window);
-- `GET /metrics` (scope `metrics`): the store-wide metrics of `ldpstream.aggregator.metrics.StoreCollector` (Prometheus
+- `GET /metrics` (scope `metrics`): the store-wide metrics of `ldpstream.readapi.metrics.StoreCollector` (Prometheus
 text
   format);
-- `GET /openapi.json` (open): this API's OpenAPI document (`src/ldpstream/aggregator/openapi.json`);
+- `GET /openapi.json` (open): this API's OpenAPI document (`src/ldpstream/readapi/openapi.json`);
 - `GET /console/` (open: pages and scripts without data, which read the routes above with the token the person
-  gives them; `ldpstream.aggregator.console`), and `GET /` redirects there;
+  gives them; `ldpstream.readapi.console`), and `GET /` redirects there;
 - `GET /healthz` (open, for liveness probes that carry no token): whether Kafka and Redis answer and, over the
   project's services, whether the pipeline is healthy (`ldpstream.aggregator.health`: workers alive, no crash loop, no
   collection stalled with messages waiting); 200, else 503 with the reasons in the body. Anyone who reaches it
@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,15 +52,13 @@ from confluent_kafka.admin import OffsetSpec
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from redis import RedisError
 
-from ldpstream.aggregator.console import CONSOLE_ROUTES, add_console
 from ldpstream.aggregator.estimates import POSTPROCESS, attribute_distribution, collection_estimates
 from ldpstream.aggregator.health import Health, HealthPolicy, pipeline_health
-from ldpstream.aggregator.metrics import EndOffsets, StoreCollector, store_registry
 from ldpstream.aggregator.plans import Plan, PlanRegistry
-from ldpstream.aggregator.series import SeriesError, collection_series, series_query
 from ldpstream.aggregator.store import ALL_TIME, RedisStore, StatsStore
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.collector import privacy_budgets
+from ldpstream.contract.shuffled import shuffled_names
 from ldpstream.contract.spec import (
     CategoricalAttribute,
     CollectionSpec,
@@ -73,6 +69,9 @@ from ldpstream.contract.spec import (
 )
 from ldpstream.mechanisms.base import LDPError
 from ldpstream.mechanisms.distribution.base import DEFAULT_QUANTILES
+from ldpstream.readapi.console import CONSOLE_ROUTES, add_console
+from ldpstream.readapi.metrics import EndOffsets, StoreCollector, store_registry
+from ldpstream.readapi.series import SeriesError, collection_series, series_query
 from ldpstream.runtime.kafka import admin_client, metadata_answers
 from ldpstream.runtime.redis import async_redis_client, redis_answers
 from ldpstream.runtime.settings import Settings
@@ -91,24 +90,18 @@ OPENAPI = Path(__file__).with_name("openapi.json")
 
 
 class PublishedPlans:
-    """The published plans, re-read from `ldp.collections` at most every `max_age_s` (a read takes ~0.3 s), or
-    after `miss_age_s` when a collection is asked for that is not known yet (it may have just been published)."""
+    """The published plans (the registry's cache, `ldpstream.runtime.specs.PublishedSpecs`), re-read at most every
+    `max_age_s` (a read takes ~0.3 s), or after `miss_age_s` when a collection is asked for that is not known yet
+    (it may have just been published)."""
 
     def __init__(self, registry: PlanRegistry, max_age_s: float = 5.0, miss_age_s: float = 1.0) -> None:
         self.registry = registry
         self.max_age_s = max_age_s
         self.miss_age_s = miss_age_s
-        self._plans: list[Plan] = []
-        self._read_at = -float("inf")
-        self._lock = threading.Lock()
 
     def all(self, max_age_s: float | None = None) -> list[Plan]:
         """Every published plan, by name then version, read at most `max_age_s` (default: the set one) ago."""
-        with self._lock:
-            if time.monotonic() - self._read_at >= (self.max_age_s if max_age_s is None else max_age_s):
-                self._plans = self.registry.plans()
-                self._read_at = time.monotonic()
-            return self._plans
+        return self.registry.plans(self.max_age_s if max_age_s is None else max_age_s)
 
     def versions(self, name: str) -> list[Plan]:
         """The published versions of a collection, oldest first (empty if it is not published)."""
@@ -180,7 +173,7 @@ def app_for_services(cfg: Settings) -> web.Application:
                                            "redis": lambda: redis_answers(cfg.redis, 2.0)},
                       lambda: pipeline_health(store, {p.spec.name: p.spec.topic for p in plans.all()}, ends,
                                               HealthPolicy.from_env(),
-                                              shuffled={p.spec.name for p in plans.all() if p.spec.shuffle}),
+                                              shuffled=shuffled_names(p.spec for p in plans.all())),
                       tokens=TokenVerifier(async_redis_client(cfg.redis, 2.0)))
 
 

@@ -1,4 +1,4 @@
-// The ldpstream console (`ldpstream.aggregator.console`): the catalogue of collections (`/console/`) and a page per
+// The ldpstream console (`ldpstream.readapi.console`): the catalogue of collections (`/console/`) and a page per
 // collection (`/console/collection?name=NAME`) with each attribute's live series, its 95% band, and a histogram of the
 // newest window; a numeric attribute reported by a distribution mechanism (sw, hh) also has its distribution in the
 // newest window with data: density, CDF with its 95% band, and marks at the median, 90% and 99% quantiles. The
@@ -14,7 +14,7 @@
   const REFRESH_MS = 5000;
   const MAX_LINES = 8; // lines per chart: the largest estimates of the newest window
   const HEIGHT = 220; // of a panel's charts, in CSS pixels
-  const MAX_WINDOWS = 1000; // windows one series request may span (`ldpstream.aggregator.series.MAX_WINDOWS`)
+  const MAX_WINDOWS = 1000; // windows one series request may span (`ldpstream.readapi.series.MAX_WINDOWS`)
   const DURATIONS = { "15m": 900e3, "1h": 3600e3, "6h": 6 * 3600e3, "24h": 24 * 3600e3, "7d": 7 * 86400e3,
     "30d": 30 * 86400e3 };
   const COLORS = ["#2f6fde", "#e8590c", "#2b8a3e", "#c2255c", "#7048e8", "#0b7285", "#a61e4d", "#5c940d"];

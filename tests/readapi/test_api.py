@@ -27,7 +27,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from ldpstream.aggregator.api import PublishedPlans, TopicEnds, create_app
 from ldpstream.aggregator.estimates import collection_estimates
 from ldpstream.aggregator.plans import Plan, PlanRegistry
 from ldpstream.aggregator.processing import Message, PartitionProcessor
@@ -35,6 +34,7 @@ from ldpstream.aggregator.store import MemoryStore, RedisStore
 from ldpstream.contract.collector import resolved_mechanisms
 from ldpstream.contract.spec import CollectionSpec, load_spec
 from ldpstream.contract.wire import encode
+from ldpstream.readapi.api import PublishedPlans, TopicEnds, create_app
 from ldpstream.runtime.kafka import delete_topic, metadata_answers, producer_client
 from ldpstream.runtime.redis import async_redis_client, redis_answers
 from ldpstream.runtime.settings import PROJECT_ROOT, Settings
@@ -265,7 +265,7 @@ class StubRegistry:
     def __init__(self, spec: CollectionSpec) -> None:
         self._plans = [Plan(spec), Plan(spec.replace(version=2))]
 
-    def plans(self) -> list[Plan]:
+    def plans(self, max_age_s: float = 0.0) -> list[Plan]:
         return self._plans
 
 

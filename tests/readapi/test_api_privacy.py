@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ldpstream.aggregator.api import version_summary
 from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.store import MemoryStore
 from ldpstream.contract.spec import load_spec
+from ldpstream.readapi.api import version_summary
 from ldpstream.runtime.settings import PROJECT_ROOT
 
 

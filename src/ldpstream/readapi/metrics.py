@@ -43,6 +43,7 @@ from ldpstream.aggregator.estimates import collection_estimates
 from ldpstream.aggregator.health import EndOffsets, partition_lag
 from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.store import ALL_TIME, StatsStore
+from ldpstream.contract.shuffled import report_path, shuffled_names
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ class StoreCollector(Collector):
                 outcome, _, reason = key.partition(":")
                 families.reports.add_metric([name, outcome, reason], n)
             self._privacy(families.privacy, plan)
-            if plan.spec.shuffle is not None:
+            if report_path(plan.spec).shuffled:
                 self._shuffle(families, name, now_s)
             newest_ms = self.store.freshness(name).get("newest_report_ms")
             if newest_ms is not None:
@@ -168,7 +169,7 @@ class StoreCollector(Collector):
             log.warning("consumer lag left out of this scrape: Kafka: %s", exc)
             return
         for (name, partition), waiting in partition_lag(self.store, {p.spec.name: p.spec.topic for p in plans}, ends,
-                                                        {p.spec.name for p in plans if p.spec.shuffle}).items():
+                                                        shuffled_names(p.spec for p in plans)).items():
             family.add_metric([name, str(partition)], waiting)
 
     def _estimates(self, families: StoreFamilies, plan: Plan) -> None:

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from ldpstream.aggregator.console import FILES, HEADERS, STATIC
+from ldpstream.readapi.console import FILES, HEADERS, STATIC
 from ldpstream.runtime.settings import Settings
-from tests.aggregator.series_support import SeriesApi, series_api
+from tests.readapi.series_support import SeriesApi, series_api
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ldpstream.aggregator.metrics import StoreCollector
 from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.store import MemoryStore
 from ldpstream.contract.spec import load_spec
+from ldpstream.readapi.metrics import StoreCollector
 from ldpstream.runtime.settings import PROJECT_ROOT
 
 EXAMPLES = PROJECT_ROOT / "examples"

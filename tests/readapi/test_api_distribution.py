@@ -14,13 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ldpstream
-from ldpstream.aggregator.api import MAX_QUANTILES
 from ldpstream.aggregator.estimates import attribute_distribution, collection_estimates
 from ldpstream.aggregator.plans import Plan
 from ldpstream.client import DISTRIBUTION_COLUMNS, ClientError, level_parameter, quantile_frame
 from ldpstream.mechanisms.distribution.base import DEFAULT_QUANTILES
+from ldpstream.readapi.api import MAX_QUANTILES
 from ldpstream.runtime.settings import Settings
-from tests.aggregator.series_support import SeriesApi, series_api
+from tests.readapi.series_support import SeriesApi, series_api
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 
 from ldpstream.aggregator.estimates import collection_estimates
 from ldpstream.aggregator.plans import Plan
-from ldpstream.aggregator.series import (
+from ldpstream.aggregator.store import MemoryStore
+from ldpstream.contract.shuffled import WindowFigures
+from ldpstream.contract.spec import load_spec, parse_spec
+from ldpstream.readapi.series import (
     MAX_POINTS,
     MAX_WINDOWS,
     Z95,
@@ -24,11 +27,8 @@ from ldpstream.aggregator.series import (
     parse_time,
     series_query,
 )
-from ldpstream.aggregator.store import MemoryStore
-from ldpstream.contract.shuffled import WindowFigures
-from ldpstream.contract.spec import load_spec, parse_spec
 from ldpstream.runtime.settings import PROJECT_ROOT, Settings
-from tests.aggregator.series_support import SeriesApi, series_api, simulated_windows
+from tests.readapi.series_support import SeriesApi, series_api, simulated_windows
 
 MINUTE = 60_000
 

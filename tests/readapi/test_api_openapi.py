@@ -1,4 +1,4 @@
-"""The read API's OpenAPI document (`src/ldpstream/aggregator/openapi.json`, served at /openapi.json) against the
+"""The read API's OpenAPI document (`src/ldpstream/readapi/openapi.json`, served at /openapi.json) against the
 server: every route is documented and every documented path is a route, and the real answers to requests on each
 route, good and bad, have a documented status, content type and, for JSON, a body valid under the documented schema
 (JSON Schema 2020-12, as OpenAPI 3.1 has it)."""
@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from ldpstream.aggregator.api import PublishedPlans, TopicEnds, create_app
 from ldpstream.aggregator.plans import PlanRegistry
 from ldpstream.aggregator.store import MemoryStore, RedisStore
+from ldpstream.readapi.api import PublishedPlans, TopicEnds, create_app
 from ldpstream.runtime.settings import Settings
-from tests.aggregator.series_support import SeriesApi, series_api
-from tests.aggregator.test_api import http_get, serving, token_verifier
+from tests.readapi.series_support import SeriesApi, series_api
+from tests.readapi.test_api import http_get, serving, token_verifier
 
-DOCUMENT = json.loads((Path(__file__).parents[2] / "src/ldpstream/aggregator/openapi.json").read_text())
+DOCUMENT = json.loads((Path(__file__).parents[2] / "src/ldpstream/readapi/openapi.json").read_text())
 
 
 class NoRedirects(urllib.request.HTTPRedirectHandler):

@@ -18,10 +18,10 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ldpstream.aggregator.api import OPEN_ROUTES, ROUTE_SCOPES, PublishedPlans, create_app
 from ldpstream.aggregator.store import MemoryStore
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.spec import load_spec
+from ldpstream.readapi.api import OPEN_ROUTES, ROUTE_SCOPES, PublishedPlans, create_app
 from ldpstream.runtime.redis import async_redis_client
 from ldpstream.runtime.settings import PROJECT_ROOT, Settings
 from ldpstream.runtime.tokens import (
@@ -35,7 +35,7 @@ from ldpstream.runtime.tokens import (
     TokenVerifier,
     new_token,
 )
-from tests.aggregator.test_api import StubRegistry, serving
+from tests.readapi.test_api import StubRegistry, serving
 from tests.tokens import ApiTokens, api_tokens
 
 REALM = 'Bearer realm="ldpstream"'

@@ -15,20 +15,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ldpstream.aggregator.api import PublishedPlans, TopicEnds, create_app
 from ldpstream.aggregator.plans import Plan, PlanRegistry
 from ldpstream.aggregator.processing import Message, PartitionProcessor
 from ldpstream.aggregator.store import MemoryStore, StatsStore
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.spec import CollectionSpec, load_spec, window_seconds
 from ldpstream.contract.wire import encode
+from ldpstream.readapi.api import PublishedPlans, TopicEnds, create_app
 from ldpstream.runtime.kafka import delete_topic
 from ldpstream.runtime.settings import PROJECT_ROOT, Settings
 from ldpstream.runtime.specs import publish_spec
 from ldpstream.runtime.tokens import Scope
 from ldpstream.simulator.population import PopulationTruth
 from ldpstream.simulator.simulator import fleet
-from tests.aggregator.test_api import http_get, serving, token_verifier
+from tests.readapi.test_api import http_get, serving, token_verifier
 from tests.tokens import api_tokens
 
 
