@@ -148,11 +148,12 @@ def pipeline_status(cfg: Settings) -> Health:
     from ldpstream.aggregator.health import HealthPolicy, pipeline_health
     from ldpstream.aggregator.plans import PlanRegistry
     from ldpstream.aggregator.store import RedisStore
+    from ldpstream.contract.shuffled import shuffled_names
     from ldpstream.readapi.api import TopicEnds
 
     plans = PlanRegistry(cfg.bootstrap).plans()
     return pipeline_health(RedisStore(cfg.redis), {p.spec.name: p.spec.topic for p in plans}, TopicEnds(cfg.bootstrap),
-                           HealthPolicy.from_env(), shuffled={p.spec.name for p in plans if p.spec.shuffle})
+                           HealthPolicy.from_env(), shuffled=shuffled_names(p.spec for p in plans))
 
 
 def print_health(health: Health) -> None:

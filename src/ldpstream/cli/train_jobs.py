@@ -66,6 +66,7 @@ def run(job: Annotated[str, typer.Argument(help="the training job's id")],
     admitted per version, steps, signs and publishes the next version."""
     from ldpstream.runtime import metrics
     from ldpstream.runtime.access import act_as
+    from ldpstream.runtime.catalog import service
     from ldpstream.runtime.jobs import newest, read_jobs
     from ldpstream.runtime.redis import redis_client
     from ldpstream.runtime.settings import Settings
@@ -83,7 +84,7 @@ def run(job: Annotated[str, typer.Argument(help="the training job's id")],
         fail(f"no published training job {job!r} (`ldp train publish JOB.yaml`)")
     if metrics_port is not None:
         try:
-            metrics.serve(metrics_port, cfg, "ldp-job")
+            metrics.serve(metrics_port, cfg, service("coordinator"))
         except OSError as exc:
             raise CliError(f"cannot serve metrics on {cfg.metrics_addr}:{metrics_port}: {exc.strerror}") from exc
     client = redis_client(cfg.redis, 10.0)

@@ -43,11 +43,12 @@ from ldpstream.contract.training import (
 )
 from ldpstream.edge.answers import Handler, RequestIds, answered, json_answer
 from ldpstream.edge.devices import RATE_LIMITED, REPLAYED, Admission, Admit
+from ldpstream.edge.intake import JSON
 from ldpstream.runtime.jobs import SignedJob, model_fields, model_prefix, newest, read_jobs
 from ldpstream.runtime.kafka import producer_client
 
 log = logging.getLogger(__name__)
-JSON = "application/json"
+
 REFRESH_S = 2.0  # a job not known here is looked up on the topic at most this often
 DEDUPE_TTL_S = 30 * 24 * 3600  # an update's mark outlives any job's versions
 
