@@ -263,12 +263,15 @@ def test_factorization_with_a_pinned_strategy(tmp_path: Path) -> None:
 OWN_TESTS = {"hh": test_hierarchical_histogram, "rappor": test_rappor_with_a_secret_per_device,
              "dbitflip": test_dbitflip_with_a_secret_per_device, "1bitmean": test_one_bit_mean_with_a_secret_per_device,
              "factorization": test_factorization_with_a_pinned_strategy}
+# a training job's mechanisms, run from the training entry point by test_typescript_training.py's
+# test_reports_are_unbiased_with_the_closed_form_mse
+TRAINING_TESTS = {"privunitg", "projunit"}
 
 
 def test_every_mechanism_a_spec_can_name_is_checked_here() -> None:
     """The registry drives the suite: a mechanism a spec can name that no test here runs through the TypeScript SDK
     fails, by name (`ldpstream.device.policy.EVERY_MECHANISM`: every name a spec can give)."""
     checked = {*registry.NUMERIC, "sw", *registry.FREQUENCY, *TWO_STAGE, *registry.KEYVALUE, *registry.HEAVY_HITTERS,
-               *OWN_TESTS}
+               *OWN_TESTS, *TRAINING_TESTS}
     missing = sorted(EVERY_MECHANISM - checked)
     assert not missing, f"no statistical check of the TypeScript SDK's {missing}: add one here"
