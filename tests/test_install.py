@@ -66,7 +66,7 @@ def test_the_install_adds_one_top_level_package(device_install: Path) -> None:
     assert any(f.endswith("ldpstream/edge/openapi.json") for f in files)
     for name in ("openapi.json", "static/index.html", "static/collection.html", "static/console.js",
                  "static/console.css", "static/vendor/uPlot.iife.min.js", "static/vendor/uPlot.LICENSE"):
-        assert any(f.endswith(f"ldpstream/aggregator/{name}") for f in files), name
+        assert any(f.endswith(f"ldpstream/readapi/{name}") for f in files), name
     assert any(f.endswith("ldpstream/py.typed") for f in files)
 
 

@@ -24,15 +24,15 @@
  */
 
 import { authorization, devicePseudonym } from "../auth.js";
-import { openLedger, storageOf } from "../device.js";
-import { EdgeClient, type Fetch, refusal } from "../edge.js";
+import { type JoinOptions, openLedger, storageOf } from "../device.js";
+import { EdgeClient, refusal } from "../edge.js";
 import { EdgeError, SpecRefused, StateError, TrustError } from "../errors.js";
 import { fsum } from "../fsum.js";
 import type { PrivacyLedger } from "../ledger.js";
 import { backoffS, Outbox, retryAfterSeconds, type StoredReport, type TransportOptions } from "../outbox.js";
-import { makePolicy, type PolicyOptions, type PrivacyPolicy, type Verdict } from "../policy.js";
+import { makePolicy, type PrivacyPolicy, type Verdict } from "../policy.js";
 import { CryptoRandom, type Random } from "../random.js";
-import { blockFromHeader, type PinnedKeysJson, type TrustedKeys, trustedKeysFromJson } from "../signatures.js";
+import { blockFromHeader, type TrustedKeys, trustedKeysFromJson } from "../signatures.js";
 import type { CollectionSpec } from "../spec.js";
 import { DeviceState } from "../state.js";
 import type { DeviceStorage } from "../storage.js";
@@ -90,25 +90,11 @@ function ledgerView(spec: JobSpec): CollectionSpec {
   return { name: JOB_PREFIX + spec.job_id, epsilon: spec.epsilon * spec.max_rounds, windows: [], privacy: null } as unknown as CollectionSpec;
 }
 
-export interface JobJoinOptions {
-  /** The ingestion edge's base URL. */
-  edge: string;
-  /** The training job's id. */
+/** What `TrainingDevice.join` takes: `Device.join`'s options (the same edge, token, pinned keys, policy, storage,
+ * outbox, clock, fetch and randomness), with the training job's id in place of the collection. */
+export interface JobJoinOptions extends Omit<JoinOptions, "collection"> {
+  /** The training job's id; its token comes from `ldp devices mint-token --job JOB`. */
   job: string;
-  /** The enrolment token (`ldp devices mint-token --job JOB`); null once enrolled. */
-  token?: string | null;
-  /** The pinned keys: exactly what `ldp spec keys --json` prints. */
-  trustedKeys: PinnedKeysJson | TrustedKeys;
-  /** The app's privacy policy (fields optional); null for none. */
-  policy?: PolicyOptions | null;
-  /** Where the device keeps its state: IndexedDB by default in a browser; in Node a directory path or a get/set object. */
-  storage?: DeviceStorage | string;
-  /** The outbox's bounds and the sending's retries and deadlines. */
-  outbox?: TransportOptions;
-  clock?: () => number;
-  fetch?: Fetch;
-  /** Where the noise comes from (default `crypto.getRandomValues`). */
-  random?: Random;
 }
 
 function trustRefusal(exc: unknown): unknown {
