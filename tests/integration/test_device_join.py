@@ -312,11 +312,11 @@ def test_damaged_state_and_a_full_disk_are_clear_errors_that_charge_nothing(
     state = tmp_path / "phone"
     device = Device.join(edge.url, name, token, keys, state_dir=state)
     before = (state / "ledger.json").read_bytes()
-    import ldpstream.device.state as state_module
+    import ldpstream.contract.files as files_module  # the one atomic write (the device state's, the ledger's)
 
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(state_module.os, "fsync", full)
+    monkeypatch.setattr(files_module.os, "fsync", full)
     with pytest.raises(StateError, match="No space left"):
         device.report(RECORD)
     monkeypatch.undo()

@@ -178,4 +178,5 @@ def test_every_process_stops_within_seconds_of_sigterm_with_kafka_and_redis_gone
         finally:
             for pid in frozen:
                 os.kill(pid, signal.SIGCONT)
-        assert left == [], "a process ignored SIGTERM with Kafka and Redis gone"
+        command = {pid: name for name, (proc, kids) in running.items() for pid in [proc.pid, *kids]}
+        assert left == [], f"ignored SIGTERM with Kafka and Redis gone: {[command[pid] for pid in left]} (or a child)"

@@ -28,7 +28,7 @@ from ldpstream.contract.clock import now_ms
 from ldpstream.runtime.access import act_as
 from ldpstream.runtime.catalog import service
 from ldpstream.runtime.settings import Settings
-from ldpstream.runtime.supervisor import die_with_parent
+from ldpstream.runtime.supervisor import STOP_GRACE_S, die_with_parent, exit_within
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,13 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     cfg = Settings.from_env()
     stop = threading.Event()
+
+    def on_stop(*_: object) -> None:
+        stop.set()
+        exit_within(STOP_GRACE_S)  # a round blocked on Kafka or Redis gone is cut short: an audit's writes are atomic
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_stop)
     store, plans = RedisStore(cfg.redis), PlanRegistry(cfg.bootstrap)
     owner = f"{os.uname().nodename}:{os.getpid()}"
     while not stop.is_set():
