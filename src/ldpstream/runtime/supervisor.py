@@ -156,8 +156,9 @@ class Supervisor:
             for slot in self.slots:
                 if slot.proc.poll() is None:
                     slot.proc.send_signal(signal.SIGTERM)  # all at once: they stop side by side
-            for slot in self.slots:
-                stop(slot.proc, self.stop_timeout_s)
+            deadline = time.monotonic() + self.stop_timeout_s  # one grace for all: a slow first child must not
+            for slot in self.slots:                             # give the next a fresh one (SIGKILL at the deadline)
+                stop(slot.proc, max(0.0, deadline - time.monotonic()))
         return status
 
     def _tend(self) -> str | None:
