@@ -69,12 +69,22 @@ def main() -> None:
         signal.signal(sig, on_stop)
     store, plans = RedisStore(cfg.redis), PlanRegistry(cfg.bootstrap)
     owner = f"{os.uname().nodename}:{os.getpid()}"
-    while not stop.is_set():
-        try:
-            audit_due(cfg.bootstrap, store, plans, owner, stop)
-        except (redis.RedisError, KafkaException) as exc:  # a dependency away: try again at the next poll
-            log.warning("audit round failed: %s", exc)
-        stop.wait(POLL_S)
+
+    def rounds() -> None:
+        while not stop.is_set():
+            try:
+                audit_due(cfg.bootstrap, store, plans, owner, stop)
+            except (redis.RedisError, KafkaException) as exc:  # a dependency away: try again at the next poll
+                log.warning("audit round failed: %s", exc)
+            stop.wait(POLL_S)
+
+    # The rounds run in a thread, so that the main thread, which handles signals, never sits in a client's C call
+    # (librdkafka's) that would hold a SIGTERM back; a round still running at the stop is cut short with the process.
+    auditing = threading.Thread(target=rounds, name="audit", daemon=True)
+    auditing.start()
+    while auditing.is_alive() and not stop.is_set():
+        stop.wait(1.0)
+    auditing.join(timeout=1.0)
 
 
 if __name__ == "__main__":
