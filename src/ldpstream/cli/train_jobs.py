@@ -109,19 +109,15 @@ def run(job: Annotated[str, typer.Argument(help="the training job's id")],
 
 
 def device_job_status(job: str) -> dict[str, Any] | None:
-    """`ldp train status JOB`'s JSON for a job devices join, or None if no coordinator of such a job ran."""
+    """`ldp train status JOB`'s JSON for a job devices join (`ldpstream.sgd.jobstatus.job_status`, what the read
+    API's `GET /jobs/{job}` serves), or None if no coordinator of such a job ran."""
     from ldpstream.runtime.jobs import read_jobs
     from ldpstream.runtime.redis import redis_client
     from ldpstream.runtime.settings import Settings
-    from ldpstream.sgd.jobrun import state_key, status
+    from ldpstream.sgd.jobstatus import job_status
 
     cfg = Settings.from_env()
-    raw = redis_client(cfg.redis, 10.0).hgetall(state_key(job))
-    if not raw:
-        return None
-    jobs = read_jobs(cfg.bootstrap)
-    found = jobs.get(f"job/{job}@{int(raw[b'job_version'])}")
-    return None if found is None else status(found.spec, raw)
+    return job_status(redis_client(cfg.redis, 10.0), lambda: read_jobs(cfg.bootstrap), job)
 
 
 def register(group: typer.Typer) -> None:

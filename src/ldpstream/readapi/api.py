@@ -18,6 +18,12 @@ scopes include the route's:
   distribution (grid, density, CDF, quantiles at the levels asked, default DEFAULT_QUANTILES, with standard errors;
   null while no device has reported it) (404: unknown collection or version; 400: a missing or unknown attribute,
   one that is not numeric or whose mechanism gives a mean only, bad quantile levels, a bad window);
+- `GET /jobs` (scope `read`): every published training job (`ldpstream.runtime.jobs.PublishedJobs`) with its
+  published versions, its spec's figures (model, mechanism, epsilon per report, rounds, batch) and, once a coordinator
+  runs it, its status (`ldpstream.sgd.jobstatus.job_status`), null before;
+- `GET /jobs/{job}` (scope `read`): the job's status, the JSON `ldp train status JOB --json` prints (model version,
+  held-out accuracy and loss and their curve per version, updates accepted and refused by reason, epsilon per
+  report, most participations, lifetime epsilon, done) (404: a job not published, or one no coordinator ran yet);
 - `GET /metrics` (scope `metrics`): the store-wide metrics of `ldpstream.readapi.metrics.StoreCollector` (Prometheus
 text
   format);
@@ -72,10 +78,12 @@ from ldpstream.mechanisms.distribution.base import DEFAULT_QUANTILES
 from ldpstream.readapi.console import CONSOLE_ROUTES, add_console
 from ldpstream.readapi.metrics import EndOffsets, StoreCollector, store_registry
 from ldpstream.readapi.series import SeriesError, collection_series, series_query
-from ldpstream.runtime.kafka import admin_client, metadata_answers
-from ldpstream.runtime.redis import async_redis_client, redis_answers
+from ldpstream.runtime.jobs import PublishedJobs
+from ldpstream.runtime.kafka import TopicError, admin_client, metadata_answers
+from ldpstream.runtime.redis import async_redis_client, redis_answers, redis_client
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.tokens import Refused, Scope, TokenVerifier
+from ldpstream.sgd.jobstatus import job_status
 
 T = TypeVar("T")
 KAFKA_TIMEOUT_S = 5.0
@@ -85,7 +93,7 @@ MAX_QUANTILES = 100  # quantile levels one distribution request may ask
 OPEN_ROUTES = frozenset({"/healthz", "/openapi.json", *CONSOLE_ROUTES})
 ROUTE_SCOPES = {"/collections": Scope.READ, "/collections/{name}/estimates": Scope.READ,
                 "/collections/{name}/series": Scope.READ, "/collections/{name}/distribution": Scope.READ,
-                "/metrics": Scope.METRICS}
+                "/jobs": Scope.READ, "/jobs/{job}": Scope.READ, "/metrics": Scope.METRICS}
 OPENAPI = Path(__file__).with_name("openapi.json")
 
 
@@ -130,9 +138,17 @@ class TopicEnds:
 
 
 @dataclass(frozen=True)
+class Jobs:
+    """What the job routes read: the published job specs and the (sync) Redis client of the coordinators' state."""
+
+    published: PublishedJobs
+    redis: Any
+
+
+@dataclass(frozen=True)
 class Api:
-    """What the handlers read: the store, the published plans, the metrics registry, the health checks, and the
-    token verifier of the authentication middleware."""
+    """What the handlers read: the store, the published plans, the metrics registry, the health checks, the token
+    verifier of the authentication middleware, and the training jobs (None: an API without any)."""
 
     store: StatsStore
     plans: PublishedPlans
@@ -140,6 +156,7 @@ class Api:
     health: Mapping[str, Callable[[], bool]]
     tokens: TokenVerifier
     pipeline: Callable[[], Health] | None = None
+    jobs: Jobs | None = None
 
 
 API = web.AppKey("api", Api)
@@ -147,17 +164,20 @@ API = web.AppKey("api", Api)
 
 def create_app(store: StatsStore, plans: PublishedPlans, end_offsets: EndOffsets,
                health: Mapping[str, Callable[[], bool]],
-               pipeline: Callable[[], Health] | None = None, *, tokens: TokenVerifier) -> web.Application:
+               pipeline: Callable[[], Health] | None = None, *, tokens: TokenVerifier,
+               jobs: Jobs | None = None) -> web.Application:
     """The web application over a store and the published plans; `health` says whether each service answers,
     `pipeline` assesses the workers and collections, `tokens` verifies bearer tokens (the app closes it on
-    cleanup)."""
+    cleanup), `jobs` reads the training jobs."""
     app = web.Application(middlewares=[json_errors, bearer_tokens])
     app[API] = Api(store, plans, store_registry(StoreCollector(store, plans.all, end_offsets)), health, tokens,
-                   pipeline)
+                   pipeline, jobs)
     app.router.add_get("/collections", list_collections)
     app.router.add_get("/collections/{name}/estimates", estimates)
     app.router.add_get("/collections/{name}/series", series)
     app.router.add_get("/collections/{name}/distribution", distribution)
+    app.router.add_get("/jobs", list_jobs)
+    app.router.add_get("/jobs/{job}", job)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/openapi.json", openapi)
@@ -174,7 +194,8 @@ def app_for_services(cfg: Settings) -> web.Application:
                       lambda: pipeline_health(store, {p.spec.name: p.spec.topic for p in plans.all()}, ends,
                                               HealthPolicy.from_env(),
                                               shuffled=shuffled_names(p.spec for p in plans.all())),
-                      tokens=TokenVerifier(async_redis_client(cfg.redis, 2.0)))
+                      tokens=TokenVerifier(async_redis_client(cfg.redis, 2.0)),
+                      jobs=Jobs(PublishedJobs(cfg.bootstrap), redis_client(cfg.redis, 2.0)))
 
 
 async def close_tokens(app: web.Application) -> None:
@@ -198,7 +219,7 @@ async def json_errors(request: web.Request,
         return await handler(request)
     except ApiError as exc:
         return web.json_response({"error": str(exc)}, status=exc.status)
-    except (RedisError, KafkaException) as exc:
+    except (RedisError, KafkaException, TopicError) as exc:
         return web.json_response({"error": f"the store or Kafka is unavailable: {exc}"}, status=503)
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -285,6 +306,44 @@ async def distribution(request: web.Request) -> web.Response:
     except (SpecError, LDPError, ValueError) as exc:
         raise ApiError(400, str(exc)) from exc
     return web.json_response(result)
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    return web.json_response({"jobs": await blocking(jobs_summary, request.app[API].jobs)})
+
+
+async def job(request: web.Request) -> web.Response:
+    jobs = request.app[API].jobs
+    name = request.match_info["job"]
+    published = None if jobs is None else await blocking(jobs.published.newest, name)
+    if jobs is None or published is None:
+        raise ApiError(404, f"no published training job {name[:80]!r}")
+    found = await blocking(job_status, jobs.redis, jobs.published.all, name)
+    if found is None:
+        raise ApiError(404, f"training job {name!r} is published (version {published.spec.version}) but no "
+                            f"coordinator has run it yet: `ldp train run {name}`")
+    return web.json_response(found)
+
+
+def jobs_summary(jobs: Jobs | None) -> list[dict[str, Any]]:
+    """Per published job, by id: its newest spec's figures, its published versions and its status (null while no
+    coordinator has run it) (blocking: reads Kafka and Redis)."""
+    if jobs is None:
+        return []
+    published = jobs.published.all()
+    by_id: dict[str, list[int]] = {}
+    for signed in published.values():
+        by_id.setdefault(signed.spec.job_id, []).append(signed.spec.version)
+    out = []
+    for job_id, versions in sorted(by_id.items()):
+        spec = published[f"job/{job_id}@{max(versions)}"].spec
+        out.append({"job": job_id, "job_version": spec.version, "versions": sorted(versions),
+                    "model": {"architecture": spec.model.architecture, "dims": spec.model.dims},
+                    "parameters": spec.parameters, "mechanism": spec.mechanism.name,
+                    "epsilon_per_report": spec.epsilon, "max_rounds": spec.max_rounds,
+                    "lifetime_epsilon_bound": spec.epsilon * spec.max_rounds, "batch_size": spec.batch_size,
+                    "max_versions": spec.max_versions, "status": job_status(jobs.redis, lambda: published, job_id)})
+    return out
 
 
 def quantile_levels(text: str | None) -> tuple[float, ...]:

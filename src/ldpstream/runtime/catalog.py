@@ -20,6 +20,7 @@ from ldpstream.contract.topics import (
     DLQ_TOPIC,
     GRADIENTS_TOPIC,
     JOBS_PREFIX,
+    JOBS_TOPIC,
     MODELS_TOPIC,
     RAW_PREFIX,
     REPORTS_PREFIX,
@@ -150,7 +151,8 @@ AGGREGATOR = Principal("aggregator", topic(REPORTS_PREFIX, "read", "describe", p
                        # faust's internal topics (its assignor's), named after the group
                        + topic(AGGREGATOR_GROUPS, "read", "write", "create", "describe", prefixed=True),
                        f"~ldp:{{* ~ldp:health:* {WRITER}")
-API = Principal("api", topic(REPORTS_PREFIX, "describe", prefixed=True) + reads_specs(),  # the API only reads
+API = Principal("api", topic(REPORTS_PREFIX, "describe", prefixed=True) + reads_specs()  # the API only reads
+                + topic(JOBS_TOPIC, "read", "describe"),  # the training jobs' specs (`GET /jobs`)
                 f"%R~ldp:* +@read +@connection -@dangerous +info {CLUSTER_DISCOVERY}")
 COORDINATOR = Principal("coordinator", topic(GRADIENTS_TOPIC, "read", "describe", "create")
                         + topic(MODELS_TOPIC, "write", "describe", "create") + topic(DLQ_TOPIC, "write", "describe")
@@ -183,7 +185,8 @@ SERVICES: tuple[Service, ...] = (
     # the read API: collections, estimates, series, the console, the store-wide /metrics
     Service("api", API, "serve", metrics=Metrics("ldp-api", 8000, "--port", TOKEN), health="/healthz",
             compose=Compose(("--host", "0.0.0.0", "--port", "8000"))),
-    # a training job's coordinator (`ldp train --job FILE`, one per job: no compose entry)
+    # a training job's coordinator (`ldp train run JOB` for a job devices join, `ldp train --job FILE` for a simulated
+    # one; one per job: no compose entry); its row charts both kinds' metrics
     Service("coordinator", COORDINATOR, "train", metrics=Metrics("ldp-sgd", 9103, row="SGD training")),
 )
 # every principal, each once: the admin, those of the services, the SGD devices' gateway

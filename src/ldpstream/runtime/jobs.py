@@ -13,6 +13,9 @@ its bytes). The coordinator writes them in the same atomic step as its state (`l
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +23,7 @@ from ldpstream.contract.spec import SpecError
 from ldpstream.contract.topics import DLQ_TOPIC, JOBS_TOPIC, UPDATES_TOPIC
 from ldpstream.contract.training import JOB_PREFIX, JobSpec, TrainingWireError, parse_job
 from ldpstream.runtime.dlq import DLQ_PARTITIONS
-from ldpstream.runtime.kafka import ReportProducer, ensure_topic, read_to_end
+from ldpstream.runtime.kafka import ReportProducer, TopicError, ensure_topic, existing_topics, read_to_end
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.signing import (
     SIGNATURE_HEADER,
@@ -83,6 +86,38 @@ def newest(jobs: dict[str, SignedJob], job_id: str) -> SignedJob | None:
     """The highest published version of `job_id` among `jobs`."""
     mine = [j for j in jobs.values() if j.spec.job_id == job_id]
     return max(mine, key=lambda j: j.spec.version, default=None)
+
+
+class PublishedJobs:
+    """The published job specs (`read_jobs`) for a reader that answers many requests (the read API): re-read at most
+    every `max_age_s`, or after `miss_age_s` when a job is asked for that is not known yet (it may have just been
+    published). Before any job is published the topic may not exist, and a reader that may not create it (the API's
+    principal) sees no job. Blocking (Kafka); thread-safe: a request during a re-read waits for it."""
+
+    def __init__(self, bootstrap: str, max_age_s: float = 5.0, miss_age_s: float = 1.0,
+                 read: Callable[[str], dict[str, SignedJob]] = read_jobs) -> None:
+        self.bootstrap, self.max_age_s, self.miss_age_s, self.read = bootstrap, max_age_s, miss_age_s, read
+        self._jobs: dict[str, SignedJob] = {}
+        self._read_at = -float("inf")
+        self._lock = threading.Lock()
+
+    def all(self, max_age_s: float | None = None) -> dict[str, SignedJob]:
+        """Every published job spec by `job/JOB@VERSION`, the topic read at most `max_age_s` (default: the set
+        one) ago."""
+        with self._lock:
+            if time.monotonic() - self._read_at >= (self.max_age_s if max_age_s is None else max_age_s):
+                try:
+                    self._jobs = self.read(self.bootstrap)
+                except TopicError:
+                    if JOBS_TOPIC in existing_topics(self.bootstrap):
+                        raise
+                    self._jobs = {}
+                self._read_at = time.monotonic()
+            return self._jobs
+
+    def newest(self, job_id: str) -> SignedJob | None:
+        """The job's highest published version (None if it is not published)."""
+        return newest(self.all(), job_id) or newest(self.all(self.miss_age_s), job_id)
 
 
 def publish_job(spec: JobSpec, bootstrap: str) -> tuple[str, bool]:

@@ -69,7 +69,8 @@ def load_job_yaml(path: Path) -> tuple[JobSpec, dict[str, Any] | None]:
 
 
 def held_out(spec: JobSpec, evaluation: dict[str, Any]) -> Evaluator:
-    """The coordinator's evaluation of a version's parameters on the held-out rows the section names."""
+    """The coordinator's evaluation of a version's parameters on the held-out rows the section names: accuracy and
+    mean cross-entropy with their standard errors, and the number of rows they were measured on."""
     test = fashion_mnist("test")
     rows = int(evaluation.get("rows", len(test.y)))
     test = test.head(max(1, min(rows, len(test.y))))
@@ -81,6 +82,6 @@ def held_out(spec: JobSpec, evaluation: dict[str, Any]) -> Evaluator:
     def run(theta: np.ndarray) -> dict[str, float]:
         result = evaluate(net, theta, test)
         return {"accuracy": result.accuracy, "accuracy_stderr": result.accuracy_stderr, "loss": result.loss,
-                "loss_stderr": result.loss_stderr}
+                "loss_stderr": result.loss_stderr, "rows": len(test.y)}
 
     return run

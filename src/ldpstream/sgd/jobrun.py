@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 BATCH_MESSAGES = 1000
 POLL_S = 0.5
 COORDINATOR_GROUP = "ldp-sgd-jobs"  # never joined or committed: partitions are assigned, offsets are in Redis
+MAX_CURVE = 512  # evaluations a state keeps (`thinned`): the state is rewritten at every micro-batch
 
 JOB_UPDATES = Counter("ldp_job_updates", "Training updates the coordinator read, by job and outcome (accepted, or "
                       "refused:<reason>)", ["job", "outcome"])
@@ -104,6 +105,12 @@ def state_key(job_id: str) -> str:
 
 def participations_key(job_id: str, job_version: int) -> str:
     return f"{model_prefix(job_id)}participations:{job_version}"
+
+
+def thinned(curve: list[dict[str, float]], cap: int = MAX_CURVE) -> list[dict[str, float]]:
+    """The evaluations, oldest first, at most `cap` of them: past the cap every second one but the newest is dropped,
+    so the curve still spans the whole job, sparser where it is older (each point names its version)."""
+    return curve if len(curve) <= cap else curve[:-1][::2] + curve[-1:]
 
 
 class JobCoordinator:
@@ -302,7 +309,8 @@ class JobCoordinator:
         state.members = []
         state.done = state.version >= self.spec.max_versions
         if self.evaluator is not None:
-            state.evaluations.append({"version": state.version, **self.evaluator(state.theta)})
+            state.evaluations = thinned([*state.evaluations, {"version": state.version,
+                                                              **self.evaluator(state.theta)}])
 
 
 def status(spec: JobSpec, raw: dict[Any, Any]) -> dict[str, Any]:
