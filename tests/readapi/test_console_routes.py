@@ -28,6 +28,7 @@ def headers_of(url: str) -> tuple[int, dict[str, str], bytes]:
 @pytest.mark.parametrize("path, content_type, file", [
     ("/console/", "text/html", "index.html"),
     ("/console/collection?name=x", "text/html", "collection.html"),
+    ("/console/job?name=x", "text/html", "job.html"),
     ("/", "text/html", "index.html"),  # a redirect followed
     *[(f"/console/static/{name}", content_type, path) for name, (path, content_type) in FILES.items()],
 ])
@@ -48,6 +49,6 @@ def test_nothing_else_is_reachable(api: SeriesApi, name: str) -> None:
 
 
 def test_the_pages_hold_no_inline_script_or_style() -> None:
-    for page in ("index.html", "collection.html"):
+    for page in ("index.html", "collection.html", "job.html"):
         text = (STATIC / page).read_text()
         assert "<script>" not in text and "<style" not in text and "style=" not in text and "onclick" not in text

@@ -1,10 +1,11 @@
-"""The web console that `ldp serve` serves beside the read API: a catalogue of every published collection and a page
-per collection with its live series (95% bands), histograms, and the distributions (density, CDF, quantiles) of numeric
-attributes reported by a distribution mechanism.
+"""The web console that `ldp serve` serves beside the read API: a catalogue of every published collection and
+training job, a page per collection with its live series (95% bands), histograms, and the distributions (density, CDF,
+quantiles) of numeric attributes reported by a distribution mechanism, and a page per training job with its model
+version, held-out accuracy and loss curves per version (95% bands), updates accepted and refused, and epsilon.
 
 The pages and scripts are static files (`static/`, with uPlot vendored under its MIT licence) and hold no data, so
-they are open; the scripts read `/collections`, `/collections/{name}/series` and `/collections/{name}/distribution`
-with the bearer token the person gives them (pasted into the page, or in the address's fragment `#token=...`, which
+they are open; the scripts read `/collections`, `/collections/{name}/series`, `/collections/{name}/distribution`,
+`/jobs` and `/jobs/{job}` with the bearer token the person gives them (pasted into the page, or in the address's fragment `#token=...`, which
 browsers never send to a server; kept in the tab's sessionStorage), so the console needs what the API needs: a token
 with scope `read`. No cookie is set, so no other site can make a browser act with it. Every answer carries a
 Content-Security-Policy that allows this origin's scripts and styles only, and the scripts write outside text into the
@@ -27,7 +28,7 @@ FILES = {
     "uPlot.min.css": ("vendor/uPlot.min.css", "text/css"),
     "uPlot.LICENSE": ("vendor/uPlot.LICENSE", "text/plain"),
 }
-PAGES = {"/console/": "index.html", "/console/collection": "collection.html"}
+PAGES = {"/console/": "index.html", "/console/collection": "collection.html", "/console/job": "job.html"}
 CONSOLE_ROUTES = frozenset({"/", "/console", *PAGES, "/console/static/{file}"})
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "

@@ -7,6 +7,9 @@
 // so and lists the published ones, nearest names first. Reads `/collections`, `/collections/NAME/series` and
 // `/collections/NAME/distribution` with the bearer token the person gave (the address's `#token=...`, or the form),
 // kept in this tab's sessionStorage. Outside text goes into the page as text.
+// The catalogue also lists the published training jobs; a job's page (`/console/job?name=JOB`, from `/jobs/JOB`) shows
+// its model version, the held-out accuracy and loss per version with their 95% bands, the updates accepted and refused
+// by reason, and epsilon per report and over a device's lifetime.
 "use strict";
 
 (function () {
@@ -23,7 +26,7 @@
   const MARKS = [["0.5", "median"], ["0.9", "90%"], ["0.99", "99%"]];
   // What the tests read: the series and distributions shown, points per chart, refreshes done, the page's state.
   const state = { ready: false, refreshes: 0, series: {}, points: {}, distributions: {}, partial: {}, error: null,
-    renderedAt: null, range: null, missing: null };
+    renderedAt: null, range: null, missing: null, job: null };
   window.ldpConsole = state;
   let token = null;
 
@@ -106,7 +109,8 @@
 
   // ---- the catalogue -------------------------------------------------------------------------------------------
   async function catalogue() {
-    const { collections } = await api("/collections");
+    const [{ collections }, { jobs }] = await Promise.all([api("/collections"), api("/jobs")]);
+    jobCatalogue(jobs);
     const root = document.getElementById("catalogue");
     root.replaceChildren();
     if (!collections.length) root.append(el("p", { class: "muted" }, "No collection is published yet (ldp spec publish)."));
@@ -130,6 +134,29 @@
           "domain"].map((h) => el("th", {}, h)))), el("tbody", {}, ...rows))));
     }
     state.collections = collections.length;
+  }
+
+  const accuracyText = (s) => s.accuracy === null ? "not evaluated" : number(s.accuracy, 3) +
+    (s.accuracy_stderr === null || s.accuracy_stderr === undefined ? "" : " \u00b1 " + number(1.96 * s.accuracy_stderr, 2));
+  const refusedCount = (s) => Object.values(s.refused).reduce((t, n) => t + n, 0);
+
+  function jobCatalogue(jobs) {
+    const root = document.getElementById("jobs");
+    root.replaceChildren();
+    if (!jobs.length) root.append(el("p", { class: "muted" }, "No training job is published yet (ldp train publish JOB.yaml)."));
+    for (const j of jobs) {
+      const s = j.status;
+      const link = el("a", { href: "/console/job?name=" + encodeURIComponent(j.job) }, j.job);
+      root.append(el("section", { class: "card", "data-job": j.job }, el("h2", {}, link),
+        facts([["job version", j.job_version + (j.versions.length > 1 ? " (of " + j.versions.length + ")" : "")],
+          ["model", j.model.architecture + " " + j.model.dims.join("\u00d7") + " (" + j.parameters.toLocaleString("en") + " parameters)"],
+          ["mechanism", j.mechanism], ["eps per report", number(j.epsilon_per_report)],
+          ["lifetime bound", number(j.lifetime_epsilon_bound) + " (" + j.max_rounds + " rounds)"],
+          ["model version", s ? s.version + " of " + j.max_versions + (s.done ? " (done)" : "") : "no coordinator yet"],
+          ["held-out accuracy", s ? accuracyText(s) : "-"],
+          ["accepted / refused", s ? s.updates_accepted.toLocaleString("en") + " / " + refusedCount(s).toLocaleString("en") : "-"]])));
+    }
+    state.jobs = jobs.length;
   }
 
   // ---- a collection's page ---------------------------------------------------------------------------------------
@@ -184,16 +211,29 @@
     };
   }
 
-  function chartOptions(name, doc, shown, width) {
-    const series = [{ value: (u, v) => v === null || v === undefined ? "-" : when(v * 1000) }];
+  // uPlot's series and bands of labelled lines after the x series, each line with its 95% band (three series:
+  // value, low, high; `first` picks the first line's color).
+  function bandedLines(labels, first) {
+    const series = [];
     const bands = [];
-    shown.forEach((line, i) => {
-      const color = COLORS[i % COLORS.length];
-      series.push({ label: line.label, stroke: color, width: 2, points: { size: 5 } });
-      series.push({ label: line.label + " low", stroke: color, width: 0.5, dash: [3, 3], points: { show: false } });
-      series.push({ label: line.label + " high", stroke: color, width: 0.5, dash: [3, 3], points: { show: false } });
+    labels.forEach((label, i) => {
+      const color = COLORS[(i + (first || 0)) % COLORS.length];
+      series.push({ label, stroke: color, width: 2, points: { size: 5 } });
+      series.push({ label: label + " low", stroke: color, width: 0.5, dash: [3, 3], points: { show: false } });
+      series.push({ label: label + " high", stroke: color, width: 0.5, dash: [3, 3], points: { show: false } });
       bands.push({ series: [3 * i + 3, 3 * i + 2], fill: color + "22" });
     });
+    return { series, bands };
+  }
+
+  // The band's edges stay out of the legend (its rows: x, then value, low, high per line).
+  function hideBandEdges(plot) {
+    plot.root.querySelectorAll(".u-legend .u-series").forEach((row, i) => { if (i > 0 && i % 3 !== 1) row.hidden = true; });
+  }
+
+  function chartOptions(name, doc, shown, width) {
+    const { series, bands } = bandedLines(shown.map((line) => line.label));
+    series.unshift({ value: (u, v) => v === null || v === undefined ? "-" : when(v * 1000) });
     const unit = doc.unit ? " (" + doc.unit + ")" : "";
     const yLabel = shown.length && shown[0].group === "mean" ? "mean" + unit : "frequency";
     return { width, height: HEIGHT, series, bands, scales: { x: { time: true } }, tzDate: utc,
@@ -220,8 +260,7 @@
         delete page.charts[name];
       } else {
         const plot = new uPlot(chartOptions(name, doc, shown, Math.max(280, holder.clientWidth || 600)), data, holder);
-        // the band's edges stay out of the legend (its rows: time, then estimate, low, high per line)
-        plot.root.querySelectorAll(".u-legend .u-series").forEach((row, i) => { if (i > 0 && i % 3 !== 1) row.hidden = true; });
+        hideBandEdges(plot);
         page.charts[name] = { plot, signature };
       }
     }
@@ -444,7 +483,7 @@
     page.name = new URLSearchParams(location.search).get("name") || "";
     const { collections } = await api("/collections");
     const c = collections.find((x) => x.name === page.name);
-    if (!c) { missing(page.name, collections); return; }
+    if (!c) { missing(COLLECTION_PAGES, page.name, collections.map((x) => x.name)); return; }
     const v = c.versions[c.versions.length - 1];
     page.version = v.version;
     page.attributes = v.attributes;
@@ -469,14 +508,95 @@
     document.getElementById("range").onchange = () => { pickRange(); redraw(); };
     document.getElementById("apply").onclick = redraw;
     fitRanges();
+    resizeCharts();
+    await refresh();
+    setInterval(() => refresh().catch(failed), REFRESH_MS);
+  }
+
+  // Charts follow the window's width.
+  function resizeCharts() {
     window.addEventListener("resize", () => {
       for (const shown of [...Object.values(page.charts), ...Object.values(page.densities)]) {
         const holder = shown.plot.root.parentElement;
         if (holder) shown.plot.setSize({ width: Math.max(280, holder.clientWidth), height: HEIGHT });
       }
     });
-    await refresh();
-    setInterval(() => refresh().catch(failed), REFRESH_MS);
+  }
+
+  // ---- a training job's page -------------------------------------------------------------------------------------
+  // Its curves: held-out accuracy and loss per model version, each with its 95% band (1.96 standard errors).
+  const CURVES = [["accuracy", "held-out accuracy"], ["loss", "held-out loss (mean cross-entropy)"]];
+
+  function curveData(curve, key) {
+    const se = (p) => p[key + "_stderr"] === undefined || p[key + "_stderr"] === null ? 0 : 1.96 * p[key + "_stderr"];
+    return [curve.map((p) => p.version), curve.map((p) => p[key]), curve.map((p) => p[key] - se(p)),
+      curve.map((p) => p[key] + se(p))];
+  }
+
+  function drawCurve(key, label, curve, holder, i) {
+    const existing = page.charts[key];
+    if (existing) { existing.plot.setData(curveData(curve, key)); return; }
+    if (!curve.length) {
+      holder.replaceChildren(el("p", { class: "note" }, "No evaluated version yet (the coordinator evaluates each " +
+        "version when the job's file has an evaluation section)."));
+      return;
+    }
+    holder.replaceChildren();
+    const { series, bands } = bandedLines([label], i);
+    series.unshift({ label: "model version", value: (u, v) => v === null || v === undefined ? "-" : String(v) });
+    const plot = new uPlot({ width: Math.max(280, holder.clientWidth || 600), height: HEIGHT, series, bands,
+      scales: { x: { time: false } }, axes: [{ label: "model version" }, { label: label, size: 60 }],
+      legend: { live: true } }, curveData(curve, key), holder);
+    hideBandEdges(plot);
+    page.charts[key] = { plot, signature: key };
+  }
+
+  function drawJob(doc) {
+    state.job = doc;
+    document.getElementById("title").textContent = doc.job + " (job version " + doc.job_version + ")";
+    const lifetime = number(doc.lifetime_epsilon) + " (bound " + number(doc.lifetime_epsilon_bound) + " at " +
+      doc.max_rounds + " rounds)";
+    document.getElementById("facts").replaceChildren(el("div", { class: "card" }, el("h2", {}, "Model and privacy"),
+      facts([["model version", doc.version + (doc.done ? " (done)" : "")],
+        ["model", doc.model.architecture + " " + doc.model.dims.join("\u00d7")], ["mechanism", doc.mechanism],
+        ["held-out accuracy", accuracyText(doc)],
+        ["held-out loss", doc.loss === null ? "not evaluated" : number(doc.loss, 4) + (doc.loss_stderr === null ? "" :
+          " \u00b1 " + number(1.96 * doc.loss_stderr, 2))],
+        ["updates this version", doc.updates_in_version + " of " + doc.batch_size],
+        ["eps per report", number(doc.epsilon_per_report)], ["most participations", doc.max_participations],
+        ["lifetime eps", lifetime]])));
+    CURVES.forEach(([key, label], i) => {
+      drawCurve(key, label, doc.curve, document.getElementById("curve-" + key), i);
+      state.points[key] = doc.curve.length;
+    });
+    const reasons = Object.entries(doc.refused);
+    document.getElementById("updates").replaceChildren(el("div", { class: "card" }, el("h2", {}, "Updates"),
+      el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "outcome"), el("th", {}, "updates"))),
+        el("tbody", {}, el("tr", { "data-outcome": "accepted" }, el("td", {}, "accepted"),
+          el("td", {}, doc.updates_accepted.toLocaleString("en"))),
+        ...reasons.map(([reason, n]) => el("tr", { "data-outcome": "refused:" + reason },
+          el("td", {}, "refused: " + reason), el("td", {}, n.toLocaleString("en"))))))));
+  }
+
+  async function refreshJob() {
+    drawJob(await api("/jobs/" + encodeURIComponent(page.name)));
+    state.refreshes += 1;
+    status("updated " + when(Date.now()).slice(11, 19) + " (UTC), every " + REFRESH_MS / 1000 + " s");
+  }
+
+  async function jobPage() {
+    page.name = new URLSearchParams(location.search).get("name") || "";
+    try {
+      await refreshJob();
+    } catch (error) {
+      if (!(error instanceof ApiError) || error.status !== 404) throw error;
+      const { jobs } = await api("/jobs");
+      missing(JOB_PAGES, page.name, jobs.map((j) => j.job), error.message);
+      return;
+    }
+    document.title = "ldpstream console: " + page.name;
+    resizeCharts();
+    setInterval(() => refreshJob().catch(failed), REFRESH_MS);
   }
 
   // Edit distance of two names (a missing collection's suggestions).
@@ -492,27 +612,35 @@
     return row[b.length];
   }
 
-  // The page of a collection that is not published here: what was asked, the nearest names, every published one.
-  function missing(name, collections) {
+  // What a missing page names: a collection or a training job, the page of one, and how to publish one.
+  const COLLECTION_PAGES = { noun: "collection", plural: "collections", page: "/console/collection",
+    publish: "ldp spec publish FILE" };
+  const JOB_PAGES = { noun: "training job", plural: "training jobs", page: "/console/job",
+    publish: "ldp train publish JOB.yaml" };
+
+  // The page of a collection or job that is not published here (or, `detail`, not running): what was asked, the
+  // nearest names, every published one.
+  function missing(kind, name, names, detail) {
     state.missing = name;
-    document.title = "ldpstream console: no collection " + name;
+    const published = names.includes(name); // a job published that no coordinator runs yet
+    document.title = "ldpstream console: " + (published ? name : "no " + kind.noun + " " + name);
     document.getElementById("main").hidden = true;
     const root = document.getElementById("missing");
     root.hidden = false;
-    const link = (n) => el("a", { href: "/console/collection?name=" + encodeURIComponent(n) }, n);
-    const names = collections.map((c) => c.name);
+    const link = (n) => el("a", { href: kind.page + "?name=" + encodeURIComponent(n) }, n);
     const near = names.filter((n) => n.startsWith(name) || name.startsWith(n) ||
       distance(n, name) <= Math.max(2, name.length / 3)).sort((a, b) => distance(a, name) - distance(b, name));
     const list = (items) => items.flatMap((n, i) => i ? [", ", link(n)] : [link(n)]);
     root.replaceChildren(el("section", { class: "card" },
-      el("h1", {}, name ? "No collection named \u201c" + name + "\u201d" : "No collection named in the address"),
-      el("p", {}, name ? "Nothing of that name is published on this server." :
-        "The address names no collection: /console/collection?name=NAME."),
-      near.length ? el("p", { class: "suggest" }, "Did you mean ", ...list(near.slice(0, 5)), "?") : null,
+      el("h1", {}, published ? name + ": no coordinator yet" : name ? "No " + kind.noun + " named \u201c" + name + "\u201d" :
+        "No " + kind.noun + " named in the address"),
+      el("p", {}, published ? detail : name ? "Nothing of that name is published on this server." :
+        "The address names no " + kind.noun + ": " + kind.page + "?name=NAME."),
+      near.length && !published ? el("p", { class: "suggest" }, "Did you mean ", ...list(near.slice(0, 5)), "?") : null,
       el("p", {}, ...(names.length ? ["Published here: ", ...list(names)] :
-        ["No collection is published yet: publish one with ", el("code", {}, "ldp spec publish FILE"), "."])),
-      el("p", {}, el("a", { href: "/console/" }, "All collections"))));
-    status("no published collection " + JSON.stringify(name));
+        ["No " + kind.noun + " is published yet: publish one with ", el("code", {}, kind.publish), "."])),
+      el("p", {}, el("a", { href: "/console/" }, "All " + kind.plural))));
+    status(published ? detail : "no published " + kind.noun + " " + JSON.stringify(name));
   }
 
   function failed(error) {
@@ -528,7 +656,7 @@
     token = takeToken();
     if (!token) { askToken(); return; }
     const kind = document.body.dataset.page;
-    await (kind === "collection" ? collectionPage() : catalogue());
+    await (kind === "collection" ? collectionPage() : kind === "job" ? jobPage() : catalogue());
     state.ready = true;
     document.body.dataset.ready = "1";
   }
