@@ -3,8 +3,9 @@
 A dashboard is a list of rows (`Row`), each a list of panels (`Panel`) laid out two per line. The store-wide rows
 come first and last; between them, one row per service of the catalog (`ldpstream.runtime.catalog`) that names one
 (`Metrics.row`), in the catalog's order: a service's row is one more function returning a `Row` of that title, listed
-in `SERVICE_ROWS`. Every query names metrics of `ldpstream.runtime.metrics` and `ldpstream.readapi.metrics`
-(tests/deploy/test_grafana.py checks it, and that the committed JSON is this output).
+in `SERVICE_ROWS`. Every query names metrics of `ldpstream.runtime.metrics`, `ldpstream.readapi.metrics` and the
+coordinator's of `ldpstream.sgd.jobrun` (tests/deploy/test_grafana.py checks it, and that the committed JSON is this
+output).
 """
 
 from __future__ import annotations
@@ -142,20 +143,41 @@ def edge_row() -> Row:
 
 
 def sgd_row() -> Row:
+    # a coordinator's metrics label the training job `job`, which Prometheus keeps as `exported_job` (its own `job`
+    # label, the scrape job's, wins: tests/integration/test_prometheus_scrape.py)
     return Row("SGD training", (
-        Panel("Model version", (Query("max by (job) (ldp_sgd_iteration)", "{{job}}"),),
-              description="Current model version t of each training job (one coordinator per job)"),
+        Panel("Jobs devices join: model version", (Query("max by (exported_job) (ldp_job_model_version)",
+                                                         "{{exported_job}}"),),
+              description="Current model version of each training job devices join through the edge (`ldp train "
+                          "run JOB`, one coordinator per job)"),
+        Panel("Jobs devices join: updates per second by outcome", (Query(
+            f"sum by (exported_job, outcome) (rate(ldp_job_updates_total[{RATE}]))",
+            "{{exported_job}} {{outcome}}"),), unit="reqps",
+            description="Updates the coordinator read: accepted (B per version), or refused:<reason> (malformed, "
+                        "wrong_shape, not_finite, closed_version, duplicate, round_limit)"),
+        Panel("Jobs devices join: held-out accuracy and loss", (
+            Query("max by (exported_job) (ldp_job_held_out_accuracy)", "{{exported_job}} accuracy"),
+            Query("max by (exported_job) (ldp_job_held_out_loss)", "{{exported_job}} loss")),
+            description="The current version's accuracy and mean cross-entropy on the coordinator's held-out rows "
+                        "(jobs whose file has an evaluation section); the curve per version: the console's job page"),
+        Panel("Jobs devices join: most participations of a device", (Query(
+            "max by (exported_job) (ldp_job_max_participations)", "{{exported_job}}"),),
+            description="The most versions any device sent an accepted update for: its lifetime epsilon is this "
+                        "times the job's epsilon per report"),
+        Panel("Model version", (Query("max by (exported_job) (ldp_sgd_iteration)", "{{exported_job}}"),),
+              description="Current model version t of each simulated training job (one coordinator per job)"),
         Panel("Gradients per second by outcome", (Query(
-            f"sum by (job, outcome, reason) (rate(ldp_sgd_gradients_total[{RATE}]))",
-            "{{job}} {{outcome}} {{reason}}"),), unit="reqps",
+            f"sum by (exported_job, outcome, reason) (rate(ldp_sgd_gradients_total[{RATE}]))",
+            "{{exported_job}} {{outcome}} {{reason}}"),), unit="reqps",
             description="accepted (g per version); dropped: stale (computed on an older version); rejected: sent "
                         "to ldp.dlq with the reason"),
         Panel("Held-out loss and accuracy", (
-            Query("max by (job) (ldp_sgd_held_out_loss)", "{{job}} loss"),
-            Query('1 - max by (job) (ldp_sgd_held_out_error{metric="misclassification"})', "{{job}} accuracy")),
+            Query("max by (exported_job) (ldp_sgd_held_out_loss)", "{{exported_job}} loss"),
+            Query('1 - max by (exported_job) (ldp_sgd_held_out_error{metric="misclassification"})',
+                  "{{exported_job}} accuracy")),
             description="Mean loss of the current model on held-out rows and, for a classifier, its accuracy "
                         "(simulated jobs)"),
-        Panel("Model norm", (Query("max by (job) (ldp_sgd_model_norm)", "{{job}}"),),
+        Panel("Model norm", (Query("max by (exported_job) (ldp_sgd_model_norm)", "{{exported_job}}"),),
               description="L2 norm of the current parameters beta"),
     ))
 

@@ -1,6 +1,7 @@
 """The Grafana dashboard, checked without Grafana: it is what deploy/grafana/dashboard.py generates, every query
-is balanced PromQL naming metrics (and labels) that src/ldpstream/runtime/metrics.py
-and src/ldpstream/readapi/metrics.py define, and provisioning fits compose."""
+is balanced PromQL naming metrics (and labels) that src/ldpstream/runtime/metrics.py,
+src/ldpstream/readapi/metrics.py and the coordinator (src/ldpstream/sgd/jobrun.py) define, and provisioning fits
+compose."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ldpstream.aggregator.store import MemoryStore
 from ldpstream.readapi.metrics import StoreCollector
 from ldpstream.runtime import metrics
 from ldpstream.runtime.catalog import SERVICES
+from ldpstream.sgd import jobrun
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 GRAFANA = DEPLOY / "grafana"
@@ -45,15 +47,17 @@ def load_generator() -> ModuleType:
 
 
 def defined_series() -> dict[str, set[str]]:
-    """Every series name ldpstream.runtime.metrics and ldpstream.readapi.metrics expose, with its label names."""
-    wrappers = [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)]
+    """Every series name ldpstream.runtime.metrics, ldpstream.readapi.metrics and the coordinator expose, with its
+    label names as Prometheus stores them: a label that a target label overrides is kept as `exported_<label>`."""
+    wrappers = [m for module in (metrics, jobrun) for m in vars(module).values() if isinstance(m, MetricWrapperBase)]
     families = [(m._name, str(m._type), set(m._labelnames)) for m in wrappers]
     store_wide = StoreCollector(MemoryStore(), lambda: [], lambda topics: {})
     families += [(f.name, str(f.type), set(f._labelnames)) for f in store_wide.describe()]  # type: ignore[attr-defined]
     out = {}
     for name, kind, labels in families:
         for suffix in SUFFIXES[kind]:
-            out[name + suffix] = labels | ({"le"} if suffix == "_bucket" else set()) | TARGET_LABELS
+            out[name + suffix] = (labels - TARGET_LABELS | {f"exported_{label}" for label in labels & TARGET_LABELS}
+                                  | ({"le"} if suffix == "_bucket" else set()) | TARGET_LABELS)
     return out
 
 
@@ -121,10 +125,14 @@ def test_every_query_is_balanced_and_names_defined_metrics_and_labels(board: dic
         for name, labels in names.items():
             assert name in defined, f"{where}: {name!r} is not a metric of ldpstream.readapi.metrics ({expr!r})"
             assert labels <= defined[name], f"{where}: {name} has no label(s) {labels - defined[name]}"
+            shadowed = {label for label in TARGET_LABELS if f"exported_{label}" in defined[name]}
+            assert not (labels | grouped) & shadowed, \
+                f"{where}: {name}'s own {shadowed} label is exported_*: {shadowed} is the scrape target's ({expr!r})"
         assert grouped <= set.union(*(defined[n] for n in names)), f"{where}: grouping by unknown labels {grouped}"
         used |= set(names)
     assert {"ldp_reports_total", "ldp_consumer_lag_messages", "ldp_freshness_seconds", "ldp_estimate",
-            "ldp_estimate_stderr", "ldp_worker_batch_duration_seconds_bucket"} <= used
+            "ldp_estimate_stderr", "ldp_worker_batch_duration_seconds_bucket", "ldp_job_model_version",
+            "ldp_job_updates_total", "ldp_job_held_out_accuracy", "ldp_job_held_out_loss"} <= used
 
 
 @pytest.mark.parametrize("expr", ["sum(rate(ldp_reports_total[1m])", "ldp_estimate{window=\"all\"",
