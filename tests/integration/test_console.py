@@ -5,8 +5,10 @@ page draws each attribute's series with its band and a histogram, as panels of a
 figures from the API, marks a window still open as partial, says its times are UTC, shows the range picked (the last
 windows, a preset, from/to), and picks up a new window by itself; an unknown collection's page says so and points to
 the nearest published names. A collection with a Square Wave attribute (examples/request_latency.yaml) has its
-distribution drawn (density, CDF, quantile marks) from the distribution route, refreshed live too. No page logs an
-error or a warning; screenshots are kept in artifacts/console/ (git-ignored) and in the test's tmp dir."""
+distribution drawn (density, CDF, quantile marks) from the distribution route, refreshed live too. A training job's page
+draws its held-out accuracy and loss per model version from `/jobs/{job}` and lists its updates by outcome; the
+catalogue lists the job; an unknown job's page and a job no coordinator runs yet say so. No page logs an error or a
+warning; screenshots are kept in artifacts/console/ (git-ignored) and in the test's tmp dir."""
 
 from __future__ import annotations
 
@@ -29,12 +31,14 @@ from ldpstream.aggregator.processes import start_worker, stop_worker
 from ldpstream.aggregator.store import RedisStore
 from ldpstream.cli.demo import free_port
 from ldpstream.contract.spec import CollectionSpec, load_spec
+from ldpstream.runtime.jobs import publish_job
 from ldpstream.runtime.kafka import ReportProducer, delete_topic
 from ldpstream.runtime.process import stop_pid
 from ldpstream.runtime.settings import PROJECT_ROOT, Settings
 from ldpstream.runtime.specs import publish_spec
 from ldpstream.runtime.tokens import Scope
 from ldpstream.simulator.simulator import simulate
+from tests.readapi.job_support import ACCEPTED, REFUSED, VERSIONS, TrainedJob, tiny_job, trained_job
 from tests.tokens import api_tokens
 
 WINDOW_S = 5
@@ -70,6 +74,16 @@ class Stack:
 def stack(live_services: Settings, tmp_path: Path) -> Iterator[Stack]:
     with running_stack(live_services, tmp_path, "diagnostics.yaml") as running:
         yield running
+
+
+@pytest.fixture
+def jobs(live_services: Settings) -> Iterator[tuple[TrainedJob, str]]:
+    """A training job its coordinator ran to version 2 (tests/readapi/job_support.py), and one published that no
+    coordinator runs."""
+    idle = tiny_job()
+    publish_job(idle, live_services.bootstrap)
+    with trained_job(live_services) as trained:
+        yield trained, idle.job_id
 
 
 @pytest.fixture
@@ -117,7 +131,7 @@ async def shot(page: Page, name: str, tmp_path: Path) -> None:
     assert path.stat().st_size > 10_000  # a page drawn, not a blank one
 
 
-async def scenario(stack: Stack, tmp_path: Path) -> None:
+async def scenario(stack: Stack, jobs: tuple[TrainedJob, str], tmp_path: Path) -> None:
     for _ in range(3):  # three windows of reports, WINDOW_S apart
         started = time.monotonic()
         await asyncio.to_thread(stack.send_window)
@@ -166,6 +180,35 @@ async def scenario(stack: Stack, tmp_path: Path) -> None:
         assert await page.evaluate("document.getElementById('main').hidden") is True
         await shot(page, "missing", tmp_path)
         assert page.problems() == []
+        await job_pages(page, stack, *jobs, tmp_path)
+
+
+async def job_pages(page: Page, stack: Stack, trained: TrainedJob, idle: str, tmp_path: Path) -> None:
+    """The catalogue lists the job; its page draws the API's curves and counts; unknown and idle jobs say so."""
+    job = trained.spec.job_id
+    await page.navigate(f"{stack.url}/console/")
+    await page.wait_for("document.body.dataset.ready === '1'")
+    card = await page.evaluate(f"document.querySelector('[data-job=\"{job}\"]').innerText")
+    assert "privunitg" in card and f"{VERSIONS} of 5" in card, card
+
+    await page.navigate(f"{stack.url}/console/job?name={job}")
+    await page.wait_for("document.body.dataset.ready === '1'")
+    assert await page.evaluate("window.ldpConsole.points") == {"accuracy": VERSIONS, "loss": VERSIONS}
+    assert await page.evaluate("document.querySelectorAll('#curves canvas').length") >= 2
+    assert await page.evaluate("window.ldpConsole.job") == stack.api(f"/jobs/{job}")  # the API's figures
+    rows = await page.evaluate("Object.fromEntries([...document.querySelectorAll('#updates tr[data-outcome]')]"
+                               ".map(r => [r.dataset.outcome, r.cells[1].textContent]))")
+    assert rows == {"accepted": str(ACCEPTED), **{f"refused:{k}": str(n) for k, n in REFUSED.items()}}
+    facts = await page.evaluate("document.getElementById('facts').innerText")
+    assert "lifetime eps" in facts and "eps per report" in facts and "held-out accuracy" in facts, facts
+    await shot(page, "job", tmp_path)
+
+    for name, says in ((job[:-1], "Did you mean"), (idle, "but no coordinator has run it yet: ldp train run")):
+        await page.navigate(f"{stack.url}/console/job?name={name}")
+        await page.wait_for("document.body.dataset.ready === '1'")
+        text = await page.evaluate("document.getElementById('missing').innerText")
+        assert says in text and await page.evaluate("window.ldpConsole.missing") == name, text
+    assert page.problems() == []
 
 
 async def check_layout(page: Page) -> None:
@@ -212,8 +255,9 @@ async def check_range_picker(page: Page, stack: Stack) -> None:
     assert starts and starts[0] == second and len(starts) == len(shown) - 1
 
 
-def test_the_console_shows_a_running_stack_live_in_chromium(stack: Stack, tmp_path: Path) -> None:
-    asyncio.run(scenario(stack, tmp_path))
+def test_the_console_shows_a_running_stack_live_in_chromium(jobs: tuple[TrainedJob, str], stack: Stack,
+                                                           tmp_path: Path) -> None:
+    asyncio.run(scenario(stack, jobs, tmp_path))
 
 
 async def distribution_scenario(stack: Stack, tmp_path: Path) -> None:

@@ -4,6 +4,11 @@ A collection is published, 2,000 simulated devices report through Kafka to an ag
 and Prometheus, started on a free loopback port with a temporary config, must then hold the exact report total,
 the estimates and the worker's batch-latency histogram. It scrapes the API with a `metrics` token from a
 credentials file, as the compose config does; a job without the token must find the API down (401).
+
+A training job's coordinator (`ldp train run JOB --metrics-port P`, scraped as the catalog's coordinator job) serves
+its `ldp_job_*` metrics: Prometheus holds its model version, updates by outcome, held-out accuracy and participations
+as `ldp train status --json` shows them, and every query of the dashboard's job panels answers for the job (its
+`job` label kept as `exported_job`).
 """
 
 from __future__ import annotations
@@ -24,17 +29,26 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from ldpstream.aggregator.store import RedisStore
+from ldpstream.cli.commands import app as cli
 from ldpstream.contract.spec import load_spec
+from ldpstream.contract.topics import UPDATES_TOPIC
+from ldpstream.runtime.catalog import service
+from ldpstream.runtime.jobs import model_prefix
 from ldpstream.runtime.kafka import ReportProducer, delete_topic
 from ldpstream.runtime.process import stop_pid
+from ldpstream.runtime.redis import redis_client
 from ldpstream.runtime.settings import PROJECT_ROOT
 from ldpstream.runtime.specs import publish_spec
 from ldpstream.runtime.tokens import Scope
 from ldpstream.services import ServiceError, Settings
 from ldpstream.services.debian import debian_program
+from ldpstream.sgd.jobrun import state_key
 from ldpstream.simulator.simulator import simulate
+from tests.deploy.test_grafana import load_generator
+from tests.readapi.job_support import ACCEPTED, REFUSED, VERSIONS, tiny_job, updates
 from tests.tokens import ApiTokens
 
 pytestmark = pytest.mark.integration
@@ -148,6 +162,73 @@ def test_prometheus_scrapes_report_totals_estimates_and_worker_latency(
         store.delete_collection(name)
         delete_topic(live_services.bootstrap, spec.topic)
         tokens.clear()
+
+
+def test_prometheus_scrapes_a_training_jobs_coordinator_as_the_dashboard_charts_it(
+        live_services: Settings, prometheus_program: str, tmp_path: Path) -> None:
+    spec = tiny_job(model={"architecture": "softmax", "dims": [784, 10]})
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({"job": json.loads(spec.canonical_json()),
+                                        "evaluation": {"dataset": "fashion-mnist", "rows": 100}}))
+    published = CliRunner().invoke(cli, ["train", "publish", str(job_file), "--json"])
+    assert published.exit_code == 0, published.output
+    client = redis_client(live_services.redis)
+    metrics_port, prom_port = free_port(), free_port()
+    scrape_job = service("coordinator").metrics.job  # type: ignore[union-attr]  # `ldp train run`'s
+    processes = [start([sys.executable, "-m", "ldpstream", "train", "run", spec.job_id, "--metrics-port",
+                        str(metrics_port)], tmp_path / "coordinator.log")]
+    config = tmp_path / "prometheus.yml"
+    config.write_text(json.dumps({"global": {"scrape_interval": "1s", "scrape_timeout": "1s"}, "scrape_configs": [
+        {"job_name": scrape_job, "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}]}))
+    processes.append(start([prometheus_program, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+                            f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log"))
+
+    def query(promql: str) -> list[dict[str, Any]]:
+        answer = get_json(f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+        return answer["data"]["result"] if answer and answer.get("status") == "success" else []
+
+    def value(metric: str, **labels: str) -> float | None:
+        matchers = ",".join(f'{k}="{v}"' for k, v in {"exported_job": spec.job_id, "job": scrape_job,
+                                                         **labels}.items())
+        found = query(f"{metric}{{{matchers}}}")
+        return float(found[0]["value"][1]) if found else None
+
+    try:
+        try:
+            wait_for("the coordinator's state", lambda: client.exists(state_key(spec.job_id)), processes)
+            producer = ReportProducer(live_services.bootstrap, linger_ms=0)
+            for device, body in updates(spec):
+                producer.produce(UPDATES_TOPIC, body, device.to_bytes(8, "little"), partition=0)
+            producer.flush()
+            wait_for(f"version {VERSIONS} in Prometheus", lambda: value("ldp_job_model_version") == VERSIONS,
+                     processes)
+            wait_for("every update's outcome in Prometheus", lambda: value(
+                "ldp_job_updates_total", outcome="refused:not_finite") is not None, processes)
+        except BaseException:
+            for log in sorted(tmp_path.glob("*.log")):
+                print(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}")
+            raise
+        shown = json.loads(CliRunner().invoke(cli, ["train", "status", spec.job_id, "--json"]).stdout)
+        assert value("ldp_job_updates_total", outcome="accepted") == shown["updates_accepted"] == ACCEPTED
+        assert {k: value("ldp_job_updates_total", outcome=f"refused:{k}") for k in REFUSED} == shown["refused"] \
+            == REFUSED
+        assert value("ldp_job_held_out_accuracy") == shown["accuracy"] and shown["curve"][-1]["rows"] == 100
+        assert value("ldp_job_held_out_loss") == shown["loss"]
+        assert value("ldp_job_max_participations") == shown["max_participations"] == 2
+        panels = [p for row in load_generator().ROWS for p in row().panels
+                  if any("ldp_job_" in q.expr for q in p.queries)]
+        assert len(panels) >= 4
+        for panel in panels:
+            for q in panel.queries:
+                answered = query(q.expr.replace("$__rate_interval", "1m"))
+                assert spec.job_id in {r["metric"].get("exported_job") for r in answered}, (panel.title, q.expr)
+    finally:
+        for proc in reversed(processes):
+            if proc.poll() is None:
+                stop_pid(proc.pid)
+        keys = list(client.scan_iter(match=model_prefix(spec.job_id) + "*"))
+        if keys:
+            client.delete(*keys)
 
 
 def test_the_compose_prometheus_config_is_valid_and_scrapes_the_api_with_a_token(prometheus_program: str,

@@ -526,6 +526,7 @@
   // ---- a training job's page -------------------------------------------------------------------------------------
   // Its curves: held-out accuracy and loss per model version, each with its 95% band (1.96 standard errors).
   const CURVES = [["accuracy", "held-out accuracy"], ["loss", "held-out loss (mean cross-entropy)"]];
+  const VERSION_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 1e4, 2e4, 5e4, 1e5]; // whole versions
 
   function curveData(curve, key) {
     const se = (p) => p[key + "_stderr"] === undefined || p[key + "_stderr"] === null ? 0 : 1.96 * p[key + "_stderr"];
@@ -545,7 +546,8 @@
     const { series, bands } = bandedLines([label], i);
     series.unshift({ label: "model version", value: (u, v) => v === null || v === undefined ? "-" : String(v) });
     const plot = new uPlot({ width: Math.max(280, holder.clientWidth || 600), height: HEIGHT, series, bands,
-      scales: { x: { time: false } }, axes: [{ label: "model version" }, { label: label, size: 60 }],
+      scales: { x: { time: false } }, axes: [{ label: "model version", incrs: VERSION_STEPS, values: (u, splits) =>
+        splits.map(String) }, { label: key, size: 60 }],
       legend: { live: true } }, curveData(curve, key), holder);
     hideBandEdges(plot);
     page.charts[key] = { plot, signature: key };
@@ -586,16 +588,17 @@
 
   async function jobPage() {
     page.name = new URLSearchParams(location.search).get("name") || "";
-    try {
-      await refreshJob();
-    } catch (error) {
-      if (!(error instanceof ApiError) || error.status !== 404) throw error;
-      const { jobs } = await api("/jobs");
-      missing(JOB_PAGES, page.name, jobs.map((j) => j.job), error.message);
+    const { jobs } = await api("/jobs");
+    const j = jobs.find((x) => x.job === page.name);
+    if (!j || !j.status) {
+      missing(JOB_PAGES, page.name, jobs.map((x) => x.job), j ? "It is published (job version " + j.job_version +
+        ") but no coordinator has run it yet: ldp train run " + j.job + "." : "");
       return;
     }
     document.title = "ldpstream console: " + page.name;
     resizeCharts();
+    drawJob(j.status);
+    await refreshJob();
     setInterval(() => refreshJob().catch(failed), REFRESH_MS);
   }
 
