@@ -5,11 +5,11 @@ version, held-out accuracy and loss curves per version (95% bands), updates acce
 
 The pages and scripts are static files (`static/`, with uPlot vendored under its MIT licence) and hold no data, so
 they are open; the scripts read `/collections`, `/collections/{name}/series`, `/collections/{name}/distribution`,
-`/jobs` and `/jobs/{job}` with the bearer token the person gives them (pasted into the page, or in the address's fragment `#token=...`, which
-browsers never send to a server; kept in the tab's sessionStorage), so the console needs what the API needs: a token
-with scope `read`. No cookie is set, so no other site can make a browser act with it. Every answer carries a
-Content-Security-Policy that allows this origin's scripts and styles only, and the scripts write outside text into the
-page as text, never as markup.
+`/jobs` and `/jobs/{job}` with the bearer token the person gives them (pasted into the page, or in the address's
+fragment `#token=...`, which browsers never send to a server; kept in the tab's sessionStorage), so the console needs
+what the API needs: a token with scope `read`. No cookie is set, so no other site can make a browser act with it.
+Every answer carries a Content-Security-Policy that allows this origin's scripts and styles only, and the scripts
+write outside text into the page as text, never as markup.
 """
 
 from __future__ import annotations
