@@ -33,7 +33,7 @@ from ldpstream.contract.training import (
     parse_job,
     report_columns,
 )
-from tests.fuzzing import mutated, untrusted
+from tests.fuzzing import untrusted
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CODES = {"job": {"malformed_job", "too_large"}, "descriptor": {"malformed_model", "too_large"},
