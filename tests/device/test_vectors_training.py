@@ -1,6 +1,7 @@
 """The Python SDK against tests/vectors/training.json (docs/reference/protocol.md section 13): the job spec and model
-descriptor verify against the pinned keys, the clipped update vector of given examples, the update bytes made from
-scripted uniforms, and the updates the edge refuses. The TypeScript SDK passes the same file."""
+descriptor verify against the pinned keys, the clipped update vector of given examples, the updates made from scripted
+uniforms (header bytes exact, values within the tolerance), the updates the edge refuses, and the verdicts on bytes
+near each decoder's rules. The TypeScript SDK passes the same file."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ import numpy as np
 import pytest
 
 from ldpstream.contract.signatures import TrustedKeys
-from ldpstream.contract.snapshot import decode_snapshot
+from ldpstream.contract.snapshot import SnapshotError, decode_snapshot
 from ldpstream.contract.training import (
     TrainingWireError,
     clipped_update_vector,
     decode_update,
     descriptor_etag,
     encode_update,
+    parse_descriptor,
     parse_job,
 )
 from ldpstream.device.policy import PrivacyPolicy, judge_job
@@ -122,6 +124,19 @@ def test_an_update_agrees_by_its_header_bytes_and_its_values_within_the_toleranc
     header_changed[-width - 10] ^= 1  # a byte of the header (the column name "value"): no tolerance there
     with pytest.raises(AssertionError):
         assert_same_update(bytes(header_changed), body, case["value"])
+
+
+@pytest.mark.parametrize("case", DATA["mutations"], ids=lambda c: f"{c['kind']}: {c['name']}")
+def test_bytes_near_each_rule_reach_the_declared_verdict(case: dict[str, Any]) -> None:
+    data = unb64(case["bytes"])
+    try:
+        {"job": parse_job, "descriptor": parse_descriptor, "snapshot": decode_snapshot}[case["kind"]](data)
+        verdict = "accepted"
+    except TrainingWireError as exc:
+        verdict = exc.code
+    except SnapshotError:
+        verdict = "malformed_model"
+    assert verdict == case["verdict"]
 
 
 @pytest.mark.parametrize("case", DATA["refusals"], ids=lambda c: c["name"])

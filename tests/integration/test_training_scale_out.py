@@ -31,6 +31,7 @@ from ldpstream.contract.auth import authorization
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.enrolment import mint, new_token
 from ldpstream.contract.signatures import TrustedKeys, verify_block
+from ldpstream.contract.topics import UPDATES_TOPIC
 from ldpstream.contract.training import (
     MAX_UPDATE_BYTES,
     JobSpec,
@@ -42,12 +43,14 @@ from ldpstream.contract.training import (
 from ldpstream.device.edge_api import EdgeClient
 from ldpstream.runtime.jobs import KEEP_VERSIONS, model_prefix, publish_job
 from ldpstream.runtime.join_keys import load_token_key, pinned_keys
+from ldpstream.runtime.kafka import ReportProducer
 from ldpstream.runtime.redis import redis_client
 from ldpstream.runtime.settings import Settings
+from ldpstream.runtime.signing import load_signing_key
 from ldpstream.sgd.fleet import FleetRun, train_fleet
 from ldpstream.sgd.images import LabelledSet
 from ldpstream.sgd.jobfile import complete_job
-from ldpstream.sgd.jobrun import RunState, participations_key, state_key
+from ldpstream.sgd.jobrun import JobCoordinator, RunState, participations_key, state_key
 from tests.fuzzing import mutate
 
 pytestmark = pytest.mark.integration
@@ -129,14 +132,43 @@ def hostile_updates(edge: EdgeProcess, cfg: Settings, spec: JobSpec, count: int)
     return statuses
 
 
+def job(batch_size: int) -> JobSpec:
+    return complete_job({"job_id": f"scale-{uuid.uuid4().hex[:8]}", "version": 1,
+                         "model": {"architecture": "softmax", "dims": [4, 3]}, "mechanism": {"name": "privunitg"},
+                         "clip": 1.0, "epsilon": 4.0, "max_rounds": ROUNDS, "batch_size": batch_size,
+                         "max_versions": VERSIONS, "lr": 0.5, "momentum": 0.5, "max_examples": 10,
+                         "version_validity_s": 3600})
+
+
+def test_a_coordinator_that_loaded_a_state_another_then_stepped_never_serves_its_older_version(
+        live_services: Settings) -> None:
+    """Coordinator `late` loads version 0; `busy` then steps to version 1 and publishes it; `late`'s re-publication
+    of what it loaded (what `start()` does) must not put version 0 back over version 1 (the edge would serve a
+    rollback: devices refuse it, and refuse updates for version 1 as closed): it writes nothing and reloads."""
+    cfg = live_services
+    spec = job(1)
+    publish_job(spec, cfg.bootstrap)
+    client = redis_client(cfg.redis)
+    busy, late = (JobCoordinator(spec, cfg.bootstrap, redis_client(cfg.redis),
+                                 load_signing_key(cfg.pointer_signing_key)) for _ in range(2))
+    busy.start()
+    assert late.start().version == 0
+    producer = ReportProducer(cfg.bootstrap, linger_ms=0)
+    producer.produce(UPDATES_TOPIC, encode_update(spec.job_id, 1, 0, {"value": np.full((1, spec.parameters), 0.1,
+                                                                                         dtype="<f4")}),
+                     (7).to_bytes(8, "little"))
+    producer.flush()
+    assert busy.run(should_stop=lambda: busy.state is not None and busy.state.version >= 1).version == 1
+    served = client.hgetall(model_prefix(spec.job_id) + "model")
+    assert not late._publish_current()  # noqa: SLF001 - the step of start() that raced
+    assert client.hgetall(model_prefix(spec.job_id) + "model") == served
+    assert int(served[b"version"]) == 1 and late.start().version == 1
+
+
 def test_three_coordinators_one_killed_and_replaced_take_each_update_once(
         live_services: Settings, edge: EdgeProcess, tmp_path: Path) -> None:
     cfg = live_services
-    spec = complete_job({"job_id": f"scale-{uuid.uuid4().hex[:8]}", "version": 1,
-                         "model": {"architecture": "softmax", "dims": [4, 3]}, "mechanism": {"name": "privunitg"},
-                         "clip": 1.0, "epsilon": 4.0, "max_rounds": ROUNDS, "batch_size": B,
-                         "max_versions": VERSIONS, "lr": 0.5, "momentum": 0.5, "max_examples": 10,
-                         "version_validity_s": 3600})
+    spec = job(B)
     publish_job(spec, cfg.bootstrap)
     procs = [coordinator(tmp_path, spec.job_id, n) for n in range(3)]
     client = redis_client(cfg.redis)

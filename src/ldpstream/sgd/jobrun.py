@@ -15,8 +15,8 @@ last is published `done`.
 Exactly once: a micro-batch's outcome (offsets, the version's running sum and members, the model, participations,
 counts) is one Redis transaction, made only if the state is still the one it was computed from (WATCH): a crash
 before it re-reads the batch, after it never does; a second coordinator of the same job loses the race and reloads
-(so does one that reads nothing while another steps, and one that re-publishes the version it loaded only if no
-other stepped meanwhile: the edge never serves an older version than it served).
+(and one re-publishes the version it loaded only if no other stepped meanwhile: the edge never serves an older
+version than it served).
 Everything done with the reports is post-processing: privacy is each device's eps per update, at most `max_rounds`
 updates (`ldpstream.sgd.accounting.job_privacy`).
 """
@@ -200,7 +200,8 @@ class JobCoordinator:
         with self.redis.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(state_key(self.spec.job_id))
-                if self._stored_seq(pipe) != self.state.seq:
+                seq, job_version = pipe.hmget(state_key(self.spec.job_id), "seq", "job_version")
+                if seq is None or int(seq) != self.state.seq or int(job_version) != self.spec.version:
                     pipe.unwatch()
                     return False
                 pipe.multi()
@@ -211,11 +212,6 @@ class JobCoordinator:
             except redis.WatchError:
                 return False
         return True
-
-    def _stored_seq(self, client: Any) -> int | None:
-        """The `seq` of this job version's stored state (None: none stored)."""
-        seq, job_version = client.hmget(state_key(self.spec.job_id), "seq", "job_version")
-        return None if seq is None or job_version is None or int(job_version) != self.spec.version else int(seq)
 
     # -- the loop -------------------------------------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool] = lambda: False,
@@ -228,9 +224,6 @@ class JobCoordinator:
             while not state.done and not should_stop():
                 messages = consume_arrived(consumer, BATCH_MESSAGES, POLL_S)
                 if not messages:
-                    if self._stored_seq(self.redis) != state.seq:  # another coordinator stepped (or ended the job)
-                        state = self.start()
-                        self._assign(consumer, state)
                     continue
                 before = state.version
                 applied = self.apply(messages)
