@@ -158,7 +158,7 @@ const DESCRIPTOR_FIELDS: Record<keyof ModelDescriptor, "string" | "int" | "list"
 export function parseDescriptor(data: Uint8Array): ModelDescriptor {
   const bad = (why: string) => new JobError(`model descriptor: ${why}`, "malformed_model");
   const raw = jsonObject(data, MAX_DESCRIPTOR_BYTES, "model descriptor", bad,
-    Object.keys(DESCRIPTOR_FIELDS).filter((k) => DESCRIPTOR_FIELDS[k as keyof ModelDescriptor] !== "string" && k !== "done"));
+    Object.entries(DESCRIPTOR_FIELDS).filter(([, kind]) => kind === "int" || kind === "list").map(([name]) => name));
   const names = Object.keys(DESCRIPTOR_FIELDS);
   if (Object.keys(raw).length !== names.length || !names.every((k) => k in raw)) throw bad("lacks or adds fields");
   for (const [name, kind] of Object.entries(DESCRIPTOR_FIELDS)) {
