@@ -201,7 +201,8 @@ class JobCoordinator:
             try:
                 pipe.watch(state_key(self.spec.job_id))
                 seq, job_version = pipe.hmget(state_key(self.spec.job_id), "seq", "job_version")
-                if seq is None or int(seq) != self.state.seq or int(job_version) != self.spec.version:
+                if (seq is None or job_version is None or int(seq) != self.state.seq
+                        or int(job_version) != self.spec.version):
                     pipe.unwatch()
                     return False
                 pipe.multi()
