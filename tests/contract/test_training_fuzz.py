@@ -5,6 +5,7 @@ a size announced in the bytes is checked before anything of that size is allocat
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import random
@@ -109,19 +110,20 @@ def json_mutation(data: bytes, rng: random.Random) -> bytes:
     action = rng.randrange(4)
     if action == 3:  # a repeated key: the last one is the value every JSON parser reads
         key = rng.choice(sorted(tree))
-        return data[:-1] + f',"{key}":{json.dumps(rng.choice(HOSTILE))}}}'.encode()
+        return data[:-1] + f',"{key}":{json.dumps(copy.deepcopy(rng.choice(HOSTILE)))}}}'.encode()
     if action == 2:
         if rng.random() < 0.5:
             del tree[rng.choice(sorted(tree))]
         else:
-            tree[rng.choice(["extra", "k", "momentum", "expected_population", "sha256"])] = rng.choice(HOSTILE)
+            key = rng.choice(["extra", "k", "momentum", "expected_population", "sha256"])
+            tree[key] = copy.deepcopy(rng.choice(HOSTILE))
         return json.dumps(tree, separators=(",", ":")).encode()
     raw = action == 1
     path = rng.choice(_paths(tree)[1:])
     parent = tree
     for key in path[:-1]:
         parent = parent[key]
-    parent[path[-1]] = PLACEHOLDER if raw else rng.choice(HOSTILE)
+    parent[path[-1]] = PLACEHOLDER if raw else copy.deepcopy(rng.choice(HOSTILE))  # a copy: never shared
     text = json.dumps(tree, sort_keys=rng.random() < 0.5, separators=(",", ":"))
     return text.replace(f'"{PLACEHOLDER}"', rng.choice(RAW_NUMBERS)).encode()
 
@@ -152,6 +154,29 @@ def test_a_model_descriptor_decodes_or_is_refused_with_a_code(data: bytes) -> No
         assert isinstance(descriptor, ModelDescriptor) and len(descriptor.sha256) == 64
         assert parse_descriptor(descriptor.canonical_json()) == descriptor
         assert all(isinstance(w, int) and w >= 1 for w in descriptor.dims)
+
+
+HOSTILE_FLOATS = [float("nan"), float("inf"), -float("inf"), -0.0, 1e-320]
+
+
+@FUZZ
+@given(st.sampled_from(SPECS), st.randoms(use_true_random=True))
+def test_a_job_files_section_with_hostile_values_is_a_valid_spec_or_refused(spec: bytes, rng: random.Random) -> None:
+    """`ldp train publish` reads YAML, which carries what JSON cannot (.inf, .nan): `job_from_mapping` returns a
+    spec whose canonical JSON parses back to it, or refuses with `malformed_job`."""
+    tree = json.loads(json_mutation(spec, rng)) if rng.random() < 0.5 else json.loads(spec)
+    path = rng.choice(_paths(tree)[1:])
+    parent = tree
+    for key in path[:-1]:
+        parent = parent[key] if isinstance(parent, (dict, list)) else {}
+    if isinstance(parent, dict) or (isinstance(parent, list) and isinstance(path[-1], int)):
+        parent[path[-1]] = copy.deepcopy(rng.choice([*HOSTILE_FLOATS, *HOSTILE]))
+    try:
+        job = job_from_mapping(tree)
+    except TrainingWireError as exc:
+        assert exc.code == "malformed_job"
+        return
+    valid_job(job)
 
 
 def header_mutation(data: bytes, rng: random.Random) -> bytes:

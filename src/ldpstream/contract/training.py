@@ -134,6 +134,8 @@ def check_job(spec: JobSpec) -> JobSpec:
         raise bad(f"cap parameters p, q must lie in (0, 1), got {mech.p}, {mech.q}")
     if not math.isfinite(spec.epsilon) or spec.epsilon > 100:
         raise bad(f"epsilon {spec.epsilon} out of range")
+    if not (math.isfinite(spec.clip) and math.isfinite(spec.lr)):  # a YAML .inf: no JSON could carry it
+        raise bad(f"clip {spec.clip} and lr {spec.lr} must be finite")
     return spec
 
 
