@@ -43,6 +43,7 @@ def test_random_and_mutated_bytes_are_refused_with_a_code() -> None:
     ({"mechanism": {"name": "hm", "p": 0.5, "q": 0.5}}, "not one devices run"),
     ({"mechanism": {"name": "projunit", "p": 0.5, "q": 0.5}}, "projunit takes k"),
     ({"model": {"architecture": "softmax", "dims": [3, 4, 2]}}, "softmax takes"),
+    ({"lr": float("inf")}, "must be finite"), ({"clip": float("inf")}, "must be finite"),
 ])
 def test_inconsistent_job_specs_are_refused(change: dict[str, object], fragment: str) -> None:
     with pytest.raises(TrainingWireError, match=fragment):

@@ -1,6 +1,7 @@
 """The Python SDK against tests/vectors/training.json (docs/reference/protocol.md section 13): the job spec and model
-descriptor verify against the pinned keys, the clipped update vector of given examples, the update bytes made from
-scripted uniforms, and the updates the edge refuses. The TypeScript SDK passes the same file."""
+descriptor verify against the pinned keys, the clipped update vector of given examples, the updates made from scripted
+uniforms (header bytes exact, values within the tolerance), the updates the edge refuses, and the verdicts on bytes
+near each decoder's rules. The TypeScript SDK passes the same file."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ import numpy as np
 import pytest
 
 from ldpstream.contract.signatures import TrustedKeys
-from ldpstream.contract.snapshot import decode_snapshot
+from ldpstream.contract.snapshot import SnapshotError, decode_snapshot
 from ldpstream.contract.training import (
     TrainingWireError,
     clipped_update_vector,
     decode_update,
     descriptor_etag,
     encode_update,
+    parse_descriptor,
     parse_job,
 )
 from ldpstream.device.policy import PrivacyPolicy, judge_job
@@ -83,13 +85,58 @@ def test_updates_from_scripted_uniforms(case: dict[str, Any]) -> None:
     report = (privunitg_report(vector, m.p, m.q, source) if m.name == "privunitg"
               else projunit_report(vector, m.k or 0, m.p, m.q, source))
     assert source.at == len(case["uniforms"])  # every uniform used, none more
-    values = report["value"].reshape(-1).astype(float)
-    assert np.max(np.abs(values - case["value"])) <= 1e-9 * np.max(np.abs(case["value"]))
     assert (None if "seed" not in report else str(int(report["seed"][0]))) == case["seed"]
     body = encode_update(spec.job_id, spec.version, case["model_version"], report)
-    assert body == unb64(case["body"])
+    assert_same_update(body, unb64(case["body"]), case["value"])
     decoded = decode_update(body, spec)
     assert decoded.model_version == case["model_version"]
+
+
+def assert_same_update(body: bytes, expected: bytes, values: list[float]) -> None:
+    """Protocol section 13.5's agreement: every byte before the value column's data (the envelope, the job, the
+    versions, the seed, the column headers) exact; each float32 value within 1e-9 of the largest |value| of the
+    vector's, plus one float32 ulp (a libm's last-ulp difference can round it to the neighbouring float32)."""
+    width = 4 * len(values)
+    assert len(body) == len(expected) and body[:-width] == expected[:-width]
+    got = np.frombuffer(body[-width:], dtype="<f4").astype(float)
+    want = np.asarray(values)
+    assert np.array_equal(np.frombuffer(expected[-width:], dtype="<f4").astype(float), want)
+    tolerance = 1e-9 * np.max(np.abs(want)) + np.spacing(np.abs(want).astype(np.float32)).astype(float)
+    assert (np.abs(got - want) <= tolerance).all(), np.max(np.abs(got - want) / tolerance)
+
+
+def test_an_update_agrees_by_its_header_bytes_and_its_values_within_the_tolerance() -> None:
+    case = DATA["updates"][2]  # projunit: a seed column before the values
+    body = unb64(case["body"])
+    width = 4 * len(case["value"])
+    values = np.frombuffer(body[-width:], dtype="<f4").copy()
+    top = int(np.argmax(np.abs(values)))
+    for ulps, agrees in [(1, True), (2, False)]:
+        moved = values.copy()
+        moved[top] = np.nextafter(moved[top], np.float32(np.inf)) if ulps == 1 else moved[top] * np.float32(1 + 1e-6)
+        other = body[:-width] + moved.tobytes()
+        if agrees:
+            assert_same_update(other, body, case["value"])
+        else:
+            with pytest.raises(AssertionError):
+                assert_same_update(other, body, case["value"])
+    header_changed = bytearray(body)
+    header_changed[-width - 10] ^= 1  # a byte of the header (the column name "value"): no tolerance there
+    with pytest.raises(AssertionError):
+        assert_same_update(bytes(header_changed), body, case["value"])
+
+
+@pytest.mark.parametrize("case", DATA["mutations"], ids=lambda c: f"{c['kind']}: {c['name']}")
+def test_bytes_near_each_rule_reach_the_declared_verdict(case: dict[str, Any]) -> None:
+    data = unb64(case["bytes"])
+    try:
+        {"job": parse_job, "descriptor": parse_descriptor, "snapshot": decode_snapshot}[case["kind"]](data)
+        verdict = "accepted"
+    except TrainingWireError as exc:
+        verdict = exc.code
+    except SnapshotError:
+        verdict = "malformed_model"
+    assert verdict == case["verdict"]
 
 
 @pytest.mark.parametrize("case", DATA["refusals"], ids=lambda c: c["name"])

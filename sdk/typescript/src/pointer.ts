@@ -37,10 +37,19 @@ export function pointerNewerThan(pointer: Pointer, version: number, sequence: nu
   return pointer.version > version || (pointer.version === version && pointer.sequence >= sequence);
 }
 
-/** Whether a JSON text has a number with a fraction or exponent (Python's json reads it as a float, not an int). */
-function isWholeLiteral(text: string, field: string): boolean {
-  const match = new RegExp(`"${field}"\\s*:\\s*(-?[0-9][0-9.eE+-]*)`).exec(text);
-  return match !== null && /^-?[0-9]+$/.test(match[1]);
+const MAX_LITERAL = 2n ** 53n;
+
+/** Whether every number a JSON text gives `field` (its value, or the items of its list value, at each occurrence)
+ * is an integer literal of magnitude at most 2^53: JSON.parse reads `1.0` and `1e0` as 1 and rounds 2^53 + 1 to
+ * 2^53, where Python's json reads a float and msgspec refuses it for an int, or reads the integer exactly. */
+export function isWholeLiteral(text: string, field: string): boolean {
+  for (const match of text.matchAll(new RegExp(`(?<!\\\\)"${field}"\\s*:\\s*(\\[[^\\]]*\\]|-?[0-9][0-9.eE+-]*)`, "g"))) {
+    const items = match[1].startsWith("[") ? match[1].slice(1, -1).split(",").map((item) => item.trim()) : [match[1]];
+    for (const item of items.filter((x) => /^-?[0-9]/.test(x))) {
+      if (!/^-?[0-9]+$/.test(item) || (item.startsWith("-") ? -BigInt(item) : BigInt(item)) > MAX_LITERAL) return false;
+    }
+  }
+  return true;
 }
 
 /** The pointer in `data` (bytes whose signature verified); PointerError whatever else they are. */

@@ -1,6 +1,7 @@
 // tests/vectors/training.json (protocol section 13): the TypeScript device reads the job, the signed model descriptor
 // and the version bytes as Python does, computes the same clipped vector, and makes the same update from the same
-// scripted uniforms (header and seed byte for byte, values within 1e-9 of the largest |value|, as 9.5 says).
+// scripted uniforms (header and seed byte for byte, values within 1e-9 of the largest |value| plus the float32
+// rounding, as 13.5 says).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -68,17 +69,57 @@ test("the clipped update vector is Python's (float tolerance)", () => {
   x.forEach((v, i) => assert.ok(Math.abs(v - V.clipped.vector[i]) <= 1e-12, `${i}: ${v} vs ${V.clipped.vector[i]}`));
 });
 
+/** The gap from a float32 |x| to the next float32 up: one ulp. */
+function ulp32(x) {
+  const f = new Float32Array([Math.abs(x)]);
+  const bits = new Uint32Array(f.buffer);
+  const below = f[0];
+  bits[0] += 1;
+  return f[0] - below;
+}
+
+/** Protocol 13.5's agreement of two update bodies: every byte before the value column's data exact (envelope, job,
+ * versions, seed, column headers); each float32 value within 1e-9 of the vector's largest |value|, plus one float32
+ * ulp (a libm's last-ulp difference can round it to the neighbouring float32). */
+function assertSameUpdate(body, expected, values) {
+  const width = 4 * values.length;
+  assert.equal(body.length, expected.length);
+  assert.equal(toBase64(body.subarray(0, body.length - width)), toBase64(expected.subarray(0, expected.length - width)));
+  const view = new DataView(body.buffer, body.byteOffset + body.length - width, width);
+  const top = Math.max(...values.map(Math.abs));
+  values.forEach((want, i) => {
+    const got = view.getFloat32(4 * i, true);
+    assert.ok(Math.abs(got - want) <= 1e-9 * top + ulp32(want), `value ${i}: ${got} vs ${want}`);
+  });
+}
+
 for (const u of V.updates) {
   test(`update from scripted uniforms: ${u.name}`, () => {
     const spec = parseJob(utf8(u.job));
     const report = perturbUpdate(Float64Array.from(u.vector), spec.mechanism, new Scripted(u.uniforms, u.words));
     if (u.seed !== null) assert.equal(report.seed, BigInt(u.seed));
-    const top = Math.max(...u.value.map(Math.abs));
-    report.value.forEach((v, i) => assert.ok(Math.abs(v - u.value[i]) <= 1e-9 * top, `${i}: ${v} vs ${u.value[i]}`));
-    const body = encodeUpdate(spec.job_id, spec.version, u.model_version, { seed: report.seed, value: Float32Array.from(u.value) });
-    assert.equal(toBase64(body), u.body);
+    const body = encodeUpdate(spec.job_id, spec.version, u.model_version, report);
+    assertSameUpdate(body, fromBase64(u.body), u.value);
   });
 }
+
+test("two bodies agree by their header bytes and their values within the tolerance, not otherwise", () => {
+  const u = V.updates[2];
+  const body = fromBase64(u.body);
+  const width = 4 * u.value.length;
+  const values = new Float32Array(body.slice(body.length - width).buffer);
+  const top = values.reduce((j, v, i) => (Math.abs(v) > Math.abs(values[j]) ? i : j), 0);
+  const moved = (factor) => {
+    const copy = Float32Array.from(values);
+    copy[top] = factor === null ? values[top] + Math.sign(values[top]) * ulp32(values[top]) : values[top] * factor;
+    return concatBytes(body.subarray(0, body.length - width), new Uint8Array(copy.buffer));
+  };
+  assertSameUpdate(moved(null), body, u.value);
+  assert.throws(() => assertSameUpdate(moved(1 + 1e-6), body, u.value));
+  const header = body.slice();
+  header[body.length - width - 10] ^= 1;
+  assert.throws(() => assertSameUpdate(header, body, u.value));
+});
 
 test("the descriptor and the version bytes are refused in the protocol's order (9.2, 9.3)", async () => {
   const { checkDescriptor, checkJobSpec, checkModelBytes } = await import("../dist/training/train.js");

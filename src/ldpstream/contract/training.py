@@ -134,6 +134,8 @@ def check_job(spec: JobSpec) -> JobSpec:
         raise bad(f"cap parameters p, q must lie in (0, 1), got {mech.p}, {mech.q}")
     if not math.isfinite(spec.epsilon) or spec.epsilon > 100:
         raise bad(f"epsilon {spec.epsilon} out of range")
+    if not (math.isfinite(spec.clip) and math.isfinite(spec.lr)):  # a YAML .inf: no JSON could carry it
+        raise bad(f"clip {spec.clip} and lr {spec.lr} must be finite")
     return spec
 
 
@@ -144,7 +146,7 @@ def parse_job(data: bytes) -> JobSpec:
         raise TrainingWireError(f"job spec of {len(data)} bytes (at most {MAX_JOB_SPEC_BYTES})", "too_large")
     try:
         spec = msgspec.json.decode(data, type=JobSpec)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec: a string that is not UTF-8
         raise TrainingWireError(f"not a job spec: {exc}", "malformed_job") from None
     return check_job(spec)
 
@@ -206,7 +208,7 @@ def parse_descriptor(data: bytes) -> ModelDescriptor:
         raise TrainingWireError(f"model descriptor of {len(data)} bytes", "too_large")
     try:
         raw = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the interpreter's stack
         raise TrainingWireError("the model descriptor is not JSON", "malformed_model") from None
     if not isinstance(raw, dict) or set(raw) != set(_DESCRIPTOR_FIELDS):
         raise TrainingWireError("the model descriptor lacks or adds fields", "malformed_model")

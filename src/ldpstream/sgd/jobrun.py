@@ -14,7 +14,9 @@ last is published `done`.
 
 Exactly once: a micro-batch's outcome (offsets, the version's running sum and members, the model, participations,
 counts) is one Redis transaction, made only if the state is still the one it was computed from (WATCH): a crash
-before it re-reads the batch, after it never does; a second coordinator of the same job loses the race and reloads.
+before it re-reads the batch, after it never does; a second coordinator of the same job loses the race and reloads
+(and one re-publishes the version it loaded only if no other stepped meanwhile: the edge never serves an older
+version than it served).
 Everything done with the reports is post-processing: privacy is each device's eps per update, at most `max_rounds`
 updates (`ldpstream.sgd.accounting.job_privacy`).
 """
@@ -135,7 +137,8 @@ class JobCoordinator:
         raw = self.redis.hgetall(state_key(self.spec.job_id))
         if raw and int(raw[b"job_version"]) == self.spec.version:
             self.state = RunState.from_redis(raw)
-            self._publish_current()  # idempotent: a crash between the write and nothing else loses nothing
+            if not self._publish_current():  # another coordinator moved the state meanwhile: read it again
+                return self.start()
             return self.state
         consumer = consumer_client(self.bootstrap, COORDINATOR_GROUP)
         try:
@@ -193,14 +196,30 @@ class JobCoordinator:
         body = describe_version(self.spec, state.version, data, self.clock(), state.done).canonical_json()
         return data, body, sign_block(self.signer, model_message(body))
 
-    def _publish_current(self) -> None:
-        """Publish the stored state's version again (after a restart: issued now, so it is not expired)."""
+    def _publish_current(self) -> bool:
+        """Publish the stored state's version again (after a restart: issued now, so it is not expired), in one
+        transaction made only while the stored state is still this one (its `seq`): a coordinator that read the
+        state before another one stepped never serves the older version over the newer (a rollback devices
+        refuse); False, nothing written, if the state moved."""
         assert self.state is not None
         prefix = model_prefix(self.spec.job_id)
         data, body, block = self._published(self.state)
-        self.redis.set(f"{prefix}bytes:{self.state.version}", data)
-        self.redis.hset(prefix + "model", mapping={"descriptor": body, "signature": block,
-                                                   "version": self.state.version})
+        with self.redis.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(state_key(self.spec.job_id))
+                seq, job_version = pipe.hmget(state_key(self.spec.job_id), "seq", "job_version")
+                if (seq is None or job_version is None or int(seq) != self.state.seq
+                        or int(job_version) != self.spec.version):
+                    pipe.unwatch()
+                    return False
+                pipe.multi()
+                pipe.set(f"{prefix}bytes:{self.state.version}", data)
+                pipe.hset(prefix + "model", mapping={"descriptor": body, "signature": block,
+                                                     "version": self.state.version})
+                pipe.execute()
+            except redis.WatchError:
+                return False
+        return True
 
     # -- the loop -------------------------------------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool] = lambda: False,

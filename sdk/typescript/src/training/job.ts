@@ -7,6 +7,7 @@
  * Pure: no I/O; nothing from the device or the collector.
  */
 
+import { isWholeLiteral } from "../pointer.js";
 import type { Random } from "../random.js";
 import { Writer } from "../wire.js";
 import { perturbUpdate, type MechanismSpec, type UpdateReport } from "./gradients.js";
@@ -18,7 +19,7 @@ export const MAX_DESCRIPTOR_BYTES = 4096;
 export const MAX_MODEL_BYTES = 64 * 1024 * 1024;
 export const MAX_UPDATE_BYTES = 64 * 1024 + 256;
 export const UPDATE_WIRE_VERSION = 1;
-const JOB_ID = /^[a-z0-9][a-z0-9_-]{0,63}$/;
+const JOB_ID = /^[a-z][a-z0-9_-]{0,58}$/;
 const MAX_INT = 2 ** 53;
 
 /** A refusal with the protocol's code (`malformed_job`, `malformed_model`, `wrong_shape`, ...). */
@@ -51,40 +52,48 @@ export interface JobSpec {
 const REQUIRED = ["job_id", "version", "model", "parameters", "mechanism", "clip", "epsilon", "max_rounds", "batch_size",
   "max_versions", "lr", "version_validity_s", "max_examples"];
 const OPTIONAL = ["momentum", "expected_population"];
+const JOB_INTEGERS = ["version", "parameters", "max_rounds", "batch_size", "max_versions", "version_validity_s", "max_examples",
+  "expected_population", "dims", "k"];
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 const isCount = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= MAX_INT;
 const isPositive = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v > 0;
 
-/** The JSON object of at most `limit` bytes of UTF-8; JobError `too_large`, or `bad`'s, otherwise. */
-function jsonObject(data: Uint8Array, limit: number, what: string, bad: (why: string) => JobError): Record<string, unknown> {
+/** The JSON object of at most `limit` bytes of UTF-8 whose `integers` fields are written as integer literals
+ * (`isWholeLiteral`); JobError `too_large`, or `bad`'s, otherwise. */
+function jsonObject(data: Uint8Array, limit: number, what: string, bad: (why: string) => JobError,
+                    integers: readonly string[]): Record<string, unknown> {
   if (data.length > limit) throw new JobError(`${what} of ${data.length} bytes`, "too_large");
   let raw: unknown;
+  let text: string;
   try {
-    raw = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(data));
+    text = new TextDecoder("utf-8", { fatal: true }).decode(data);
+    raw = JSON.parse(text);
   } catch {
     throw bad("not JSON");
   }
   if (!isObject(raw)) throw bad("not an object");
+  const written = integers.find((field) => !isWholeLiteral(text, field));
+  if (written !== undefined) throw bad(`${written} is not written as an integer of at most 2^53`);
   return raw;
 }
 
 /** The job spec these (verified) bytes hold, its fields checked against each other; JobError otherwise. */
 export function parseJob(data: Uint8Array): JobSpec {
   const bad = (why: string) => new JobError(`job spec: ${why}`, "malformed_job");
-  const raw = jsonObject(data, MAX_JOB_SPEC_BYTES, "job spec", bad);
+  const raw = jsonObject(data, MAX_JOB_SPEC_BYTES, "job spec", bad, JOB_INTEGERS);
   const keys = Object.keys(raw);
   const missing = REQUIRED.filter((k) => !(k in raw));
   const extra = keys.filter((k) => !REQUIRED.includes(k) && !OPTIONAL.includes(k));
   if (missing.length || extra.length) throw bad(`fields missing ${JSON.stringify(missing)} or unknown ${JSON.stringify(extra)}`);
   const r = raw as Record<string, unknown>;
-  if (typeof r.job_id !== "string" || !JOB_ID.test(r.job_id)) throw bad("job_id must match [a-z0-9][a-z0-9_-]{0,63}");
+  if (typeof r.job_id !== "string" || !JOB_ID.test(r.job_id)) throw bad("job_id must match [a-z][a-z0-9_-]{0,58}");
   for (const k of ["version", "parameters", "max_rounds", "batch_size", "max_versions", "version_validity_s", "max_examples"]) {
     if (!isCount(r[k])) throw bad(`${k} must be an integer >= 1`);
   }
   for (const k of ["clip", "epsilon", "lr"]) if (!isPositive(r[k])) throw bad(`${k} must be a number > 0`);
   if ((r.epsilon as number) > 100) throw bad(`epsilon ${String(r.epsilon)} out of range`);
-  const momentum = r.momentum ?? 0;
+  const momentum = r.momentum === undefined ? 0 : r.momentum;
   if (typeof momentum !== "number" || !(momentum >= 0 && momentum < 1)) throw bad("momentum must lie in [0, 1)");
   const population = r.expected_population ?? null;
   if (population !== null && !isCount(population)) throw bad("expected_population must be an integer >= 1");
@@ -148,7 +157,8 @@ const DESCRIPTOR_FIELDS: Record<keyof ModelDescriptor, "string" | "int" | "list"
 /** The descriptor these (verified) bytes hold; JobError `malformed_model` otherwise. */
 export function parseDescriptor(data: Uint8Array): ModelDescriptor {
   const bad = (why: string) => new JobError(`model descriptor: ${why}`, "malformed_model");
-  const raw = jsonObject(data, MAX_DESCRIPTOR_BYTES, "model descriptor", bad);
+  const raw = jsonObject(data, MAX_DESCRIPTOR_BYTES, "model descriptor", bad,
+    Object.entries(DESCRIPTOR_FIELDS).filter(([, kind]) => kind === "int" || kind === "list").map(([name]) => name));
   const names = Object.keys(DESCRIPTOR_FIELDS);
   if (Object.keys(raw).length !== names.length || !names.every((k) => k in raw)) throw bad("lacks or adds fields");
   for (const [name, kind] of Object.entries(DESCRIPTOR_FIELDS)) {
