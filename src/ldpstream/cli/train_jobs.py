@@ -27,7 +27,7 @@ def publish(job_file: Annotated[Path, typer.Argument(metavar="JOB.yaml", help="t
             as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Sign and publish a training job devices join (its job.job_id names it); publishing it again is a no-op."""
     from ldpstream.contract.spec import SpecError
-    from ldpstream.contract.training import job_central
+    from ldpstream.contract.training import central_fields, job_central
     from ldpstream.runtime.jobs import publish_job
     from ldpstream.runtime.redis import redis_client
     from ldpstream.runtime.settings import Settings
@@ -52,8 +52,8 @@ def publish(job_file: Annotated[Path, typer.Argument(metavar="JOB.yaml", help="t
     out = {"job": spec.job_id, "key": key, "created": created, "epsilon": spec.epsilon,
            "mechanism": spec.mechanism.name, "parameters": spec.parameters, "batch_size": spec.batch_size,
            "max_rounds": spec.max_rounds, "lifetime_epsilon_bound": spec.epsilon * spec.max_rounds}
-    central = job_central(spec)  # a shuffled job's central (epsilon, delta) per version; None otherwise
-    out |= {"central_epsilon": None if central is None else central[0], "delta": None if central is None else central[1]}
+    out |= central_fields(spec)  # a shuffled job's central (epsilon, delta) per version; None otherwise
+    central = job_central(spec)
     if as_json:
         typer.echo(json.dumps(out))
         return

@@ -140,6 +140,14 @@ def job_central(spec: JobSpec) -> tuple[float, float, str] | None:
     return central_epsilon(spec.epsilon, spec.batch_size, spec.shuffle.delta)
 
 
+def central_fields(spec: JobSpec) -> dict[str, float | None]:
+    """What `ldp train publish` and `ldp train status` show of `job_central`: `central_epsilon` and `delta` (None for a
+    job that is not shuffled)."""
+    central = job_central(spec)
+    return {"central_epsilon": None if central is None else central[0],
+            "delta": None if central is None else central[1]}
+
+
 def canonical(value: Any) -> bytes:
     """Canonical JSON: sorted keys, no spaces, UTF-8."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()

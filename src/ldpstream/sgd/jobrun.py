@@ -44,10 +44,10 @@ from ldpstream.contract.snapshot import Snapshot
 from ldpstream.contract.training import (
     JobSpec,
     TrainingWireError,
+    central_fields,
     coordinator_topic,
     decode_update,
     describe_version,
-    job_central,
     model_message,
 )
 from ldpstream.mechanisms.gradients.projunit import ProjUnit
@@ -328,7 +328,6 @@ def status(spec: JobSpec, raw: dict[Any, Any]) -> dict[str, Any]:
     state = RunState.from_redis(raw)
     last = state.evaluations[-1] if state.evaluations else {}
     refused = {k.partition(":")[2]: n for k, n in sorted(state.outcomes.items()) if k.startswith("refused:")}
-    central = job_central(spec)  # a shuffled job's per version; None otherwise
     privacy = job_privacy(spec.epsilon, max(state.max_participations, 1), None if spec.expected_population is None
                           else min(1.0, spec.batch_size / spec.expected_population))
     return {"job": spec.job_id, "job_version": spec.version, "version": state.version, "done": state.done,
@@ -341,5 +340,4 @@ def status(spec: JobSpec, raw: dict[Any, Any]) -> dict[str, Any]:
             "lifetime_epsilon_bound": spec.epsilon * spec.max_rounds, "privacy": privacy,
             "mechanism": spec.mechanism.name, "model": {"architecture": spec.model.architecture,
                                                         "dims": spec.model.dims},
-            "curve": state.evaluations,
-            "central_epsilon": None if central is None else central[0], "delta": None if central is None else central[1]}
+            "curve": state.evaluations, **central_fields(spec)}

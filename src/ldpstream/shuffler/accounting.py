@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 from ldpstream.contract.shuffled import WindowFigures
 from ldpstream.contract.spec import CollectionSpec
-from ldpstream.mechanisms.base import Mechanism
 from ldpstream.contract.training import JobSpec, job_central
+from ldpstream.mechanisms.base import Mechanism
 from ldpstream.mechanisms.shuffle import central_epsilon
 
 
