@@ -5,6 +5,7 @@ and the central epsilon shown is the bound's."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -12,13 +13,17 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
+import yaml
 from confluent_kafka import KafkaException
 from edge_support import EdgeProcess
 from pipeline_support import RefusingCommits, read_topic
 from test_training_jobs import device, edge, examples, job_spec, start_job  # noqa: F401 - `edge` is a fixture
+from typer.testing import CliRunner
 
+from ldpstream.cli.commands import app
 from ldpstream.contract.shuffled import decode_figures, figures_key
 from ldpstream.contract.topics import SHUFFLED_UPDATES_TOPIC, job_raw_topic
 from ldpstream.contract.training import decode_update
@@ -26,7 +31,6 @@ from ldpstream.device.training import TrainingDevice
 from ldpstream.mechanisms.shuffle import window_bounds
 from ldpstream.runtime.redis import redis_client
 from ldpstream.runtime.settings import Settings
-from ldpstream.sgd.jobrun import state_key, status
 from ldpstream.shuffler.service import Shuffler, ShufflerConfig
 
 pytestmark = pytest.mark.integration
@@ -63,6 +67,12 @@ def send(devices: list[TrainingDevice], seed: int) -> None:
 def test_a_shuffled_job_trains_on_b_anonymous_updates_per_version_released_once(
         live_services: Settings, edge: EdgeProcess, tmp_path: Path) -> None:  # noqa: F811 - the fixture
     spec = job_spec(epsilon=1.0, batch_size=B, max_versions=2, max_rounds=2, shuffle={"delta": 1e-6, "min_batch": B})
+    bound = min(window_bounds(spec.epsilon, B, 1e-6).values())  # FMT21, the general eps0-LDP randomizer's bounds
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({"job": msgspec.to_builtins(spec)}))
+    published = CliRunner().invoke(app, ["train", "publish", str(job_file), "--json"])
+    assert published.exit_code == 0, published.output
+    assert json.loads(published.output)["central_epsilon"] == bound < spec.epsilon
     running = start_job(live_services, spec)
     name = spec.job_id
     cfg = ShufflerConfig(live_services.bootstrap, live_services.redis, transactional_id=f"ldp-shuffler-it-{name}",
@@ -95,9 +105,12 @@ def test_a_shuffled_job_trains_on_b_anonymous_updates_per_version_released_once(
     assert {key for key, _ in mine} == {None} and Counter(u.model_version for _, u in mine) == {0: B, 1: B}
     raw = list(read_topic(live_services.bootstrap, job_raw_topic(name)))
     assert len(raw) == 2 * (B + EXTRA) and {m.key() for m in raw} == {None}  # the edge wrote no pseudonym
+    shown = CliRunner().invoke(app, ["train", "status", name, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert {k: v for k, v in json.loads(shown.output).items() if k in (
+        "central_epsilon", "delta", "version", "max_participations", "lifetime_epsilon", "updates_accepted")} == {
+        "central_epsilon": bound, "delta": 1e-6, "version": 2, "max_participations": None, "lifetime_epsilon": 2.0,
+        "updates_accepted": 2 * B}
     client = redis_client(live_services.redis)
-    shown = status(spec, client.hgetall(state_key(name)))
-    bound = min(window_bounds(spec.epsilon, B, 1e-6).values())  # FMT21, the general eps0-LDP randomizer's bounds
-    assert (shown["central_epsilon"], shown["delta"]) == (bound, 1e-6) and bound < spec.epsilon
     figures = [decode_figures(v) for v in client.hgetall(figures_key(spec.key)).values()]
     assert sorted((f.window_ms, f.reports, f.epsilon) for f in figures if f) == [(0, B, bound), (1, B, bound)]

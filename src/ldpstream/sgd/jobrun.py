@@ -324,19 +324,22 @@ class JobCoordinator:
 
 
 def status(spec: JobSpec, raw: dict[Any, Any]) -> dict[str, Any]:
-    """What `ldp train status JOB --json` shows of a device job's coordinator state."""
+    """What `ldp train status JOB --json` shows of a device job's coordinator state (a shuffled job's updates name no
+    device: its participations are the edge's bound, `max_rounds`, and `max_participations` is null)."""
     state = RunState.from_redis(raw)
+    rounds = spec.max_rounds if spec.shuffle is not None else state.max_participations
     last = state.evaluations[-1] if state.evaluations else {}
     refused = {k.partition(":")[2]: n for k, n in sorted(state.outcomes.items()) if k.startswith("refused:")}
-    privacy = job_privacy(spec.epsilon, max(state.max_participations, 1), None if spec.expected_population is None
+    privacy = job_privacy(spec.epsilon, max(rounds, 1), None if spec.expected_population is None
                           else min(1.0, spec.batch_size / spec.expected_population))
     return {"job": spec.job_id, "job_version": spec.version, "version": state.version, "done": state.done,
             "batch_size": spec.batch_size, "updates_in_version": len(state.members),
             "updates_accepted": state.outcomes.get("accepted", 0), "refused": refused,
             "accuracy": last.get("accuracy"), "accuracy_stderr": last.get("accuracy_stderr"),
             "loss": last.get("loss"), "loss_stderr": last.get("loss_stderr"),
-            "epsilon_per_report": spec.epsilon, "max_participations": state.max_participations,
-            "max_rounds": spec.max_rounds, "lifetime_epsilon": spec.epsilon * state.max_participations,
+            "epsilon_per_report": spec.epsilon,
+            "max_participations": None if spec.shuffle is not None else state.max_participations,
+            "max_rounds": spec.max_rounds, "lifetime_epsilon": spec.epsilon * rounds,
             "lifetime_epsilon_bound": spec.epsilon * spec.max_rounds, "privacy": privacy,
             "mechanism": spec.mechanism.name, "model": {"architecture": spec.model.architecture,
                                                         "dims": spec.model.dims},
