@@ -45,7 +45,13 @@ from ldpstream.contract.clock import now_ms
 from ldpstream.contract.collector import collector_for
 from ldpstream.contract.shuffled import DUE_FIELD, encode_figures, figures_field, figures_key, report_path
 from ldpstream.contract.spec import CollectionSpec, window_seconds
-from ldpstream.contract.topics import SHUFFLED_UPDATES_TOPIC, SHUFFLER_STATE_TOPIC, job_raw_topic, raw_topic
+from ldpstream.contract.topics import (
+    JOBS_TOPIC,
+    SHUFFLED_UPDATES_TOPIC,
+    SHUFFLER_STATE_TOPIC,
+    job_raw_topic,
+    raw_topic,
+)
 from ldpstream.contract.training import JobSpec, TrainingWireError
 from ldpstream.contract.validation import read_message
 from ldpstream.contract.wire import Envelope, WireError, concatenate
@@ -186,9 +192,17 @@ class Shuffler:
         """Take up every published shuffled job not followed yet (as `follow_specs`), and new versions of those
         followed; whether one was taken up."""
         self._jobs_at = time.monotonic()
+        try:
+            published = read_jobs(self.cfg.bootstrap)
+        except TopicError as exc:  # no job published yet, and this principal may not create their topic
+            if JOBS_TOPIC not in self._missing:
+                log.info("no training jobs to follow: %s", exc)
+                self._missing.add(JOBS_TOPIC)
+            return False
+        self._missing.discard(JOBS_TOPIC)
         states: dict[str, ShufflerState] | None = None
         added = False
-        for signed in read_jobs(self.cfg.bootstrap).values():
+        for signed in published.values():
             spec = signed.spec
             if spec.shuffle is None:
                 continue
