@@ -4,6 +4,7 @@ re-read version's updates taken; the epsilon shown is the general bound's at n =
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from ldpstream.contract.training import (
 from ldpstream.mechanisms.shuffle import window_bounds
 from ldpstream.sgd.jobfile import complete_job
 from ldpstream.shuffler.accounting import job_figures
+from ldpstream.shuffler.batch import WindowRows, rows_of
 from ldpstream.shuffler.jobs import as_rows, decoded, release_size, released_messages
 from ldpstream.shuffler.state import Pending, Release, ShufflerState
 
@@ -49,6 +51,17 @@ def test_exactly_b_of_a_version_go_out_each_one_held_re_encoded_as_sent() -> Non
     out = list(released_messages(job, 3, pending.take(job.version, [3])))
     assert len(out) == 100 and set(out) <= set(sent) and len(set(out)) == 100  # B of them, none twice
     assert {decode_update(b, job).model_version for b in out} == {3} and pending.total == 0
+
+
+def test_a_version_spilled_to_disk_goes_out_the_same(tmp_path: Path) -> None:
+    job = spec()
+    sent = updates(job, 130, 1)
+    rows = WindowRows(memory_rows=40, spill_dir=tmp_path, max_rows=200)  # 10 bucket files
+    for part in (sent[:60], sent[60:]):
+        rows.add(rows_of(as_rows([decoded(b, {job.version: job}) for b in part])))
+    assert rows.disk is not None
+    out = list(released_messages(job, 1, rows))
+    assert len(set(out)) == 100 and set(out) <= set(sent) and not any(tmp_path.iterdir())
 
 
 def test_a_release_marks_the_updates_of_its_version_read_before_it() -> None:
