@@ -477,6 +477,8 @@ class Shuffler:
             made, figures, new_releases = [], [], []
             for v, at, group in plans:
                 own = c.pending.count(v, at)
+                for earlier in c.pending.held(v, at - 1) if c.jobs else []:  # a job's: its release marks them taken
+                    c.pending.take(v, [earlier]).discard()
                 rows = c.pending.take(v, group)
                 new_releases.append(Release(v, at, dict(c.read_next)))
                 if c.jobs:
