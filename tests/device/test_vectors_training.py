@@ -159,3 +159,15 @@ def test_the_policy_judges_a_job_with_the_collections_fields() -> None:
     greedy = spec.__class__(**{**{f: getattr(spec, f) for f in spec.__struct_fields__},
                                "mechanism": spec.mechanism.__class__("privunitg", 0.99, 0.001)})
     assert judge_job(greedy, PrivacyPolicy(), {}).code == "policy_unbuildable"  # its cap spends more than eps 4
+
+
+@pytest.mark.parametrize("case", DATA["specs"], ids=lambda c: c["name"])
+def test_a_shuffle_block_is_read_as_the_vectors_say(case: dict[str, Any]) -> None:
+    """Section 13.7: a job's `shuffle` block (delta, min_batch <= batch_size); the device's update is the same."""
+    if case["code"] == "accepted":
+        spec = parse_job(case["json"].encode())
+        assert spec.shuffle is not None and spec.canonical_json() == case["json"].encode()
+    else:
+        with pytest.raises(TrainingWireError) as refused:
+            parse_job(case["json"].encode())
+        assert refused.value.code == case["code"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ldpstream.aggregator.dedupe import SeenDevices
 from ldpstream.aggregator.estimates import collection_estimates
@@ -248,3 +248,16 @@ def assert_statistics_equal(c: Collection, reference: StatsStore) -> None:
             bound = 2 * gamma * magnitude + u * (np.abs(got.stats[j]) + np.abs(want.stats[j]))
             difference = np.abs(got.stats[j] - want.stats[j])
             assert (difference <= bound).all(), (window, start, plan.spec.attributes[j].name, difference, bound)
+
+
+class RefusingCommits:
+    """A transactional producer whose commits fail (as when the broker refuses one)."""
+
+    def __init__(self, producer: object) -> None:
+        self.producer = producer
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.producer, name)
+
+    def commit_transaction(self, *_: object) -> None:
+        raise KafkaException("commit refused (test)")

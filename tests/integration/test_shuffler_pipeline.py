@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from confluent_kafka import KafkaException
 from edge_support import free_port, running_edge
-from pipeline_support import Collection, assert_within_stderr, read_topic
+from pipeline_support import Collection, RefusingCommits, assert_within_stderr, read_topic
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -154,19 +154,6 @@ def test_shuffled_collection_through_the_edge_exact_under_a_sigkill_mid_window(
             if keys:
                 client.delete(*keys)
         assert_within_stderr(c.estimates(), result.truth)
-
-
-class RefusingCommits:
-    """A transactional producer whose commits fail (as when the broker refuses one)."""
-
-    def __init__(self, producer: object) -> None:
-        self.producer = producer
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.producer, name)
-
-    def commit_transaction(self, *_: object) -> None:
-        raise KafkaException("commit refused (test)")
 
 
 def produce_raw(c: Collection, devices: int, seed: int, window_ms: int) -> None:

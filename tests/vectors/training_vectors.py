@@ -17,6 +17,7 @@ from ldpstream.contract.signatures import PinnedKey, sign_block, spec_message
 from ldpstream.contract.snapshot import Snapshot
 from ldpstream.contract.training import (
     TrainingWireError,
+    canonical,
     clipped_update_vector,
     decode_update,
     describe_version,
@@ -24,6 +25,7 @@ from ldpstream.contract.training import (
     encode_update,
     job_from_mapping,
     model_message,
+    parse_job,
 )
 from ldpstream.mechanisms.gradients.device import (
     ScriptedUniforms,
@@ -49,6 +51,32 @@ def job_fields(mechanism: str, epsilon: float, dims: list[int], k: int | None = 
             "dims": dims}, "parameters": n, "mechanism": mech, "clip": 0.5, "epsilon": epsilon, "max_rounds": 2,
             "batch_size": 4, "max_versions": 3, "lr": 1.0, "momentum": 0.5, "version_validity_s": 86400,
             "max_examples": 3, "expected_population": 100}
+
+
+def spec_verdicts() -> list[dict[str, Any]]:
+    """Job specs (unsigned canonical JSON) with a `shuffle` block (section 13.7) and each SDK's verdict: `accepted` or
+    the refusal's code."""
+    base = job_fields("privunitg", 4.0, [3, 2]) | {"batch_size": 200}
+    cases = [("shuffled", {"delta": 1e-6, "min_batch": 100}),
+             ("shuffled, min_batch = B", {"delta": 1e-8, "min_batch": 200}),
+             ("min_batch above B", {"delta": 1e-6, "min_batch": 201}),
+             ("min_batch below 100", {"delta": 1e-6, "min_batch": 99}),
+             ("delta not below 0.001", {"delta": 1e-3, "min_batch": 100}),
+             ("delta 0", {"delta": 0, "min_batch": 100}),
+             ("min_batch not an integer", {"delta": 1e-6, "min_batch": 100.5}),
+             ("no delta", {"min_batch": 100}),
+             ("a window's grace", {"delta": 1e-6, "min_batch": 100, "grace_s": 60}),
+             ("not an object", [1e-6, 100])]
+    out = []
+    for name, block in cases:
+        data = canonical(base | {"shuffle": block})
+        try:
+            parse_job(data)
+            code = "accepted"
+        except TrainingWireError as exc:
+            code = exc.code
+        out.append({"name": name, "json": data.decode(), "code": code})
+    return out
 
 
 def uniforms(count: int, seed: int) -> list[float]:
@@ -111,6 +139,7 @@ def training_vectors(key: Any) -> dict[str, Any]:
         refusals.append({"name": name, "body": b64(body), "code": code})
     return {
         "mutations": mutations(spec_bytes, descriptor_bytes, model),
+        "specs": spec_verdicts(),
         "keys": {"keys": [PinnedKey("spec", "current", spec_key.public_key()).to_json(),
                           PinnedKey("pointer", "current", online_key.public_key()).to_json()]},
         "now_ms": NOW,

@@ -146,3 +146,15 @@ test("the descriptor and the version bytes are refused in the protocol's order (
   assert.throws(() => checkModelBytes(flipped, good, spec), { code: "hash_mismatch" });
   assert.throws(() => checkModelBytes(concatBytes(model, new Uint8Array(1)), good, spec), { code: "too_large" });
 });
+
+for (const c of V.specs) {
+  test(`a job's shuffle block (13.7): ${c.name}`, () => {
+    const data = utf8(c.json);
+    if (c.code === "accepted") {
+      const spec = parseJob(data);
+      assert.ok(spec.shuffle !== null && spec.shuffle.min_batch <= spec.batch_size);
+    } else {
+      assert.throws(() => parseJob(data), (e) => e.code === c.code);
+    }
+  });
+}

@@ -27,6 +27,7 @@ def publish(job_file: Annotated[Path, typer.Argument(metavar="JOB.yaml", help="t
             as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Sign and publish a training job devices join (its job.job_id names it); publishing it again is a no-op."""
     from ldpstream.contract.spec import SpecError
+    from ldpstream.contract.training import central_fields, job_central
     from ldpstream.runtime.jobs import publish_job
     from ldpstream.runtime.redis import redis_client
     from ldpstream.runtime.settings import Settings
@@ -51,12 +52,17 @@ def publish(job_file: Annotated[Path, typer.Argument(metavar="JOB.yaml", help="t
     out = {"job": spec.job_id, "key": key, "created": created, "epsilon": spec.epsilon,
            "mechanism": spec.mechanism.name, "parameters": spec.parameters, "batch_size": spec.batch_size,
            "max_rounds": spec.max_rounds, "lifetime_epsilon_bound": spec.epsilon * spec.max_rounds}
+    out |= central_fields(spec)  # a shuffled job's central (epsilon, delta) per version; None otherwise
+    central = job_central(spec)
     if as_json:
         typer.echo(json.dumps(out))
         return
     console.print(f"{key} {'published' if created else 'already published (unchanged)'}: {spec.model.architecture} "
                   f"{spec.model.dims} ({spec.parameters:,} parameters), {spec.mechanism.name} at eps "
                   f"{spec.epsilon:g} per update, at most {spec.max_rounds} round(s) per device, B = {spec.batch_size}")
+    if central is not None:
+        console.print(f"shuffled: each version's B updates are ({central[0]:.4g}, {central[1]:g})-DP centrally "
+                      f"({central[2]}); run `ldp shuffle` beside the coordinator")
 
 
 def run(job: Annotated[str, typer.Argument(help="the training job's id")],

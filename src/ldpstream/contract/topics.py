@@ -14,6 +14,19 @@ MODELS_TOPIC = "ldp.sgd.models"  # compacted, keyed by job id
 JOBS_PREFIX = "ldp.jobs."  # training jobs devices join (`ldpstream.runtime.jobs`)
 JOBS_TOPIC = "ldp.jobs.specs"  # compacted, keyed by "job/JOB@VERSION": the signed job specs
 UPDATES_TOPIC = "ldp.jobs.updates"  # the updates the edge admitted, keyed by device pseudonym
+JOBS_RAW_PREFIX = "ldp.jobs.raw."  # a shuffled job's updates as the edge admitted them, no key: the shuffler's input
+SHUFFLED_UPDATES_TOPIC = "ldp.jobs.shuffled"  # shuffled jobs' updates the shuffler released, no key
+
+
+def job_raw_topic(job_id: str) -> str:
+    """The topic the edge writes a shuffled job's updates to, for the shuffler: ldp.jobs.raw.<job>.
+
+    Examples
+    --------
+    >>> job_raw_topic("fashion")
+    'ldp.jobs.raw.fashion'
+    """
+    return f"{JOBS_RAW_PREFIX}{job_id}"
 
 
 def report_topic(collection: str) -> str:

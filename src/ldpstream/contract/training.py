@@ -21,6 +21,8 @@ import msgspec
 import numpy as np
 
 from ldpstream.contract.networks import check_dims, make_network
+from ldpstream.contract.spec import Shuffle, SpecError
+from ldpstream.contract.topics import SHUFFLED_UPDATES_TOPIC, UPDATES_TOPIC, job_raw_topic
 from ldpstream.contract.untrusted import rejecting
 from ldpstream.contract.wire import ITEMSIZE, WireColumn, encode_column
 
@@ -59,6 +61,15 @@ class MechanismSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omi
     k: int | None = None
 
 
+class JobShuffle(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A shuffled job (section 13.7): the central `delta` its accounting is stated at and the fewest updates of a
+    model version the shuffler holds before it releases B of them (`min_batch`, at most `batch_size`); the ranges are
+    a shuffled collection's (`ldpstream.contract.spec.Shuffle`)."""
+
+    delta: float
+    min_batch: int
+
+
 class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """A training job (protocol section 13.1, which defines each field)."""
 
@@ -77,6 +88,7 @@ class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     max_examples: Count
     momentum: Annotated[float, msgspec.Meta(ge=0, lt=1)] = 0.0
     expected_population: Count | None = None
+    shuffle: JobShuffle | None = None
 
     @property
     def key(self) -> str:
@@ -95,6 +107,45 @@ class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     def model_bytes(self) -> int:
         """The length of a version's bytes (section 13.3)."""
         return snapshot_length(self.model.architecture, self.model.dims, self.parameters)
+
+
+def edge_topic(spec: JobSpec) -> tuple[str, bool]:
+    """Where the edge writes the job's admitted updates, and whether keyed by the device's pseudonym: `ldp.jobs.updates`
+    keyed, or for a shuffled job its raw topic without a key (any partition: nothing ties it to a device)."""
+    return (UPDATES_TOPIC, True) if spec.shuffle is None else (job_raw_topic(spec.job_id), False)
+
+
+def coordinator_topic(spec: JobSpec) -> str:
+    """The topic the job's coordinator reads: what the edge admitted, or for a shuffled job what the shuffler
+    released (`ldp.jobs.shuffled`, shared by shuffled jobs)."""
+    return UPDATES_TOPIC if spec.shuffle is None else SHUFFLED_UPDATES_TOPIC
+
+
+def job_central(spec: JobSpec) -> tuple[float, float, str] | None:
+    """The central (epsilon, delta) of one model version of a shuffled job and the bound that gives it; None for a
+    job that is not shuffled.
+
+    The shuffler releases exactly B of a version's updates, a uniform subset of those it held, in a uniform order
+    (`ldpstream.shuffler`): n = B. The batch is one model version's, not a window's, because every update names its
+    model version in the clear: updates of other versions hide nobody's. Which B were chosen does not depend on what
+    the updates hold, so a device's update is either absent or one of B shuffled eps-LDP reports. PrivUnitG and
+    ProjUnit are eps-LDP vector randomizers, for which the general bounds hold: FMT21 ("Hiding among the clones",
+    Thm 3.2 numerically, Thm 3.1 in closed form) bound a shuffle of any eps0-LDP randomizer's outputs.
+    `ldpstream.mechanisms.shuffle.central_epsilon` takes the tightest. Per version: a device in r versions composes
+    r of them."""
+    if spec.shuffle is None:
+        return None
+    from ldpstream.mechanisms.shuffle import central_epsilon  # scipy, lazily: devices never call this
+
+    return central_epsilon(spec.epsilon, spec.batch_size, spec.shuffle.delta)
+
+
+def central_fields(spec: JobSpec) -> dict[str, float | None]:
+    """What `ldp train publish` and `ldp train status` show of `job_central`: `central_epsilon` and `delta` (None for a
+    job that is not shuffled)."""
+    central = job_central(spec)
+    return {"central_epsilon": None if central is None else central[0],
+            "delta": None if central is None else central[1]}
 
 
 def canonical(value: Any) -> bytes:
@@ -136,6 +187,14 @@ def check_job(spec: JobSpec) -> JobSpec:
         raise bad(f"epsilon {spec.epsilon} out of range")
     if not (math.isfinite(spec.clip) and math.isfinite(spec.lr)):  # a YAML .inf: no JSON could carry it
         raise bad(f"clip {spec.clip} and lr {spec.lr} must be finite")
+    if spec.shuffle is not None:
+        try:  # a shuffled collection's ranges, checked by its own record
+            Shuffle(delta=spec.shuffle.delta, min_batch=spec.shuffle.min_batch)
+        except SpecError as exc:
+            raise bad(f"shuffle: {exc}") from None
+        if spec.shuffle.min_batch > spec.batch_size:
+            raise bad(f"shuffle.min_batch {spec.shuffle.min_batch} is above batch_size {spec.batch_size}: the "
+                      f"shuffler releases B updates per version")
     return spec
 
 

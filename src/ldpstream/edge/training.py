@@ -11,8 +11,9 @@
   `closed_version`: not the current version, or the job is done); enrolment, replay and rate
   (`ldpstream.edge.devices.Admission`: 401, 429); then one Redis script marks the device's update for the version
   (409 `duplicate` if marked before) and its round (409 `round_limit` beyond `max_rounds` versions); then the update
-  goes to `ldp.jobs.updates` keyed by the device's pseudonym, answered 200 once Kafka has it (its marks released
-  and 503 if Kafka does not take it, so the device sends it again).
+  goes to `ldp.jobs.updates` keyed by the device's pseudonym (a shuffled job's to its raw topic `ldp.jobs.raw.JOB`
+  without a key, for the shuffler: the marks above are then the only check of duplicates and rounds), answered 200
+  once Kafka has it (its marks released and 503 if Kafka does not take it, so the device sends it again).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from ldpstream.contract.auth import AuthError, parse_authorization, verify
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.pseudonym import device_pseudonym
 from ldpstream.contract.signatures import block_header
-from ldpstream.contract.topics import UPDATES_TOPIC
 from ldpstream.contract.training import (
     JOB_PREFIX,
     MAX_UPDATE_BYTES,
@@ -39,6 +39,7 @@ from ldpstream.contract.training import (
     TrainingWireError,
     decode_update,
     descriptor_etag,
+    edge_topic,
     parse_descriptor,
 )
 from ldpstream.edge.answers import Handler, RequestIds, answered, json_answer
@@ -96,7 +97,7 @@ class Deliveries:
         while not self._stop.is_set():
             self._producer.poll(0.1)
 
-    def send(self, topic: str, key: bytes, value: bytes) -> asyncio.Future[None]:
+    def send(self, topic: str, key: bytes | None, value: bytes) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
@@ -264,8 +265,9 @@ class TrainingEdge:
                                               f"{job_id}, the job's max_rounds")
         if self._deliveries is None:
             self._deliveries = Deliveries(self.bootstrap)
+        topic, keyed = edge_topic(job.spec)  # a shuffled job's: no key, any partition (section 13.7)
         try:
-            await self._deliveries.send(UPDATES_TOPIC, pseudonym.to_bytes(8, "little"), body)
+            await self._deliveries.send(topic, pseudonym.to_bytes(8, "little") if keyed else None, body)
         except BaseException:
             await self._unmark(keys=keys, args=[pseudonym])  # not admitted: the device may send it again
             raise

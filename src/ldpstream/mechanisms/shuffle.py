@@ -203,6 +203,18 @@ def window_bounds(epsilon0: float, n: int, delta: float, mechanism: str | None =
     return bounds
 
 
+def central_epsilon(epsilon0: float, n: int, delta: float, mechanism: str | None = None,
+                    domain: int | None = None) -> tuple[float, float, str]:
+    """(epsilon, delta, bound) of a batch of n shuffled eps0-LDP reports: the tightest of `window_bounds` at `delta`,
+    or (eps0, 0, "local") when none is below eps0 (the local guarantee needs no delta). Without a `mechanism` the
+    bounds are those of any eps0-LDP randomizer (FMT21 Thm 3.2; its closed form Thm 3.1), vectors included."""
+    bounds = window_bounds(epsilon0, n, delta, mechanism, domain)
+    bound = min(bounds, key=lambda k: bounds[k])
+    if bounds[bound] >= epsilon0:
+        return epsilon0, 0.0, "local"
+    return bounds[bound], delta, bound
+
+
 def window_pld(reduction: Reduction, n: int, discretization: float = 1e-4) -> Any:
     """The privacy-loss distribution (dp-accounting) of a window's dominating pair, pessimistically discretised.
 

@@ -20,11 +20,13 @@ from ldpstream.contract.topics import (
     DLQ_TOPIC,
     GRADIENTS_TOPIC,
     JOBS_PREFIX,
+    JOBS_RAW_PREFIX,
     JOBS_TOPIC,
     MODELS_TOPIC,
     RAW_PREFIX,
     REPORTS_PREFIX,
     SETASIDE_TOPIC,
+    SHUFFLED_UPDATES_TOPIC,
     SHUFFLER_STATE_TOPIC,
     SPECS_TOPIC,
     STRATEGIES_TOPIC,
@@ -132,7 +134,8 @@ class Service:
 
 EDGE = Principal("edge", topic(REPORTS_PREFIX, "write", "describe", prefixed=True)
                  + topic(RAW_PREFIX, "write", "describe", prefixed=True) + reads_specs()
-                 + topic(JOBS_PREFIX, "read", "describe", prefixed=True) + topic(UPDATES_TOPIC, "write"),
+                 + topic(JOBS_PREFIX, "read", "describe", prefixed=True) + topic(UPDATES_TOPIC, "write")
+                 + topic(JOBS_RAW_PREFIX, "write", prefixed=True),
                  # the tokens: read, to check its /metrics scrapes; the training jobs' model versions (the
                  # coordinator's): read
                  f"~ldp:edge:* %R~ldp:api:tokens %R~ldp:sgd:jobs:* {WRITER}")
@@ -141,6 +144,9 @@ EDGE = Principal("edge", topic(REPORTS_PREFIX, "write", "describe", prefixed=Tru
 SHUFFLER = Principal("shuffler", topic(RAW_PREFIX, "read", "describe", prefixed=True)
                      + topic(REPORTS_PREFIX, "write", "describe", prefixed=True)
                      + topic(SHUFFLER_STATE_TOPIC, "read", "write", "describe") + reads_specs()
+                     # shuffled training jobs: their specs, what the edge admitted, the batches released
+                     + topic(JOBS_TOPIC, "read", "describe") + topic(JOBS_RAW_PREFIX, "read", "describe", prefixed=True)
+                     + topic(SHUFFLED_UPDATES_TOPIC, "write", "describe")
                      + (Grant("group", SHUFFLER_GROUP, "read", True),
                         Grant("transactional_id", SHUFFLER_GROUP, "write", True),
                         Grant("transactional_id", SHUFFLER_GROUP, "describe", True)),

@@ -3,7 +3,7 @@
 A job spec is published like a collection spec (`ldpstream.runtime.specs`): on the compacted topic
 `ldp.jobs.specs`, keyed `job/JOB@VERSION`, its canonical JSON as the value and the admin's signature of both in the
 `ldp-sig` header (the spec key, over `spec_message(key, value)`: the bytes and block a device verifies, protocol
-section 13.1). A published version is immutable. `publish_job` also creates the topic of admitted updates.
+section 13.1). A published version is immutable. `publish_job` also creates the topics its updates pass through.
 
 The current model version of a job lives in Redis under `ldp:sgd:jobs:JOB:` (the coordinator writes it, the edge
 reads it): `model` holds the descriptor's bytes, its signature block and the version; `bytes:V` the version's bytes
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ldpstream.contract.spec import SpecError
-from ldpstream.contract.topics import DLQ_TOPIC, JOBS_TOPIC, UPDATES_TOPIC
-from ldpstream.contract.training import JOB_PREFIX, JobSpec, TrainingWireError, parse_job
+from ldpstream.contract.topics import DLQ_TOPIC, JOBS_TOPIC, SHUFFLER_STATE_TOPIC
+from ldpstream.contract.training import JOB_PREFIX, JobSpec, TrainingWireError, coordinator_topic, edge_topic, parse_job
 from ldpstream.runtime.dlq import DLQ_PARTITIONS
 from ldpstream.runtime.kafka import ReportProducer, TopicError, ensure_topic, existing_topics, read_to_end
 from ldpstream.runtime.settings import Settings
@@ -135,7 +135,10 @@ def publish_job(spec: JobSpec, bootstrap: str) -> tuple[str, bool]:
     if existing is not None and existing.value != value:
         raise SpecError(f"{key.decode()} is already published with other content; a published version is "
                         f"immutable: publish a new version")
-    ensure_topic(bootstrap, UPDATES_TOPIC, UPDATES_PARTITIONS, exact=False)
+    for topic in {edge_topic(spec)[0], coordinator_topic(spec)}:
+        ensure_topic(bootstrap, topic, UPDATES_PARTITIONS, exact=False)
+    if spec.shuffle is not None:
+        ensure_topic(bootstrap, SHUFFLER_STATE_TOPIC, 1, compacted=True)
     ensure_topic(bootstrap, DLQ_TOPIC, DLQ_PARTITIONS, exact=False)
     if existing is None:
         producer = ReportProducer(bootstrap, linger_ms=0)

@@ -17,6 +17,11 @@ counts) is one Redis transaction, made only if the state is still the one it was
 before it re-reads the batch, after it never does; a second coordinator of the same job loses the race and reloads
 (and one re-publishes the version it loaded only if no other stepped meanwhile: the edge never serves an older
 version than it served).
+A shuffled job (section 13.7) reads what the shuffler released (`ldp.jobs.shuffled`, no key, read_committed: its
+batches are transactions), exactly B updates per model version: the edge kept one update per device per version and
+each device's rounds (the updates carry no pseudonym here), so the coordinator checks neither `duplicate` nor
+`round_limit`, and records no participations.
+
 Everything done with the reports is post-processing: privacy is each device's eps per update, at most `max_rounds`
 updates (`ldpstream.sgd.accounting.job_privacy`).
 """
@@ -38,8 +43,15 @@ from ldpstream.contract.clock import now_ms
 from ldpstream.contract.networks import make_network
 from ldpstream.contract.signatures import sign_block
 from ldpstream.contract.snapshot import Snapshot
-from ldpstream.contract.topics import UPDATES_TOPIC
-from ldpstream.contract.training import JobSpec, TrainingWireError, decode_update, describe_version, model_message
+from ldpstream.contract.training import (
+    JobSpec,
+    TrainingWireError,
+    central_fields,
+    coordinator_topic,
+    decode_update,
+    describe_version,
+    model_message,
+)
 from ldpstream.mechanisms.gradients.projunit import ProjUnit
 from ldpstream.runtime.jobs import KEEP_VERSIONS, UPDATES_PARTITIONS, model_prefix
 from ldpstream.runtime.kafka import consume_arrived, consumer_client, ensure_topic, topic_partitions
@@ -128,12 +140,14 @@ class JobCoordinator:
         m = spec.mechanism
         self.projection = ProjUnit(spec.parameters, spec.epsilon, k=m.k) if m.name == "projunit" else None
         self.state: RunState | None = None
+        self.topic = coordinator_topic(spec)
+        self.shuffled = spec.shuffle is not None
 
     # -- state ----------------------------------------------------------------------------------------------------
     def start(self) -> RunState:
         """The stored state of this job version, or a fresh one at version 0 (published), starting at the updates
         topic's ends (no device can have sent an update for a version not yet published)."""
-        ensure_topic(self.bootstrap, UPDATES_TOPIC, UPDATES_PARTITIONS, exact=False)
+        ensure_topic(self.bootstrap, self.topic, UPDATES_PARTITIONS, exact=False)
         raw = self.redis.hgetall(state_key(self.spec.job_id))
         if raw and int(raw[b"job_version"]) == self.spec.version:
             self.state = RunState.from_redis(raw)
@@ -142,8 +156,8 @@ class JobCoordinator:
             return self.state
         consumer = consumer_client(self.bootstrap, COORDINATOR_GROUP)
         try:
-            ends = {p: consumer.get_watermark_offsets(TopicPartition(UPDATES_TOPIC, p), timeout=30)[1]
-                    for p in range(topic_partitions(self.bootstrap, UPDATES_TOPIC))}
+            ends = {p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1]
+                    for p in range(topic_partitions(self.bootstrap, self.topic))}
         finally:
             consumer.close()
         zero = np.zeros(self.net.size)
@@ -226,7 +240,8 @@ class JobCoordinator:
             on_version: Callable[[RunState], None] | None = None) -> RunState:
         """Read and apply updates until the job is done or `should_stop()`; the last state."""
         state = self.start()
-        consumer = consumer_client(self.bootstrap, COORDINATOR_GROUP, None, **{"enable.auto.commit": False})
+        consumer = consumer_client(self.bootstrap, COORDINATOR_GROUP, None, **{"enable.auto.commit": False,
+                                                                               "isolation.level": "read_committed"})
         try:
             self._assign(consumer, state)
             while not state.done and not should_stop():
@@ -247,7 +262,7 @@ class JobCoordinator:
         return state
 
     def _assign(self, consumer: Consumer, state: RunState) -> None:
-        consumer.assign([TopicPartition(UPDATES_TOPIC, p, o) for p, o in sorted(state.offsets.items())])
+        consumer.assign([TopicPartition(self.topic, p, o) for p, o in sorted(state.offsets.items())])
 
     def apply(self, messages: list[Any]) -> RunState | None:
         """One micro-batch (module docstring); the new state, or None if the stored state moved (nothing done)."""
@@ -256,7 +271,8 @@ class JobCoordinator:
         new = RunState(old.job_version, old.version, old.theta, old.velocity, old.total.copy(), list(old.members),
                        dict(old.offsets), old.done, old.seq, dict(old.outcomes), old.max_participations,
                        list(old.evaluations))
-        devices = [int.from_bytes(m.key()[:8], "little") for m in messages if m.error() is None and m.key()]
+        devices = [] if self.shuffled else [int.from_bytes(m.key()[:8], "little") for m in messages
+                                            if m.error() is None and m.key()]
         stored = self.redis.hmget(participations_key(self.spec.job_id, self.spec.version), [str(d) for d in devices]) \
             if devices else []
         seen_rounds = {d: int(n or 0) for d, n in zip(devices, stored, strict=True)}
@@ -273,27 +289,29 @@ class JobCoordinator:
             new.offsets[msg.partition()] = msg.offset() + 1
             key = msg.key() or b""
             try:
-                if len(key) != 8:
-                    raise TrainingWireError("an update's key is the device's 8-byte pseudonym", "malformed")
+                if len(key) != (0 if self.shuffled else 8):
+                    raise TrainingWireError("an update's key is the device's 8-byte pseudonym (none if shuffled)",
+                                            "malformed")
                 update = decode_update(msg.value() or b"", self.spec)
             except TrainingWireError as exc:
                 count(f"refused:{exc.code}")
                 continue
             if update.job != self.spec.job_id or update.job_version != self.spec.version:
                 continue  # another job's
-            device = int.from_bytes(key, "little")
+            device = int.from_bytes(key, "little")  # 0 for a shuffled job's: the edge checked its device
             if new.done or update.model_version != new.version:
                 count("refused:closed_version")
-            elif device in members:
+            elif not self.shuffled and device in members:
                 count("refused:duplicate")
-            elif seen_rounds.get(device, 0) + rounds.get(device, 0) >= self.spec.max_rounds:
+            elif not self.shuffled and seen_rounds.get(device, 0) + rounds.get(device, 0) >= self.spec.max_rounds:
                 count("refused:round_limit")
             else:
                 new.total = new.total + self._decode(update.columns)
-                members.add(device)
                 new.members.append(device)
-                rounds[device] = rounds.get(device, 0) + 1
-                new.max_participations = max(new.max_participations, seen_rounds.get(device, 0) + rounds[device])
+                if not self.shuffled:
+                    members.add(device)
+                    rounds[device] = rounds.get(device, 0) + 1
+                    new.max_participations = max(new.max_participations, seen_rounds.get(device, 0) + rounds[device])
                 count("accepted")
                 if len(new.members) == self.spec.batch_size:
                     self._step(new)
@@ -333,20 +351,23 @@ class JobCoordinator:
 
 
 def status(spec: JobSpec, raw: dict[Any, Any]) -> dict[str, Any]:
-    """What `ldp train status JOB --json` shows of a device job's coordinator state."""
+    """What `ldp train status JOB --json` shows of a device job's coordinator state (a shuffled job's updates name no
+    device: its participations are the edge's bound, `max_rounds`, and `max_participations` is null)."""
     state = RunState.from_redis(raw)
+    rounds = spec.max_rounds if spec.shuffle is not None else state.max_participations
     last = state.evaluations[-1] if state.evaluations else {}
     refused = {k.partition(":")[2]: n for k, n in sorted(state.outcomes.items()) if k.startswith("refused:")}
-    privacy = job_privacy(spec.epsilon, max(state.max_participations, 1), None if spec.expected_population is None
+    privacy = job_privacy(spec.epsilon, max(rounds, 1), None if spec.expected_population is None
                           else min(1.0, spec.batch_size / spec.expected_population))
     return {"job": spec.job_id, "job_version": spec.version, "version": state.version, "done": state.done,
             "batch_size": spec.batch_size, "updates_in_version": len(state.members),
             "updates_accepted": state.outcomes.get("accepted", 0), "refused": refused,
             "accuracy": last.get("accuracy"), "accuracy_stderr": last.get("accuracy_stderr"),
             "loss": last.get("loss"), "loss_stderr": last.get("loss_stderr"),
-            "epsilon_per_report": spec.epsilon, "max_participations": state.max_participations,
-            "max_rounds": spec.max_rounds, "lifetime_epsilon": spec.epsilon * state.max_participations,
+            "epsilon_per_report": spec.epsilon,
+            "max_participations": None if spec.shuffle is not None else state.max_participations,
+            "max_rounds": spec.max_rounds, "lifetime_epsilon": spec.epsilon * rounds,
             "lifetime_epsilon_bound": spec.epsilon * spec.max_rounds, "privacy": privacy,
             "mechanism": spec.mechanism.name, "model": {"architecture": spec.model.architecture,
                                                         "dims": spec.model.dims},
-            "curve": state.evaluations}
+            "curve": state.evaluations, **central_fields(spec)}

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 
 from ldpstream.contract.shuffled import WindowFigures
 from ldpstream.contract.spec import CollectionSpec
+from ldpstream.contract.training import JobSpec, job_central
 from ldpstream.mechanisms.base import Mechanism
-from ldpstream.mechanisms.shuffle import window_bounds
+from ldpstream.mechanisms.shuffle import central_epsilon
 
 
 def report_mechanism(mechanisms: Mapping[str, Mechanism]) -> tuple[str | None, int | None]:
@@ -26,10 +27,16 @@ def window_figures(spec: CollectionSpec, mechanism: tuple[str | None, int | None
     windows): the tightest of the bounds that apply at the spec's delta (`local`, eps0 itself, if none is lower)."""
     if spec.shuffle is None:
         raise ValueError(f"{spec.key} is not shuffled")
-    bounds = window_bounds(spec.epsilon, reports, spec.shuffle.delta, *mechanism)
-    bound = min(bounds, key=lambda k: bounds[k])
-    if bounds[bound] >= spec.epsilon:
-        return WindowFigures(spec.version, window_ms, reports, rolled, spec.epsilon, spec.epsilon, 0.0, "local",
-                             released_ms)
-    return WindowFigures(spec.version, window_ms, reports, rolled, spec.epsilon, bounds[bound], spec.shuffle.delta,
-                         bound, released_ms)
+    epsilon, delta, bound = central_epsilon(spec.epsilon, reports, spec.shuffle.delta, *mechanism)
+    return WindowFigures(spec.version, window_ms, reports, rolled, spec.epsilon, epsilon, delta, bound, released_ms)
+
+
+def job_figures(spec: JobSpec, model_version: int, released_ms: int) -> WindowFigures:
+    """The figures of one model version's release of a shuffled job: B updates (`job_central`), stamped with the
+    job version and the model version in place of the spec version and the window."""
+    central = job_central(spec)
+    if central is None:
+        raise ValueError(f"{spec.key} is not shuffled")
+    epsilon, delta, bound = central
+    return WindowFigures(spec.version, model_version, spec.batch_size, 0, spec.epsilon, epsilon, delta, bound,
+                         released_ms)

@@ -18,6 +18,11 @@ Kafka) and was not closed before:
    (`ldpstream.contract.shuffled`); again at every start from the state, so a crash between 3 and 4 loses none.
 A failure in 1-3 aborts the transaction and the shuffler starts over from the committed offsets and state
 (`run` rebuilds it): the window is rebuilt from the raw topic, exactly once.
+
+Shuffled training jobs (protocol section 13.7) go the same way, each a `Collection` named `job/JOB` (no collection
+name holds "/") reading `ldp.jobs.raw.JOB`: its updates are held by job version and model version, and a model
+version is released when it holds enough updates, not when a window closes: B of them to `ldp.jobs.shuffled`
+(`ldpstream.shuffler.jobs`), in the same transaction with the job's state and offsets.
 """
 
 from __future__ import annotations
@@ -40,11 +45,19 @@ from ldpstream.contract.clock import now_ms
 from ldpstream.contract.collector import collector_for
 from ldpstream.contract.shuffled import DUE_FIELD, encode_figures, figures_field, figures_key, report_path
 from ldpstream.contract.spec import CollectionSpec, window_seconds
-from ldpstream.contract.topics import SHUFFLER_STATE_TOPIC, raw_collection, raw_topic
+from ldpstream.contract.topics import (
+    JOBS_TOPIC,
+    SHUFFLED_UPDATES_TOPIC,
+    SHUFFLER_STATE_TOPIC,
+    job_raw_topic,
+    raw_topic,
+)
+from ldpstream.contract.training import JobSpec, TrainingWireError
 from ldpstream.contract.validation import read_message
 from ldpstream.contract.wire import Envelope, WireError, concatenate
 from ldpstream.runtime import metrics
 from ldpstream.runtime.access import SHUFFLER_GROUP
+from ldpstream.runtime.jobs import read_jobs
 from ldpstream.runtime.kafka import (
     TopicError,
     admin_client,
@@ -56,8 +69,9 @@ from ldpstream.runtime.kafka import (
 from ldpstream.runtime.redis import redis_client
 from ldpstream.runtime.specs import PublishedSpecs
 from ldpstream.runtime.strategies import strategies_for
-from ldpstream.shuffler.accounting import report_mechanism, window_figures
+from ldpstream.shuffler.accounting import job_figures, report_mechanism, window_figures
 from ldpstream.shuffler.batch import MEMORY_ROWS, PER_MESSAGE, WindowRows
+from ldpstream.shuffler.jobs import as_rows, decoded, release_size, released_messages
 from ldpstream.shuffler.state import Pending, Release, ShufflerState, decode_state, encode_state, releases, threshold
 
 log = logging.getLogger(__name__)
@@ -92,6 +106,12 @@ class Collection:
     read_next: dict[int, int] = field(default_factory=dict)  # raw partition -> the next offset to read
     skipped: int = 0  # raw messages that were not reports of a published shuffled spec (logged)
     due_ms: int | None = None  # when its next window is due to close, as published
+    topic: str = ""  # the raw topic it reads (`raw_topic(name)` unless given)
+    jobs: dict[int, JobSpec] = field(default_factory=dict)  # a shuffled job's published versions (`specs` empty)
+    sizes: dict[tuple[int, int], int] = field(default_factory=dict)  # a job's (version, model version) release size
+
+    def __post_init__(self) -> None:
+        self.topic = self.topic or raw_topic(self.name)
 
 
 @dataclass(frozen=True)
@@ -128,6 +148,7 @@ class Shuffler:
             cfg.bootstrap, lambda spec, _: (spec, self._mechanism(spec)), refresh_s=SPEC_POLL_S,
             wanted=lambda spec: report_path(spec).shuffled)
         self._missing: set[str] = set()  # shuffled collections without a raw topic (logged once)
+        self._jobs_at = 0.0  # when the published jobs were last read (monotonic)
         self.follow_specs()
 
     # -- specs and assignment --------------------------------------------------------------------------------------
@@ -163,9 +184,53 @@ class Shuffler:
                                                 Pending(self.cfg.memory_rows, self.cfg.spill_dir),
                                                 states.get(name, ShufflerState()))
             added = True
-        if added:
+        if self._follow_jobs() or added:
             self._assign()
             self._publish_figures()
+
+    def _follow_jobs(self) -> bool:
+        """Take up every published shuffled job not followed yet (as `follow_specs`), and new versions of those
+        followed; whether one was taken up."""
+        self._jobs_at = time.monotonic()
+        try:
+            published = read_jobs(self.cfg.bootstrap)
+        except TopicError as exc:  # no job published yet, and this principal may not create their topic
+            if JOBS_TOPIC not in self._missing:
+                log.info("no training jobs to follow: %s", exc)
+                self._missing.add(JOBS_TOPIC)
+            return False
+        self._missing.discard(JOBS_TOPIC)
+        states: dict[str, ShufflerState] | None = None
+        added = False
+        for signed in published.values():
+            spec = signed.spec
+            if spec.shuffle is None:
+                continue
+            known = self.collections.get(spec.key)
+            if known is not None:
+                known.jobs.setdefault(spec.version, spec)
+                continue
+            try:
+                partitions = topic_partitions(self.cfg.bootstrap, job_raw_topic(spec.job_id))
+            except TopicError as exc:
+                if spec.key not in self._missing:
+                    log.warning("%s: no raw topic to read (%s)", spec.key, exc)
+                    self._missing.add(spec.key)
+                continue
+            self._missing.discard(spec.key)
+            states = self._states() if states is None else states
+            self.collections[spec.key] = Collection(spec.key, {}, {}, partitions,
+                                                    Pending(self.cfg.memory_rows, self.cfg.spill_dir),
+                                                    states.get(spec.key, ShufflerState()),
+                                                    topic=job_raw_topic(spec.job_id), jobs={spec.version: spec})
+            figures = job_figures(spec, 0, 0)
+            log.info("%s: each model version's %d updates at eps0 = %g are (%.4g, %g)-DP (%s)", spec.key,
+                     figures.reports, figures.epsilon0, figures.epsilon, figures.delta, figures.bound)
+            added = True
+        return added
+
+    def _by_topic(self, topic: str) -> Collection | None:
+        return next((c for c in self.collections.values() if c.topic == topic), None)
 
     @staticmethod
     def _log_floor(spec: CollectionSpec, mechanism: tuple[str | None, int | None]) -> None:
@@ -194,12 +259,13 @@ class Shuffler:
         """Read every followed collection's raw partitions: a partition read before goes on from where it was read
         to (what it held is in memory, and its committed offset is behind it), a new one from its committed offset
         (the beginning if none)."""
-        tps = [TopicPartition(raw_topic(c.name), p) for c in self.collections.values() for p in range(c.partitions)]
+        tps = [TopicPartition(c.topic, p) for c in self.collections.values() for p in range(c.partitions)]
         committed = self.consumer.committed(tps, timeout=30.0)
         for tp in committed:
             if tp.error is not None:
                 raise KafkaException(tp.error)
-            c = self.collections[raw_collection(tp.topic)]
+            c = self._by_topic(tp.topic)
+            assert c is not None
             if tp.partition in c.read_next:  # re-reading from the committed offset would hold its rows twice
                 tp.offset = c.read_next[tp.partition]
                 continue
@@ -235,13 +301,13 @@ class Shuffler:
             by_topic[m.topic() or ""].append(m)
         held = 0
         for topic, batch in by_topic.items():
-            c = self.collections.get(raw_collection(topic)) if topic else None
+            c = self._by_topic(topic) if topic else None
             if c is not None:
                 held += self._hold(c, batch)
         return held
 
     def _hold(self, c: Collection, messages: list[Any]) -> int:
-        by_version: dict[int, list[tuple[int, int, Envelope]]] = defaultdict(list)
+        by_version: dict[int, list[tuple[int, int, Any]]] = defaultdict(list)  # envelopes, or a job's updates
         skipped = c.skipped
         for m in messages:
             partition, offset = m.partition(), m.offset()
@@ -250,6 +316,9 @@ class Shuffler:
                           offset)
                 continue
             c.read_next[partition] = offset + 1
+            if c.jobs:
+                self._hold_update(c, m, by_version)
+                continue
             env = self._envelope(c, m.value())
             if env is None:
                 c.skipped += 1
@@ -257,7 +326,7 @@ class Shuffler:
             by_version[env.spec_version].append((partition, offset, env))
         held = 0
         for version, items in by_version.items():
-            joined = concatenate([env for _, _, env in items])
+            joined = as_rows([u for _, _, u in items]) if c.jobs else concatenate([env for _, _, env in items])
             for i, reason in joined.rejected.items():
                 log.error("%s: raw message at %d/%d left out: %s", c.name, items[i][0], items[i][1], reason)
             c.skipped += len(joined.rejected)
@@ -268,12 +337,27 @@ class Shuffler:
         metrics.SHUFFLER_SKIPPED.labels(c.name).inc(c.skipped - skipped)
         return held
 
+    def _hold_update(self, c: Collection, m: Any, by_version: dict[int, list[Any]]) -> None:
+        """A raw message of a shuffled job into `by_version` if it is an update of a published version of the job
+        whose model version was not released yet (one already released is dropped: it could only be refused)."""
+        try:
+            update = decoded(m.value(), c.jobs)
+        except TrainingWireError as exc:
+            log.error("%s: raw message at %d/%d left out: %s", c.name, m.partition(), m.offset(), exc)
+            c.skipped += 1
+            return
+        if m.key() is not None:
+            log.error("%s: raw message at %d/%d has a key: not the edge's", c.name, m.partition(), m.offset())
+            c.skipped += 1
+        elif update.model_version > c.state.closed.get(update.job_version, -1):
+            by_version[update.job_version].append((m.partition(), m.offset(), update))
+
     def _observe_lag(self, c: Collection) -> None:
         """The collection's raw lag (`ldp_shuffler_raw_lag_messages`) from the watermarks the consumer last fetched
         (no request to the broker); partitions not fetched yet are left out."""
         lag = 0
         for p in range(c.partitions):
-            marks = self.consumer.get_watermark_offsets(TopicPartition(raw_topic(c.name), p), cached=True)
+            marks = self.consumer.get_watermark_offsets(TopicPartition(c.topic, p), cached=True)
             if marks is not None and marks[1] >= 0:
                 lag += max(0, marks[1] - c.read_next.get(p, max(marks[0], 0)))
         metrics.SHUFFLER_LAG.labels(c.name).set(lag)
@@ -301,7 +385,7 @@ class Shuffler:
 
     def catch_up(self, c: Collection, timeout_s: float = 60.0) -> None:
         """Read until every raw partition of `c` is read to the end it has now; TimeoutError past `timeout_s`."""
-        tps = [TopicPartition(raw_topic(c.name), p) for p in range(c.partitions)]
+        tps = [TopicPartition(c.topic, p) for p in range(c.partitions)]
         latest = self.admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=10.0)
         earliest = self.admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}, request_timeout=10.0)
         ends = {tp.partition: f.result().offset for tp, f in latest.items()}
@@ -317,7 +401,7 @@ class Shuffler:
     def _skip_markers(self, c: Collection, ends: dict[int, int]) -> None:
         """A partition whose last offsets are transaction markers or aborted messages (none the consumer sees) is
         read to its end when the consumer's position is there."""
-        tps = [TopicPartition(raw_topic(c.name), p) for p in ends]
+        tps = [TopicPartition(c.topic, p) for p in ends]
         for tp in self.consumer.position(tps):
             if tp.offset >= 0:
                 c.read_next[tp.partition] = max(c.read_next.get(tp.partition, 0), tp.offset)
@@ -333,18 +417,28 @@ class Shuffler:
 
     def tick(self) -> list[Outcome]:
         """Close every window due (module docstring); the releases made."""
-        if self.specs.age_s() > SPEC_POLL_S:
+        if self.specs.age_s() > SPEC_POLL_S or time.monotonic() - self._jobs_at > SPEC_POLL_S:
             self.follow_specs()
         made: list[Outcome] = []
         for c in self.collections.values():
             self._observe_lag(c)
             now = self.clock()
+            if c.jobs:
+                if self._job_plans(c):
+                    self.catch_up(c)
+                    made += self._close(c, self._job_plans(c), None, now)
+                continue
             due = {v: self.due(spec, now) for v, spec in c.specs.items()}
             closes = {v: w for v, w in due.items() if w is not None and w > c.state.closed.get(v, -1)}
             if not closes:
                 continue
             self.catch_up(c)
-            made += self._close(c, closes, now)
+            plans = []
+            for v, window in sorted(closes.items()):
+                shuffle = c.specs[v].shuffle
+                assert shuffle is not None
+                plans += [(v, at, group) for at, group in releases(c.pending, v, window, threshold(shuffle.min_batch))]
+            made += self._close(c, closes, plans, now)
             self._publish_due(c)
         return made
 
@@ -360,30 +454,49 @@ class Shuffler:
         except Exception as exc:  # noqa: BLE001 - redis errors of every kind: published again at the next close
             log.warning("%s: next due close not published: %s", c.name, exc)
 
-    def _close(self, c: Collection, closes: dict[int, int], started: int) -> list[Outcome]:
-        """One transaction closing windows `closes` (spec version -> window) of a collection."""
-        plans = []
-        for v, window in sorted(closes.items()):
-            spec = c.specs[v]
-            assert spec.shuffle is not None
-            plans += [(v, at, group) for at, group in releases(c.pending, v, window, threshold(spec.shuffle.min_batch))]
+    def _job_plans(self, c: Collection) -> dict[int, int]:
+        """A shuffled job's model versions to release (job version -> model version): those holding their release
+        size (`ldpstream.shuffler.jobs.release_size`, drawn once per version)."""
+        out: dict[int, int] = {}
+        for v, spec in c.jobs.items():
+            for w in c.pending.held(v, 2**62):
+                size = c.sizes.setdefault((v, w), release_size(spec))
+                if c.pending.count(v, w) >= size:
+                    out[v] = w
+        return out
+
+    def _close(self, c: Collection, closes: dict[int, int], plans: list[tuple[int, int, list[int]]] | None,
+               started: int) -> list[Outcome]:
+        """One transaction closing windows `closes` (spec version -> window) of a collection, releasing the groups
+        `plans` ((spec version, window released at, windows)); a shuffled job's `closes` (job version -> model
+        version) each released alone (`plans` None)."""
+        if plans is None:
+            plans = [(v, w, [w]) for v, w in sorted(closes.items())]
         self.producer.begin_transaction()
         try:
             made, figures, new_releases = [], [], []
             for v, at, group in plans:
                 own = c.pending.count(v, at)
+                for earlier in c.pending.held(v, at - 1) if c.jobs else []:  # a job's: its release marks them taken
+                    c.pending.take(v, [earlier]).discard()
                 rows = c.pending.take(v, group)
-                self._produce(c.specs[v], at, rows)
                 new_releases.append(Release(v, at, dict(c.read_next)))
-                figures.append(window_figures(c.specs[v], c.mechanisms[v], at, rows.n, rows.n - own, self.clock()))
-                made.append((v, at, rows.n))
+                if c.jobs:
+                    c.sizes.pop((v, at), None)
+                    figures.append(job_figures(c.jobs[v], at, self.clock()))
+                    self._produce_updates(c.jobs[v], at, rows)
+                else:
+                    figures.append(window_figures(c.specs[v], c.mechanisms[v], at, rows.n, rows.n - own,
+                                                  self.clock()))
+                    self._produce(c.specs[v], at, rows)
+                made.append((v, at, figures[-1].reports))
             state = ShufflerState(c.state.releases + new_releases, {**c.state.closed, **closes},
                                   c.state.figures + figures)
             committed = c.pending.committed(c.read_next)
             state = state.trimmed(committed)
             self.producer.produce(SHUFFLER_STATE_TOPIC, encode_state(state), c.name.encode())
             self.producer.send_offsets_to_transaction(
-                [TopicPartition(raw_topic(c.name), p, o) for p, o in sorted(committed.items())],
+                [TopicPartition(c.topic, p, o) for p, o in sorted(committed.items())],
                 self.consumer.consumer_group_metadata(), 30.0)
             self.producer.commit_transaction(60.0)
         except BaseException:
@@ -420,6 +533,17 @@ class Shuffler:
                         self.producer.poll(0.05)
                 partition = (partition + 1) % spec.partitions
         rows.discard()
+
+    def _produce_updates(self, spec: JobSpec, model_version: int, rows: WindowRows) -> None:
+        """B of a job's model version's updates, shuffled, to `ldp.jobs.shuffled` without a key, round robin over its
+        partitions from a random one (inside the open transaction; `ldpstream.shuffler.jobs`)."""
+        partitions = topic_partitions(self.cfg.bootstrap, SHUFFLED_UPDATES_TOPIC)
+        partition = secrets.randbelow(partitions)
+        for value in released_messages(spec, model_version, rows):
+            self.producer.produce(SHUFFLED_UPDATES_TOPIC, value, partition=partition)
+            partition = (partition + 1) % partitions
+        log.info("%s@%d: %d updates of model version %d released, %d dropped", spec.key, spec.version,
+                 spec.batch_size, model_version, rows.n - spec.batch_size)
 
     def _abort(self) -> None:
         try:

@@ -47,11 +47,20 @@ export interface JobSpec {
   version_validity_s: number;
   max_examples: number;
   expected_population: number | null;
+  /** A shuffled job (protocol 13.7): the edge forwards its updates anonymous to the shuffler (the device's update is
+   * the same). */
+  shuffle: JobShuffle | null;
+}
+
+/** A shuffled job's accounting: its central delta and the fewest updates per version the shuffler releases from. */
+export interface JobShuffle {
+  delta: number;
+  min_batch: number;
 }
 
 const REQUIRED = ["job_id", "version", "model", "parameters", "mechanism", "clip", "epsilon", "max_rounds", "batch_size",
   "max_versions", "lr", "version_validity_s", "max_examples"];
-const OPTIONAL = ["momentum", "expected_population"];
+const OPTIONAL = ["momentum", "expected_population", "shuffle"];
 const JOB_INTEGERS = ["version", "parameters", "max_rounds", "batch_size", "max_versions", "version_validity_s", "max_examples",
   "expected_population", "dims", "k"];
 
@@ -97,6 +106,7 @@ export function parseJob(data: Uint8Array): JobSpec {
   if (typeof momentum !== "number" || !(momentum >= 0 && momentum < 1)) throw bad("momentum must lie in [0, 1)");
   const population = r.expected_population ?? null;
   if (population !== null && !isCount(population)) throw bad("expected_population must be an integer >= 1");
+  const shuffle = parseShuffle(r.shuffle ?? null, r.batch_size as number, bad);
   const model = r.model;
   if (!isObject(model) || Object.keys(model).sort().join() !== "architecture,dims" || typeof model.architecture !== "string"
       || !Array.isArray(model.dims) || !model.dims.every((k) => Number.isInteger(k))) throw bad("model must be {architecture, dims}");
@@ -125,8 +135,22 @@ export function parseJob(data: Uint8Array): JobSpec {
     parameters: size, mechanism: { name: mech.name, p: mech.p, q: mech.q, ...(k === undefined ? {} : { k: k as number }) },
     clip: r.clip as number, epsilon: r.epsilon as number, max_rounds: r.max_rounds as number, batch_size: r.batch_size as number,
     max_versions: r.max_versions as number, lr: r.lr as number, momentum, version_validity_s: r.version_validity_s as number,
-    max_examples: r.max_examples as number, expected_population: population,
+    max_examples: r.max_examples as number, expected_population: population, shuffle,
   };
+}
+
+/** A job's `shuffle` block, as a shuffled collection's (spec.ts) where it applies: delta in (0, 0.001), min_batch an
+ * integer in [100, 10^8] and at most the job's batch size. */
+function parseShuffle(raw: unknown, batchSize: number, bad: (why: string) => JobError): JobShuffle | null {
+  if (raw === null) return null;
+  if (!isObject(raw) || Object.keys(raw).sort().join() !== "delta,min_batch") throw bad("shuffle must be {delta, min_batch}");
+  const { delta, min_batch: minBatch } = raw;
+  if (typeof delta !== "number" || !(delta > 0 && delta < 1e-3)) throw bad("shuffle.delta must lie in (0, 0.001)");
+  if (!Number.isInteger(minBatch) || !((minBatch as number) >= 100 && (minBatch as number) <= 100_000_000)) {
+    throw bad("shuffle.min_batch must be an integer in [100, 100000000]");
+  }
+  if ((minBatch as number) > batchSize) throw bad(`shuffle.min_batch ${String(minBatch)} is above batch_size ${batchSize}`);
+  return { delta, min_batch: minBatch as number };
 }
 
 /** The length of a version's bytes (protocol 13.3). */
