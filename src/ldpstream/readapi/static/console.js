@@ -565,7 +565,10 @@
         ["held-out loss", doc.loss === null ? "not evaluated" : number(doc.loss, 4) + (doc.loss_stderr === null ? "" :
           " \u00b1 " + number(1.96 * doc.loss_stderr, 2))],
         ["updates this version", doc.updates_in_version + " of " + doc.batch_size],
-        ["eps per report", number(doc.epsilon_per_report)], ["most participations", doc.max_participations],
+        ["eps per report", number(doc.epsilon_per_report)],
+        ["central eps (shuffled)", doc.central_epsilon == null ? "not shuffled" :
+          number(doc.central_epsilon) + " at \u03b4 " + number(doc.delta, 2) + " per version"],
+        ["most participations", doc.max_participations === null ? "not seen (shuffled)" : doc.max_participations],
         ["lifetime eps", lifetime]])));
     CURVES.forEach(([key, label], i) => {
       drawCurve(key, label, doc.curve, document.getElementById("curve-" + key), i);
