@@ -166,7 +166,7 @@ class Chain:
     reference: WindowStats | None
     windows: int
     drift: dict[int, Drift | None]
-    blocks: dict[int, tuple[np.ndarray, np.ndarray] | None] = field(default_factory=dict)
+    blocks: dict[int, tuple[np.ndarray, ...] | None] = field(default_factory=dict)
 
 
 def chain(store: StatsStore, plan: Plan, window: str, start_ms: int, records: Mapping[WindowKey, Record],

@@ -74,6 +74,7 @@ from ldpstream.mechanisms.poisoning.base import (
     too_few,
     upper_mean,
 )
+from ldpstream.mechanisms.poisoning.sequential import DEMOTION_ITEMS
 
 EXCESS = "excess_claims"
 ITEMSETS = "support_itemsets"
@@ -162,6 +163,22 @@ def block_shift(oracle: FrequencyOracle, block: Estimate, lagged: Estimate, poli
     s, p, q = oracle.supports_per_report, oracle.p, oracle.q
     tested = s * block.n * (q + (p - q) * f0) >= NORMAL_COUNT
     return np.where(tested & (np.abs(x) > z), np.sign(x), 0.0)
+
+
+def demotion_shift(oracle: FrequencyOracle, block: Estimate, lagged: Estimate, pooled: Estimate, policy: Policy,
+                   items: int = DEMOTION_ITEMS) -> np.ndarray:
+    """Per item, whether the demotion test finds it (`ldpstream.mechanisms.poisoning.sequential`): among the `items`
+    largest of `pooled` (the block and the lagged windows together), the block's estimate lies below the lagged
+    windows' by more than z = Phi^-1(1 - alpha_demotion / items) standard deviations (`_spread`'s, so N(0, 1) in an
+    honest block). Items that expect fewer than NORMAL_COUNT supports in the block are not tested."""
+    f0, sd, _ = _spread(oracle, block, lagged, policy)
+    order = np.argsort(-np.nan_to_num(np.asarray(pooled.value, dtype=np.float64), nan=-np.inf), axis=-1,
+                       kind="stable")
+    rank = np.argsort(order, axis=-1, kind="stable")  # each item's place, 0 the largest (rows: several windows)
+    s, p, q = oracle.supports_per_report, oracle.p, oracle.q
+    watched = (rank < items) & (s * block.n * (q + (p - q) * f0) >= NORMAL_COUNT)
+    x = (np.asarray(block.value, dtype=np.float64) - f0) / sd
+    return watched & (x < -bonferroni_z(policy.alpha_demotion, items))
 
 
 def excess_claims(oracle: FrequencyOracle, stats: np.ndarray, reference: Estimate | None = None,
