@@ -75,7 +75,7 @@ from ldpstream.mechanisms.poisoning.attribute import Defence, defend, defend_win
 from ldpstream.mechanisms.poisoning.base import SUSPECTED
 from ldpstream.mechanisms.poisoning.frequency import item_bounds, report_threshold, supports_itemsets_apply
 from ldpstream.mechanisms.poisoning.heavy import ReferenceCap
-from ldpstream.mechanisms.poisoning.sequential import BLOCK_WINDOWS, DEMOTION_BLOCK, DEMOTION_LAG, LAG_WINDOWS
+from ldpstream.mechanisms.poisoning.sequential import BLOCK_WINDOWS, LAG_WINDOWS, LONG_LAG, LONG_WINDOWS
 from ldpstream.simulator.poisoning import (
     Adaptive,
     fake_frequency_reports,
@@ -88,7 +88,7 @@ from ldpstream.simulator.population import random_words, truncated_gaussian, zip
 SCENARIOS = ("single", "ramp", "under", "demotion", "honest")
 SINGLE_BETAS = (0.01, 0.05, 0.1)
 HISTORY = BLOCK_WINDOWS - 1 + LAG_WINDOWS  # honest windows before an attack: the latest and the lagged windows
-DEMOTION_HISTORY = DEMOTION_BLOCK - 1 + DEMOTION_LAG  # before a demotion: the demotion test's lagged windows too
+DEMOTION_HISTORY = LONG_WINDOWS - 1 + LONG_LAG  # before a demotion: the demotion test's lagged windows too
 ATTACKED = 10
 TARGETS = 10
 UNDER_BETA = 0.05

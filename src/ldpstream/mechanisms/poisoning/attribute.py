@@ -8,9 +8,8 @@ previous ones kept.
    (numeric), disagreement then key frequency (PCKV), against the reference window when there is one. Given the
    sequential test's state (`Drift`, the sums of the windows before), a frequency oracle's items and a numeric mean
    first take this window's step of it (`ldpstream.mechanisms.poisoning.sequential`), and a frequency oracle's
-   items the block test's (its latest windows together against the lagged windows before them) and the demotion
-   test's (the top items' long block against a frozen lagged reference); what they find drifting is held on that
-   side.
+   items the block test's (its latest windows together against the lagged windows before them) and the long block
+   test's (ten windows against a frozen lagged reference); what they find drifting is held on that side.
 3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`: a suspected prefix ranked by
    its reference frequency, the others by their estimates capped one standard deviation above it), nothing removed
    from the sums.
@@ -43,8 +42,8 @@ from ldpstream.mechanisms.poisoning.base import (
 )
 from ldpstream.mechanisms.poisoning.frequency import (
     block_shift,
-    demotion_shift,
     excess_claims,
+    long_shift,
     standardized_excess,
     support_itemsets,
     supports_itemsets_apply,
@@ -57,10 +56,10 @@ from ldpstream.mechanisms.poisoning.sequential import (
     BLOCK,
     BLOCK_WINDOWS,
     CUSUM,
-    DEMOTION,
-    DEMOTION_BLOCK,
-    DEMOTION_LAG,
     LAG_WINDOWS,
+    LONG,
+    LONG_LAG,
+    LONG_WINDOWS,
     cusum_step,
     threshold,
 )
@@ -171,7 +170,7 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     before (used instead of running them); `drift`: the sequential test's sums after the window before (None: the
     sequential test is not run); `blocks`: the block test's (the sum of the defended blocks of the windows just
     before this one, the sum of the lagged windows before those: `blocks_of`; None: not run; frequency oracles
-    with a drift only), then the demotion test's likewise, where there are four."""
+    with a drift only), then the long block test's likewise, where there are four."""
     block = np.asarray(block, dtype=np.float64)
     size = block.shape[0]
     removed = np.zeros(size)
@@ -217,7 +216,7 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
             if held is not None and blocks is not None:
                 held = block_test(mech, left, (blocks[0], blocks[1]), policy, held, findings, int(block[0]))
                 if len(blocks) == 4:
-                    held = demotion_test(mech, left, (blocks[2], blocks[3]), policy, held, findings, int(block[0]))
+                    held = long_block_test(mech, left, (blocks[2], blocks[3]), policy, held, findings, int(block[0]))
         step(excess_claims(mech, left, reference_est, policy, held))
     elif isinstance(mech, NumericMechanism):
         if reports is not None and not prior:
@@ -263,26 +262,28 @@ def block_test(mech: FrequencyOracle, left: np.ndarray, blocks: tuple[np.ndarray
     return (np.fmin(up, np.where(shift > 0, level, np.nan)), np.fmax(down, np.where(shift < 0, level, np.nan)))
 
 
-def demotion_test(mech: FrequencyOracle, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray], policy: Policy,
-                  held: tuple[np.ndarray, np.ndarray], findings: list[Finding], reports: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """The demotion test's step (`ldpstream.mechanisms.poisoning.sequential`): its finding appended to `findings`,
-    and each item it finds held from below to the lagged windows' estimate as well (the higher of the two levels
+def long_block_test(mech: FrequencyOracle, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray], policy: Policy,
+                    held: tuple[np.ndarray, np.ndarray], findings: list[Finding], reports: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The long block test's step (`ldpstream.mechanisms.poisoning.sequential`): its finding appended to `findings`,
+    and each item it finds held, on that side, to the lagged windows' estimate as well (the nearer of the two levels
     where another test holds it). Not run while the lagged windows hold fewer than the policy's minimum of
     reports."""
     recent, lagged = blocks
     if float(lagged[0]) < policy.min_reports:
         return held
     lagged_est = mech.estimate(lagged[1:])
-    found = demotion_shift(mech, mech.estimate(left + recent[1:]), lagged_est,
-                           mech.estimate(left + recent[1:] + lagged[1:]), policy)
-    which = np.flatnonzero(found)
-    findings.append(Finding(DEMOTION, SUSPECTED if len(which) else CLEAN, reports,
-                            suspects=tuple(int(v) for v in which), false_positive=policy.alpha_demotion,
-                            detail=f"{len(which)} top item(s) below the {DEMOTION_LAG} windows before the last "
-                                   f"{DEMOTION_BLOCK} (demoted), held where they were" if len(which) else ""))
+    shift = long_shift(mech, mech.estimate(left + recent[1:]), lagged_est,
+                       mech.estimate(left + recent[1:] + lagged[1:]), policy)
+    which = np.flatnonzero(shift)
+    findings.append(Finding(LONG, SUSPECTED if len(which) else CLEAN, reports,
+                            suspects=tuple(int(v) for v in which), false_positive=policy.alpha_long,
+                            detail=f"{len(which)} shifted over the last {LONG_WINDOWS} windows against the "
+                                   f"{LONG_LAG} before (up: {int((shift > 0).sum())}, down: {int((shift < 0).sum())}),"
+                                   f" held where they were" if len(which) else ""))
+    level = np.asarray(lagged_est.value, dtype=np.float64)
     up, down = held
-    return up, np.fmax(down, np.where(found, np.asarray(lagged_est.value, dtype=np.float64), np.nan))
+    return (np.fmin(up, np.where(shift > 0, level, np.nan)), np.fmax(down, np.where(shift < 0, level, np.nan)))
 
 
 def _split(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int, recent: int,
@@ -300,12 +301,12 @@ def blocks_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | 
               ) -> tuple[np.ndarray, ...] | None:
     """The block test's inputs for window `index` (`defend`'s `blocks`): the sum of the defended blocks of the
     BLOCK_WINDOWS - 1 windows before it, and of the LAG_WINDOWS before those; then, where its lagged windows have
-    reports, the demotion test's: of the DEMOTION_BLOCK - 1 windows before it and the DEMOTION_LAG before those
+    reports, the long block test's: of the LONG_WINDOWS - 1 windows before it and the LONG_LAG before those
     (None: the block test's lagged windows have no reports)."""
     short = _split(blocks, defences, index, BLOCK_WINDOWS - 1, LAG_WINDOWS)
     if short is None:
         return None
-    long = _split(blocks, defences, index, DEMOTION_BLOCK - 1, DEMOTION_LAG)
+    long = _split(blocks, defences, index, LONG_WINDOWS - 1, LONG_LAG)
     return short if long is None else short + long
 
 
