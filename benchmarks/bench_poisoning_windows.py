@@ -18,7 +18,8 @@ windows first (the chain a deployment that has run a while holds: the block test
   windows against its first window's (the one-window adaptive gain), and the first window the alert fires
   (frequency oracles);
 - `demotion`: ten windows of 5% fakes supporting none of r = 1 target, the most frequent item (PM: the smallest
-  output), over `--runs` seeds: how often it is found in the first window and within ten, and the gain (negative)
+  output), after DEMOTION_HISTORY honest windows (frequency oracles: the demotion test's block and lagged windows),
+  over `--runs` seeds: how often it is found in the first window and within ten, and the gain (negative)
   left at the first and the last window (frequency oracles and PM);
 - `honest`: `--honest-windows` honest windows: windows with any finding suspected (false alarms, and which
   detector raised them) and the genuine reports set aside.
@@ -74,7 +75,7 @@ from ldpstream.mechanisms.poisoning.attribute import Defence, defend, defend_win
 from ldpstream.mechanisms.poisoning.base import SUSPECTED
 from ldpstream.mechanisms.poisoning.frequency import item_bounds, report_threshold, supports_itemsets_apply
 from ldpstream.mechanisms.poisoning.heavy import ReferenceCap
-from ldpstream.mechanisms.poisoning.sequential import BLOCK_WINDOWS, LAG_WINDOWS
+from ldpstream.mechanisms.poisoning.sequential import BLOCK_WINDOWS, LAG_WINDOWS, LONG_LAG, LONG_WINDOWS
 from ldpstream.simulator.poisoning import (
     Adaptive,
     fake_frequency_reports,
@@ -87,6 +88,7 @@ from ldpstream.simulator.population import random_words, truncated_gaussian, zip
 SCENARIOS = ("single", "ramp", "under", "demotion", "honest")
 SINGLE_BETAS = (0.01, 0.05, 0.1)
 HISTORY = BLOCK_WINDOWS - 1 + LAG_WINDOWS  # honest windows before an attack: the latest and the lagged windows
+DEMOTION_HISTORY = LONG_WINDOWS - 1 + LONG_LAG  # before a demotion: the demotion test's lagged windows too
 ATTACKED = 10
 TARGETS = 10
 UNDER_BETA = 0.05
@@ -280,17 +282,18 @@ def demotion(w: Windows, runs: int) -> dict[str, Any]:
     m = fakes_for(DEMOTION_BETA, w.n)
     first, within, when = 0, 0, []
     out: dict[str, list[float]] = {}
+    history = DEMOTION_HISTORY if frequency else HISTORY
     for _ in range(runs):
-        honest = [w.genuine() for _ in range(HISTORY + ATTACKED)]
-        attacked = honest[:HISTORY] + [w.with_fakes(b, w.fakes("demotion", m, targets=target))
-                                       for b in honest[HISTORY:]]
+        honest = [w.genuine() for _ in range(history + ATTACKED)]
+        attacked = honest[:history] + [w.with_fakes(b, w.fakes("demotion", m, targets=target))
+                                       for b in honest[history:]]
         found = [d is not None and any(f.status == SUSPECTED and (not frequency or int(target[0]) in f.suspects)
-                                       for f in d.findings) for d in ours(w.mech, attacked)[HISTORY:]]
+                                       for f in d.findings) for d in ours(w.mech, attacked)[history:]]
         first += found[0]
         within += any(found)
         if any(found):
             when.append(found.index(True) + 1)
-        for at, label in ((HISTORY, "first"), (len(attacked) - 1, "last")):
+        for at, label in ((history, "first"), (len(attacked) - 1, "last")):
             for key, gain in gains(w, attacked, honest, at, target).items():
                 out.setdefault(f"{key}_{label}", []).append(gain)
     row: dict[str, Any] = {k: float(np.mean(v)) for k, v in out.items()}

@@ -164,7 +164,7 @@ class Audit:
 def audit_reports(plan: Plan, live: WindowStats, reports: WindowReports, reference: WindowStats | None,
                   reference_windows: int = 0, policy: Policy = DEFAULT_POLICY,
                   drift: Mapping[int, Drift | None] | None = None,
-                  blocks: Mapping[int, tuple[np.ndarray, np.ndarray] | None] | None = None) -> Audit:
+                  blocks: Mapping[int, tuple[np.ndarray, ...] | None] | None = None) -> Audit:
     """Step 3 and the set-aside reports of step 4 (pure). The tests on sums, and the choice of the items the
     per-report tests examine, read the window's `live` statistics (the worker's; the audit does not add the
     reports up again); the per-report tests read the reports. `drift`: per attribute, the sequential test's sums

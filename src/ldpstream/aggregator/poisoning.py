@@ -37,9 +37,12 @@ from ldpstream.mechanisms.base import Mechanism
 from ldpstream.mechanisms.open_domain.tree import LevelCap, PrefixTree
 from ldpstream.mechanisms.poisoning.attribute import Defence, Drift, blocks_of, defend, defend_windows
 from ldpstream.mechanisms.poisoning.base import STATUSES, SUSPECTED, Finding, Policy
+from ldpstream.mechanisms.poisoning.sequential import LONG_LAG, LONG_WINDOWS
 
 REFERENCE_WINDOWS = 4
-CHAIN_WINDOWS = 12  # windows before the one read that are defended live, in order, to defend its reference
+# windows before the one read that are defended live, in order, to defend its reference: with the reference's, as
+# many as the long block test reads (its block's other windows and its lagged windows)
+CHAIN_WINDOWS = LONG_WINDOWS - 1 + LONG_LAG - REFERENCE_WINDOWS
 RECORD_VERSION = 1
 DEFAULT_POLICY = Policy()
 
@@ -166,7 +169,7 @@ class Chain:
     reference: WindowStats | None
     windows: int
     drift: dict[int, Drift | None]
-    blocks: dict[int, tuple[np.ndarray, np.ndarray] | None] = field(default_factory=dict)
+    blocks: dict[int, tuple[np.ndarray, ...] | None] = field(default_factory=dict)
 
 
 def chain(store: StatsStore, plan: Plan, window: str, start_ms: int, records: Mapping[WindowKey, Record],

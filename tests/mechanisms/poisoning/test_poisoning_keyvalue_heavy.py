@@ -17,6 +17,7 @@ from ldpstream.mechanisms.open_domain.tree import PEM, suffixes
 from ldpstream.mechanisms.poisoning.attribute import defend
 from ldpstream.mechanisms.poisoning.base import CLEAN, SUSPECTED, UNTESTED, Policy, bonferroni_z
 from ldpstream.mechanisms.poisoning.heavy import ReferenceCap
+from ldpstream.mechanisms.poisoning.keyvalue import carriers
 from ldpstream.simulator.poisoning import fake_keyvalue_reports, fake_tree_reports
 from ldpstream.simulator.population import random_words, zipf_probabilities
 
@@ -225,3 +226,26 @@ def test_a_trees_reports_set_aside_never_exceed_those_carrying_a_suspect(
         carriers.append(int((buckets[:, hashes] == y[None, :]).any(axis=0).sum()))
     assert finding.set_aside <= max(carriers)
     assert finding.set_aside <= m
+
+
+@pytest.mark.parametrize("name,beta", [("pckv-grr", 0.05), ("pckv-grr", 0.2), ("pckv-ue", 0.2)])
+def test_keyvalue_recovery_sets_aside_no_more_than_the_reports_that_name_the_key(name: str, beta: float) -> None:
+    """At eps = 1 M2GA's fakes make both key-value detectors fire; whatever their estimates of x, the reports set
+    aside as (k, sigma) fakes are at most the window's reports that name k with sign sigma (`carriers`, an exact
+    count), per key and sign, and in all at most the window."""
+    rng = np.random.default_rng(zlib.crc32(f"carriers {name} {beta}".encode()))
+    mech = kv(name, 1.0)
+    n = 100_000
+    m = round(beta * n / (1 - beta))
+    reference = attribute_block(4 * n, mech.accumulate(mech.perturb(pairs(4 * n, rng, "zipf"), rng)))
+    block = attribute_block(n, mech.accumulate(mech.perturb(pairs(n, rng, "zipf"), rng)))
+    block = block + attribute_block(m, mech.accumulate(fake_keyvalue_reports(mech, np.array([5, 9, 13]), m, rng)))
+    defence = defend(mech, block, reference, policy=POLICY)
+    assert defence.status == SUSPECTED
+    d = mech.domain_size
+    count = float(block[0])
+    for k in range(d):
+        value_removed = float(defence.removed[1 + d + k])  # the set-aside reports' signs on k
+        sign = 1.0 if value_removed >= 0 else -1.0
+        assert abs(value_removed) <= carriers(mech, block[1:], count, np.array([k]), np.array([sign]))[0] + 1e-9
+    assert defence.set_aside <= count

@@ -15,12 +15,16 @@ from ldpstream.mechanisms.frequency.base import FrequencyOracle
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.poisoning.attribute import defend, defend_windows, reference_of
 from ldpstream.mechanisms.poisoning.base import SUSPECTED, Policy, bonferroni_z
-from ldpstream.mechanisms.poisoning.frequency import block_shift, excess_claims, lower_bounds
+from ldpstream.mechanisms.poisoning.frequency import block_shift, excess_claims, long_shift, lower_bounds
 from ldpstream.mechanisms.poisoning.sequential import (
     BLOCK,
     BLOCK_WINDOWS,
     CUSUM,
     LAG_WINDOWS,
+    LONG,
+    LONG_ALL_SHARE,
+    LONG_LAG,
+    LONG_WINDOWS,
     K,
     average_run_length,
     cusum_step,
@@ -224,3 +228,85 @@ def test_a_demotion_the_reference_takes_in_is_found_by_the_block_test() -> None:
     defended = float(oracle.estimate((attacked[-1] - last.removed)[1:]).value[0])
     undefended = float(oracle.estimate(attacked[-1][1:]).value[0])
     assert defended > undefended
+
+
+def honest_estimates(oracle: FrequencyOracle, probs: np.ndarray, reports: int, trials: int,
+                     rng: np.random.Generator) -> Estimate:
+    """`trials` honest windows of `reports` reports at once (rows), each item's support from its marginal."""
+    counts = rng.multinomial(reports, probs, size=trials)
+    support = rng.binomial(counts, oracle.p) + rng.binomial(reports - counts, oracle.q)
+    value = (support / reports - oracle.q) / (oracle.p - oracle.q)
+    return Estimate(n=reports, value=value, stderr=np.zeros_like(value))
+
+
+@pytest.mark.parametrize("shape", ["zipf", "flat"])
+def test_the_long_block_test_flags_honest_blocks_at_its_stated_rate(shape: str) -> None:
+    """The long block test on honest windows: the long block and its lagged windows are two honest samples, and its
+    demotion part's item is chosen on their pooled estimate, which (normal, equal variances) is independent of their
+    difference, so that part flags with probability (1 - LONG_ALL_SHARE) alpha_long (one item: no Bonferroni slack),
+    even where the largest item is a toss-up ("flat": choosing it on the lagged windows alone would bias the test
+    down); the every-item part adds at most LONG_ALL_SHARE alpha_long (Bonferroni). The count of flagged trials over
+    `trials` is at least the first and at most alpha_long, within 4 binomial standard deviations; a loose policy so
+    that the rate is measurable."""
+    policy = Policy(alpha_long=0.02)
+    oracle = registry.make("grr", 2.0, domain=32)
+    assert isinstance(oracle, FrequencyOracle)
+    rng = np.random.default_rng(zlib.crc32(f"long block {shape}".encode()))
+    probs = zipf_probabilities(32, 1.0) if shape == "zipf" else np.full(32, 1 / 32)
+    n, trials = 2_000, 20_000
+    block = honest_estimates(oracle, probs, LONG_WINDOWS * n, trials, rng)
+    lagged = honest_estimates(oracle, probs, LONG_LAG * n, trials, rng)
+    pooled_value = (block.n * block.value + lagged.n * lagged.value) / (block.n + lagged.n)
+    pooled = Estimate(n=block.n + lagged.n, value=pooled_value, stderr=np.zeros_like(pooled_value))
+    flagged = int(long_shift(oracle, block, lagged, pooled, policy).any(axis=1).sum())
+    low, high = (1 - LONG_ALL_SHARE) * policy.alpha_long * trials, policy.alpha_long * trials
+    assert low - 4 * math.sqrt(low) <= flagged <= high + 4 * math.sqrt(high)
+
+
+def test_the_long_block_test_finds_a_rise_under_every_window_bound() -> None:
+    """An item 3 sd of one window's estimate above its level in each of ten windows (under the window's bound of
+    5.55 sd, and the block test sees it at 3 / sqrt(1/4 + 1/8) = 4.9 < 5.46 sd) shows in the long block at
+    3 / sqrt(1 / 10 + 1 / 48) = 8.6 sd, over the every-item part's 5.46 by more than 3: flagged up."""
+    oracle = registry.make("oue", 1.0, domain=1024)
+    assert isinstance(oracle, FrequencyOracle)
+    rng = np.random.default_rng(5)
+    probs = zipf_probabilities(1024, 1.0)
+    n = 200_000
+    f = float(probs[500])
+    sd = math.sqrt((float(oracle.variance(f)) + f * (1 - f)) / n)
+    block = honest_estimates(oracle, probs, LONG_WINDOWS * n, 1, rng)
+    lagged = honest_estimates(oracle, probs, LONG_LAG * n, 1, rng)
+    block.value[0, 500] += 3 * sd
+    pooled = Estimate(n=1, value=block.value + lagged.value, stderr=block.stderr)
+    shift = long_shift(oracle, block, lagged, pooled, POLICY)
+    assert shift[0, 500] == 1
+
+
+def test_a_slow_demotion_of_the_top_item_is_found_and_held_at_its_level() -> None:
+    """5% fakes that support none of GRR's top item (d = 1,024, eps = 1: each window's fall, delta = beta (f + q /
+    (p - q)), is under every other test's bound) after an honest history of the demotion test's windows; n is chosen
+    so that at the attack's tenth window the test sees delta / sd / sqrt(1 / B + 1 / R) >= its z + 4 standard
+    deviations. It finds the top item within ten windows, and the last window's defended estimate is held at the
+    lagged windows' level: within 4 of one window's standard deviations of the genuine frequency."""
+    oracle = registry.make("grr", 1.0, domain=1024)
+    assert isinstance(oracle, FrequencyOracle)
+    rng = np.random.default_rng(42)
+    probs = zipf_probabilities(1024, 1.0)
+    f, p, q, beta = float(probs[0]), oracle.p, oracle.q, 0.05
+    delta = beta * (f + q / (p - q))
+    z = bonferroni_z(POLICY.alpha_long, 1)
+    sd_unit = math.sqrt(float(oracle.variance(f)) + f * (1 - f))  # sqrt(n) sd of one window's estimate
+    n = math.ceil(((z + 4) * math.sqrt(1 / LONG_WINDOWS + 1 / LONG_LAG) * sd_unit / delta) ** 2)
+    history = LONG_WINDOWS - 1 + LONG_LAG
+    genuine = [honest_block(oracle, n, probs, rng) for _ in range(history + 10)]
+    m = round(beta * n / (1 - beta))
+    attacked = genuine[:history] + [with_fakes(oracle, b, "demotion", np.array([0]), m, rng)
+                                    for b in genuine[history:]]
+    defences = defend_windows(oracle, attacked, policy=POLICY)
+    found = [any(f.detector == LONG and 0 in f.suspects for f in d.findings)
+             for d in defences[history:] if d is not None]
+    assert any(found), found
+    last = defences[-1]
+    assert last is not None
+    defended = float(oracle.estimate((attacked[-1] - last.removed)[1:]).value[0])
+    assert abs(defended - f) < 4 * sd_unit / math.sqrt(n)

@@ -8,8 +8,8 @@ previous ones kept.
    (numeric), disagreement then key frequency (PCKV), against the reference window when there is one. Given the
    sequential test's state (`Drift`, the sums of the windows before), a frequency oracle's items and a numeric mean
    first take this window's step of it (`ldpstream.mechanisms.poisoning.sequential`), and a frequency oracle's
-   items the block test's (its latest windows together against the lagged windows before them); what they find
-   drifting is held on that side.
+   items the block test's (its latest windows together against the lagged windows before them) and the long block
+   test's (ten windows against a frozen lagged reference); what they find drifting is held on that side.
 3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`: a suspected prefix ranked by
    its reference frequency, the others by their estimates capped one standard deviation above it), nothing removed
    from the sums.
@@ -43,6 +43,7 @@ from ldpstream.mechanisms.poisoning.base import (
 from ldpstream.mechanisms.poisoning.frequency import (
     block_shift,
     excess_claims,
+    long_shift,
     standardized_excess,
     support_itemsets,
     supports_itemsets_apply,
@@ -56,6 +57,9 @@ from ldpstream.mechanisms.poisoning.sequential import (
     BLOCK_WINDOWS,
     CUSUM,
     LAG_WINDOWS,
+    LONG,
+    LONG_LAG,
+    LONG_WINDOWS,
     cusum_step,
     threshold,
 )
@@ -160,13 +164,13 @@ def _block(finding: Finding, size: int) -> np.ndarray:
 
 def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = None, reports: Reports | None = None,
            prior: Sequence[Finding] = (), policy: Policy = Policy(), drift: Drift | None = None,
-           blocks: tuple[np.ndarray, np.ndarray] | None = None) -> Defence:
+           blocks: tuple[np.ndarray, ...] | None = None) -> Defence:
     """The attribute's defence (module docstring). `reference`: the reference window's block (None: none);
     `reports`: the window's reports of this attribute (per-report tests); `prior`: per-report findings recorded
     before (used instead of running them); `drift`: the sequential test's sums after the window before (None: the
     sequential test is not run); `blocks`: the block test's (the sum of the defended blocks of the windows just
     before this one, the sum of the lagged windows before those: `blocks_of`; None: not run; frequency oracles
-    with a drift only)."""
+    with a drift only), then the long block test's likewise, where there are four."""
     block = np.asarray(block, dtype=np.float64)
     size = block.shape[0]
     removed = np.zeros(size)
@@ -210,7 +214,9 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
             x = standardized_excess(mech, mech.estimate(left), reference_est, policy)
             held = sequential(x, np.asarray(reference_est.value))
             if held is not None and blocks is not None:
-                held = block_test(mech, left, blocks, policy, held, findings, int(block[0]))
+                held = block_test(mech, left, (blocks[0], blocks[1]), policy, held, findings, int(block[0]))
+                if len(blocks) == 4:
+                    held = long_block_test(mech, left, (blocks[2], blocks[3]), policy, held, findings, int(block[0]))
         step(excess_claims(mech, left, reference_est, policy, held))
     elif isinstance(mech, NumericMechanism):
         if reports is not None and not prior:
@@ -256,17 +262,52 @@ def block_test(mech: FrequencyOracle, left: np.ndarray, blocks: tuple[np.ndarray
     return (np.fmin(up, np.where(shift > 0, level, np.nan)), np.fmax(down, np.where(shift < 0, level, np.nan)))
 
 
-def blocks_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int,
-              ) -> tuple[np.ndarray, np.ndarray] | None:
-    """The block test's inputs for window `index` (`defend`'s `blocks`): the sum of the defended blocks of the
-    BLOCK_WINDOWS - 1 windows before it, and of the LAG_WINDOWS before those (None: the lagged windows have no
-    reports)."""
-    recent = BLOCK_WINDOWS - 1
-    lagged = reference_of(blocks, defences, index - recent, LAG_WINDOWS) if index - recent > 0 else None
+def long_block_test(mech: FrequencyOracle, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray], policy: Policy,
+                    held: tuple[np.ndarray, np.ndarray], findings: list[Finding], reports: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The long block test's step (`ldpstream.mechanisms.poisoning.sequential`): its finding appended to `findings`,
+    and each item it finds held, on that side, to the lagged windows' estimate as well (the nearer of the two levels
+    where another test holds it). Not run while the lagged windows hold fewer than the policy's minimum of
+    reports."""
+    recent, lagged = blocks
+    if float(lagged[0]) < policy.min_reports:
+        return held
+    lagged_est = mech.estimate(lagged[1:])
+    shift = long_shift(mech, mech.estimate(left + recent[1:]), lagged_est,
+                       mech.estimate(left + recent[1:] + lagged[1:]), policy)
+    which = np.flatnonzero(shift)
+    findings.append(Finding(LONG, SUSPECTED if len(which) else CLEAN, reports,
+                            suspects=tuple(int(v) for v in which), false_positive=policy.alpha_long,
+                            detail=f"{len(which)} shifted over the last {LONG_WINDOWS} windows against the "
+                                   f"{LONG_LAG} before (up: {int((shift > 0).sum())}, down: {int((shift < 0).sum())}),"
+                                   f" held where they were" if len(which) else ""))
+    level = np.asarray(lagged_est.value, dtype=np.float64)
+    up, down = held
+    return (np.fmin(up, np.where(shift > 0, level, np.nan)), np.fmax(down, np.where(shift < 0, level, np.nan)))
+
+
+def _split(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int, recent: int,
+           lag: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The sum of the defended blocks of the `recent` windows before `index`, and of the `lag` before those (None:
+    the lagged windows have no reports)."""
+    lagged = reference_of(blocks, defences, index - recent, lag) if index - recent > 0 else None
     if lagged is None:
         return None
     latest = reference_of(blocks, defences, index, recent)
     return (np.zeros_like(lagged) if latest is None else latest), lagged
+
+
+def blocks_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int,
+              ) -> tuple[np.ndarray, ...] | None:
+    """The block test's inputs for window `index` (`defend`'s `blocks`): the sum of the defended blocks of the
+    BLOCK_WINDOWS - 1 windows before it, and of the LAG_WINDOWS before those; then, where its lagged windows have
+    reports, the long block test's: of the LONG_WINDOWS - 1 windows before it and the LONG_LAG before those
+    (None: the block test's lagged windows have no reports)."""
+    short = _split(blocks, defences, index, BLOCK_WINDOWS - 1, LAG_WINDOWS)
+    if short is None:
+        return None
+    long = _split(blocks, defences, index, LONG_WINDOWS - 1, LONG_LAG)
+    return short if long is None else short + long
 
 
 def defend_windows(mech: Mechanism, blocks: Sequence[np.ndarray | None], recorded: Sequence[Defence | None] = (),

@@ -51,20 +51,26 @@ class Policy:
       block test, half each) raise a false alarm on an attribute in an honest window (family-wise over its items and
       both directions).
 
-    The defaults give an attribute's tests on sums a false-alarm budget of alpha_window + alpha_sequential = 1e-3 per
-    honest window (union bound): the alert's stated rate, one per 1,000 honest windows.
+    alpha_long: the probability that the long block test (`sequential.py`: ten windows against a frozen lagged
+      reference; every item both ways, and the top item down) raises a false alarm on an attribute in an honest
+      window.
+
+    The defaults give an attribute's tests on sums a false-alarm budget of alpha_window + alpha_sequential +
+    alpha_long = 7e-4 + 1e-4 + 2e-4 = 1e-3 per honest window (union bound): the alert's stated rate, one per
+    1,000 honest windows.
     """
 
     alpha_report: float = 1e-3
-    alpha_window: float = 9e-4
+    alpha_window: float = 7e-4
     drift: float = 0.0
     min_reports: int = 1000
     candidates: int = 64
     alert_fraction: float = 0.005
     alpha_sequential: float = 1e-4
+    alpha_long: float = 2e-4
 
     def __post_init__(self) -> None:
-        for name in ("alpha_report", "alpha_window", "alert_fraction", "alpha_sequential"):
+        for name in ("alpha_report", "alpha_window", "alert_fraction", "alpha_sequential", "alpha_long"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 < value < 1):
                 raise PoisoningError(f"{name} must lie in (0, 1), got {value!r}")

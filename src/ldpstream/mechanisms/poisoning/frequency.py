@@ -74,6 +74,7 @@ from ldpstream.mechanisms.poisoning.base import (
     too_few,
     upper_mean,
 )
+from ldpstream.mechanisms.poisoning.sequential import DEMOTION_ITEMS, LONG_ALL_SHARE
 
 EXCESS = "excess_claims"
 ITEMSETS = "support_itemsets"
@@ -162,6 +163,26 @@ def block_shift(oracle: FrequencyOracle, block: Estimate, lagged: Estimate, poli
     s, p, q = oracle.supports_per_report, oracle.p, oracle.q
     tested = s * block.n * (q + (p - q) * f0) >= NORMAL_COUNT
     return np.where(tested & (np.abs(x) > z), np.sign(x), 0.0)
+
+
+def long_shift(oracle: FrequencyOracle, block: Estimate, lagged: Estimate, pooled: Estimate, policy: Policy,
+               items: int = DEMOTION_ITEMS) -> np.ndarray:
+    """Per item, +1 (-1) where the long block test finds it above (below) the lagged windows
+    (`ldpstream.mechanisms.poisoning.sequential`), else 0; y = (f_block - f_lag) / sd, `_spread`'s sd, so N(0, 1) in
+    an honest block. Two parts of the budget alpha_long: every item, two-sided, |y| > Phi^-1(1 - LONG_ALL_SHARE
+    alpha_long / 2K); and the `items` largest of `pooled` (the block and the lagged windows together), down only,
+    y < -Phi^-1(1 - (1 - LONG_ALL_SHARE) alpha_long / items). Items that expect fewer than NORMAL_COUNT supports in the
+    block are not tested."""
+    f0, sd, _ = _spread(oracle, block, lagged, policy)
+    order = np.argsort(-np.nan_to_num(np.asarray(pooled.value, dtype=np.float64), nan=-np.inf), axis=-1,
+                       kind="stable")
+    rank = np.argsort(order, axis=-1, kind="stable")  # each item's place, 0 the largest (rows: several windows)
+    s, p, q = oracle.supports_per_report, oracle.p, oracle.q
+    tested = s * block.n * (q + (p - q) * f0) >= NORMAL_COUNT
+    x = (np.asarray(block.value, dtype=np.float64) - f0) / sd
+    every = tested & (np.abs(x) > bonferroni_z(LONG_ALL_SHARE * policy.alpha_long, 2 * oracle.domain_size))
+    top = tested & (rank < items) & (x < -bonferroni_z((1 - LONG_ALL_SHARE) * policy.alpha_long, items))
+    return np.where(every, np.sign(x), np.where(top, -1.0, 0.0))
 
 
 def excess_claims(oracle: FrequencyOracle, stats: np.ndarray, reference: Estimate | None = None,

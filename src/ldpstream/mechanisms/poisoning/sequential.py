@@ -42,6 +42,31 @@ sustained over the block shows as delta / sqrt(1 / B + 1 / R) = 1.63 delta (B = 
 0.97). Consecutive windows' blocks overlap, so their tests are correlated, but each window's holds its rate by
 itself. An item the block test finds is held, on that side, to the lagged windows' estimate in this window (numeric
 means: not run; their sequential test is the CUSUM).
+
+**The long block test.** Fake reports that support none of a top item and spread uniformly over the others (GRR)
+displace honest reports of the q floor almost exactly, so a window's histogram is that of an honest drop: the item's
+estimate falls by beta (f + q / (p - q)) = beta (f + 1 / (e^eps - 1)) a window, and nothing else moves. At eps = 1,
+K = 1,024, 1e6 reports a window and beta = 5% (f = 0.133, Zipf(1)), that is delta = 1.78 sd a window: under the
+window's bound (4.97 x sqrt(1 + 1/4) = 5.55 sd), and the block test above (5.46 sd over 2K tests, its reference
+absorbing attacked windows after BLOCK_WINDOWS) sees 1.63 delta = 2.9 sd. The one signal is the sustained drop.
+The long block test compares the latest LONG_WINDOWS windows (this one included) with the LONG_LAG defended windows
+before them (frozen: an attack younger than the long block is not in them),
+
+    y(v) = (f_block(v) - f_lag(v)) / sqrt(V(f_lag) (1 / n_block + 1 / n_lag)),   N(0, 1) in an honest block,
+
+in two parts of its budget alpha_long:
+- the top item, down: the DEMOTION_ITEMS largest items of the pooled estimate (the long block and its lagged
+  windows together; for normal estimates of equal variance the pooled mean is independent of the difference tested,
+  so choosing on it leaves that difference N(0, 1)), y < -Phi^-1(1 - (1 - LONG_ALL_SHARE) alpha_long / m). Power,
+  derived: after LONG_WINDOWS = 10 attacked windows y ~ N(-delta / sqrt(1 / 10 + 1 / 48), 1) = N(-5.11, 1),
+  against z = Phi^-1(1 - 1.5e-4) = 3.62 (m = 1, alpha_long = 2e-4): found with probability Phi(1.50) = 0.93
+  (m = 2: 0.90; the block test alone, 2.9 sd against 5.46: 0.01; with no lag noise at all, n_lag -> infinity,
+  Phi(5.62 - 3.62) = 0.98, the ceiling at ten windows);
+- every item, both ways: |y| > Phi^-1(1 - LONG_ALL_SHARE alpha_long / 2K) (5.46 at K = 1,024): an attacker under
+  every per-window bound whose targets rise about 3 sd a window over a reference that follows them shows at about
+  3 / sqrt(1 / 10 + 1 / 48) = 8.6 sd here once its rise fills the block.
+An item it finds is held, on that side, to the lagged windows' estimate in this window (GRR demotion: the missing
+supports given back; what an honest item that truly moves pays, at rate alpha_long).
 """
 
 from __future__ import annotations
@@ -52,8 +77,13 @@ import numpy as np
 
 CUSUM = "drift_cusum"
 BLOCK = "drift_block"
+LONG = "long_block"
 BLOCK_WINDOWS = 4  # B: the latest windows the block test sums, this one included
 LAG_WINDOWS = 8  # R: the windows before them it compares with
+LONG_WINDOWS = 10  # the long block test's latest windows, this one included
+LONG_LAG = 48  # the defended windows before them it compares with (frozen: two days of hourly windows)
+DEMOTION_ITEMS = 1  # m: the largest items its demotion part watches (chosen in advance: its multiplicity)
+LONG_ALL_SHARE = 0.25  # the share of alpha_long its every-item part spends (5e-5 of 2e-4)
 K = 0.5  # the drift: half the shift, in standard deviations per window, the sums are tuned to
 RHO = 1.166  # Siegmund's correction for the overshoot of normal steps (E[overshoot] = 0.583 per unit of scale, x 2)
 
