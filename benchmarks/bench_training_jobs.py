@@ -218,6 +218,74 @@ def coordinator_rates(n: int) -> dict[str, Any]:
     return out
 
 
+def offline_vs_edge(epochs: int, devices: int, seeds: int) -> dict[str, Any]:
+    """The example job (examples/sgd_fashion_softmax.yaml) over `devices` IID devices taking `epochs` rounds each,
+    Python devices through one real edge process and the job's coordinator, next to the offline trainer's accuracy
+    with the same settings (`device_job_twin`) over `seeds` seeds."""
+    import dataclasses
+    import threading
+
+    from ldpstream.contract.enrolment import mint, new_token
+    from ldpstream.device.policy import PrivacyPolicy
+    from ldpstream.edge.processes import start_edge, stop_edge, wait_live
+    from ldpstream.runtime.join_keys import load_token_key, pinned_keys
+    from ldpstream.runtime.redis import redis_client
+    from ldpstream.runtime.settings import PROJECT_ROOT, Settings
+    from ldpstream.sgd.federated import device_job_twin, train_federated
+    from ldpstream.sgd.fleet import train_fleet
+    from ldpstream.sgd.images import device_split, fashion_mnist
+    from ldpstream.sgd.jobfile import held_out, load_job_yaml
+    from ldpstream.sgd.jobrun import RunState, state_key
+
+    cfg = Settings.from_env()
+    example, evaluation = load_job_yaml(PROJECT_ROOT / "examples" / "sgd_fashion_softmax.yaml")
+    b = example.batch_size
+    devices -= devices % b
+    spec = job("softmax", "privunitg", job_id=f"bench-e2e-{uuid.uuid4().hex[:8]}", epsilon=example.epsilon,
+               clip=example.clip, batch_size=b, max_rounds=epochs, max_versions=epochs * devices // b, lr=example.lr,
+               momentum=example.momentum, max_examples=example.max_examples, expected_population=devices)
+    train, test = fashion_mnist("train"), fashion_mnist("test")
+    twin, split = device_job_twin(spec, device_split("iid", train.y, 0))
+    coordinator = _coordinator(cfg, spec, held_out(spec, evaluation or {"dataset": "fashion-mnist"}))
+    coordinator.start()
+    stop = threading.Event()
+    thread = threading.Thread(target=coordinator.run, kwargs={"should_stop": stop.is_set}, daemon=True)
+    thread.start()
+    lifetime = example.epsilon * epochs
+    token = mint(load_token_key(cfg), new_token([spec.key], devices, now_ms(), now_ms() + 86_400_000))
+    with tempfile.TemporaryDirectory() as tmp:
+        port = 18942
+        edge = start_edge(port, Path(tmp) / "spool", "--rate", "1000000", "--enrol-per-address", "100000000",
+                          log_file=Path(tmp) / "edge.log")
+        try:
+            wait_live(f"http://127.0.0.1:{port}", edge, probe="/readyz")
+            fleet = train_fleet(f"http://127.0.0.1:{port}", spec.job_id, token, pinned_keys(cfg), train, devices,
+                                "iid", Path(tmp) / "devices", seed=0, timeout_s=6 * 3600,
+                                policy=PrivacyPolicy(max_epsilon_per_report=example.epsilon,
+                                                     max_epsilon_per_day=lifetime,
+                                                     max_lifetime_per_collection=lifetime,
+                                                     max_lifetime_per_device=max(lifetime, 32.0))).to_json()
+            deadline = time.monotonic() + 60
+            client = redis_client(cfg.redis)
+            while not (state := RunState.from_redis(client.hgetall(state_key(spec.job_id)))).done and \
+                    time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            thread.join(30)
+            stop_edge(edge)
+    net = make_network("softmax", tuple(MODELS["softmax"]))
+    offline = [100 * train_federated(dataclasses.replace(twin, seed=s), net, train, split, test).summary["accuracy"]
+               for s in range(seeds)]
+    edge_accuracy = 100 * state.evaluations[-1]["accuracy"] if state.evaluations else None
+    return {"devices": devices, "epochs": epochs, "batch_size": b, "versions": state.version, "done": state.done,
+            "epsilon": spec.epsilon, "lr": spec.lr, "momentum": spec.momentum, "fleet_seconds": fleet["seconds"],
+            "edge_accuracy": edge_accuracy, "offline_accuracies": [round(a, 2) for a in offline],
+            "offline_mean": round(float(np.mean(offline)), 2),
+            "offline_sd": round(float(np.std(offline, ddof=1)), 2) if seeds > 1 else None,
+            "difference": None if edge_accuracy is None else round(edge_accuracy - float(np.mean(offline)), 2)}
+
+
 def device_times(repeats: int) -> Any:
     """bench_typescript_training.py's JSON (Python, Node, Chromium)."""
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_typescript_training.py"), "--updates",
@@ -236,12 +304,15 @@ def main() -> None:
     parser.add_argument("--device-times", action="store_true", help="Python, Node and Chromium device times")
     parser.add_argument("--compare-epochs", type=int, default=0, help="through the edge vs offline, E passes")
     parser.add_argument("--compare-devices", type=int, default=6000)
+    parser.add_argument("--compare-seeds", type=int, default=10, help="offline seeds next to the edge's run")
     args = parser.parse_args()
     out: dict[str, Any] = {"benchmark": "training_jobs", "update_bytes": [
         measure(model, mechanism, args.repeats, args.examples) for model, mechanism in CASES]}
     if args.live:
         out["edge"] = edge_rates(args.updates, args.seconds, args.concurrency)
         out["coordinator"] = coordinator_rates(args.updates)
+    if args.compare_epochs:
+        out["offline_vs_edge"] = offline_vs_edge(args.compare_epochs, args.compare_devices, args.compare_seeds)
     if args.device_times:
         out["device_time"] = device_times(args.repeats)
     print(json.dumps(out, indent=1))
