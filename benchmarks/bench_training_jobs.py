@@ -218,10 +218,11 @@ def coordinator_rates(n: int) -> dict[str, Any]:
     return out
 
 
-def offline_vs_edge(epochs: int, devices: int, seeds: int) -> dict[str, Any]:
+def offline_vs_edge(epochs: int, devices: int, seeds: int, seed: int) -> dict[str, Any]:
     """The example job (examples/sgd_fashion_softmax.yaml) over `devices` IID devices taking `epochs` rounds each,
     Python devices through one real edge process and the job's coordinator, next to the offline trainer's accuracy
-    with the same settings (`device_job_twin`) over `seeds` seeds."""
+    with the same settings (`device_job_twin`) over `seeds` seeds. `seed`: the split's, the fleet's order's and its
+    devices' noise (a run is reproducible up to the order of a version's sum)."""
     import dataclasses
     import threading
 
@@ -245,7 +246,7 @@ def offline_vs_edge(epochs: int, devices: int, seeds: int) -> dict[str, Any]:
                clip=example.clip, batch_size=b, max_rounds=epochs, max_versions=epochs * devices // b, lr=example.lr,
                momentum=example.momentum, max_examples=example.max_examples, expected_population=devices)
     train, test = fashion_mnist("train"), fashion_mnist("test")
-    twin, split = device_job_twin(spec, device_split("iid", train.y, 0))
+    twin, split = device_job_twin(spec, device_split("iid", train.y, seed))
     coordinator = _coordinator(cfg, spec, held_out(spec, evaluation or {"dataset": "fashion-mnist"}))
     coordinator.start()
     stop = threading.Event()
@@ -260,7 +261,7 @@ def offline_vs_edge(epochs: int, devices: int, seeds: int) -> dict[str, Any]:
         try:
             wait_live(f"http://127.0.0.1:{port}", edge, probe="/readyz")
             fleet = train_fleet(f"http://127.0.0.1:{port}", spec.job_id, token, pinned_keys(cfg), train, devices,
-                                "iid", Path(tmp) / "devices", seed=0, timeout_s=6 * 3600,
+                                "iid", Path(tmp) / "devices", seed=seed, timeout_s=6 * 3600,
                                 policy=PrivacyPolicy(max_epsilon_per_report=example.epsilon,
                                                      max_epsilon_per_day=lifetime,
                                                      max_lifetime_per_collection=lifetime,
@@ -278,7 +279,7 @@ def offline_vs_edge(epochs: int, devices: int, seeds: int) -> dict[str, Any]:
     offline = [100 * train_federated(dataclasses.replace(twin, seed=s), net, train, split, test).summary["accuracy"]
                for s in range(seeds)]
     edge_accuracy = 100 * state.evaluations[-1]["accuracy"] if state.evaluations else None
-    return {"devices": devices, "epochs": epochs, "batch_size": b, "versions": state.version, "done": state.done,
+    return {"seed": seed, "devices": devices, "epochs": epochs, "batch_size": b, "versions": state.version, "done": state.done,
             "epsilon": spec.epsilon, "lr": spec.lr, "momentum": spec.momentum, "fleet_seconds": fleet["seconds"],
             "edge_accuracy": edge_accuracy, "offline_accuracies": [round(a, 2) for a in offline],
             "offline_mean": round(float(np.mean(offline)), 2),
@@ -305,6 +306,7 @@ def main() -> None:
     parser.add_argument("--compare-epochs", type=int, default=0, help="through the edge vs offline, E passes")
     parser.add_argument("--compare-devices", type=int, default=6000)
     parser.add_argument("--compare-seeds", type=int, default=10, help="offline seeds next to the edge's run")
+    parser.add_argument("--compare-seed", type=int, default=0, help="the edge run's split, order and noise")
     args = parser.parse_args()
     out: dict[str, Any] = {"benchmark": "training_jobs", "update_bytes": [
         measure(model, mechanism, args.repeats, args.examples) for model, mechanism in CASES]}
@@ -312,7 +314,8 @@ def main() -> None:
         out["edge"] = edge_rates(args.updates, args.seconds, args.concurrency)
         out["coordinator"] = coordinator_rates(args.updates)
     if args.compare_epochs:
-        out["offline_vs_edge"] = offline_vs_edge(args.compare_epochs, args.compare_devices, args.compare_seeds)
+        out["offline_vs_edge"] = offline_vs_edge(args.compare_epochs, args.compare_devices, args.compare_seeds,
+                                              args.compare_seed)
     if args.device_times:
         out["device_time"] = device_times(args.repeats)
     print(json.dumps(out, indent=1))
