@@ -279,8 +279,9 @@ def offline_vs_edge(epochs: int, devices: int, seeds: int, seed: int) -> dict[st
     offline = [100 * train_federated(dataclasses.replace(twin, seed=s), net, train, split, test).summary["accuracy"]
                for s in range(seeds)]
     edge_accuracy = 100 * state.evaluations[-1]["accuracy"] if state.evaluations else None
-    return {"seed": seed, "devices": devices, "epochs": epochs, "batch_size": b, "versions": state.version, "done": state.done,
-            "epsilon": spec.epsilon, "lr": spec.lr, "momentum": spec.momentum, "fleet_seconds": fleet["seconds"],
+    return {"seed": seed, "devices": devices, "epochs": epochs, "batch_size": b, "versions": state.version,
+            "done": state.done, "epsilon": spec.epsilon, "lr": spec.lr, "momentum": spec.momentum,
+            "fleet_seconds": fleet["seconds"],
             "edge_accuracy": edge_accuracy, "offline_accuracies": [round(a, 2) for a in offline],
             "offline_mean": round(float(np.mean(offline)), 2),
             "offline_sd": round(float(np.std(offline, ddof=1)), 2) if seeds > 1 else None,
