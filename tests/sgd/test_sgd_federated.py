@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -13,7 +14,7 @@ from ldpstream.cli.commands import app
 from ldpstream.contract.networks import make_network
 from ldpstream.contract.snapshot import decode_snapshot
 from ldpstream.sgd.accounting import job_privacy
-from ldpstream.sgd.federated import FederatedJob, clip, train_federated
+from ldpstream.sgd.federated import FederatedJob, clip, device_job_twin, train_federated
 from ldpstream.sgd.images import LabelledSet, gaussian_classes, iid_split, non_iid_split
 from ldpstream.sgd.models import TrainingError
 
@@ -76,3 +77,31 @@ def test_cli_json_keys(tmp_path: Path) -> None:
     assert last["ema"] == 0 and last["accuracy"] == last["last_iterate_accuracy"]  # ema 0 serves the last iterate
     bad = CliRunner().invoke(app, [*args, "--mechanism", "none", "--split", "by-city"])
     assert bad.exit_code == 2, bad.output
+
+
+def test_a_device_jobs_twin_has_its_settings_and_its_fleets_devices() -> None:
+    from ldpstream.sgd.jobfile import complete_job
+
+    spec = complete_job({"job_id": "twin", "version": 1, "model": {"architecture": "mlp", "dims": [10, 16, 10]},
+                         "mechanism": {"name": "projunit", "k": 64}, "clip": 0.5, "epsilon": 6.0, "max_rounds": 2,
+                         "batch_size": 50, "max_versions": 8, "lr": 0.3, "momentum": 0.9, "max_examples": 3,
+                         "version_validity_s": 60})
+    split = non_iid_split(_data()[0].y)
+    job, devices = device_job_twin(spec, split, seed=7)
+    assert job == FederatedJob("projunit", 6.0, 50, 2, 0.3, 0.9, 7, ema=0.0, clip=0.5, k=64)
+    # 8 versions of 50 updates, each device in 2 of them: 200 devices, the fleet's first, on their first 3 rows
+    assert devices.devices == 200 and np.array_equal(devices.rows, split.rows[:200, :3])
+    with pytest.raises(TrainingError, match="no whole number"):
+        device_job_twin(msgspec.structs.replace(spec, max_versions=7), split)
+
+
+def test_the_clip_scales_the_step_as_a_job_coordinator_does() -> None:
+    """Clip C: each device's mean gradient scaled to norm <= C, the server steps on C times the reports' mean. Without
+    noise and with C above every gradient's norm, one round is one plain gradient step from theta_0 = 0."""
+    train, test = _data()
+    net = make_network("softmax", (10, 10))
+    split = iid_split(len(train.y))
+    run = train_federated(FederatedJob("none", 1.0, len(train.y), 1, lr=0.5, momentum=0.0, clip=1e6), net, train,
+                          split, test)
+    expected = -0.5 * net.gradients(np.zeros(net.size), train.x.astype(np.float64), train.y).mean(axis=0)
+    np.testing.assert_allclose(run.snapshot.params, expected, rtol=1e-6, atol=1e-9)

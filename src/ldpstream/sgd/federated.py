@@ -25,6 +25,7 @@ import numpy as np
 
 from ldpstream.contract.networks import Network
 from ldpstream.contract.snapshot import Snapshot
+from ldpstream.contract.training import JobSpec
 from ldpstream.sgd.accounting import job_privacy, rounds_per_epoch
 from ldpstream.sgd.images import DeviceSplit, LabelledSet
 from ldpstream.sgd.models import TrainingError
@@ -57,8 +58,9 @@ class NoNoise:
         return np.asarray(reports).mean(axis=0)
 
 
-def randomizer(name: str, dims: int, epsilon: float) -> Randomizer:
-    """The randomizer called `name`: 'none', 'gaussian' (at delta 1e-5) or a gradient mechanism."""
+def randomizer(name: str, dims: int, epsilon: float, k: int | None = None) -> Randomizer:
+    """The randomizer called `name`: 'none', 'gaussian' (at delta 1e-5) or a gradient mechanism (`k`: ProjUnit's
+    projected dimension, None for its default)."""
     if name == "none":
         return NoNoise()
     if name == "gaussian":
@@ -67,7 +69,7 @@ def randomizer(name: str, dims: int, epsilon: float) -> Randomizer:
         return GaussianVector(dims, epsilon, GAUSSIAN_DELTA)
     from ldpstream.mechanisms.gradients import gradient_mechanism
 
-    mechanism: Randomizer = gradient_mechanism(name, dims=dims, epsilon=epsilon)
+    mechanism: Randomizer = gradient_mechanism(name, dims=dims, epsilon=epsilon, **({} if k is None else {"k": k}))
     return mechanism
 
 
@@ -112,7 +114,9 @@ def evaluate(net: Network, theta: np.ndarray, test: LabelledSet) -> Evaluation:
 @dataclass(frozen=True)
 class FederatedJob:
     """One offline job: network, randomizer and its epsilon per report, B devices a round, T epochs, the server's
-    learning rate, momentum and EMA decay (`ServerOptimizer`), and the seed of the device order and the noise."""
+    learning rate, momentum and EMA decay (`ServerOptimizer`), the seed of the device order and the noise, the clip
+    C (a device's gradient is scaled to L2 norm <= C; the server's step takes C times the reports' unbiased mean, as
+    a device job's coordinator does) and ProjUnit's projected dimension k (None: its default)."""
 
     mechanism: str
     epsilon: float
@@ -122,10 +126,14 @@ class FederatedJob:
     momentum: float = DEFAULT_MOMENTUM
     seed: int = 0
     ema: float = DEFAULT_EMA
+    clip: float = 1.0
+    k: int | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.epsilon) and self.epsilon > 0):
             raise TrainingError(f"epsilon must be finite and > 0, got {self.epsilon}")
+        if not (math.isfinite(self.clip) and self.clip > 0):
+            raise TrainingError(f"the clip must be finite and > 0, got {self.clip}")
         if self.epochs < 1 or self.clients_per_round < 1:
             raise TrainingError(f"need epochs >= 1 and clients per round >= 1, got {self.epochs}, "
                                 f"{self.clients_per_round}")
@@ -134,6 +142,26 @@ class FederatedJob:
     @property
     def optimizer(self) -> ServerOptimizer:
         return ServerOptimizer(self.lr, self.momentum, self.ema)
+
+
+def device_job_twin(spec: JobSpec, split: DeviceSplit, seed: int = 0) -> tuple[FederatedJob, DeviceSplit]:
+    """The offline trainer's job and devices with the same settings as the device job `spec` (protocol section 13)
+    whose fleet deals devices in `split`'s order: its mechanism (and k), epsilon per report, clip, B = batch_size, the
+    server's lr and momentum without EMA (a job's coordinator serves its last iterate: `jobrun`), T = max_rounds epochs;
+    and the split's first N = B max_versions / max_rounds devices, each with its first max_examples rows (what a
+    device trains on), so that the trainer's T N / B rounds are the job's versions, each device in one round an epoch
+    as a fleet runs them (`ldpstream.sgd.fleet`). The cap parameters are the optimal ones at (eps, P) on both sides
+    (`jobfile.complete_job` derives the job's). TrainingError if no whole number of devices fits."""
+    b, rounds = spec.batch_size, spec.max_rounds
+    devices, extra = divmod(b * spec.max_versions, rounds)
+    if extra or devices % b:
+        raise TrainingError(f"{spec.max_versions} versions of {b} updates are no whole number of devices taking "
+                            f"{rounds} rounds of {b} each")
+    if devices > split.devices:
+        raise TrainingError(f"the job needs {devices} devices, the split has {split.devices}")
+    job = FederatedJob(spec.mechanism.name, spec.epsilon, b, rounds, spec.lr, spec.momentum, seed, ema=0.0,
+                       clip=spec.clip, k=spec.mechanism.k)
+    return job, DeviceSplit(split.kind, split.rows[:devices, : spec.max_examples])
 
 
 @dataclass(frozen=True)
@@ -153,16 +181,16 @@ def train_federated(job: FederatedJob, net: Network, train: LabelledSet, split: 
     per_epoch = rounds_per_epoch(split.devices, job.clients_per_round)
     init_seed, order_seed, noise_seed = np.random.SeedSequence(job.seed).spawn(3)
     order_rng, noise_rng = np.random.default_rng(order_seed), np.random.default_rng(noise_seed)
-    mechanism = randomizer(job.mechanism, net.size, job.epsilon)
+    mechanism = randomizer(job.mechanism, net.size, job.epsilon, job.k)
     server = job.optimizer
     state = server.start(net.init(np.random.default_rng(init_seed)))
     b = job.clients_per_round
     for _ in range(job.epochs):
         order = order_rng.permutation(split.devices)
         for r in range(per_epoch):
-            gradients = clip(device_gradients(net, state.theta, train, split.rows[order[r * b : (r + 1) * b]]),
-                             mechanism.norm)
-            state = server.step(state, mechanism.mean(mechanism.perturb(gradients, noise_rng)))
+            gradients = device_gradients(net, state.theta, train, split.rows[order[r * b : (r + 1) * b]])
+            gradients = clip(gradients / job.clip, mechanism.norm)
+            state = server.step(state, job.clip * mechanism.mean(mechanism.perturb(gradients, noise_rng)))
         if not np.isfinite(state.theta).all():
             raise TrainingError("the model diverged (non-finite parameters): lower --lr or --momentum")
     theta = server.served(state)
@@ -177,7 +205,7 @@ def train_federated(job: FederatedJob, net: Network, train: LabelledSet, split: 
         "dataset": train.name, "model": net.name, "dims": list(net.dims), "parameters": net.size,
         "mechanism": job.mechanism, "split": split.kind, "devices": split.devices,
         "examples_per_device": int(split.rows.shape[1]), "clients_per_round": b, "epochs": job.epochs,
-        "rounds": job.epochs * per_epoch, "lr": job.lr, "momentum": job.momentum, "ema": job.ema,
+        "rounds": job.epochs * per_epoch, "lr": job.lr, "momentum": job.momentum, "ema": job.ema, "clip": job.clip,
         "seed": job.seed,
         "accuracy": result.accuracy, "accuracy_stderr": result.accuracy_stderr, "loss": result.loss,
         "loss_stderr": result.loss_stderr, "last_iterate_accuracy": last.accuracy, "test_examples": len(test.y),
