@@ -42,7 +42,8 @@ REALM = 'Bearer realm="ldpstream"'
 INVALID_TOKEN = f'{REALM}, error="invalid_token"'
 ESTIMATES = "/collections/diagnostics/estimates"
 SERIES = "/collections/diagnostics/series?attribute=battery_level"
-NEEDS = {"/collections": "read", ESTIMATES: "read", SERIES: "read", "/metrics": "metrics"}
+NEEDS = {"/collections": "read", ESTIMATES: "read", SERIES: "read", "/jobs": "read",
+         "/metrics": "metrics"}
 GUARDED = list(NEEDS)
 T0 = now_ms()
 
@@ -116,7 +117,7 @@ def test_every_route_is_open_or_has_a_scope() -> None:
     routes = {resource.canonical for resource in app.router.resources()}
     assert routes == OPEN_ROUTES | set(ROUTE_SCOPES)
     # the open routes hold no data: liveness, the OpenAPI document, the console's static pages and scripts
-    assert OPEN_ROUTES == {"/healthz", "/openapi.json", "/", "/console", "/console/", "/console/collection",
+    assert OPEN_ROUTES == {"/healthz", "/openapi.json", "/", "/console", "/console/", "/console/collection", "/console/job",
                            "/console/static/{file}"}
 
 
@@ -169,7 +170,7 @@ def test_a_revoked_token_is_401_within_the_cache_bound(guarded: Guarded) -> None
 
 
 @pytest.mark.parametrize("scopes, allowed", [
-    ([Scope.READ], {"/collections", ESTIMATES, SERIES}),
+    ([Scope.READ], {"/collections", ESTIMATES, SERIES, "/jobs"}),
     ([Scope.METRICS], {"/metrics"}),
     ([Scope.READ, Scope.METRICS], set(GUARDED)),
     ([Scope.ADMIN], set(GUARDED)),
