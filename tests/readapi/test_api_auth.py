@@ -117,8 +117,8 @@ def test_every_route_is_open_or_has_a_scope() -> None:
     routes = {resource.canonical for resource in app.router.resources()}
     assert routes == OPEN_ROUTES | set(ROUTE_SCOPES)
     # the open routes hold no data: liveness, the OpenAPI document, the console's static pages and scripts
-    assert OPEN_ROUTES == {"/healthz", "/openapi.json", "/", "/console", "/console/", "/console/collection", "/console/job",
-                           "/console/static/{file}"}
+    assert OPEN_ROUTES == {"/healthz", "/openapi.json", "/", "/console", "/console/", "/console/collection",
+                           "/console/job", "/console/static/{file}"}
 
 
 @pytest.mark.parametrize("path, method", [(p, "GET") for p in [*GUARDED, "/nowhere", "/collections/x"]]
