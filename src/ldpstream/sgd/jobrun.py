@@ -28,6 +28,7 @@ updates (`ldpstream.sgd.accounting.job_privacy`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -72,6 +73,13 @@ JOB_ACCURACY = Gauge("ldp_job_held_out_accuracy", "The current model's held-out 
 JOB_LOSS = Gauge("ldp_job_held_out_loss", "The current model's held-out mean cross-entropy", ["job"])
 JOB_PARTICIPATIONS = Gauge("ldp_job_max_participations", "The most versions any device sent an update for",
                            ["job"])
+
+
+def initial_rng(spec: JobSpec) -> np.random.Generator:
+    """The randomness of a job version's model version 0 (`Network.init`: He-uniform hidden weights; a softmax's is all
+    zeros): seeded by the job and its version, so every coordinator of the job makes the same version 0."""
+    digest = hashlib.sha256(f"{spec.job_id}@{spec.version}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
 @dataclass
@@ -161,7 +169,7 @@ class JobCoordinator:
         finally:
             consumer.close()
         zero = np.zeros(self.net.size)
-        fresh = RunState(self.spec.version, 0, zero, zero.copy(), zero.copy(), [], ends)
+        fresh = RunState(self.spec.version, 0, self.net.init(initial_rng(self.spec)), zero, zero.copy(), [], ends)
         if not self._write(fresh, None, {}, True):  # another coordinator made it first
             return self.start()
         self.state = fresh
