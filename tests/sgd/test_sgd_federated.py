@@ -14,7 +14,7 @@ from ldpstream.cli.commands import app
 from ldpstream.contract.networks import make_network
 from ldpstream.contract.snapshot import decode_snapshot
 from ldpstream.sgd.accounting import job_privacy
-from ldpstream.sgd.federated import FederatedJob, clip, device_job_twin, train_federated
+from ldpstream.sgd.federated import DeviceReports, FederatedJob, Replay, clip, device_job_twin, train_federated
 from ldpstream.sgd.images import LabelledSet, gaussian_classes, iid_split, non_iid_split
 from ldpstream.sgd.models import TrainingError
 
@@ -105,3 +105,51 @@ def test_the_clip_scales_the_step_as_a_job_coordinator_does() -> None:
                           split, test)
     expected = -0.5 * net.gradients(np.zeros(net.size), train.x.astype(np.float64), train.y).mean(axis=0)
     np.testing.assert_allclose(run.snapshot.params, expected, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("mechanism", [{"name": "privunitg"}, {"name": "projunit", "k": 32}])
+def test_a_replay_steps_on_the_devices_own_updates(mechanism: dict[str, object]) -> None:
+    """`Replay`: the trainer re-runs a device job from its version 0, dealing the given devices into versions, each
+    update the device's own (its `clipped_update_vector`, its report function drawing from its own source), decoded as
+    the coordinator decodes them and stepped as it steps (`jobrun`: the float32 values' sum / B times C). The oracle
+    here is that device and coordinator path written out; a different order of the same devices is another run."""
+    from ldpstream.contract.training import clipped_update_vector
+    from ldpstream.mechanisms.gradients.device import GeneratorUniforms, privunitg_report, projunit_report
+    from ldpstream.mechanisms.gradients.projunit import ProjUnit
+    from ldpstream.sgd.jobfile import complete_job
+
+    spec = complete_job({"job_id": "replay", "version": 1, "model": {"architecture": "mlp", "dims": [10, 8, 10]},
+                         "mechanism": mechanism, "clip": 0.5, "epsilon": 8.0, "max_rounds": 1, "batch_size": 5,
+                         "max_versions": 4, "lr": 0.5, "momentum": 0.5, "max_examples": 2,
+                         "version_validity_s": 60})
+    train, test = _data()
+    job, devices = device_job_twin(spec, non_iid_split(train.y, 10, 2))
+    net = make_network("mlp", (10, 8, 10))
+    theta0 = net.init(np.random.default_rng(5))
+    dealt = np.random.default_rng(6).permutation(devices.devices)[None, :]
+
+    def sources() -> list[GeneratorUniforms]:
+        return [GeneratorUniforms(np.random.default_rng([3, d])) for d in range(devices.devices)]
+
+    def replay(order: np.ndarray) -> np.ndarray:
+        run = train_federated(job, net, train, devices, test,
+                              Replay(order, DeviceReports(spec.mechanism, net.size, sources()), theta0))
+        return run.snapshot.params
+
+    m, mine, server = spec.mechanism, sources(), job.optimizer
+    projection = ProjUnit(net.size, spec.epsilon, k=m.k) if m.name == "projunit" else None
+    state = server.start(theta0)
+    for version in range(spec.max_versions):
+        total = np.zeros(net.size)
+        for d in dealt[0, version * 5 : version * 5 + 5]:
+            rows = devices.rows[d]
+            x = clipped_update_vector(spec, state.theta, train.x[rows], train.y[rows])
+            if projection is None:
+                total += privunitg_report(x, m.p, m.q, mine[d])["value"].reshape(-1).astype(np.float64)
+            else:
+                total += projection.decode(projunit_report(x, m.k or 0, m.p, m.q, mine[d]))[0]
+        state = server.step(state, total / 5 * spec.clip)
+    np.testing.assert_allclose(replay(dealt), state.theta, rtol=0, atol=1e-9)
+    assert np.abs(replay(dealt[:, ::-1]) - state.theta).max() > 1e-3
+    with pytest.raises(TrainingError, match="a replay deals"):
+        replay(dealt[:, :-1])

@@ -2,15 +2,21 @@
 // --token F --train JOB`, `ldpstream.sgd.fleet`): each device is a `TrainingDevice` with its own state directory and
 // its own rows, joined with the job's enrolment token; the fleet runs in rounds of the job's batch size (a seeded
 // random order), each device training on its rows and flushing, then waits (bounded) for the coordinator's next
-// version. It stops when the job is done, every device is spent, or the time bound passes; prints a JSON summary.
+// version. It stops when the job is done, every device is spent, or the time bound passes; prints a JSON summary, with
+// `sent`: [device, model version] of each update made, in order (the version the fleet waited for before the round:
+// the coordinator steps only after B updates, so the round's devices all train at it).
+// With "seeds" (one integer in [0, 2^53) per device), device i draws its noise from the SplitMix64 stream seeded by
+// seeds[i] (uniform: (word >> 11) / 2^53; `word64`: the next word), which `ts_training.SplitMix64` replays in Python;
+// else from the platform's cryptographic generator.
 //
 //   node tests/typescript/train_devices.mjs MANIFEST.json
 //
 // MANIFEST: {"edge": URL, "job": JOB, "token": TOKEN, "keys": {what `ldp spec keys --json` prints},
 //            "x": "rows.f32" (float32 LE, n x features), "y": "labels.u8" (uint8, n), "features": d,
 //            "devices": [[row indices of device 0], ...], "state": DIR, "timeout_s": 600, "seed": 0,
-//            "policy": {optional PolicyOptions}}
+//            "policy": {optional PolicyOptions}, "seeds": [optional: one per device]}
 import { readFileSync } from "node:fs";
+import { seedWords } from "../../sdk/typescript/dist/training/gradients.js";
 import { TrainingDevice } from "../../sdk/typescript/dist/training/index.js";
 
 const VERSION_WAIT_MS = 30_000;
@@ -39,15 +45,40 @@ const shuffled = (list) => {
   return a;
 };
 
+const GOLDEN = 0x9e3779b97f4a7c15n;
+const BLOCK = 4096;
+class SplitMix64 { // the SDK's `Random`: SplitMix64's words mix64(s + (j + 1) golden), j = 0, 1, ...
+  constructor(seed) { this.state = BigInt(seed); this.at = BLOCK; }
+  #word() {
+    if (this.at === BLOCK) {
+      this.words = seedWords(this.state, BLOCK);
+      this.state = (this.state + BigInt(BLOCK) * GOLDEN) & ((1n << 64n) - 1n);
+      this.at = 0;
+    }
+    const j = this.at++;
+    return [this.words.hi[j], this.words.lo[j]];
+  }
+  uniform() {
+    const [hi, lo] = this.#word();
+    return (hi * 2 ** 21 + (lo >>> 11)) / 2 ** 53;
+  }
+  below(n) { return Math.floor(this.uniform() * n); } // unused by a training device
+  word64() {
+    const [hi, lo] = this.#word();
+    return (BigInt(hi) << 32n) | BigInt(lo);
+  }
+}
+
 const run = { devices: m.devices.length, joined: 0, refused: {}, updates: 0, taken: 0, outcomes: {}, last_version: -1,
-              done: false, seconds: 0, update_ms: [] };
+              done: false, seconds: 0, update_ms: [], sent: [] };
 const count = (table, key) => { table[key] = (table[key] ?? 0) + 1; };
 
 const fleet = [];
 for (let i = 0; i < m.devices.length; i++) {
   try {
     fleet.push(await TrainingDevice.join({ edge: m.edge, job: m.job, token: m.token, trustedKeys: m.keys,
-                                           policy: m.policy ?? {}, storage: `${m.state}/device-${i}` }));
+                                           policy: m.policy ?? {}, storage: `${m.state}/device-${i}`,
+                                           ...(m.seeds ? { random: new SplitMix64(m.seeds[i]) } : {}) }));
   } catch (exc) {
     count(run.refused, exc.code ?? (exc.reason ? `edge_${exc.reason}` : String(exc.name)));
     fleet.push(null);
@@ -92,12 +123,16 @@ while (Date.now() < deadline && live.length && !run.done) {
   const batch = fleet[live[0]].spec.batch_size;
   const order = shuffled(live);
   for (let start = 0; start < order.length && !run.done; start += batch) {
-    const results = await Promise.all(order.slice(start, start + batch).map(step));
-    for (const [outcome, taken] of results) {
+    const dealt = order.slice(start, start + batch);
+    const results = await Promise.all(dealt.map(step));
+    results.forEach(([outcome, taken], k) => {
       count(run.outcomes, outcome);
-      if (outcome === "sent") run.updates++;
+      if (outcome === "sent") {
+        run.updates++;
+        run.sent.push([dealt[k], version]);
+      }
       run.taken += taken;
-    }
+    });
     if (results.some(([o]) => o === "refused:done")) run.done = true;
     else run.last_version = version = await waitForVersion(fleet[live[0]], version);
     if (Date.now() >= deadline) break;

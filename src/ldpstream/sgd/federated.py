@@ -18,18 +18,22 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from ldpstream.contract.networks import Network
 from ldpstream.contract.snapshot import Snapshot
-from ldpstream.contract.training import JobSpec
+from ldpstream.contract.training import JobSpec, MechanismSpec
 from ldpstream.sgd.accounting import job_privacy, rounds_per_epoch
 from ldpstream.sgd.images import DeviceSplit, LabelledSet
 from ldpstream.sgd.models import TrainingError
 from ldpstream.sgd.server_optimizer import DEFAULT_EMA, DEFAULT_LR, DEFAULT_MOMENTUM, ServerOptimizer
+
+if TYPE_CHECKING:
+    from ldpstream.mechanisms.gradients.device import Uniforms
 
 GAUSSIAN_DELTA = 1e-5
 CHUNK_ELEMENTS = 1 << 24  # per-example gradients computed in chunks of at most this many numbers (128 MiB)
@@ -164,6 +168,50 @@ def device_job_twin(spec: JobSpec, split: DeviceSplit, seed: int = 0) -> tuple[F
     return job, DeviceSplit(split.kind, split.rows[:devices, : spec.max_examples])
 
 
+class DeviceReports:
+    """The devices' own update randomizer (protocol section 13.5: `privunitg_report` or `projunit_report` of
+    `ldpstream.mechanisms.gradients.device`, the cap (p, q) of the job's `mechanism`), each device drawing from its own
+    `sources[device]`, and the reports decoded as a job's coordinator decodes updates (`ldpstream.sgd.jobrun`: the
+    float32 wire values, ProjUnit's seeded projection undone; `mean`: their float64 mean)."""
+
+    norm = "l2"
+
+    def __init__(self, mechanism: MechanismSpec, dims: int, sources: Sequence[Uniforms]) -> None:
+        from ldpstream.mechanisms.gradients.projunit import ProjUnit
+
+        self.mechanism, self.sources = mechanism, sources
+        self.projection = ProjUnit(dims, 1.0, k=mechanism.k) if mechanism.name == "projunit" else None
+
+    def perturb(self, vectors: np.ndarray, devices: np.ndarray) -> np.ndarray:
+        """The decoded reports (float64, one row per vector) of `vectors`, row i perturbed by device `devices[i]`."""
+        from ldpstream.mechanisms.gradients.device import privunitg_report, projunit_report
+
+        m, rows = self.mechanism, []
+        for x, device in zip(vectors, devices.tolist(), strict=True):
+            source = self.sources[device]
+            if self.projection is None:
+                rows.append(privunitg_report(x, m.p, m.q, source)["value"].reshape(-1).astype(np.float64))
+            else:
+                report = projunit_report(x, m.k or 0, m.p, m.q, source)
+                rows.append(self.projection.decode({"seed": report["seed"], "value": report["value"]})[0])
+        return np.stack(rows)
+
+    def mean(self, reports: np.ndarray) -> np.ndarray:
+        return reports.mean(axis=0)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a device job's fleet did, for `train_federated` to replay: per epoch, the split's devices in the order
+    they were dealt into rounds (`dealt`, shape (epochs, devices): round r of an epoch is its devices r B to r B + B -
+    1, the model version they sent their updates for), their randomizer and randomness (`reports`), and the job's
+    version 0 (`theta0`: `Network.init(jobrun.initial_rng(spec))`)."""
+
+    dealt: np.ndarray
+    reports: DeviceReports
+    theta0: np.ndarray
+
+
 @dataclass(frozen=True)
 class FederatedRun:
     """An offline job's outcome: the JSON `ldp train --offline --dataset ...` prints, and the final model version."""
@@ -173,8 +221,9 @@ class FederatedRun:
 
 
 def train_federated(job: FederatedJob, net: Network, train: LabelledSet, split: DeviceSplit,
-                    test: LabelledSet) -> FederatedRun:
-    """Run `job` (module docstring): the JSON summary and the model after its last round (version = rounds)."""
+                    test: LabelledSet, replay: Replay | None = None) -> FederatedRun:
+    """Run `job` (module docstring): the JSON summary and the model after its last round (version = rounds). With a
+    `replay`, its device order, reports and version 0 stand for the seeded ones (`Replay`)."""
     if train.dims != net.features or train.classes != net.classes:
         raise TrainingError(f"{net.name} {net.dims} does not fit {train.dims} features and {train.classes} classes")
     started = time.perf_counter()
@@ -183,14 +232,21 @@ def train_federated(job: FederatedJob, net: Network, train: LabelledSet, split: 
     order_rng, noise_rng = np.random.default_rng(order_seed), np.random.default_rng(noise_seed)
     mechanism = randomizer(job.mechanism, net.size, job.epsilon, job.k)
     server = job.optimizer
-    state = server.start(net.init(np.random.default_rng(init_seed)))
+    if replay is not None and replay.dealt.shape != (job.epochs, split.devices):
+        raise TrainingError(f"a replay deals {job.epochs} epochs of {split.devices} devices, got {replay.dealt.shape}")
+    state = server.start(net.init(np.random.default_rng(init_seed)) if replay is None else replay.theta0.copy())
     b = job.clients_per_round
-    for _ in range(job.epochs):
-        order = order_rng.permutation(split.devices)
+    for epoch in range(job.epochs):
+        order = order_rng.permutation(split.devices) if replay is None else replay.dealt[epoch]
         for r in range(per_epoch):
-            gradients = device_gradients(net, state.theta, train, split.rows[order[r * b : (r + 1) * b]])
+            devices = order[r * b : (r + 1) * b]
+            gradients = device_gradients(net, state.theta, train, split.rows[devices])
             gradients = clip(gradients / job.clip, mechanism.norm)
-            state = server.step(state, job.clip * mechanism.mean(mechanism.perturb(gradients, noise_rng)))
+            if replay is None:
+                mean = mechanism.mean(mechanism.perturb(gradients, noise_rng))
+            else:
+                mean = replay.reports.mean(replay.reports.perturb(gradients, devices))
+            state = server.step(state, job.clip * mean)
         if not np.isfinite(state.theta).all():
             raise TrainingError("the model diverged (non-finite parameters): lower --lr or --momentum")
     theta = server.served(state)

@@ -6,6 +6,8 @@ device, or non-IID, ten examples from two classes). The fleet runs the devices i
 job's batch size) in a random order make their update at the current version and flush it, `concurrency` at a time;
 then the fleet waits for the coordinator's next version (bounded) before the next round, so that few updates come
 too late for their version. It stops when the job is done, every device has taken its rounds, or `timeout_s` passed.
+Device i's noise is drawn from `device_source(seed, i)`, and the run lists which device sent an update for which
+version (`FleetRun.sent`): with both, `ldpstream.sgd.federated.Replay` re-runs the fleet's updates offline.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from ldpstream.contract.training import decode_update
 from ldpstream.device.edge_api import EdgeError
 from ldpstream.device.ledger import BudgetExceeded
 from ldpstream.device.policy import PrivacyPolicy
 from ldpstream.device.sdk import DEFAULT_POLICY, SpecRefused
 from ldpstream.device.training import TrainingDevice
+from ldpstream.mechanisms.gradients.device import GeneratorUniforms
 from ldpstream.sgd.images import LabelledSet, device_split
 
 VERSION_WAIT_S = 30.0  # the longest a round waits for the coordinator's next version
@@ -32,7 +36,8 @@ VERSION_WAIT_S = 30.0  # the longest a round waits for the coordinator's next ve
 
 @dataclass
 class FleetRun:
-    """What a training fleet did: devices joined or refused (by code), updates made and taken, outcomes."""
+    """What a training fleet did: devices joined or refused (by code), updates made and taken, outcomes, and the
+    (device, model version) of each update made (`sent`, in the order made; not in the JSON summary)."""
 
     devices: int
     joined: int = 0
@@ -43,11 +48,17 @@ class FleetRun:
     last_version: int = -1
     done: bool = False
     seconds: float = 0.0
+    sent: list[tuple[int, int]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"devices": self.devices, "joined": self.joined, "refused": dict(self.refused),
                 "updates": self.updates, "taken": self.taken, "outcomes": dict(self.outcomes),
                 "last_version": self.last_version, "done": self.done, "seconds": self.seconds}
+
+
+def device_source(seed: int, device: int) -> GeneratorUniforms:
+    """The randomness of a fleet's device `device` (`ldpstream.mechanisms.gradients.device.Uniforms`)."""
+    return GeneratorUniforms(np.random.default_rng([seed, device]))
 
 
 def train_fleet(url: str, job: str, token: str, keys: Any, data: LabelledSet, devices: int, split: str,
@@ -63,7 +74,7 @@ def train_fleet(url: str, job: str, token: str, keys: Any, data: LabelledSet, de
     def join(i: int) -> TrainingDevice | None:
         try:
             return TrainingDevice.join(url, job, token, keys, policy, state_dir / f"device-{i}",
-                                       rng=np.random.default_rng([seed, i]), tls=tls)
+                                       source=device_source(seed, i), tls=tls)
         except SpecRefused as refused:
             run.refused[refused.code] += 1
         except EdgeError as exc:
@@ -78,31 +89,34 @@ def train_fleet(url: str, job: str, token: str, keys: Any, data: LabelledSet, de
             return run
         batch = fleet[live[0]].spec.batch_size  # type: ignore[union-attr]
 
-        def step(i: int) -> tuple[str, int]:
+        def step(i: int) -> tuple[str, int, int]:
             device = fleet[i]
             assert device is not None
             try:
                 made = device.train((data.x[rows[i]], data.y[rows[i]]))
             except SpecRefused as refused:
-                return f"refused:{refused.code}", 0
+                return f"refused:{refused.code}", 0, -1
             except BudgetExceeded:
-                return "spent", 0
+                return "spent", 0, -1
             except EdgeError as exc:
-                return f"edge:{exc.reason or exc.status}", 0
+                return f"edge:{exc.reason or exc.status}", 0, -1
             if made is None:
-                return "waiting", 0
-            return "sent", device.flush()
+                return "waiting", 0, -1
+            return "sent", device.flush(), decode_update(made, device.spec).model_version
 
         version = _wait_for_version(fleet[live[0]], -1, started + timeout_s)  # type: ignore[arg-type]
         while time.monotonic() - started < timeout_s and live:
             order = rng.permutation(live)
             for start in range(0, len(order), batch):
-                results = list(pool.map(step, order[start : start + batch].tolist()))
-                for outcome, taken in results:
+                dealt = order[start : start + batch].tolist()
+                results = list(pool.map(step, dealt))
+                for i, (outcome, taken, made_for) in zip(dealt, results, strict=True):
                     run.outcomes[outcome] += 1
                     run.updates += outcome == "sent"
                     run.taken += taken
-                if any(o.startswith("refused:done") for o, _ in results):
+                    if outcome == "sent":
+                        run.sent.append((i, made_for))
+                if any(o.startswith("refused:done") for o, _, _ in results):
                     run.done = True
                     break
                 version = _wait_for_version(fleet[live[0]], version, started + timeout_s)  # type: ignore[arg-type]
