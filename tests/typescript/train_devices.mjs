@@ -62,7 +62,7 @@ class SplitMix64 { // the SDK's `Random`: SplitMix64's words mix64(s + (j + 1) g
     const [hi, lo] = this.#word();
     return (hi * 2 ** 21 + (lo >>> 11)) / 2 ** 53;
   }
-  below(n) { return Math.floor(this.uniform() * n); } // unused by a training device
+  below() { throw new Error("a training device draws no below(n) (section 13.5): the replay would not see it"); }
   word64() {
     const [hi, lo] = this.#word();
     return (BigInt(hi) << 32n) | BigInt(lo);
