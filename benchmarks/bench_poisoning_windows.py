@@ -67,6 +67,7 @@ from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.base import Estimate, Mechanism, Reports
 from ldpstream.mechanisms.frequency.base import FrequencyOracle
 from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
+from ldpstream.mechanisms.keyvalue.pckv import PCKV
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.numeric.base import NumericMechanism
 from ldpstream.mechanisms.open_domain.strings import StringDomain
@@ -75,6 +76,7 @@ from ldpstream.mechanisms.poisoning.attribute import Defence, defend, defend_win
 from ldpstream.mechanisms.poisoning.base import SUSPECTED
 from ldpstream.mechanisms.poisoning.frequency import item_bounds, report_threshold, supports_itemsets_apply
 from ldpstream.mechanisms.poisoning.heavy import ReferenceCap
+from ldpstream.mechanisms.poisoning.keyvalue import KeyOracle
 from ldpstream.mechanisms.poisoning.sequential import BLOCK_WINDOWS, LAG_WINDOWS, LONG_LAG, LONG_WINDOWS
 from ldpstream.simulator.poisoning import (
     Adaptive,
@@ -145,7 +147,7 @@ class Windows:
         if isinstance(mech, PrefixTree):
             return fake_tree_reports(mech, attack, targets, m, rng)
         assert isinstance(mech, KeyValueMechanism)
-        return fake_keyvalue_reports(mech, targets, m, rng)
+        return fake_keyvalue_reports(mech, targets, m, rng, attack, adaptive)
 
     def value(self, blocks: Sequence[np.ndarray], defences: Sequence[Defence | None] | None, at: int,
               targets: Any = None) -> float:
@@ -240,10 +242,11 @@ def ramp(w: Windows) -> dict[str, Any]:
 def under(w: Windows) -> dict[str, Any]:
     """The attacker under the bound, window by window against the chain as published so far."""
     mech, targets = w.mech, w.targets
-    assert isinstance(mech, FrequencyOracle)
+    oracle = KeyOracle(mech) if isinstance(mech, PCKV) else mech  # PCKV: its key frequencies' bound
+    assert isinstance(oracle, FrequencyOracle | KeyOracle)
     m = fakes_for(UNDER_BETA, w.n)
     per_report = None
-    if supports_itemsets_apply(mech):
+    if isinstance(mech, FrequencyOracle) and supports_itemsets_apply(mech):
         threshold = report_threshold(mech, targets, POLICY.alpha_report)
         per_report = None if threshold is None else threshold[0] - 1
     honest = [w.genuine() for _ in range(HISTORY + ATTACKED)]
@@ -254,9 +257,9 @@ def under(w: Windows) -> dict[str, Any]:
         defences = ours(mech, attacked)
         reference = reference_of(attacked, defences, len(attacked), REFERENCE_WINDOWS)
         assert reference is not None
-        ref_est = mech.estimate(reference[1:])
+        ref_est = oracle.estimate(reference[1:])
         window = Estimate(n=w.n + m, value=ref_est.value, stderr=ref_est.stderr * np.sqrt(REFERENCE_WINDOWS))
-        bound, base = item_bounds(mech, window, ref_est, POLICY)
+        bound, base = item_bounds(oracle, window, ref_est, POLICY)
         sd = np.sqrt(window.stderr ** 2 + ref_est.stderr ** 2)
         allowed = float(max(0.0, np.min(((bound - base) - ADAPTIVE_MARGIN * sd)[targets])))
         kept = [rises[i] for i in range(max(0, t - REFERENCE_WINDOWS), t)  # its rises the reference holds
@@ -277,8 +280,8 @@ def under(w: Windows) -> dict[str, Any]:
 def demotion(w: Windows, runs: int) -> dict[str, Any]:
     """Ten windows of 5% fakes demoting the top item, `runs` times: found in the first window, found within ten,
     and the gain (negative) left at the first and the last window."""
-    frequency = isinstance(w.mech, FrequencyOracle)
-    target = np.array([int(np.argmax(w.probs))]) if frequency else np.array([0])
+    frequency = isinstance(w.mech, FrequencyOracle | KeyValueMechanism)  # items (keys) with the long block test
+    target = np.array([int(np.argmax(w.probs))]) if isinstance(w.mech, FrequencyOracle) else np.array([0])
     m = fakes_for(DEMOTION_BETA, w.n)
     first, within, when = 0, 0, []
     out: dict[str, list[float]] = {}
@@ -317,8 +320,8 @@ def honest_windows(w: Windows, windows: int) -> dict[str, Any]:
 
 APPLIES: dict[str, Callable[[Mechanism], bool]] = {
     "single": lambda m: True, "ramp": lambda m: True,
-    "under": lambda m: isinstance(m, FrequencyOracle),  # written for the frequency oracles' bound
-    "demotion": lambda m: isinstance(m, FrequencyOracle | NumericMechanism),
+    "under": lambda m: isinstance(m, FrequencyOracle | PCKV),  # the frequency oracles' bound (PCKV: its keys')
+    "demotion": lambda m: isinstance(m, FrequencyOracle | NumericMechanism | PCKV),
     "honest": lambda m: not isinstance(m, PrefixTree)}  # a tree's alert decodes each window: see bench_poisoning
 
 

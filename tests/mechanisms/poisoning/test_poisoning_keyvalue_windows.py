@@ -16,7 +16,7 @@ from ldpstream.mechanisms.poisoning.base import SUSPECTED, Policy
 from ldpstream.mechanisms.poisoning.frequency import standardized_excess
 from ldpstream.mechanisms.poisoning.keyvalue import KeyOracle
 from ldpstream.mechanisms.poisoning.sequential import BLOCK, BLOCK_WINDOWS, CUSUM, LAG_WINDOWS, LONG
-from ldpstream.simulator.poisoning import fake_keyvalue_reports
+from ldpstream.simulator.poisoning import Adaptive, fake_keyvalue_reports
 from ldpstream.simulator.population import zipf_probabilities
 
 POLICY = Policy()
@@ -100,3 +100,27 @@ def test_a_pckv_ramp_is_held_by_the_tests_over_windows(name: str, eps: float) ->
     found = {f.detector for f in last.findings if f.status == SUSPECTED and set(targets) <= set(f.suspects)}
     assert found & {CUSUM, BLOCK, LONG}, last.findings
     assert abs(frequency(attacked) - frequency(honest)) < 0.25 * (raw - truth)
+
+
+@pytest.mark.parametrize("name", ["pckv-grr", "pckv-ue"])
+def test_keyvalue_demotion_and_adaptive_fakes_do_what_they_say(name: str) -> None:
+    """Demotion fakes name no target (its centred support falls by b / c_f a report for PCKV-GRR, 0 for PCKV-UE:
+    the reports' statistics read exactly); adaptive fakes carry ceil(rise c_f N / (1 - b)) M2GA reports a target."""
+    rng = np.random.default_rng(3)
+    mech, targets, m = pckv(name, 2.0), np.array([2, 5]), 4_000
+    stats = mech.accumulate(fake_keyvalue_reports(mech, targets, m, rng, "demotion"))
+    d = mech.domain_size
+    named = stats[targets] + mech.b * m  # S_k = F_k + b n: the reports that name k (PCKV-UE: its non-zero entries)
+    if name == "pckv-grr":
+        assert np.allclose(named, 0.0)
+    else:
+        assert (named == 0).all()
+    assert stats[-1] == m and abs(stats[d:2 * d]).sum() <= m * d
+    c_f = mech.holder_rate * mech.frequency_gain
+    rise, population = 0.01, 100_000
+    each = math.ceil(rise * c_f * population / (1 - mech.b))
+    fakes = fake_keyvalue_reports(mech, targets, m, rng, "adaptive", Adaptive(None, rise, population))
+    kept = mech.accumulate(fakes)
+    plus = (kept[targets] + mech.b * m + kept[d + targets]) / 2  # reports that name the target with +1
+    assert (plus >= each).all()
+    assert (plus <= each + 2 * math.sqrt(m * mech.b) + 1).all() if name == "pckv-ue" else (plus == each).all()

@@ -133,7 +133,7 @@ def _spread(oracle: Supports, est: Estimate, reference: Estimate, policy: Policy
     return f0, np.sqrt(var / est.n + var / reference.n), z
 
 
-def item_bounds(oracle: FrequencyOracle, est: Estimate, reference: Estimate | None,
+def item_bounds(oracle: Supports, est: Estimate, reference: Estimate | None,
                 policy: Policy) -> tuple[np.ndarray, np.ndarray]:
     """(b(v), the reference frequency each bound rises from) per item (module docstring): the largest estimate an
     honest window shows with probability 1 - alpha_window / 2K; without a usable reference, 1 + z se."""
