@@ -16,11 +16,12 @@ windows first (the chain a deployment that has run a while holds: the block test
   over the genuine frequency is that allowance plus what its earlier windows left in the reference (the mean of
   its rises there), so a reference that takes in its windows raises it window after window; the gain after ten
   windows against its first window's (the one-window adaptive gain), and the first window the alert fires
-  (frequency oracles);
+  (frequency oracles; PCKV: its key frequencies' bound, the rest of its fakes reports of non-target keys);
 - `demotion`: ten windows of 5% fakes supporting none of r = 1 target, the most frequent item (PM: the smallest
-  output), after DEMOTION_HISTORY honest windows (frequency oracles: the demotion test's block and lagged windows),
+  output; PCKV: reports that name no target, the most frequent key), after DEMOTION_HISTORY honest windows
+  (frequency oracles and PCKV: the demotion test's block and lagged windows),
   over `--runs` seeds: how often it is found in the first window and within ten, and the gain (negative)
-  left at the first and the last window (frequency oracles and PM);
+  left at the first and the last window (frequency oracles, PM and PCKV);
 - `honest`: `--honest-windows` honest windows: windows with any finding suspected (false alarms, and which
   detector raised them) and the genuine reports set aside.
 Gain: sum over the targets of (estimate with the fakes - estimate of the same genuine reports without them), each
