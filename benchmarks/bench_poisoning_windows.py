@@ -16,7 +16,8 @@ windows first (the chain a deployment that has run a while holds: the block test
   over the genuine frequency is that allowance plus what its earlier windows left in the reference (the mean of
   its rises there), so a reference that takes in its windows raises it window after window; the gain after ten
   windows against its first window's (the one-window adaptive gain), and the first window the alert fires
-  (frequency oracles; PCKV: its key frequencies' bound, the rest of its fakes reports of non-target keys);
+  (frequency oracles; PCKV: its key frequencies' bound, the rest of its fakes reports of non-target keys; PM: the
+  mean's bound, `bench_poisoning`'s adaptive reports on [1, the largest output]);
 - `demotion`: ten windows of 5% fakes supporting none of r = 1 target, the most frequent item (PM: the smallest
   output; PCKV: reports that name no target, the most frequent key), after DEMOTION_HISTORY honest windows
   (frequency oracles and PCKV: the demotion test's block and lagged windows),
@@ -74,7 +75,7 @@ from ldpstream.mechanisms.numeric.base import NumericMechanism
 from ldpstream.mechanisms.open_domain.strings import StringDomain
 from ldpstream.mechanisms.open_domain.tree import PEM, PrefixTree
 from ldpstream.mechanisms.poisoning.attribute import Defence, defend, defend_windows, reference_of
-from ldpstream.mechanisms.poisoning.base import SUSPECTED
+from ldpstream.mechanisms.poisoning.base import SUSPECTED, bonferroni_z
 from ldpstream.mechanisms.poisoning.frequency import item_bounds, report_threshold, supports_itemsets_apply
 from ldpstream.mechanisms.poisoning.heavy import ReferenceCap
 from ldpstream.mechanisms.poisoning.keyvalue import KeyOracle
@@ -244,7 +245,6 @@ def under(w: Windows) -> dict[str, Any]:
     """The attacker under the bound, window by window against the chain as published so far."""
     mech, targets = w.mech, w.targets
     oracle = KeyOracle(mech) if isinstance(mech, PCKV) else mech  # PCKV: its key frequencies' bound
-    assert isinstance(oracle, FrequencyOracle | KeyOracle)
     m = fakes_for(UNDER_BETA, w.n)
     per_report = None
     if isinstance(mech, FrequencyOracle) and supports_itemsets_apply(mech):
@@ -259,15 +259,29 @@ def under(w: Windows) -> dict[str, Any]:
         reference = reference_of(attacked, defences, len(attacked), REFERENCE_WINDOWS)
         assert reference is not None
         ref_est = oracle.estimate(reference[1:])
-        window = Estimate(n=w.n + m, value=ref_est.value, stderr=ref_est.stderr * np.sqrt(REFERENCE_WINDOWS))
-        bound, base = item_bounds(oracle, window, ref_est, POLICY)
-        sd = np.sqrt(window.stderr ** 2 + ref_est.stderr ** 2)
-        allowed = float(max(0.0, np.min(((bound - base) - ADAPTIVE_MARGIN * sd)[targets])))
+        if isinstance(oracle, NumericMechanism):  # the mean's bound: z sd of an honest window's difference
+            variance = float(ref_est.stderr) ** 2 * ref_est.n  # a report's
+            allowed = max(0.0, (bonferroni_z(POLICY.alpha_window, 2) - ADAPTIVE_MARGIN)
+                          * float(np.sqrt(variance / (w.n + m) + variance / ref_est.n)))
+        else:
+            assert isinstance(oracle, FrequencyOracle | KeyOracle)
+            window = Estimate(n=w.n + m, value=ref_est.value, stderr=ref_est.stderr * np.sqrt(REFERENCE_WINDOWS))
+            bound, base = item_bounds(oracle, window, ref_est, POLICY)
+            sd = np.sqrt(window.stderr ** 2 + ref_est.stderr ** 2)
+            allowed = float(max(0.0, np.min(((bound - base) - ADAPTIVE_MARGIN * sd)[targets])))
         kept = [rises[i] for i in range(max(0, t - REFERENCE_WINDOWS), t)  # its rises the reference holds
                 if not alert(w, attacked, defences, HISTORY + i)]
         rise = allowed + (float(np.mean(kept)) * len(kept) / REFERENCE_WINDOWS if kept else 0.0)
         rises.append(rise)
-        attacked.append(w.with_fakes(honest[HISTORY + t], w.fakes("adaptive", m, Adaptive(per_report, rise, w.n + m))))
+        if isinstance(mech, NumericMechanism):  # `bench_poisoning`'s adaptive PM: reports on [1, top], the rest honest
+            top = mech.output_range[1]
+            carriers = min(m, int(rise * (w.n + m) / ((1 + top) / 2 - float(ref_est.value))))
+            fakes = {"value": np.concatenate([fake_numeric_reports(mech, "adaptive", carriers, w.rng)["value"],
+                                              mech.perturb(truncated_gaussian(0.0, 0.25, m - carriers, w.rng),
+                                                           w.rng)["value"]])}
+        else:
+            fakes = w.fakes("adaptive", m, Adaptive(per_report, rise, w.n + m))
+        attacked.append(w.with_fakes(honest[HISTORY + t], fakes))
     defences = ours(mech, attacked)
     flags = [alert(w, attacked, defences, HISTORY + t) for t in range(ATTACKED)]
     first_alert = flags.index(True) + 1 if any(flags) else None
@@ -321,7 +335,7 @@ def honest_windows(w: Windows, windows: int) -> dict[str, Any]:
 
 APPLIES: dict[str, Callable[[Mechanism], bool]] = {
     "single": lambda m: True, "ramp": lambda m: True,
-    "under": lambda m: isinstance(m, FrequencyOracle | PCKV),  # the frequency oracles' bound (PCKV: its keys')
+    "under": lambda m: isinstance(m, FrequencyOracle | PCKV | NumericMechanism),
     "demotion": lambda m: isinstance(m, FrequencyOracle | NumericMechanism | PCKV),
     "honest": lambda m: not isinstance(m, PrefixTree)}  # a tree's alert decodes each window: see bench_poisoning
 
