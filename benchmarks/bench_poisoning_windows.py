@@ -16,7 +16,7 @@ windows first (the chain a deployment that has run a while holds: the block test
   over the genuine frequency is that allowance plus what its earlier windows left in the reference (the mean of
   its rises there), so a reference that takes in its windows raises it window after window; the gain after ten
   windows against its first window's (the one-window adaptive gain), and the first window the alert fires
-  (frequency oracles; PCKV: its key frequencies' bound, the rest of its fakes reports of non-target keys; PM: the
+  (frequency oracles; PCKV: its key frequencies' bound, the rest of its fakes honest reports of other keys; PM: the
   mean's bound, `bench_poisoning`'s adaptive reports on [1, the largest output]);
 - `demotion`: ten windows of 5% fakes supporting none of r = 1 target, the most frequent item (PM: the smallest
   output; PCKV: reports that name no target, the most frequent key), after DEMOTION_HISTORY honest windows

@@ -237,7 +237,8 @@ def fake_keyvalue_reports(mech: KeyValueMechanism, targets: Sequence[int] | np.n
     included, uniformly, with a fair +-1; PCKV-UE: every target entry 0, the others a fair +-1 at the rate b).
     `adaptive`: only enough M2GA reports to raise each target's frequency by `adaptive.rise` in a window of
     `adaptive.population` reports (a fake adds 1 - b to its key's centred support, c_f per unit of frequency and
-    report), the rest demotion reports (which gain nothing)."""
+    report); the rest report a random non-target key, with a uniform value, honestly (as the frequency oracles'
+    adaptive fakes: they move no target's estimate on average)."""
     t = check_targets(targets, mech.domain_size)
     if not isinstance(mech, PCKVGRR | PCKVUE):
         raise AttackError(f"no key-value attack on {mech.name}")
@@ -246,7 +247,11 @@ def fake_keyvalue_reports(mech: KeyValueMechanism, targets: Sequence[int] | np.n
         each = m // len(t) if adaptive.rise is None else min(
             m // len(t), math.ceil(adaptive.rise * c_f * adaptive.population / (1 - mech.b)))
         keys = np.repeat(t, each)
-        rest = fake_keyvalue_reports(mech, t, m - len(keys), rng, "demotion")
+        others = np.setdiff1d(np.arange(mech.domain_size), t)
+        pairs = np.full((m - len(keys), 1, 2), -1.0)
+        pairs[:, 0, 0] = others[rng.integers(0, len(others), size=len(pairs))]
+        pairs[:, 0, 1] = rng.uniform(-1.0, 1.0, size=len(pairs))
+        rest = mech.perturb(pairs, rng)
         gain = _m2ga(mech, keys, rng)
         return {c: np.concatenate([gain[c], rest[c]]) for c in gain}
     if attack == "demotion":

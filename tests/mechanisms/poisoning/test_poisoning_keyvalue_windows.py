@@ -105,7 +105,8 @@ def test_a_pckv_ramp_is_held_by_the_tests_over_windows(name: str, eps: float) ->
 @pytest.mark.parametrize("name", ["pckv-grr", "pckv-ue"])
 def test_keyvalue_demotion_and_adaptive_fakes_do_what_they_say(name: str) -> None:
     """Demotion fakes name no target (its centred support falls by b / c_f a report for PCKV-GRR, 0 for PCKV-UE:
-    the reports' statistics read exactly); adaptive fakes carry ceil(rise c_f N / (1 - b)) M2GA reports a target."""
+    the reports' statistics read exactly); adaptive fakes carry ceil(rise c_f N / (1 - b)) M2GA reports a target,
+    and the others name it with +1 at most at the honest rate b (binomial: within 5 sd)."""
     rng = np.random.default_rng(3)
     mech, targets, m = pckv(name, 2.0), np.array([2, 5]), 4_000
     stats = mech.accumulate(fake_keyvalue_reports(mech, targets, m, rng, "demotion"))
@@ -123,4 +124,4 @@ def test_keyvalue_demotion_and_adaptive_fakes_do_what_they_say(name: str) -> Non
     kept = mech.accumulate(fakes)
     plus = (kept[targets] + mech.b * m + kept[d + targets]) / 2  # reports that name the target with +1
     assert (plus >= each).all()
-    assert (plus <= each + 2 * math.sqrt(m * mech.b) + 1).all() if name == "pckv-ue" else (plus == each).all()
+    assert (plus <= each + m * mech.b + 5 * math.sqrt(m * mech.b)).all()
