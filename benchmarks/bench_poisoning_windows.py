@@ -16,11 +16,13 @@ windows first (the chain a deployment that has run a while holds: the block test
   over the genuine frequency is that allowance plus what its earlier windows left in the reference (the mean of
   its rises there), so a reference that takes in its windows raises it window after window; the gain after ten
   windows against its first window's (the one-window adaptive gain), and the first window the alert fires
-  (frequency oracles);
+  (frequency oracles; PCKV: its key frequencies' bound, the rest of its fakes honest reports of other keys; PM: the
+  mean's bound, `bench_poisoning`'s adaptive reports on [1, the largest output]);
 - `demotion`: ten windows of 5% fakes supporting none of r = 1 target, the most frequent item (PM: the smallest
-  output), after DEMOTION_HISTORY honest windows (frequency oracles: the demotion test's block and lagged windows),
+  output; PCKV: reports that name no target, the most frequent key), after DEMOTION_HISTORY honest windows
+  (frequency oracles and PCKV: the demotion test's block and lagged windows),
   over `--runs` seeds: how often it is found in the first window and within ten, and the gain (negative)
-  left at the first and the last window (frequency oracles and PM);
+  left at the first and the last window (frequency oracles, PM and PCKV);
 - `honest`: `--honest-windows` honest windows: windows with any finding suspected (false alarms, and which
   detector raised them) and the genuine reports set aside.
 Gain: sum over the targets of (estimate with the fakes - estimate of the same genuine reports without them), each
@@ -67,14 +69,16 @@ from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.base import Estimate, Mechanism, Reports
 from ldpstream.mechanisms.frequency.base import FrequencyOracle
 from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
+from ldpstream.mechanisms.keyvalue.pckv import PCKV
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.numeric.base import NumericMechanism
 from ldpstream.mechanisms.open_domain.strings import StringDomain
 from ldpstream.mechanisms.open_domain.tree import PEM, PrefixTree
 from ldpstream.mechanisms.poisoning.attribute import Defence, defend, defend_windows, reference_of
-from ldpstream.mechanisms.poisoning.base import SUSPECTED
+from ldpstream.mechanisms.poisoning.base import SUSPECTED, bonferroni_z
 from ldpstream.mechanisms.poisoning.frequency import item_bounds, report_threshold, supports_itemsets_apply
 from ldpstream.mechanisms.poisoning.heavy import ReferenceCap
+from ldpstream.mechanisms.poisoning.keyvalue import KeyOracle
 from ldpstream.mechanisms.poisoning.sequential import BLOCK_WINDOWS, LAG_WINDOWS, LONG_LAG, LONG_WINDOWS
 from ldpstream.simulator.poisoning import (
     Adaptive,
@@ -145,7 +149,7 @@ class Windows:
         if isinstance(mech, PrefixTree):
             return fake_tree_reports(mech, attack, targets, m, rng)
         assert isinstance(mech, KeyValueMechanism)
-        return fake_keyvalue_reports(mech, targets, m, rng)
+        return fake_keyvalue_reports(mech, targets, m, rng, attack, adaptive)
 
     def value(self, blocks: Sequence[np.ndarray], defences: Sequence[Defence | None] | None, at: int,
               targets: Any = None) -> float:
@@ -240,10 +244,10 @@ def ramp(w: Windows) -> dict[str, Any]:
 def under(w: Windows) -> dict[str, Any]:
     """The attacker under the bound, window by window against the chain as published so far."""
     mech, targets = w.mech, w.targets
-    assert isinstance(mech, FrequencyOracle)
+    oracle = KeyOracle(mech) if isinstance(mech, PCKV) else mech  # PCKV: its key frequencies' bound
     m = fakes_for(UNDER_BETA, w.n)
     per_report = None
-    if supports_itemsets_apply(mech):
+    if isinstance(mech, FrequencyOracle) and supports_itemsets_apply(mech):
         threshold = report_threshold(mech, targets, POLICY.alpha_report)
         per_report = None if threshold is None else threshold[0] - 1
     honest = [w.genuine() for _ in range(HISTORY + ATTACKED)]
@@ -254,16 +258,30 @@ def under(w: Windows) -> dict[str, Any]:
         defences = ours(mech, attacked)
         reference = reference_of(attacked, defences, len(attacked), REFERENCE_WINDOWS)
         assert reference is not None
-        ref_est = mech.estimate(reference[1:])
-        window = Estimate(n=w.n + m, value=ref_est.value, stderr=ref_est.stderr * np.sqrt(REFERENCE_WINDOWS))
-        bound, base = item_bounds(mech, window, ref_est, POLICY)
-        sd = np.sqrt(window.stderr ** 2 + ref_est.stderr ** 2)
-        allowed = float(max(0.0, np.min(((bound - base) - ADAPTIVE_MARGIN * sd)[targets])))
+        ref_est = oracle.estimate(reference[1:])
+        if isinstance(oracle, NumericMechanism):  # the mean's bound: z sd of an honest window's difference
+            variance = float(ref_est.stderr) ** 2 * ref_est.n  # a report's
+            allowed = max(0.0, (bonferroni_z(POLICY.alpha_window, 2) - ADAPTIVE_MARGIN)
+                          * float(np.sqrt(variance / (w.n + m) + variance / ref_est.n)))
+        else:
+            assert isinstance(oracle, FrequencyOracle | KeyOracle)
+            window = Estimate(n=w.n + m, value=ref_est.value, stderr=ref_est.stderr * np.sqrt(REFERENCE_WINDOWS))
+            bound, base = item_bounds(oracle, window, ref_est, POLICY)
+            sd = np.sqrt(window.stderr ** 2 + ref_est.stderr ** 2)
+            allowed = float(max(0.0, np.min(((bound - base) - ADAPTIVE_MARGIN * sd)[targets])))
         kept = [rises[i] for i in range(max(0, t - REFERENCE_WINDOWS), t)  # its rises the reference holds
                 if not alert(w, attacked, defences, HISTORY + i)]
         rise = allowed + (float(np.mean(kept)) * len(kept) / REFERENCE_WINDOWS if kept else 0.0)
         rises.append(rise)
-        attacked.append(w.with_fakes(honest[HISTORY + t], w.fakes("adaptive", m, Adaptive(per_report, rise, w.n + m))))
+        if isinstance(mech, NumericMechanism):  # `bench_poisoning`'s adaptive PM: reports on [1, top], the rest honest
+            top = mech.output_range[1]
+            carriers = min(m, int(rise * (w.n + m) / ((1 + top) / 2 - float(ref_est.value))))
+            fakes = {"value": np.concatenate([fake_numeric_reports(mech, "adaptive", carriers, w.rng)["value"],
+                                              mech.perturb(truncated_gaussian(0.0, 0.25, m - carriers, w.rng),
+                                                           w.rng)["value"]])}
+        else:
+            fakes = w.fakes("adaptive", m, Adaptive(per_report, rise, w.n + m))
+        attacked.append(w.with_fakes(honest[HISTORY + t], fakes))
     defences = ours(mech, attacked)
     flags = [alert(w, attacked, defences, HISTORY + t) for t in range(ATTACKED)]
     first_alert = flags.index(True) + 1 if any(flags) else None
@@ -277,8 +295,8 @@ def under(w: Windows) -> dict[str, Any]:
 def demotion(w: Windows, runs: int) -> dict[str, Any]:
     """Ten windows of 5% fakes demoting the top item, `runs` times: found in the first window, found within ten,
     and the gain (negative) left at the first and the last window."""
-    frequency = isinstance(w.mech, FrequencyOracle)
-    target = np.array([int(np.argmax(w.probs))]) if frequency else np.array([0])
+    frequency = isinstance(w.mech, FrequencyOracle | KeyValueMechanism)  # items (keys) with the long block test
+    target = np.array([int(np.argmax(w.probs))]) if isinstance(w.mech, FrequencyOracle) else np.array([0])
     m = fakes_for(DEMOTION_BETA, w.n)
     first, within, when = 0, 0, []
     out: dict[str, list[float]] = {}
@@ -317,8 +335,8 @@ def honest_windows(w: Windows, windows: int) -> dict[str, Any]:
 
 APPLIES: dict[str, Callable[[Mechanism], bool]] = {
     "single": lambda m: True, "ramp": lambda m: True,
-    "under": lambda m: isinstance(m, FrequencyOracle),  # written for the frequency oracles' bound
-    "demotion": lambda m: isinstance(m, FrequencyOracle | NumericMechanism),
+    "under": lambda m: isinstance(m, FrequencyOracle | PCKV | NumericMechanism),
+    "demotion": lambda m: isinstance(m, FrequencyOracle | NumericMechanism | PCKV),
     "honest": lambda m: not isinstance(m, PrefixTree)}  # a tree's alert decodes each window: see bench_poisoning
 
 

@@ -20,11 +20,13 @@ Numeric means (Li et al., "Fine-grained poisoning attacks to LDP protocols for m
 USENIX Security 2023): `maximal_gain` reports the largest output; `random_value` a uniform output; `input` the
 largest input (1) perturbed honestly; `adaptive` spreads reports under the detectors' caps (`adaptive_numeric`);
 `demotion` reports the smallest output (the mean pushed down).
-Key-value (Wu et al., USENIX Security 2022, M2GA): a target key with value +1, the report crafted like the oracle's.
+Key-value (Wu et al., USENIX Security 2022, M2GA): a target key with value +1, the report crafted like the oracle's;
+`demotion` and `adaptive` as for the frequency oracles (`fake_keyvalue_reports`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -227,20 +229,59 @@ def fake_numeric_reports(mech: NumericMechanism, attack: str, m: int, rng: np.ra
 
 # --- key-value ------------------------------------------------------------------------------------------------------
 def fake_keyvalue_reports(mech: KeyValueMechanism, targets: Sequence[int] | np.ndarray, m: int,
-                          rng: np.random.Generator) -> Reports:
-    """M2GA (Wu et al. 2022) on PCKV: each fake reports a target key (uniformly) with value +1; a PCKV-UE report's
-    other entries are a fair +-1 with the honest rate b (to pass a count of non-zero entries)."""
+                          rng: np.random.Generator, attack: str = "maximal_gain",
+                          adaptive: Adaptive = Adaptive()) -> Reports:
+    """m fake reports of `attack` on PCKV. `maximal_gain` (M2GA, Wu et al. 2022): each reports a target key
+    (uniformly) with value +1; a PCKV-UE report's other entries are a fair +-1 with the honest rate b (to pass a count
+    of non-zero entries). `demotion`: reports that name none of the targets (PCKV-GRR: a non-target key, dummies
+    included, uniformly, with a fair +-1; PCKV-UE: every target entry 0, the others a fair +-1 at the rate b).
+    `adaptive`: only enough M2GA reports to raise each target's frequency by `adaptive.rise` in a window of
+    `adaptive.population` reports (a fake adds 1 - b to its key's centred support, c_f per unit of frequency and
+    report); the rest report a random non-target key, with a uniform value, honestly (as the frequency oracles'
+    adaptive fakes: they move no target's estimate on average)."""
     t = check_targets(targets, mech.domain_size)
-    keys = t[rng.integers(0, len(t), size=m)]
+    if not isinstance(mech, PCKVGRR | PCKVUE):
+        raise AttackError(f"no key-value attack on {mech.name}")
+    if attack == "adaptive":
+        c_f = mech.holder_rate * mech.frequency_gain
+        each = m // len(t) if adaptive.rise is None else min(
+            m // len(t), math.ceil(adaptive.rise * c_f * adaptive.population / (1 - mech.b)))
+        keys = np.repeat(t, each)
+        others = np.setdiff1d(np.arange(mech.domain_size), t)
+        pairs = np.full((m - len(keys), 1, 2), -1.0)
+        pairs[:, 0, 0] = others[rng.integers(0, len(others), size=len(pairs))]
+        pairs[:, 0, 1] = rng.uniform(-1.0, 1.0, size=len(pairs))
+        rest = mech.perturb(pairs, rng)
+        gain = _m2ga(mech, keys, rng)
+        return {c: np.concatenate([gain[c], rest[c]]) for c in gain}
+    if attack == "demotion":
+        if isinstance(mech, PCKVGRR):
+            others = np.setdiff1d(np.arange(mech.keys_with_dummies), t)
+            return {"key": others[rng.integers(0, len(others), size=m)].astype(np.uint32),
+                    "value": np.where(rng.random(m) < 0.5, 1, -1).astype(np.int8)}
+        y = _fair_entries(mech, m, rng)
+        y[:, t] = 0
+        return {"bits": y}
+    if attack != "maximal_gain":
+        raise AttackError(f"unknown key-value attack {attack!r}; one of maximal_gain, demotion, adaptive")
+    return _m2ga(mech, t[rng.integers(0, len(t), size=m)], rng)
+
+
+def _fair_entries(mech: PCKVUE, m: int, rng: np.random.Generator) -> np.ndarray:
+    """m PCKV-UE rows whose entries are a fair +-1 at the honest rate b, else 0."""
+    d = mech.domain_size
+    nonzero = rng.random((m, d)) < mech.b
+    return np.where(nonzero, np.where(rng.random((m, d)) < 0.5, 1, -1), 0).astype(np.int8)
+
+
+def _m2ga(mech: PCKVGRR | PCKVUE, keys: np.ndarray, rng: np.random.Generator) -> Reports:
+    """M2GA reports of the given keys, value +1 (`fake_keyvalue_reports`)."""
+    m = len(keys)
     if isinstance(mech, PCKVGRR):
         return {"key": keys.astype(np.uint32), "value": np.ones(m, dtype=np.int8)}
-    if isinstance(mech, PCKVUE):
-        d = mech.domain_size
-        nonzero = rng.random((m, d)) < mech.b
-        y = np.where(nonzero, np.where(rng.random((m, d)) < 0.5, 1, -1), 0).astype(np.int8)
-        y[np.arange(m), keys] = 1
-        return {"bits": y}
-    raise AttackError(f"no key-value attack on {mech.name}")
+    y = _fair_entries(mech, m, rng)
+    y[np.arange(m), keys] = 1
+    return {"bits": y}
 
 
 # --- heavy hitters --------------------------------------------------------------------------------------------------

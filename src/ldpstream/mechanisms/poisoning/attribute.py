@@ -6,10 +6,11 @@ previous ones kept.
    given (`prior`, as an audit recorded them) instead of the reports.
 2. Tests of the sums on what is left: excess claims (every frequency oracle, both ways), the mean's bound
    (numeric), disagreement then key frequency (PCKV), against the reference window when there is one. Given the
-   sequential test's state (`Drift`, the sums of the windows before), a frequency oracle's items and a numeric mean
-   first take this window's step of it (`ldpstream.mechanisms.poisoning.sequential`), and a frequency oracle's
-   items the block test's (its latest windows together against the lagged windows before them) and the long block
-   test's (ten windows against a frozen lagged reference); what they find drifting is held on that side.
+   sequential test's state (`Drift`, the sums of the windows before), a frequency oracle's items (and PCKV's keys,
+   whose frequencies are one's: `ldpstream.mechanisms.poisoning.keyvalue.KeyOracle`) and a numeric mean first take
+   this window's step of it (`ldpstream.mechanisms.poisoning.sequential`), and the items (keys) the block test's
+   (its latest windows together against the lagged windows before them) and the long block test's (ten windows
+   against a frozen lagged reference); what they find drifting is held on that side.
 3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`: a suspected prefix ranked by
    its reference frequency, the others by their estimates capped one standard deviation above it), nothing removed
    from the sums.
@@ -30,6 +31,7 @@ import numpy as np
 from ldpstream.mechanisms.base import Estimate, Mechanism, Reports
 from ldpstream.mechanisms.frequency.base import FrequencyOracle
 from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
+from ldpstream.mechanisms.keyvalue.pckv import PCKV
 from ldpstream.mechanisms.numeric.base import NumericMechanism
 from ldpstream.mechanisms.open_domain.tree import PrefixTree
 from ldpstream.mechanisms.poisoning.base import (
@@ -41,6 +43,7 @@ from ldpstream.mechanisms.poisoning.base import (
     Policy,
 )
 from ldpstream.mechanisms.poisoning.frequency import (
+    Supports,
     block_shift,
     excess_claims,
     long_shift,
@@ -50,7 +53,7 @@ from ldpstream.mechanisms.poisoning.frequency import (
     usable_reference,
 )
 from ldpstream.mechanisms.poisoning.heavy import HEAVY, ReferenceCap, set_aside_estimate
-from ldpstream.mechanisms.poisoning.keyvalue import key_frequency_bound, keyvalue_disagreement
+from ldpstream.mechanisms.poisoning.keyvalue import KeyOracle, key_frequency_bound, keyvalue_disagreement
 from ldpstream.mechanisms.poisoning.numeric import mean_bound, mean_excess, output_density
 from ldpstream.mechanisms.poisoning.sequential import (
     BLOCK,
@@ -84,8 +87,9 @@ class Drift:
 
     @staticmethod
     def start(mech: Mechanism) -> Drift | None:
-        """Zero sums for a mechanism the sequential test applies to (frequency oracles, numeric means); else None."""
-        size = mech.domain_size if isinstance(mech, FrequencyOracle) else (
+        """Zero sums for a mechanism the sequential test applies to (frequency oracles and PCKV's keys: per item;
+        numeric means); else None."""
+        size = mech.domain_size if isinstance(mech, FrequencyOracle | PCKV) else (
             1 if isinstance(mech, NumericMechanism) else 0)
         if not size:
             return None
@@ -204,20 +208,26 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
         return up, down
 
     enough = float(block[0]) >= policy.min_reports
+    def over_windows(oracle: Supports, left: np.ndarray, reference_est: Estimate | None
+                     ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The sequential, block and long block tests' step on an oracle's items: the levels held (None: not
+        run)."""
+        if not enough or reference_est is None or not usable_reference(reference_est, policy):
+            return None
+        x = standardized_excess(oracle, oracle.estimate(left), reference_est, policy)
+        held = sequential(x, np.asarray(reference_est.value))
+        if held is not None and blocks is not None:
+            held = block_test(oracle, left, (blocks[0], blocks[1]), policy, held, findings, int(block[0]))
+            if len(blocks) == 4:
+                held = long_block_test(oracle, left, (blocks[2], blocks[3]), policy, held, findings, int(block[0]))
+        return held
+
     if isinstance(mech, FrequencyOracle):
         if reports is not None and not prior and supports_itemsets_apply(mech):
             step(support_itemsets(mech, reports, ref_estimate(), policy))
         left = (block - removed)[1:]
         reference_est = ref_estimate()
-        held = None
-        if enough and reference_est is not None and usable_reference(reference_est, policy):
-            x = standardized_excess(mech, mech.estimate(left), reference_est, policy)
-            held = sequential(x, np.asarray(reference_est.value))
-            if held is not None and blocks is not None:
-                held = block_test(mech, left, (blocks[0], blocks[1]), policy, held, findings, int(block[0]))
-                if len(blocks) == 4:
-                    held = long_block_test(mech, left, (blocks[2], blocks[3]), policy, held, findings, int(block[0]))
-        step(excess_claims(mech, left, reference_est, policy, held))
+        step(excess_claims(mech, left, reference_est, policy, over_windows(mech, left, reference_est)))
     elif isinstance(mech, NumericMechanism):
         if reports is not None and not prior:
             step(output_density(mech, np.asarray(reports["value"]), policy))
@@ -230,7 +240,12 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
         step(mean_bound(mech, left, reference_est, reference_stats, policy,
                         (math.nan, math.nan) if levels is None else (float(levels[0][0]), float(levels[1][0]))))
     elif isinstance(mech, KeyValueMechanism):
-        step(key_frequency_bound(mech, (block - removed)[1:], ref_estimate(), policy))
+        keys_held = None
+        if isinstance(mech, PCKV) and ref is not None:
+            keys = KeyOracle(mech)
+            levels = over_windows(keys, (block - removed)[1:], keys.estimate(ref[1:]))
+            keys_held = None if levels is None else levels[0]  # from above only (`key_frequency_bound`)
+        step(key_frequency_bound(mech, (block - removed)[1:], ref_estimate(), policy, keys_held))
         step(keyvalue_disagreement(mech, (block - removed)[1:], policy))
     elif isinstance(mech, PrefixTree):
         return _tree_defence(mech, block, ref, policy)
@@ -239,7 +254,7 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     return Defence(tuple(findings), removed, drift=drift)
 
 
-def block_test(mech: FrequencyOracle, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray], policy: Policy,
+def block_test(mech: Supports, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray], policy: Policy,
                held: tuple[np.ndarray, np.ndarray], findings: list[Finding], reports: int
                ) -> tuple[np.ndarray, np.ndarray]:
     """The block test's step (`ldpstream.mechanisms.poisoning.sequential`): its finding appended to `findings`, and
@@ -262,7 +277,7 @@ def block_test(mech: FrequencyOracle, left: np.ndarray, blocks: tuple[np.ndarray
     return (np.fmin(up, np.where(shift > 0, level, np.nan)), np.fmax(down, np.where(shift < 0, level, np.nan)))
 
 
-def long_block_test(mech: FrequencyOracle, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray], policy: Policy,
+def long_block_test(mech: Supports, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray], policy: Policy,
                     held: tuple[np.ndarray, np.ndarray], findings: list[Finding], reports: int
                     ) -> tuple[np.ndarray, np.ndarray]:
     """The long block test's step (`ldpstream.mechanisms.poisoning.sequential`): its finding appended to `findings`,

@@ -55,6 +55,7 @@ estimate over the reports kept; their genuine share moves an item's estimate by 
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import numpy as np
 from scipy.stats import binom
@@ -87,19 +88,42 @@ MIN_SET = 2
 NORMAL_COUNT = 30  # expected supports under the reference below which an item's bound is the exact binomial's
 
 
+class Supports(Protocol):
+    """What the tests over windows read of an oracle (`standardized_excess`, `block_shift`, `long_shift`): K, a
+    report's s support indicators of each value, each 1 with probability q + (p - q) f, the estimate's n Var[f_hat]
+    for fixed devices, and the estimate of a block's statistics. A frequency oracle is one; so are PCKV's key
+    frequencies (`ldpstream.mechanisms.poisoning.keyvalue.KeyOracle`)."""
+
+    @property
+    def domain_size(self) -> int: ...
+
+    @property
+    def p(self) -> float: ...
+
+    @property
+    def q(self) -> float: ...
+
+    @property
+    def supports_per_report(self) -> int: ...
+
+    def variance(self, frequencies: np.ndarray | float) -> np.ndarray: ...
+
+    def estimate(self, stats: np.ndarray) -> Estimate: ...
+
+
 def usable_reference(reference: Estimate | None, policy: Policy) -> bool:
     """Whether a reference can be compared with: finite estimates from at least the policy's minimum of reports."""
     return reference is not None and reference.n >= policy.min_reports and bool(np.isfinite(reference.value).all())
 
 
-def window_variance(oracle: FrequencyOracle, f: np.ndarray) -> np.ndarray:
+def window_variance(oracle: Supports, f: np.ndarray) -> np.ndarray:
     """n Var[f_hat(v)] of a window whose n devices are drawn from a population with frequencies f: the oracle's
     (fixed devices) plus the sampling of the devices, f (1 - f). Derived here: a report's support indicator of v is
     then Bernoulli(pi), pi = q + (p - q) f, and pi (1 - pi) / (p - q)^2 is exactly the sum."""
     return oracle.variance(f) + f * (1.0 - f)
 
 
-def _spread(oracle: FrequencyOracle, est: Estimate, reference: Estimate, policy: Policy
+def _spread(oracle: Supports, est: Estimate, reference: Estimate, policy: Policy
             ) -> tuple[np.ndarray, np.ndarray, float]:
     """(f_ref clipped to [0, 1], the standard deviation of an honest window's f_hat - f_ref, z two-sided over the
     K items at alpha_window)."""
@@ -109,7 +133,7 @@ def _spread(oracle: FrequencyOracle, est: Estimate, reference: Estimate, policy:
     return f0, np.sqrt(var / est.n + var / reference.n), z
 
 
-def item_bounds(oracle: FrequencyOracle, est: Estimate, reference: Estimate | None,
+def item_bounds(oracle: Supports, est: Estimate, reference: Estimate | None,
                 policy: Policy) -> tuple[np.ndarray, np.ndarray]:
     """(b(v), the reference frequency each bound rises from) per item (module docstring): the largest estimate an
     honest window shows with probability 1 - alpha_window / 2K; without a usable reference, 1 + z se."""
@@ -142,14 +166,14 @@ def lower_bounds(oracle: FrequencyOracle, est: Estimate, reference: Estimate, po
     return np.where(s * est.n * (q + (p - q) * f0) < NORMAL_COUNT, -np.inf, low)
 
 
-def standardized_excess(oracle: FrequencyOracle, est: Estimate, reference: Estimate, policy: Policy) -> np.ndarray:
+def standardized_excess(oracle: Supports, est: Estimate, reference: Estimate, policy: Policy) -> np.ndarray:
     """Per item, (f_hat - f_ref) in standard deviations of an honest window's, clipped to the per-window test's
     +-z (what the per-window test leaves: `ldpstream.mechanisms.poisoning.sequential`)."""
     f0, sd, z = _spread(oracle, est, reference, policy)
     return np.clip((np.asarray(est.value) - f0) / sd, -z, z)
 
 
-def block_shift(oracle: FrequencyOracle, block: Estimate, lagged: Estimate, policy: Policy) -> np.ndarray:
+def block_shift(oracle: Supports, block: Estimate, lagged: Estimate, policy: Policy) -> np.ndarray:
     """Per item, +1 (-1) where the estimate of the latest windows together (`block`: this one and the few before)
     lies above (below) the estimate of the windows before them (`lagged`) by more than z standard deviations, else
     0 (`ldpstream.mechanisms.poisoning.sequential`, the block test). The same standardization as the window's test
@@ -165,7 +189,7 @@ def block_shift(oracle: FrequencyOracle, block: Estimate, lagged: Estimate, poli
     return np.where(tested & (np.abs(x) > z), np.sign(x), 0.0)
 
 
-def long_shift(oracle: FrequencyOracle, block: Estimate, lagged: Estimate, pooled: Estimate, policy: Policy,
+def long_shift(oracle: Supports, block: Estimate, lagged: Estimate, pooled: Estimate, policy: Policy,
                items: int = DEMOTION_ITEMS) -> np.ndarray:
     """Per item, +1 (-1) where the long block test finds it above (below) the lagged windows
     (`ldpstream.mechanisms.poisoning.sequential`), else 0; y = (f_block - f_lag) / sd, `_spread`'s sd, so N(0, 1) in
