@@ -218,10 +218,11 @@ def test_prometheus_scrapes_a_training_jobs_coordinator_as_the_dashboard_charts_
         panels = [p for row in load_generator().ROWS for p in row().panels
                   if any("ldp_job_" in q.expr for q in p.queries)]
         assert len(panels) >= 4
-        for panel in panels:
+        for panel in panels:  # a rate needs two scrapes of the series: polled, not read once
             for q in panel.queries:
-                answered = query(q.expr.replace("$__rate_interval", "1m"))
-                assert spec.job_id in {r["metric"].get("exported_job") for r in answered}, (panel.title, q.expr)
+                wait_for(f"the job in {panel.title!r} ({q.expr})", lambda q=q: spec.job_id in {
+                    r["metric"].get("exported_job") for r in query(q.expr.replace("$__rate_interval", "1m"))},
+                    processes)
     finally:
         for proc in reversed(processes):
             if proc.poll() is None:
