@@ -268,6 +268,9 @@ def test_every_panel_and_variable_returns_data_and_every_service_passes_promtool
     exprs = [(p["title"], t["expr"]) for p in board["panels"] for t in p.get("targets", [])]
     exprs += [(f"variable {v['name']}", re.sub(r"^label_values\((.*),\s*\w+\)$", r"\1", v["query"]["query"]))
               for v in board["templating"]["list"]]
+    # the panels of jobs devices join (`ldp_job_*`, `ldp train run`): this stack runs the lab's `ldp train --job`;
+    # test_prometheus_scrape runs a device job's coordinator under a real Prometheus and asks each of those panels
+    exprs = [(title, expr) for title, expr in exprs if "ldp_job_" not in expr]
 
     def empty() -> list[tuple[str, str]]:
         return [(title, expr) for title, expr in exprs if not s.query(substitute(expr, s), s.started_s)]
