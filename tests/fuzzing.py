@@ -126,15 +126,15 @@ def _tree(data: bytes) -> Any:
     return None
 
 
-def _nodes(tree: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def tree_paths(tree: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """The paths of every node of a decoded msgpack tree (the root is the empty path)."""
     found = [path]
     if isinstance(tree, list):
         for i, child in enumerate(tree):
-            found += _nodes(child, (*path, i))
+            found += tree_paths(child, (*path, i))
     elif isinstance(tree, dict):
         for key, child in tree.items():
-            found += _nodes(child, (*path, key))
+            found += tree_paths(child, (*path, key))
     return found
 
 
@@ -150,7 +150,7 @@ def tree_node(data: bytes, rng: random.Random) -> bytes:
     tree = _tree(data)
     if tree is None:
         return bit_flips(data, rng)
-    path = rng.choice(_nodes(tree))
+    path = rng.choice(tree_paths(tree))
     return msgspec.msgpack.encode(_replaced(tree, path, hostile_value(rng)))
 
 
@@ -159,7 +159,7 @@ def tree_items(data: bytes, rng: random.Random) -> bytes:
     tree = _tree(data)
     if tree is None:
         return deleted(data, rng)
-    arrays = [p for p in _nodes(tree) if isinstance(_at(tree, p), list) and _at(tree, p)]
+    arrays = [p for p in tree_paths(tree) if isinstance(_at(tree, p), list) and _at(tree, p)]
     if not arrays:
         return appended(data, rng)
     array = _at(tree, rng.choice(arrays))
@@ -180,7 +180,7 @@ def retyped(data: bytes, rng: random.Random) -> bytes:
     tree = _tree(data)
     if tree is None:
         return bit_flips(data, rng)
-    columns = [p for p in _nodes(tree) if _is_column(_at(tree, p))]
+    columns = [p for p in tree_paths(tree) if _is_column(_at(tree, p))]
     if not columns:
         return tree_node(data, rng)
     column = _at(tree, rng.choice(columns))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ldpstream.contract.spec import MAX_SPEC_SIZE, CollectionSpec, SpecError, parse_spec
 from ldpstream.runtime.settings import PROJECT_ROOT
-from tests.fuzzing import ABOUT_1MB, mutated
+from tests.fuzzing import ABOUT_1MB, mutated, tree_paths
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EXAMPLES = [p.read_text() for p in sorted((PROJECT_ROOT / "examples").glob("*.yaml")) if "sgd" not in p.name]
@@ -41,17 +41,6 @@ def hostile(rng: random.Random) -> Any:
     ])
 
 
-def _paths(tree: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [path]
-    if isinstance(tree, list):
-        for i, child in enumerate(tree):
-            found += _paths(child, (*path, i))
-    elif isinstance(tree, dict):
-        for key, child in tree.items():
-            found += _paths(child, (*path, key))
-    return found
-
-
 # YAML that yaml itself turns into exceptions other than YAMLError, or into structures that are not a tree
 HOSTILE_YAML = ["2001-13-45", "2001-02-30 10:00:00", "!!int 0x", "!!float x", "!!binary ===", "!!set {a, b}",
                 "!!timestamp 2001-12-14t21:59:43.10-99:99", "[" * 2000 + "]" * 2000, "{a: " * 2000 + "1" + "}" * 2000,
@@ -64,7 +53,7 @@ def tree_mutation(text: str, rng: random.Random) -> str:
     tree = yaml.safe_load(text)
     raw = rng.random() < 0.5
     value = PLACEHOLDER if raw else hostile(rng)
-    path = rng.choice(_paths(tree))
+    path = rng.choice(tree_paths(tree))
     if not path:
         tree = value
     else:

@@ -34,7 +34,7 @@ from ldpstream.contract.training import (
     parse_job,
     report_columns,
 )
-from tests.fuzzing import untrusted
+from tests.fuzzing import tree_paths, untrusted
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CODES = {"job": {"malformed_job", "too_large"}, "descriptor": {"malformed_model", "too_large"},
@@ -92,17 +92,6 @@ RAW_NUMBERS = ["1e999", "-1e999", "1.0", "1e0", "-0", "-0.0", "9" * 400, "0.1e-4
 PLACEHOLDER = "hostile-placeholder-0x"
 
 
-def _paths(tree: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [path]
-    if isinstance(tree, list):
-        for i, child in enumerate(tree):
-            found += _paths(child, (*path, i))
-    elif isinstance(tree, dict):
-        for key, child in tree.items():
-            found += _paths(child, (*path, key))
-    return found
-
-
 def json_mutation(data: bytes, rng: random.Random) -> bytes:
     """A JSON object with one node replaced by a hostile value or a raw number literal (integers written as floats,
     out-of-range exponents, NaN), a key dropped or added, or a key repeated with another value."""
@@ -119,7 +108,7 @@ def json_mutation(data: bytes, rng: random.Random) -> bytes:
             tree[key] = copy.deepcopy(rng.choice(HOSTILE))
         return json.dumps(tree, separators=(",", ":")).encode()
     raw = action == 1
-    path = rng.choice(_paths(tree)[1:])
+    path = rng.choice(tree_paths(tree)[1:])
     parent = tree
     for key in path[:-1]:
         parent = parent[key]
@@ -165,7 +154,7 @@ def test_a_job_files_section_with_hostile_values_is_a_valid_spec_or_refused(spec
     """`ldp train publish` reads YAML, which carries what JSON cannot (.inf, .nan): `job_from_mapping` returns a
     spec whose canonical JSON parses back to it, or refuses with `malformed_job`."""
     tree = json.loads(json_mutation(spec, rng)) if rng.random() < 0.5 else json.loads(spec)
-    path = rng.choice(_paths(tree)[1:])
+    path = rng.choice(tree_paths(tree)[1:])
     parent = tree
     for key in path[:-1]:
         parent = parent[key] if isinstance(parent, (dict, list)) else {}

@@ -272,9 +272,7 @@ def block_test(mech: Supports, left: np.ndarray, blocks: tuple[np.ndarray, np.nd
                             detail=f"{len(which)} shifted over the last {BLOCK_WINDOWS} windows against the "
                                    f"{LAG_WINDOWS} before (up: {int((shift > 0).sum())}, down: "
                                    f"{int((shift < 0).sum())}), held where they were" if len(which) else ""))
-    level = np.asarray(lagged_est.value, dtype=np.float64)
-    up, down = held
-    return (np.fmin(up, np.where(shift > 0, level, np.nan)), np.fmax(down, np.where(shift < 0, level, np.nan)))
+    return _held_at(held, shift, np.asarray(lagged_est.value, dtype=np.float64))
 
 
 def long_block_test(mech: Supports, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray], policy: Policy,
@@ -296,7 +294,12 @@ def long_block_test(mech: Supports, left: np.ndarray, blocks: tuple[np.ndarray, 
                             detail=f"{len(which)} shifted over the last {LONG_WINDOWS} windows against the "
                                    f"{LONG_LAG} before (up: {int((shift > 0).sum())}, down: {int((shift < 0).sum())}),"
                                    f" held where they were" if len(which) else ""))
-    level = np.asarray(lagged_est.value, dtype=np.float64)
+    return _held_at(held, shift, np.asarray(lagged_est.value, dtype=np.float64))
+
+
+def _held_at(held: tuple[np.ndarray, np.ndarray], shift: np.ndarray, level: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """`held` with each shifted item also held, on its side, at `level` (the nearer of the two where both hold)."""
     up, down = held
     return (np.fmin(up, np.where(shift > 0, level, np.nan)), np.fmax(down, np.where(shift < 0, level, np.nan)))
 
