@@ -17,22 +17,12 @@ import { parseSpec } from "../dist/spec.js";
 import { DeviceState } from "../dist/state.js";
 import { memoryStorage } from "../dist/storage.js";
 import { checkPointer, checkSpec } from "../dist/trust.js";
+import { generator } from "./fuzz_support.mjs";
 
 const DIR = fileURLToPath(new URL("../../../tests/vectors/", import.meta.url));
 const TRUST = JSON.parse(readFileSync(DIR + "trust.json", "utf8"));
 const HASHES = JSON.parse(readFileSync(DIR + "hashes.json", "utf8"));
 const KEYS = trustedKeysFromJson(TRUST.pinned_keys);
-
-/** A deterministic generator (xorshift32), so a failure is reproducible from its seed. */
-function generator(seed) {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13; x >>>= 0;
-    x ^= x >> 17;
-    x ^= x << 5; x >>>= 0;
-    return x / 4294967296;
-  };
-}
 
 function mutations(seedBytes, count, seed) {
   const random = generator(seed);

@@ -10,6 +10,7 @@ import { fileURLToPath } from "node:url";
 import { fromBase64, utf8 } from "../dist/bytes.js";
 import { checkShape, JobError, MAX_DESCRIPTOR_BYTES, MAX_JOB_SPEC_BYTES, parseDescriptor, parseJob, snapshotLength } from "../dist/training/job.js";
 import { decodeSnapshot, ModelError } from "../dist/training/model.js";
+import { generator } from "./fuzz_support.mjs";
 
 const V = JSON.parse(readFileSync(fileURLToPath(new URL("../../../tests/vectors/training.json", import.meta.url)), "utf8"));
 const CODES = { job: ["malformed_job", "too_large"], descriptor: ["malformed_model", "too_large"] };
@@ -33,17 +34,6 @@ for (const m of V.mutations) {
   test(`${m.kind}: ${m.name} is ${m.verdict}`, () => {
     assert.equal(verdict(m.kind, fromBase64(m.bytes)), m.verdict);
   });
-}
-
-/** A deterministic generator (xorshift32), so a failure is reproducible from its seed. */
-function generator(seed) {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13; x >>>= 0;
-    x ^= x >> 17;
-    x ^= x << 5; x >>>= 0;
-    return x / 4294967296;
-  };
 }
 
 const HOSTILE = ["1.0", "1e999", "-1", "0", "9007199254740993", "null", "true", "\"\"", "[]", "{}", "[3.0,2]", "-0",
