@@ -177,7 +177,7 @@ def stack(live_services: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
         plain = cleanup.enter_context(published_collection(live_services))
         shuffled_spec = load_spec(PROJECT_ROOT / "examples" / "shuffled.yaml").replace(
             name=f"it-alert-shuffled-{uuid.uuid4().hex[:8]}", windows=["10s"],
-            shuffle=Shuffle(delta=1e-6, min_batch=100, grace_s=20))  # the fleet's reports are made at once, then sent
+            shuffle=Shuffle(delta=1e-6, min_batch=100, grace_s=40))  # the fleet's reports are made at once, then sent
         publish_spec(shuffled_spec, live_services.bootstrap)
         shuffled = Collection(live_services, shuffled_spec, RedisStore(live_services.redis), "")
         spec = poisoned_spec()
