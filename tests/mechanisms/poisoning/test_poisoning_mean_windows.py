@@ -97,7 +97,8 @@ def test_an_attacker_paced_under_the_bound_is_found_and_held_at_the_lagged_mean(
     benchmark's 2.5 margin) over a reference that has taken in its earlier rises, r_t = a + (r_{t-4} + ... +
     r_{t-1}) / 4: the window's test and the CUSUM (0.39 a window over its drift, against h = 8.7) let it pass, and
     its rise at the tenth window is 4.4 times its first (derived here). The long block test sees the ten rises'
-    mean, 2.62 a, at 2.62 sqrt(1.25) / sqrt(1 / 10 + 1 / 48) = 8.4 sd, over its 3.72 by more than 4: the mean is
+    mean, 2.62 a = 2.62 x 0.89 sqrt(1.25) = 2.6 sd of one window, at 2.6 / sqrt(1 / 10 + 1 / 48) = 7.5 sd, over its
+    3.72 by more than 3: the mean is
     found within the ten windows and, at the last, held from above at its lagged windows' mean (up to the rounding
     of the reports set aside), or at a nearer level another test holds it to: a reference of honest windows, within
     4 of its standard deviations under it. The same windows without the fakes have nothing removed."""

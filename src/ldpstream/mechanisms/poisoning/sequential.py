@@ -71,8 +71,9 @@ An item it finds is held, on that side, to the lagged windows' estimate in this 
 supports given back; what an honest item that truly moves pays, at rate alpha_long). A numeric mean has no top item:
 all of alpha_long goes to its one two-sided test, |y| > Phi^-1(1 - alpha_long / 2) (3.72 at 2e-4), y as the block
 test's. An attacker who raises the mean about 0.9 sd of a window's difference over a reference that follows it
-(under the window's bound and the CUSUM's drift k: `docs/explanation/fake-devices.md`) shows here at about 7.5 sd
-after ten windows (48 lagged windows).
+(under the window's bound, and 0.4 a window over the CUSUM's drift k: about 4 in ten windows against h = 8.7), its
+rise growing as the reference takes it in, shows here at about 7.4 sd after ten windows (48 lagged windows;
+`docs/explanation/fake-devices.md`).
 """
 
 from __future__ import annotations
