@@ -36,6 +36,7 @@ from ldpstream.contract.spec import (
 from ldpstream.mechanisms.base import Estimate
 from ldpstream.mechanisms.distribution.base import DEFAULT_QUANTILES, Distribution, DistributionMechanism
 from ldpstream.mechanisms.poisoning.base import SUSPECTED
+from ldpstream.mechanisms.poisoning.numeric import DENSITY
 from ldpstream.mechanisms.postprocess import clip_mean, norm_sub, project_simplex
 
 PostProcess = Literal["none", "clip", "norm_sub", "project"]
@@ -142,15 +143,20 @@ def poisoning_summary(plan: Plan, raw: dict[str, Any], defence: WindowDefence, r
 
 
 def _suspect_labels(attr: Any, defence: Any) -> list[str]:
-    """The suspects of an attribute by name: its values or keys (strings: the capped ones), else bins/indices."""
+    """The suspects of an attribute by name: its values or keys (strings: the capped ones); a numeric attribute's
+    output bins (`output_density`) and "mean" where a test on its mean (its bound, the tests over windows) is
+    suspected."""
     if isinstance(attr, StringAttribute):
         return list(defence.strings)
     names = attr.labels if isinstance(attr, KeyValueAttribute) else (
         attr.values if isinstance(attr, CategoricalAttribute) and attr.workload is None else None)
-    codes = defence.suspects()
     if names is None:
-        return [] if isinstance(attr, CategoricalAttribute) or not codes else [f"bin {c}" for c in codes]
-    return [names[c] for c in codes if 0 <= c < len(names)]
+        if isinstance(attr, CategoricalAttribute):
+            return []
+        bins = sorted({c for f in defence.findings if f.detector == DENSITY for c in f.suspects})
+        mean = any(f.status == SUSPECTED and f.detector != DENSITY for f in defence.findings)
+        return [f"bin {c}" for c in bins] + (["mean"] if mean else [])
+    return [names[c] for c in defence.suspects() if 0 <= c < len(names)]
 
 
 def _gain_removed(raw: dict[str, Any], defended: dict[str, Any], suspects: list[str]) -> float:

@@ -8,9 +8,9 @@ previous ones kept.
    (numeric), disagreement then key frequency (PCKV), against the reference window when there is one. Given the
    sequential test's state (`Drift`, the sums of the windows before), a frequency oracle's items (and PCKV's keys,
    whose frequencies are one's: `ldpstream.mechanisms.poisoning.keyvalue.KeyOracle`) and a numeric mean first take
-   this window's step of it (`ldpstream.mechanisms.poisoning.sequential`), and the items (keys) the block test's
-   (its latest windows together against the lagged windows before them) and the long block test's (ten windows
-   against a frozen lagged reference); what they find drifting is held on that side.
+   this window's step of it (`ldpstream.mechanisms.poisoning.sequential`), then the block test's (its latest
+   windows together against the lagged windows before them) and the long block test's (ten windows against a
+   frozen lagged reference); what they find drifting is held on that side.
 3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`: a suspected prefix ranked by
    its reference frequency, the others by their estimates capped one standard deviation above it), nothing removed
    from the sums.
@@ -54,7 +54,7 @@ from ldpstream.mechanisms.poisoning.frequency import (
 )
 from ldpstream.mechanisms.poisoning.heavy import HEAVY, ReferenceCap, set_aside_estimate
 from ldpstream.mechanisms.poisoning.keyvalue import KeyOracle, key_frequency_bound, keyvalue_disagreement
-from ldpstream.mechanisms.poisoning.numeric import mean_bound, mean_excess, output_density
+from ldpstream.mechanisms.poisoning.numeric import mean_bound, mean_excess, mean_shift, output_density
 from ldpstream.mechanisms.poisoning.sequential import (
     BLOCK,
     BLOCK_WINDOWS,
@@ -173,8 +173,8 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     `reports`: the window's reports of this attribute (per-report tests); `prior`: per-report findings recorded
     before (used instead of running them); `drift`: the sequential test's sums after the window before (None: the
     sequential test is not run); `blocks`: the block test's (the sum of the defended blocks of the windows just
-    before this one, the sum of the lagged windows before those: `blocks_of`; None: not run; frequency oracles
-    with a drift only), then the long block test's likewise, where there are four."""
+    before this one, the sum of the lagged windows before those: `blocks_of`; None: not run; run with a drift
+    only), then the long block test's likewise, where there are four."""
     block = np.asarray(block, dtype=np.float64)
     size = block.shape[0]
     removed = np.zeros(size)
@@ -208,26 +208,32 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
         return up, down
 
     enough = float(block[0]) >= policy.min_reports
-    def over_windows(oracle: Supports, left: np.ndarray, reference_est: Estimate | None
-                     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """The sequential, block and long block tests' step on an oracle's items: the levels held (None: not
-        run)."""
+
+    def over_windows(tested: Supports | NumericMechanism, left: np.ndarray, x: np.ndarray,
+                     reference_values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The sequential, block and long block tests' step on an oracle's items (or a numeric mean) whose
+        standardized excesses over the reference are `x`: the levels held (None: not run)."""
+        held = sequential(x, reference_values)
+        if held is not None and blocks is not None:
+            held = block_test(tested, left, (blocks[0], blocks[1]), policy, held, findings, int(block[0]))
+            if len(blocks) == 4:
+                held = long_block_test(tested, left, (blocks[2], blocks[3]), policy, held, findings, int(block[0]))
+        return held
+
+    def over_items(oracle: Supports, left: np.ndarray, reference_est: Estimate | None
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+        """`over_windows` on an oracle's items, where its reference is usable (None: not run)."""
         if not enough or reference_est is None or not usable_reference(reference_est, policy):
             return None
-        x = standardized_excess(oracle, oracle.estimate(left), reference_est, policy)
-        held = sequential(x, np.asarray(reference_est.value))
-        if held is not None and blocks is not None:
-            held = block_test(oracle, left, (blocks[0], blocks[1]), policy, held, findings, int(block[0]))
-            if len(blocks) == 4:
-                held = long_block_test(oracle, left, (blocks[2], blocks[3]), policy, held, findings, int(block[0]))
-        return held
+        return over_windows(oracle, left, standardized_excess(oracle, oracle.estimate(left), reference_est, policy),
+                            np.asarray(reference_est.value))
 
     if isinstance(mech, FrequencyOracle):
         if reports is not None and not prior and supports_itemsets_apply(mech):
             step(support_itemsets(mech, reports, ref_estimate(), policy))
         left = (block - removed)[1:]
         reference_est = ref_estimate()
-        step(excess_claims(mech, left, reference_est, policy, over_windows(mech, left, reference_est)))
+        step(excess_claims(mech, left, reference_est, policy, over_items(mech, left, reference_est)))
     elif isinstance(mech, NumericMechanism):
         if reports is not None and not prior:
             step(output_density(mech, np.asarray(reports["value"]), policy))
@@ -235,15 +241,15 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
         reference_stats = None if ref is None else ref[1:]
         levels = None
         if enough and reference_est is not None:
-            levels = sequential(np.array([mean_excess(mech, left, reference_est, reference_stats, policy)]),
-                                np.atleast_1d(np.asarray(reference_est.value, dtype=np.float64)))
+            x = np.array([mean_excess(mech, left, reference_est, reference_stats, policy)])
+            levels = over_windows(mech, left, x, np.atleast_1d(np.asarray(reference_est.value, dtype=np.float64)))
         step(mean_bound(mech, left, reference_est, reference_stats, policy,
                         (math.nan, math.nan) if levels is None else (float(levels[0][0]), float(levels[1][0]))))
     elif isinstance(mech, KeyValueMechanism):
         keys_held = None
         if isinstance(mech, PCKV) and ref is not None:
             keys = KeyOracle(mech)
-            levels = over_windows(keys, (block - removed)[1:], keys.estimate(ref[1:]))
+            levels = over_items(keys, (block - removed)[1:], keys.estimate(ref[1:]))
             keys_held = None if levels is None else levels[0]  # from above only (`key_frequency_bound`)
         step(key_frequency_bound(mech, (block - removed)[1:], ref_estimate(), policy, keys_held))
         step(keyvalue_disagreement(mech, (block - removed)[1:], policy))
@@ -254,47 +260,52 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     return Defence(tuple(findings), removed, drift=drift)
 
 
-def block_test(mech: Supports, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray], policy: Policy,
-               held: tuple[np.ndarray, np.ndarray], findings: list[Finding], reports: int
+def block_test(mech: Supports | NumericMechanism, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray],
+               policy: Policy, held: tuple[np.ndarray, np.ndarray], findings: list[Finding], reports: int
                ) -> tuple[np.ndarray, np.ndarray]:
-    """The block test's step (`ldpstream.mechanisms.poisoning.sequential`): its finding appended to `findings`, and
-    the levels `held` with each item it finds held, on that side, to the lagged windows' estimate as well (the
-    nearer of the two levels where the CUSUM holds it too). The test is not run while the lagged windows hold
-    fewer than the policy's minimum of reports."""
+    """The block test's step (`ldpstream.mechanisms.poisoning.sequential`) on an oracle's items (`block_shift`) or a
+    numeric mean (`mean_shift`, its half of alpha_sequential on the one statistic): `_shifted`'s."""
     recent, lagged = blocks
     if float(lagged[0]) < policy.min_reports:
         return held
     lagged_est = mech.estimate(lagged[1:])
-    shift = block_shift(mech, mech.estimate(left + recent[1:]), lagged_est, policy)
-    which = np.flatnonzero(shift)
-    findings.append(Finding(BLOCK, SUSPECTED if len(which) else CLEAN, reports, suspects=tuple(int(v) for v in which),
-                            false_positive=policy.alpha_sequential / 2,
-                            detail=f"{len(which)} shifted over the last {BLOCK_WINDOWS} windows against the "
-                                   f"{LAG_WINDOWS} before (up: {int((shift > 0).sum())}, down: "
-                                   f"{int((shift < 0).sum())}), held where they were" if len(which) else ""))
-    return _held_at(held, shift, np.asarray(lagged_est.value, dtype=np.float64))
+    alpha = policy.alpha_sequential / 2
+    shift = (mean_shift(mech, left + recent[1:], lagged[1:], alpha) if isinstance(mech, NumericMechanism) else
+             block_shift(mech, mech.estimate(left + recent[1:]), lagged_est, policy))
+    return _shifted(BLOCK, f"over the last {BLOCK_WINDOWS} windows against the {LAG_WINDOWS} before", alpha, shift,
+                    lagged_est, held, findings, reports)
 
 
-def long_block_test(mech: Supports, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray], policy: Policy,
-                    held: tuple[np.ndarray, np.ndarray], findings: list[Finding], reports: int
+def long_block_test(mech: Supports | NumericMechanism, left: np.ndarray, blocks: tuple[np.ndarray, np.ndarray],
+                    policy: Policy, held: tuple[np.ndarray, np.ndarray], findings: list[Finding], reports: int
                     ) -> tuple[np.ndarray, np.ndarray]:
-    """The long block test's step (`ldpstream.mechanisms.poisoning.sequential`): its finding appended to `findings`,
-    and each item it finds held, on that side, to the lagged windows' estimate as well (the nearer of the two levels
-    where another test holds it). Not run while the lagged windows hold fewer than the policy's minimum of
-    reports."""
+    """The long block test's step (`ldpstream.mechanisms.poisoning.sequential`) on an oracle's items (`long_shift`:
+    every item both ways, the top item down) or a numeric mean (`mean_shift`: a mean has no top item, so all of
+    alpha_long on the one two-sided test): `_shifted`'s."""
     recent, lagged = blocks
     if float(lagged[0]) < policy.min_reports:
         return held
     lagged_est = mech.estimate(lagged[1:])
-    shift = long_shift(mech, mech.estimate(left + recent[1:]), lagged_est,
-                       mech.estimate(left + recent[1:] + lagged[1:]), policy)
+    shift = (mean_shift(mech, left + recent[1:], lagged[1:], policy.alpha_long) if isinstance(mech, NumericMechanism)
+             else long_shift(mech, mech.estimate(left + recent[1:]), lagged_est,
+                             mech.estimate(left + recent[1:] + lagged[1:]), policy))
+    return _shifted(LONG, f"over the last {LONG_WINDOWS} windows against the {LONG_LAG} before", policy.alpha_long,
+                    shift, lagged_est, held, findings, reports)
+
+
+def _shifted(detector: str, windows: str, false_positive: float, shift: np.ndarray, lagged: Estimate,
+             held: tuple[np.ndarray, np.ndarray], findings: list[Finding], reports: int
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """A block test's finding (`shift`: per item, or the mean, +1 / -1 where found above / below the lagged
+    windows, 0 elsewhere) appended to `findings`, and the levels `held` with each item it finds held, on that side,
+    to the `lagged` windows' estimate as well (the nearer of the two levels where another test holds it). The
+    block tests are not run while their lagged windows hold fewer than the policy's minimum of reports."""
     which = np.flatnonzero(shift)
-    findings.append(Finding(LONG, SUSPECTED if len(which) else CLEAN, reports,
-                            suspects=tuple(int(v) for v in which), false_positive=policy.alpha_long,
-                            detail=f"{len(which)} shifted over the last {LONG_WINDOWS} windows against the "
-                                   f"{LONG_LAG} before (up: {int((shift > 0).sum())}, down: {int((shift < 0).sum())}),"
-                                   f" held where they were" if len(which) else ""))
-    return _held_at(held, shift, np.asarray(lagged_est.value, dtype=np.float64))
+    findings.append(Finding(detector, SUSPECTED if len(which) else CLEAN, reports,
+                            suspects=tuple(int(v) for v in which), false_positive=false_positive,
+                            detail=f"{len(which)} shifted {windows} (up: {int((shift > 0).sum())}, down: "
+                                   f"{int((shift < 0).sum())}), held where they were" if len(which) else ""))
+    return _held_at(held, shift, np.atleast_1d(np.asarray(lagged.value, dtype=np.float64)))
 
 
 def _held_at(held: tuple[np.ndarray, np.ndarray], shift: np.ndarray, level: np.ndarray

@@ -52,8 +52,8 @@ class Policy:
       both directions).
 
     alpha_long: the probability that the long block test (`sequential.py`: ten windows against a frozen lagged
-      reference; every item both ways, and the top item down) raises a false alarm on an attribute in an honest
-      window.
+      reference; every item both ways, and the top item down; a numeric mean both ways) raises a false alarm on an
+      attribute in an honest window.
 
     The defaults give an attribute's tests on sums a false-alarm budget of alpha_window + alpha_sequential +
     alpha_long = 7e-4 + 1e-4 + 2e-4 = 1e-3 per honest window (union bound): the alert's stated rate, one per

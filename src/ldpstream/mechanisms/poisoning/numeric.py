@@ -23,6 +23,11 @@ are two samples of a population), z two-sided at alpha_window. A mean beyond its
 setting aside the fewest reports at the output's extreme that explain the shift (derived here: X = n (mean - U) /
 (y_max - U) for an upper bound U and largest output y_max); for an unbounded output (Laplace, staircase) no count
 explains it, so only the sum is corrected.
+
+**Over windows** (`ldpstream.mechanisms.poisoning.sequential`): the mean's standardized excess (`mean_excess`) is
+the CUSUM's step, and the block tests compare the latest windows' mean with their lagged windows'
+(`standardized_shift`, `mean_shift`); where one of them finds the mean drifting, `mean_bound`'s bound on that side
+is the level it holds it to (`held`).
 """
 
 from __future__ import annotations
@@ -76,6 +81,27 @@ def mean_excess(mech: NumericMechanism, stats: np.ndarray, reference: Estimate, 
     x = (float(mech.estimate(stats).value) - float(reference.value)) / math.sqrt(per_report / n
                                                                                   + per_report / reference.n)
     return float(np.clip(x, -z, z))
+
+
+def standardized_shift(mech: NumericMechanism, block: np.ndarray, lagged: np.ndarray) -> float:
+    """y = (mean of `block` - mean of `lagged`) / sqrt(v (1 / n_block + 1 / n_lag)), v the lagged windows' variance
+    of one report (`_per_report`: device sampling counted), so N(0, 1) when both are honest samples of one
+    population; `block` and `lagged` are the statistics of the latest windows together and of the windows before
+    them (the block tests of `ldpstream.mechanisms.poisoning.sequential`)."""
+    lagged_est = mech.estimate(lagged)
+    n_block = float(np.asarray(block, dtype=np.float64)[0])
+    per_report = _per_report(lagged_est, np.asarray(lagged, dtype=np.float64))
+    return ((float(mech.estimate(block).value) - float(lagged_est.value))
+            / math.sqrt(per_report / n_block + per_report / lagged_est.n))
+
+
+def mean_shift(mech: NumericMechanism, block: np.ndarray, lagged: np.ndarray, alpha: float) -> np.ndarray:
+    """[+1] ([-1]) where the mean of the latest windows (`block`) lies above (below) the lagged windows' (`lagged`)
+    by more than Phi^-1(1 - alpha / 2) standard deviations (`standardized_shift`: one statistic, two sides, so an
+    honest block is flagged with probability alpha), else [0]: a block test's shift of a numeric mean, in the
+    layout of a frequency oracle's (`ldpstream.mechanisms.poisoning.frequency.block_shift`)."""
+    y = standardized_shift(mech, block, lagged)
+    return np.array([math.copysign(1.0, y) if abs(y) > bonferroni_z(alpha, 2) else 0.0])
 
 
 def mean_bound(mech: NumericMechanism, stats: np.ndarray, reference: Estimate | None = None,

@@ -40,8 +40,10 @@ items: |y| > Phi^-1(1 - (alpha_sequential / 2) / 2K) (5.46 at K = 1,024 and 1e-4
 sustained over the block shows as delta / sqrt(1 / B + 1 / R) = 1.63 delta (B = 4, R = 8): the demotion above,
 4.5 sd a window, is at 7.3 sd in the block test at its fourth window (found with probability Phi(7.3 - 5.46) =
 0.97). Consecutive windows' blocks overlap, so their tests are correlated, but each window's holds its rate by
-itself. An item the block test finds is held, on that side, to the lagged windows' estimate in this window (numeric
-means: not run; their sequential test is the CUSUM).
+itself. An item the block test finds is held, on that side, to the lagged windows' estimate in this window.
+A numeric mean is one statistic, y = (mean_block - mean_lag) / sqrt(v (1 / n_block + 1 / n_lag)), v the lagged
+windows' variance of one report (device sampling counted: `ldpstream.mechanisms.poisoning.numeric.standardized_shift`),
+|y| > Phi^-1(1 - (alpha_sequential / 2) / 2) (4.06 at 1e-4), held likewise at the lagged windows' mean.
 
 **The long block test.** Fake reports that support none of a top item and spread uniformly over the others (GRR)
 displace honest reports of the q floor almost exactly, so a window's histogram is that of an honest drop: the item's
@@ -66,7 +68,12 @@ in two parts of its budget alpha_long:
   every per-window bound whose targets rise about 3 sd a window over a reference that follows them shows at about
   3 / sqrt(1 / 10 + 1 / 48) = 8.6 sd here once its rise fills the block.
 An item it finds is held, on that side, to the lagged windows' estimate in this window (GRR demotion: the missing
-supports given back; what an honest item that truly moves pays, at rate alpha_long).
+supports given back; what an honest item that truly moves pays, at rate alpha_long). A numeric mean has no top item:
+all of alpha_long goes to its one two-sided test, |y| > Phi^-1(1 - alpha_long / 2) (3.72 at 2e-4), y as the block
+test's. An attacker who raises the mean about 0.9 sd of a window's difference over a reference that follows it
+(under the window's bound, and 0.4 a window over the CUSUM's drift k: about 4 in ten windows against h = 8.7), its
+rise growing as the reference takes it in, shows here at about 7.4 sd after ten windows (48 lagged windows;
+`docs/explanation/fake-devices.md`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,61 @@
+"""A numeric attribute's tests over windows as a reader sees them (issue 42): after BLOCK_WINDOWS - 1 + LAG_WINDOWS
+honest windows in a memory store, a window whose mean jumps is found by the block test too, on the read path
+(`collection_estimates`, what `ldp estimate` and `ldp poisoning status` show), its suspect named "mean", and its
+defended mean held at or under the lagged windows' mean."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ldpstream.aggregator.estimates import collection_estimates
+from ldpstream.aggregator.plans import Plan
+from ldpstream.aggregator.store import BatchUpdate, MemoryStore, OffsetRange, WindowIncrement
+from ldpstream.cli.output import poisoning_table
+from ldpstream.contract.spec import parse_spec
+from ldpstream.mechanisms.mixed import attribute_block
+from ldpstream.mechanisms.numeric.base import NumericMechanism
+from ldpstream.mechanisms.poisoning.numeric import MEAN
+from ldpstream.mechanisms.poisoning.sequential import BLOCK, BLOCK_WINDOWS, LAG_WINDOWS
+from ldpstream.simulator.population import truncated_gaussian
+
+SPEC = parse_spec(json.dumps({"name": "mean-window", "version": 1, "epsilon": 1.0, "sampling": 1, "partitions": 1,
+                              "windows": ["1m"], "attributes": [{"name": "x", "type": "numeric", "range": [-1, 1],
+                                                                 "mechanism": "pm"}]}))
+MINUTE = 60_000
+START = 1_700_000_040_000 // MINUTE * MINUTE
+N = 5_000
+
+
+def test_a_jump_of_the_mean_is_found_by_the_block_test_on_the_read_path() -> None:
+    """The last window's mean raised by 20 standard deviations of one window's: its block (it and the 3 honest
+    windows before) is 5 sd above the 8 lagged windows, 5 / sqrt(1/4 + 1/8) = 8.2 sd of the block test's
+    statistic, over its 4.06 by 4; the window's own bound finds it too, and the defended mean is held at the
+    nearer of the two levels: at or under the lagged windows' mean, up to the rounding of the reports set aside."""
+    plan, store = Plan(SPEC), MemoryStore()
+    mech = plan.mechanisms[0]
+    assert isinstance(mech, NumericMechanism)
+    rng = np.random.default_rng(4)
+    history = BLOCK_WINDOWS - 1 + LAG_WINDOWS
+    blocks = []
+    for w in range(history + 1):
+        reports = mech.perturb(truncated_gaussian(0.0, 0.25, N, rng), rng)["value"]
+        if w == history:
+            sd = float(np.std(reports)) / np.sqrt(N)
+            reports = reports + 20 * sd  # the sums of a window whose mean is 20 sd higher
+        blocks.append(attribute_block(N, mech.accumulate({"value": reports})))
+        update = BatchUpdate(SPEC.name, (OffsetRange("t:0", w, w),),
+                             (WindowIncrement(1, "1m", START + w * MINUTE, N, {0: blocks[-1]}),), {})
+        assert store.apply(update).status == "applied"
+    result = collection_estimates(store, plan, f"1m:{START + history * MINUTE}")
+    entry = result["poisoning"]["attributes"]["x"]
+    found = {f["detector"]: f for f in entry["findings"] if f["status"] == "suspected"}
+    assert {BLOCK, MEAN} <= set(found), entry["findings"]
+    assert found[BLOCK]["detail"].startswith(f"1 shifted over the last {BLOCK_WINDOWS} windows against the "
+                                             f"{LAG_WINDOWS} before (up: 1, down: 0)")
+    assert entry["suspects"] == ["mean"] and result["poisoning"]["alert"]
+    lagged = np.sum(blocks[:LAG_WINDOWS], axis=0)
+    level = float(mech.estimate(lagged[1:]).value)
+    assert entry["estimate"]["mean"] <= level + mech.output_range[1] / N
+    assert poisoning_table(result).row_count > 0
