@@ -74,10 +74,9 @@ from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.numeric.base import NumericMechanism
 from ldpstream.mechanisms.open_domain.strings import StringDomain
 from ldpstream.mechanisms.open_domain.tree import PEM, PrefixTree
-from ldpstream.mechanisms.poisoning.attribute import Defence, defend, defend_windows, reference_of
+from ldpstream.mechanisms.poisoning.attribute import Defence, blocks_of, defend, defend_windows, reference_of, tree_cap
 from ldpstream.mechanisms.poisoning.base import SUSPECTED, bonferroni_z
 from ldpstream.mechanisms.poisoning.frequency import item_bounds, report_threshold, supports_itemsets_apply
-from ldpstream.mechanisms.poisoning.heavy import ReferenceCap
 from ldpstream.mechanisms.poisoning.keyvalue import KeyOracle
 from ldpstream.mechanisms.poisoning.sequential import BLOCK_WINDOWS, LAG_WINDOWS, LONG_LAG, LONG_WINDOWS
 from ldpstream.simulator.poisoning import (
@@ -97,6 +96,7 @@ ATTACKED = 10
 TARGETS = 10
 UNDER_BETA = 0.05
 DEMOTION_BETA = 0.05
+QUALITY_EVERY = 10  # an honest tree's top list decoded three more ways every this many windows
 
 
 def make(name: str, eps: float) -> Mechanism:
@@ -116,7 +116,8 @@ class Windows:
         self.targets: Any = targets
         if isinstance(mech, PrefixTree):
             words = [w.decode() for w in random_words(WORDS + TARGETS, rng, max_length=8)]
-            self.rows = mech.domain.encode(words[:WORDS])
+            self.words = words[:WORDS]  # Zipf ranks: the first is the most frequent
+            self.rows = mech.domain.encode(self.words)
             self.word_probs = zipf_probabilities(WORDS, ZIPF)
             self.targets = words[WORDS:]  # strings no genuine device holds
         elif isinstance(mech, KeyValueMechanism):
@@ -152,10 +153,10 @@ class Windows:
         return fake_keyvalue_reports(mech, targets, m, rng, attack, adaptive)
 
     def value(self, blocks: Sequence[np.ndarray], defences: Sequence[Defence | None] | None, at: int,
-              targets: Any = None) -> float:
+              targets: Any = None, lagged: bool = True) -> float:
         """The targets' summed estimate in window `at` (a numeric mean; PCKV: frequency plus mean; PEM: as the
-        decode capped by the window's reference ranks them) of its block less what its defence removed (None: no
-        defence)."""
+        decode capped by the window's reference ranks them, and by the lagged windows' unless `lagged` is False: the
+        cap of before) of its block less what its defence removed (None: no defence)."""
         mech = self.mech
         targets = self.targets if targets is None else targets
         d = None if defences is None else defences[at]
@@ -163,9 +164,10 @@ class Windows:
         if isinstance(mech, PEM):
             est = np.asarray(mech.frequencies(kept[1:], targets).value)
             reference = None if defences is None else reference_of(blocks, defences, at, REFERENCE_WINDOWS)
-            if reference is None:
-                return float(est.sum())
-            return float(capped(mech, ReferenceCap(mech, reference[1:], POLICY), kept[1:], targets).sum())
+            assert defences is not None or reference is None
+            cap = None if reference is None else tree_cap(
+                mech, reference, blocks_of(blocks, defences, at) if lagged else None, POLICY)
+            return float(est.sum()) if cap is None else float(capped(mech, cap, kept[1:], targets).sum())
         value = mech.estimate(kept[1:]).value
         if isinstance(mech, KeyValueMechanism):
             f, mean = np.asarray(value)
@@ -194,7 +196,8 @@ def alert(w: Windows, blocks: Sequence[np.ndarray], defences: Sequence[Defence |
         reference = reference_of(blocks, defences, at, REFERENCE_WINDOWS)
         if reference is None:
             return False
-        return defend(w.mech, blocks[at], reference, policy=POLICY).status == SUSPECTED
+        return defend(w.mech, blocks[at], reference, policy=POLICY,
+                      blocks=blocks_of(blocks, defences, at)).status == SUSPECTED
     d = defences[at]
     return d is not None and any(f.status == SUSPECTED for f in d.findings)
 
@@ -204,8 +207,9 @@ def gains(w: Windows, attacked: list[np.ndarray], honest: list[np.ndarray], at: 
     """Gain at window `at` with no defence, with the raw references and with ours (module docstring)."""
     out = {"gain_none": w.value(attacked, None, at, targets) - w.value(honest, None, at, targets)}
     for name, run in (("raw_ref", raw_chain), ("ours", ours)):
-        out[f"gain_{name}"] = (w.value(attacked, run(w.mech, attacked), at, targets)
-                               - w.value(honest, run(w.mech, honest), at, targets))
+        lagged = name == "ours"  # a tree's cap of before: the four windows before only
+        out[f"gain_{name}"] = (w.value(attacked, run(w.mech, attacked), at, targets, lagged)
+                               - w.value(honest, run(w.mech, honest), at, targets, lagged))
     return out
 
 
@@ -296,7 +300,9 @@ def demotion(w: Windows, runs: int) -> dict[str, Any]:
     """Ten windows of 5% fakes demoting the top item, `runs` times: found in the first window, found within ten,
     and the gain (negative) left at the first and the last window."""
     frequency = isinstance(w.mech, FrequencyOracle | KeyValueMechanism)  # items (keys) with the long block test
-    target = np.array([int(np.argmax(w.probs))]) if isinstance(w.mech, FrequencyOracle) else np.array([0])
+    target: Any = np.array([int(np.argmax(w.probs))]) if isinstance(w.mech, FrequencyOracle) else np.array([0])
+    if isinstance(w.mech, PrefixTree):
+        target = w.words[:1]  # the most frequent genuine string
     m = fakes_for(DEMOTION_BETA, w.n)
     first, within, when = 0, 0, []
     out: dict[str, list[float]] = {}
@@ -305,8 +311,10 @@ def demotion(w: Windows, runs: int) -> dict[str, Any]:
         honest = [w.genuine() for _ in range(history + ATTACKED)]
         attacked = honest[:history] + [w.with_fakes(b, w.fakes("demotion", m, targets=target))
                                        for b in honest[history:]]
-        found = [d is not None and any(f.status == SUSPECTED and (not frequency or int(target[0]) in f.suspects)
-                                       for f in d.findings) for d in ours(w.mech, attacked)[history:]]
+        defences = ours(w.mech, attacked)
+        found = [alert(w, attacked, defences, i) if isinstance(w.mech, PrefixTree) else
+                 d is not None and any(f.status == SUSPECTED and (not frequency or int(target[0]) in f.suspects)
+                                       for f in d.findings) for i, d in enumerate(defences) if i >= history]
         first += found[0]
         within += any(found)
         if any(found):
@@ -328,16 +336,41 @@ def honest_windows(w: Windows, windows: int) -> dict[str, Any]:
     flagged = [i for i in range(HISTORY, len(blocks)) if alert(w, blocks, defences, i)]
     by = Counter(f.detector for i in flagged if (d := defences[i]) is not None for f in d.findings
                  if f.status == SUSPECTED)
+    if isinstance(w.mech, PrefixTree):  # its findings are the alert's decode's, not kept in the chain
+        by = Counter(f.detector for i in flagged for f in defend(
+            w.mech, blocks[i], reference_of(blocks, defences, i, REFERENCE_WINDOWS), policy=POLICY,
+            blocks=blocks_of(blocks, defences, i)).findings if f.status == SUSPECTED)
     set_aside = sum(d.set_aside for d in defences[HISTORY:] if d is not None)
-    return {"beta": 0.0, "windows": windows, "false_alarms": len(flagged), "by_detector": dict(by),
-            "genuine_set_aside": set_aside / (windows * w.n)}
+    row = {"beta": 0.0, "windows": windows, "false_alarms": len(flagged), "by_detector": dict(by),
+           "genuine_set_aside": set_aside / (windows * w.n)}
+    if isinstance(w.mech, PrefixTree):
+        row.update(top_list_quality(w, blocks, defences))
+    return row
+
+
+def top_list_quality(w: Windows, blocks: Sequence[np.ndarray], defences: Sequence[Defence | None]
+                     ) -> dict[str, Any]:
+    """A tree's honest decode: of the genuine top TOP strings, how many the decoded top list holds on average, with
+    no cap, the cap of before (the four windows before) and ours (and the lagged windows), every QUALITY_EVERY-th
+    window."""
+    tree = w.mech
+    assert isinstance(tree, PrefixTree)
+    truth = set(w.words[:TOP])
+    found: dict[str, list[int]] = {"none": [], "before": [], "ours": []}
+    for i in range(HISTORY, len(blocks), QUALITY_EVERY):
+        reference = reference_of(blocks, defences, i, REFERENCE_WINDOWS)
+        for name, cap in (("none", None), ("before", tree_cap(tree, reference, None, POLICY)),
+                          ("ours", tree_cap(tree, reference, blocks_of(blocks, defences, i), POLICY))):
+            found[name].append(len(truth & set(tree.heavy_hitters(blocks[i][1:], cap=cap).items)))
+    return {"quality_windows": len(found["none"]),
+            **{f"genuine_top_{name}": float(np.mean(v)) for name, v in found.items()}}
 
 
 APPLIES: dict[str, Callable[[Mechanism], bool]] = {
     "single": lambda m: True, "ramp": lambda m: True,
     "under": lambda m: isinstance(m, FrequencyOracle | PCKV | NumericMechanism),
-    "demotion": lambda m: isinstance(m, FrequencyOracle | NumericMechanism | PCKV),
-    "honest": lambda m: not isinstance(m, PrefixTree)}  # a tree's alert decodes each window: see bench_poisoning
+    "demotion": lambda m: isinstance(m, FrequencyOracle | NumericMechanism | PCKV | PrefixTree),
+    "honest": lambda m: True}
 
 
 def main(argv: list[str] | None = None) -> int:

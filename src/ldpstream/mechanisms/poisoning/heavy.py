@@ -34,6 +34,25 @@ reference estimate, an unbiased estimate of the same frequency. An attacker who 
 bound and is ranked at most s(x) above its reference frequency.
 Without a reference nothing can be tested (a fake string looks like a popular one): `ReferenceCap` is then not
 built.
+
+**Over windows.** Nothing is removed from a tree's sketches, so its windows enter the next windows' references raw,
+and an attack that rises slowly (a ramp of 1%, 2%, ... 10% of fakes) is taken in by the four windows before: each
+window's rise over them is a fraction of its fakes. The cap therefore tests each candidate against more than one
+reference (`lagged`): the four windows before (budget alpha_window), and the lagged windows of the tests over
+windows (`ldpstream.mechanisms.poisoning.sequential`), which an attack younger than their gap has not reached: the
+8 windows before the latest 4 (the block test's; budget alpha_sequential) and the 48 before the latest 10 (the long
+block test's, frozen; budget alpha_long). Each is the same test as above at its own z = Phi^-1(1 - alpha_r / (T C))
+and its own n_ref, so an honest window has a suspect at any level against any reference with probability at most
+alpha_window + alpha_sequential + alpha_long (union bound: the policy's per-window budget of an attribute, 1e-3). A
+candidate is suspected when it is above any of its bounds, and then ranked by the smallest of its reference
+frequencies; under every bound, by its estimate capped at the smallest of f_ref,r(x) + s_r(x). A ramp younger than
+ten windows is then ranked at most one standard deviation above the long block's lagged windows, which hold none of
+it, whatever the four windows before hold; an honest string's estimates in the references are unbiased for the same
+frequency, so it pays at most E[(rise - s_r)+] = 0.083 s_r for each reference (their minimum: measured in the
+benchmark as the genuine strings of an honest window's top list, `bench_poisoning_windows.py`). A tree's level has a
+frequency oracle's variance, so the standardization is `ldpstream.mechanisms.poisoning.frequency`'s (`_spread`), the
+lagged sums as a reference. The lagged references are sums of windows the read path already adds
+(`ldpstream.mechanisms.poisoning.attribute.blocks_of`): no tree is decoded but the window's own.
 """
 
 from __future__ import annotations
@@ -54,33 +73,56 @@ HEAVY = "heavy_hitter_rise"
 class ReferenceCap:
     """The cap of a tree's decode by a reference window's statistics (module docstring): per candidate,
     min(1, f_ref(x) + drift) plus one standard deviation s(x) of its rise, or without it for a suspect (above b(x)).
-    It records, per level, the suspects: `capped[level]` = list of (candidate row, estimate, bound)."""
+    `lagged`: further references, each with its own false-alarm budget (the lagged windows a ramp has not reached
+    yet: "Over windows" in the module docstring); the reference's budget is the policy's alpha_window. It records,
+    per level, the suspects: `capped[level]` = list of (candidate row, estimate, bound)."""
 
     tree: PrefixTree
     reference: np.ndarray
     policy: Policy = field(default_factory=Policy)
+    lagged: tuple[tuple[np.ndarray, float], ...] = ()
     capped: dict[int, list[tuple[np.ndarray, float, float]]] = field(default_factory=dict)
 
     def usable(self) -> bool:
         """Whether every level of the reference has enough reports to compare with."""
-        return all(oracle.z_table(self.tree.level_stats(self.reference, t))[1] >= self.policy.min_reports
+        return self._usable(self.reference)
+
+    def _usable(self, stats: np.ndarray) -> bool:
+        return all(oracle.z_table(self.tree.level_stats(stats, t))[1] >= self.policy.min_reports
                    for t, oracle in enumerate(self.tree.oracles))
+
+    def with_lagged(self, lagged: tuple[tuple[np.ndarray, float], ...]) -> ReferenceCap:
+        """This cap with the `lagged` references (statistics, budget) that have enough reports at every level."""
+        return ReferenceCap(self.tree, self.reference, self.policy,
+                            tuple((np.asarray(stats, dtype=np.float64), float(alpha)) for stats, alpha in lagged
+                                  if self._usable(stats)))
+
+    @property
+    def false_positive(self) -> float:
+        """The probability that an honest window has a capped suspect (union bound over the references)."""
+        return self.policy.alpha_window + sum(alpha for _, alpha in self.lagged)
 
     def __call__(self, level: int, candidates: np.ndarray, value: np.ndarray, n: int, keep: int) -> np.ndarray:
         oracle = self.tree.oracles[level]
-        table, n_ref = oracle.z_table(self.tree.level_stats(self.reference, level))
-        if n_ref < self.policy.min_reports or n < self.policy.min_reports:
+        if n < self.policy.min_reports:
             return value
-        ref_value, _ = peeled_estimates(oracle, table, n_ref, candidates, keep)
-        f0 = np.clip(ref_value, 0.0, 1.0)
-        var = oracle.variance(f0) + f0 * (1.0 - f0)  # and the sampling of devices (`window_variance`)
-        z = bonferroni_z(self.policy.alpha_window / self.tree.levels, len(candidates))
-        base = np.minimum(1.0, f0 + self.policy.drift)
-        sd = np.sqrt(var / n + var / n_ref)
-        bound = base + z * sd
+        base, cap, bound = (np.full(len(candidates), np.inf) for _ in range(3))
+        for stats, alpha in ((self.reference, self.policy.alpha_window), *self.lagged):
+            table, n_ref = oracle.z_table(self.tree.level_stats(stats, level))
+            if n_ref < self.policy.min_reports:
+                continue
+            ref_value, _ = peeled_estimates(oracle, table, n_ref, candidates, keep)
+            f0 = np.clip(ref_value, 0.0, 1.0)
+            var = oracle.variance(f0) + f0 * (1.0 - f0)  # and the sampling of devices (`window_variance`)
+            z = bonferroni_z(alpha / self.tree.levels, len(candidates))
+            here = np.minimum(1.0, f0 + self.policy.drift)
+            sd = np.sqrt(var / n + var / n_ref)
+            base, cap, bound = np.minimum(base, here), np.minimum(cap, here + sd), np.minimum(bound, here + z * sd)
+        if not np.isfinite(base).all():
+            return value
         over = value > bound
         self.capped[level] = [(candidates[i], float(value[i]), float(bound[i])) for i in np.flatnonzero(over)]
-        return np.where(over, base, base + sd)
+        return np.where(over, base, cap)
 
 
 def set_aside_estimate(tree: PrefixTree, stats: np.ndarray, level: int, rows: np.ndarray, bounds: np.ndarray
