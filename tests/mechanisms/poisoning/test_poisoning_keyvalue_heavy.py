@@ -250,11 +250,14 @@ class StringWindows:
         self.words = [w.decode() for w in random_words(203, self.rng, alphabet="abcdefghij", max_length=length)]
         self.rows, self.probs = domain.encode(self.words[:200]), zipf_probabilities(200, 1.2)
 
-    def reports(self, fakes: int = 0) -> Reports:
+    def reports(self, fakes: int = 0, attack: str = "maximal_gain") -> Reports:
+        """n honest reports and `fakes` of `attack` (promoting 3 strings no device holds; demotion: pushing the
+        most frequent string down)."""
         honest = self.tree.perturb(self.rows[self.rng.choice(200, self.n, p=self.probs)], self.rng)
         if not fakes:
             return honest
-        crafted = fake_tree_reports(self.tree, "maximal_gain", self.words[200:], fakes, self.rng)
+        targets = self.words[:1] if attack == "demotion" else self.words[200:]
+        crafted = fake_tree_reports(self.tree, attack, targets, fakes, self.rng)
         return {k: np.concatenate([honest[k], crafted[k].astype(honest[k].dtype)]) for k in honest}
 
     def block(self, reports: Reports) -> np.ndarray:
@@ -343,3 +346,24 @@ def test_keyvalue_recovery_sets_aside_no_more_than_the_reports_that_name_the_key
         sign = 1.0 if value_removed >= 0 else -1.0
         assert abs(value_removed) <= carriers(mech, block[1:], count, np.array([k]), np.array([sign]))[0] + 1e-9
     assert defence.set_aside <= count
+
+
+def test_a_demoted_string_is_found_and_ranked_at_its_reference_frequency() -> None:
+    """10% fakes that carry none of the most frequent string's prefixes push it down (by beta (f + q / (p - q)),
+    about 9 standard deviations of an honest window's fall at the last level here) by more than an honest window
+    falls below its reference (the lower bound, the same test both ways): it is suspected (the alert fires, its
+    label ends in "(down)"), ranked at its highest reference frequency (each reference's joint estimate, so near
+    the four windows' own) rather than its estimate, and no report is counted as set aside (a demotion's reports
+    carry nothing to count)."""
+    w = StringWindows(4.0, 100_000, 14)
+    blocks = [w.block(w.reports()) for _ in range(HISTORY)]
+    blocks.append(w.block(w.reports(round(0.1 * w.n / 0.9), "demotion")))
+    at = len(blocks) - 1
+    defence, cap = w.defend_at(blocks, at)
+    assert cap is not None and defence.status == SUSPECTED and f"{w.words[0]} (down)" in defence.strings
+    assert defence.set_aside == 0
+    estimate = float(w.tree.frequencies(blocks[at][1:], w.words[:1]).value[0])
+    found = w.tree.heavy_hitters(blocks[at][1:], cap=cap)
+    ranked = dict(zip(found.items, found.value, strict=True))[w.words[0]]
+    reference = float(w.tree.frequencies(np.sum(blocks[at - 4:at], axis=0)[1:], w.words[:1]).value[0])
+    assert estimate < ranked and abs(ranked - reference) < (reference - estimate) / 2  # most of the fall given back

@@ -385,7 +385,8 @@ def tree_cap(tree: PrefixTree, reference: np.ndarray | None, blocks: tuple[np.nd
 
 
 def _tree_defence(tree: PrefixTree, block: np.ndarray, cap: ReferenceCap | None, policy: Policy) -> Defence:
-    """Heavy hitters: the decode capped (`tree_cap`); the capped strings of the last level are the suspects."""
+    """Heavy hitters: the decode capped (`tree_cap`); the strings of the last level capped or raised (demoted) are the
+    suspects, else the deepest prefixes."""
     n = int(block[0])
     removed = np.zeros(block.shape[0])
     if n < policy.min_reports:
@@ -396,23 +397,41 @@ def _tree_defence(tree: PrefixTree, block: np.ndarray, cap: ReferenceCap | None,
                                                            "string looks like a popular one"),), removed)
     tree.heavy_hitters(block[1:], cap=cap)
     capped_levels = [level for level, rows in sorted(cap.capped.items()) if rows]
-    if not capped_levels:
+    raised_levels = [level for level, rows in sorted(cap.raised.items()) if rows]
+    if not capped_levels and not raised_levels:
         return Defence((Finding(HEAVY, CLEAN, n, false_positive=cap.false_positive),), removed, cap)
-    deepest = capped_levels[-1]  # the last level's strings, else the longest prefixes capped on the way
-    rows = cap.capped[deepest]
-    set_aside = max(set_aside_estimate(tree, block[1:], level, np.stack([row for row, _, _ in cap.capped[level]]),
-                                       np.array([bound for _, _, bound in cap.capped[level]]))[1]
-                    for level in capped_levels)
-    strings = tuple(tree.domain.decode(np.stack([row for row, _, _ in rows])))
-    if deepest < tree.levels - 1:
-        strings = tuple(f"{s}..." for s in strings)
-    detail = (f"{len(rows)} {'string(s) of the top list' if deepest == tree.levels - 1 else 'prefix(es)'} above "
-              f"the most an honest window shows given the references ({1 + len(cap.lagged)}: the windows before"
-              f"{', and lagged windows' if cap.lagged else ''}), ranked by their lowest reference frequency (levels "
-              f"capped: {len(capped_levels)})")
-    # no statistics are removed (the sketches keep them); the reports set aside: the most, over the capped levels, of
-    # the fewest of a level's reports that carry a suspect and explain its rise (each at most that level's carriers:
-    # `set_aside_estimate`; a deep level's suspects can be noise prefixes that collide with the fakes' cells, whose
-    # honest share hides them)
-    return Defence((Finding(HEAVY, SUSPECTED, n, set_aside, None, (), cap.false_positive, 0.0, detail),),
+    references = f"{1 + len(cap.lagged)} reference(s): the windows before{', lagged windows' if cap.lagged else ''}"
+    strings: tuple[str, ...] = ()
+    details, set_aside = [], 0.0
+    if capped_levels:
+        rows, prefix = _deepest(tree, cap.capped, capped_levels)
+        strings += prefix
+        # no statistics are removed (the sketches keep them); the reports set aside: the most, over the capped
+        # levels, of the fewest of a level's reports that carry a suspect and explain its rise (each at most that
+        # level's carriers: `set_aside_estimate`; a deep level's suspects can be noise prefixes that collide with the
+        # fakes' cells, whose honest share hides them)
+        set_aside = max(set_aside_estimate(tree, block[1:], level, np.stack([r for r, _, _ in cap.capped[level]]),
+                                           np.array([bound for _, _, bound in cap.capped[level]]))[1]
+                        for level in capped_levels)
+        details.append(f"{len(rows)} {_what(tree, capped_levels)} above the most an honest window shows given the "
+                       f"{references}, ranked by their lowest reference frequency (levels capped: "
+                       f"{len(capped_levels)})")
+    if raised_levels:  # demoted: the reports that push a string down carry none of its prefixes, so none is counted
+        rows, prefix = _deepest(tree, cap.raised, raised_levels)
+        strings += tuple(f"{s} (down)" for s in prefix)
+        details.append(f"{len(rows)} {_what(tree, raised_levels)} below the least an honest window shows given the "
+                       f"{references}, ranked by their highest reference frequency (levels: {len(raised_levels)})")
+    return Defence((Finding(HEAVY, SUSPECTED, n, set_aside, None, (), cap.false_positive, 0.0, "; ".join(details)),),
                    removed, cap, strings)
+
+
+def _deepest(tree: PrefixTree, found: dict[int, list[tuple[np.ndarray, float, float]]], levels: list[int]
+             ) -> tuple[list[tuple[np.ndarray, float, float]], tuple[str, ...]]:
+    """The suspects of the deepest of `levels` and their strings (prefixes of a level before the last end in ...)."""
+    rows = found[levels[-1]]
+    strings = tuple(tree.domain.decode(np.stack([row for row, _, _ in rows])))
+    return rows, strings if levels[-1] == tree.levels - 1 else tuple(f"{s}..." for s in strings)
+
+
+def _what(tree: PrefixTree, levels: list[int]) -> str:
+    return "string(s) of the top list" if levels[-1] == tree.levels - 1 else "prefix(es)"

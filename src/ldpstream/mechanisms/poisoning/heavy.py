@@ -72,16 +72,21 @@ HEAVY = "heavy_hitter_rise"
 @dataclass
 class ReferenceCap:
     """The cap of a tree's decode by a reference window's statistics (module docstring): per candidate,
-    min(1, f_ref(x) + drift) plus one standard deviation s(x) of its rise, or without it for a suspect (above b(x)).
-    `lagged`: further references, each with its own false-alarm budget (the lagged windows a ramp has not reached
-    yet: "Over windows" in the module docstring); the reference's budget is the policy's alpha_window. It records,
-    per level, the suspects: `capped[level]` = list of (candidate row, estimate, bound)."""
+    min(1, f_ref(x) + drift) plus one standard deviation s(x) of its rise, or without it for a suspect (above b(x));
+    a candidate below the lower bound (demoted) at its reference frequency. `lagged`: further references, each with
+    its own false-alarm budget (the lagged windows a ramp has not reached yet: "Over windows" in the module
+    docstring); the reference's budget is the policy's alpha_window. `tests`: the candidates a level's Bonferroni
+    counts (None: those it is called with; a caller that scores a few strings as a decode would sets the decode's).
+    It records, per level, the suspects: `capped[level]` = list of (candidate row, estimate, bound), and
+    `raised[level]` those found below."""
 
     tree: PrefixTree
     reference: np.ndarray
     policy: Policy = field(default_factory=Policy)
     lagged: tuple[tuple[np.ndarray, float], ...] = ()
+    tests: int | None = None
     capped: dict[int, list[tuple[np.ndarray, float, float]]] = field(default_factory=dict)
+    raised: dict[int, list[tuple[np.ndarray, float, float]]] = field(default_factory=dict)
 
     def usable(self) -> bool:
         """Whether every level of the reference has enough reports to compare with."""
@@ -95,18 +100,22 @@ class ReferenceCap:
         """This cap with the `lagged` references (statistics, budget) that have enough reports at every level."""
         return ReferenceCap(self.tree, self.reference, self.policy,
                             tuple((np.asarray(stats, dtype=np.float64), float(alpha)) for stats, alpha in lagged
-                                  if self._usable(stats)))
+                                  if self._usable(stats)), self.tests)
 
     @property
     def false_positive(self) -> float:
-        """The probability that an honest window has a capped suspect (union bound over the references)."""
+        """The probability that an honest window has a suspect, either way (union bound over the references)."""
         return self.policy.alpha_window + sum(alpha for _, alpha in self.lagged)
 
     def __call__(self, level: int, candidates: np.ndarray, value: np.ndarray, n: int, keep: int) -> np.ndarray:
+        """What the decoder ranks the candidates by (module docstring): a suspect above its bound at its lowest
+        reference frequency, one below at its highest, the others at min(value, the least f_ref + s)."""
         oracle = self.tree.oracles[level]
         if n < self.policy.min_reports:
             return value
-        base, cap, bound = (np.full(len(candidates), np.inf) for _ in range(3))
+        size = len(candidates)
+        base, cap, bound = (np.full(size, np.inf) for _ in range(3))
+        top, floor = np.full(size, -np.inf), np.full(size, -np.inf)
         for stats, alpha in ((self.reference, self.policy.alpha_window), *self.lagged):
             table, n_ref = oracle.z_table(self.tree.level_stats(stats, level))
             if n_ref < self.policy.min_reports:
@@ -114,15 +123,17 @@ class ReferenceCap:
             ref_value, _ = peeled_estimates(oracle, table, n_ref, candidates, keep)
             f0 = np.clip(ref_value, 0.0, 1.0)
             var = oracle.variance(f0) + f0 * (1.0 - f0)  # and the sampling of devices (`window_variance`)
-            z = bonferroni_z(alpha / self.tree.levels, len(candidates))
-            here = np.minimum(1.0, f0 + self.policy.drift)
+            z = bonferroni_z(alpha / self.tree.levels, 2 * (self.tests or size))  # both ways
+            up, down = np.minimum(1.0, f0 + self.policy.drift), np.maximum(0.0, f0 - self.policy.drift)
             sd = np.sqrt(var / n + var / n_ref)
-            base, cap, bound = np.minimum(base, here), np.minimum(cap, here + sd), np.minimum(bound, here + z * sd)
+            base, cap, bound = np.minimum(base, up), np.minimum(cap, up + sd), np.minimum(bound, up + z * sd)
+            top, floor = np.maximum(top, down), np.maximum(floor, down - z * sd)
         if not np.isfinite(base).all():
             return value
-        over = value > bound
+        over, under = value > bound, value < floor
         self.capped[level] = [(candidates[i], float(value[i]), float(bound[i])) for i in np.flatnonzero(over)]
-        return np.where(over, base, cap)
+        self.raised[level] = [(candidates[i], float(value[i]), float(floor[i])) for i in np.flatnonzero(under)]
+        return np.where(over, base, np.where(under, top, np.minimum(value, cap)))
 
 
 def set_aside_estimate(tree: PrefixTree, stats: np.ndarray, level: int, rows: np.ndarray, bounds: np.ndarray
