@@ -72,8 +72,9 @@ from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
 from ldpstream.mechanisms.keyvalue.pckv import PCKV
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.numeric.base import NumericMechanism
+from ldpstream.mechanisms.open_domain.sketch import HashedGRR
 from ldpstream.mechanisms.open_domain.strings import StringDomain
-from ldpstream.mechanisms.open_domain.tree import PEM, PrefixTree
+from ldpstream.mechanisms.open_domain.tree import PEM, PrefixTree, suffixes
 from ldpstream.mechanisms.poisoning.attribute import Defence, blocks_of, defend, defend_windows, reference_of, tree_cap
 from ldpstream.mechanisms.poisoning.base import SUSPECTED, bonferroni_z
 from ldpstream.mechanisms.poisoning.frequency import item_bounds, report_threshold, supports_itemsets_apply
@@ -148,7 +149,8 @@ class Windows:
         if isinstance(mech, NumericMechanism):
             return fake_numeric_reports(mech, attack, m, rng)
         if isinstance(mech, PrefixTree):
-            return fake_tree_reports(mech, attack, targets, m, rng)
+            carriers = None if adaptive.rise is None else tree_crafted(mech, adaptive, len(targets))
+            return fake_tree_reports(mech, attack, targets, m, rng, carriers, decoys=self.words[:50])
         assert isinstance(mech, KeyValueMechanism)
         return fake_keyvalue_reports(mech, targets, m, rng, attack, adaptive)
 
@@ -262,8 +264,10 @@ def under(w: Windows) -> dict[str, Any]:
         defences = ours(mech, attacked)
         reference = reference_of(attacked, defences, len(attacked), REFERENCE_WINDOWS)
         assert reference is not None
-        ref_est = oracle.estimate(reference[1:])
-        if isinstance(oracle, NumericMechanism):  # the mean's bound: z sd of an honest window's difference
+        ref_est = None if isinstance(mech, PrefixTree) else oracle.estimate(reference[1:])
+        if isinstance(mech, PrefixTree):
+            allowed = tree_allowance(mech, reference, w.n + m)
+        elif isinstance(oracle, NumericMechanism):  # the mean's bound: z sd of an honest window's difference
             variance = float(ref_est.stderr) ** 2 * ref_est.n  # a report's
             allowed = max(0.0, (bonferroni_z(POLICY.alpha_window, 2) - ADAPTIVE_MARGIN)
                           * float(np.sqrt(variance / (w.n + m) + variance / ref_est.n)))
@@ -294,6 +298,25 @@ def under(w: Windows) -> dict[str, Any]:
     row.update(one_window_gain=one["gain_ours"], first_alert=first_alert,
                ratio=row["gain_ours"] / one["gain_ours"] if one["gain_ours"] > 1e-12 else None, alerts=sum(flags))
     return {"beta": UNDER_BETA, **row}
+
+
+def tree_allowance(tree: PrefixTree, reference: np.ndarray, n: int) -> float:
+    """The most a string no device holds may rise over the window's reference at the last level and stay
+    ADAPTIVE_MARGIN standard deviations under the cap's bound against it (`ReferenceCap`: the four windows before,
+    Bonferroni over the levels, both sides and the beam's extensions; n / levels reports a level)."""
+    last = tree.oracles[-1]
+    n_ref = last.z_table(tree.level_stats(reference[1:], tree.levels - 1))[1]
+    var = float(last.variance(0.0))
+    z = bonferroni_z(POLICY.alpha_window / tree.levels, 2 * tree.beam * len(suffixes(tree.domain, tree.step)))
+    return max(0.0, (z - ADAPTIVE_MARGIN) * float(np.sqrt(var * tree.levels / n + var / n_ref)))
+
+
+def tree_crafted(tree: PrefixTree, adaptive: Adaptive, targets: int) -> int:
+    """Crafted reports that raise each of `targets` strings by `adaptive.rise` at every level: one names a target's
+    bucket at a level drawn uniformly and adds (1 - q) / (p - q) / n_T to it there (n_T = population / levels)."""
+    last = tree.oracles[-1]
+    assert isinstance(last, HashedGRR) and adaptive.rise is not None
+    return int(adaptive.rise * targets * adaptive.population * (last.p - last.q) / (1 - last.q))
 
 
 def demotion(w: Windows, runs: int) -> dict[str, Any]:
@@ -368,7 +391,7 @@ def top_list_quality(w: Windows, blocks: Sequence[np.ndarray], defences: Sequenc
 
 APPLIES: dict[str, Callable[[Mechanism], bool]] = {
     "single": lambda m: True, "ramp": lambda m: True,
-    "under": lambda m: isinstance(m, FrequencyOracle | PCKV | NumericMechanism),
+    "under": lambda m: isinstance(m, FrequencyOracle | PCKV | NumericMechanism | PEM),
     "demotion": lambda m: isinstance(m, FrequencyOracle | NumericMechanism | PCKV | PrefixTree),
     "honest": lambda m: True}
 
