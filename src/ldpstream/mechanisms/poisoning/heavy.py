@@ -7,12 +7,16 @@ string frequency moves between a window and the collection's previous window onl
 decode, every candidate prefix is estimated in the reference window as in this one (`peeled_estimates`, the same
 joint estimation, so the collision bias of the fixed hash family is the same in both) and tested against
 
-    b(x) = min(1, f_ref(x) + drift) + z sqrt(V(f_ref(x)) (1 / n_T + 1 / n_ref)),  z = Phi^-1(1 - alpha_window / (T C)),
+    b(x) = min(1, f_ref(x) + drift) + z sqrt(V(f_ref(x)) (1 / n_T + 1 / n_ref)), z = Phi^-1(1 - alpha_window / (2TC)),
 
-C the candidates scored at that level, T the levels (Bonferroni over both: the levels' tests are on disjoint devices,
-and an honest window is flagged at any level with probability <= alpha_window), V the level oracle's n Var at the
-reference frequency (the null's) plus the sampling of devices f (1 - f)
-(`ldpstream.mechanisms.poisoning.frequency.window_variance`).
+C the candidates scored at that level, T the levels (Bonferroni over both and the two sides: the levels' tests are
+on disjoint devices, and an honest window is flagged at any level with probability <= alpha_window), V the level
+oracle's n Var at the reference frequency (the null's) plus the sampling of devices f (1 - f)
+(`ldpstream.mechanisms.poisoning.frequency.window_variance`). The other side, max(0, f_ref(x) - drift) - z sqrt(...),
+finds a demoted string (fake reports that carry none of its prefixes push it down by beta (f + q / (p - q)), as they
+do a frequency oracle's item): it is suspected and ranked by its reference frequency, so a genuine heavy hitter is
+not pushed out of the top list (derived as `ldpstream.mechanisms.poisoning.frequency.lower_bounds`; a level's
+buckets expect far more than a normal count of reports, so no candidate is left untested there).
 
 A candidate under its bound is not suspected, and the decoder ranks it (and the last level reports it) by its
 estimate capped at one standard deviation of the rise over what the stationary population gives it,
