@@ -45,18 +45,21 @@ window's rise over them is a fraction of its fakes. The cap therefore tests each
 reference (`lagged`): the four windows before (budget alpha_window), and the lagged windows of the tests over
 windows (`ldpstream.mechanisms.poisoning.sequential`), which an attack younger than their gap has not reached: the
 8 windows before the latest 4 (the block test's; budget alpha_sequential) and the 48 before the latest 10 (the long
-block test's, frozen; budget alpha_long). Each is the same test as above at its own z = Phi^-1(1 - alpha_r / (T C))
+block test's, frozen; budget alpha_long). Each is the same test as above at its own z = Phi^-1(1 - alpha_r / (2TC))
 and its own n_ref, so an honest window has a suspect at any level against any reference with probability at most
 alpha_window + alpha_sequential + alpha_long (union bound: the policy's per-window budget of an attribute, 1e-3). A
 candidate is suspected when it is above any of its bounds, and then ranked by the smallest of its reference
-frequencies; under every bound, by its estimate capped at the smallest of f_ref,r(x) + s_r(x). A ramp younger than
-ten windows is then ranked at most one standard deviation above the long block's lagged windows, which hold none of
-it, whatever the four windows before hold; an honest string's estimates in the references are unbiased for the same
-frequency, so it pays at most E[(rise - s_r)+] = 0.083 s_r for each reference (their minimum: measured in the
-benchmark as the genuine strings of an honest window's top list, `bench_poisoning_windows.py`). A tree's level has a
-frequency oracle's variance, so the standardization is `ldpstream.mechanisms.poisoning.frequency`'s (`_spread`), the
-lagged sums as a reference. The lagged references are sums of windows the read path already adds
-(`ldpstream.mechanisms.poisoning.attribute.blocks_of`): no tree is decoded but the window's own.
+frequencies (below any lower bound: by the largest); under every bound, by its estimate capped at the smallest of
+f_ref,r(x) + s_r(x). A ramp younger than ten windows is then ranked at most one standard deviation above the long
+block's lagged windows, which hold none of it, whatever the four windows before hold. An honest string's
+references are unbiased for the same frequency, so it is ranked under its estimate when its rise over any of them
+exceeds that one's s_r: with probability at most 3 (1 - Phi(1)) = 0.48 (one reference: 0.16), by at most
+sum_r E[(rise_r - s_r)+] = 3 x 0.083 s on average; the benchmark measures what that does to an honest window's top
+list (`bench_poisoning_windows.py`, honest: the genuine top strings found, with and without the lagged windows).
+A tree's level has a frequency oracle's variance, so the standardization is
+`ldpstream.mechanisms.poisoning.frequency`'s (`_spread`), the lagged sums as a reference. The lagged references are
+sums of windows the read path already adds (`ldpstream.mechanisms.poisoning.attribute.blocks_of`): no tree is
+decoded but the window's own.
 """
 
 from __future__ import annotations
