@@ -199,7 +199,8 @@ def _demoting(oracle: FrequencyOracle, targets: np.ndarray, m: int, rng: np.rand
 def _demoting_tree(tree: PrefixTree, rows: np.ndarray, m: int, rng: np.random.Generator) -> Reports:
     """Reports of a tree that carry none of the target `rows`' prefixes (module docstring, heavy hitters)."""
     level = rng.integers(0, tree.levels, size=m).astype(np.uint8)
-    out = {"level": level, "hash": np.zeros(m, dtype=np.uint32), "y": np.zeros(m, dtype=np.uint32)}
+    out: dict[str, np.ndarray] = {"level": level, "hash": np.zeros(m, dtype=np.uint32),
+                                  "y": np.zeros(m, dtype=np.uint32)}
     for t, oracle in enumerate(tree.oracles):
         if not isinstance(oracle, HashedGRR):
             raise AttackError(f"no demotion attack on {tree.name}'s levels")
