@@ -17,24 +17,29 @@ windows first (the chain a deployment that has run a while holds: the block test
   its rises there), so a reference that takes in its windows raises it window after window; the gain after ten
   windows against its first window's (the one-window adaptive gain), and the first window the alert fires
   (frequency oracles; PCKV: its key frequencies' bound, the rest of its fakes honest reports of other keys; PM: the
-  mean's bound, `bench_poisoning`'s adaptive reports on [1, the largest output]);
+  mean's bound, `bench_poisoning`'s adaptive reports on [1, the largest output]; PEM: the cap's bound against the
+  four windows before at the last level, `tree_allowance`, the rest of its fakes honest reports of genuine strings);
 - `demotion`: ten windows of 5% fakes supporting none of r = 1 target, the most frequent item (PM: the smallest
-  output; PCKV: reports that name no target, the most frequent key), after DEMOTION_HISTORY honest windows
+  output; PCKV: reports that name no target, the most frequent key; PEM: reports that carry none of the most
+  frequent string's prefixes), after DEMOTION_HISTORY honest windows
   (frequency oracles and PCKV: the demotion test's block and lagged windows),
   over `--runs` seeds: how often it is found in the first window and within ten, and the gain (negative)
   left at the first and the last window (frequency oracles, PM and PCKV);
 - `honest`: `--honest-windows` honest windows: windows with any finding suspected (false alarms, and which
-  detector raised them) and the genuine reports set aside.
+  detector raised them) and the genuine reports set aside (PEM: also, every QUALITY_EVERY-th window, the genuine
+  top TOP strings its decoded top list holds with no cap, the cap of before and ours: `top_list_quality`).
 Gain: sum over the targets of (estimate with the fakes - estimate of the same genuine reports without them), each
-side defended by its own chain (PEM: the targets' estimates as the capped decode ranks them; PCKV: frequency plus
-mean). `removed` = 1 - ours / none. The alert fires in a window when any finding of the attribute is suspected
-(what `ldp estimate` and the metrics show as the alert beside the fraction set aside; PEM: a capped prefix).
+side defended by its own chain (PEM: the targets' estimates as the capped decode ranks them, "raw ref" its cap
+against the four windows before only, ours with the lagged windows too; PCKV: frequency plus mean). `removed` =
+1 - ours / none. The alert fires in a window when any finding of the attribute is suspected (what `ldp estimate` and
+the metrics show as the alert beside the fraction set aside; PEM: a capped or raised prefix).
 
 Prints each JSON row (stderr) and, last on stdout, all of them: oracle, epsilon, scenario, beta, gain_none,
 gain_raw_ref, gain_ours, removed_raw_ref, removed_ours, alerts (windows with an alert, of the attacked ones), and per
 scenario its extra fields (under: one_window_gain, ratio, first_alert; demotion: detected_first_window,
 detected_within_ten, runs, mean_first_alert and the gains at the first and last window; honest: windows,
-false_alarms, by_detector, genuine_set_aside).
+false_alarms, by_detector, genuine_set_aside; PEM: quality_windows, genuine_top_none, genuine_top_before,
+genuine_top_ours).
 Run: .venv/bin/python benchmarks/bench_poisoning_windows.py [--n 1000000] [--oracles grr,oue,olh,pm,pem,pckv-grr]
      [--epsilons 1,4] [--scenarios single,ramp,under,demotion,honest] [--runs 10] [--honest-windows 2000]
      [--seed 7]

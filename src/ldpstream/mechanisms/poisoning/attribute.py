@@ -131,7 +131,7 @@ class Defence:
     findings: tuple[Finding, ...]
     removed: np.ndarray
     cap: ReferenceCap | None = None
-    strings: tuple[str, ...] = ()  # a tree's suspected strings (its top list's capped ones)
+    strings: tuple[str, ...] = ()  # a tree's suspected strings (its top list's capped ones, then raised: "... (down)")
     drift: Drift | None = None
 
     @property
