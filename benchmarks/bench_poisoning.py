@@ -44,6 +44,7 @@ Run: .venv/bin/python benchmarks/bench_poisoning.py [--n 1000000] [--oracles grr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -67,7 +68,7 @@ from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism, pairs_array
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.numeric.base import NumericMechanism
 from ldpstream.mechanisms.open_domain.strings import StringDomain
-from ldpstream.mechanisms.open_domain.tree import PEM
+from ldpstream.mechanisms.open_domain.tree import PEM, suffixes
 from ldpstream.mechanisms.poisoning.attribute import PER_REPORT, defend
 from ldpstream.mechanisms.poisoning.base import Policy, bonferroni_z
 from ldpstream.mechanisms.poisoning.frequency import item_bounds, report_threshold, supports_itemsets_apply
@@ -285,12 +286,14 @@ def pem_rows(eps: float, n: int, betas: list[float], rs: list[int], attacks: lis
 
 def capped(tree: PEM, cap: ReferenceCap, stats: np.ndarray, targets: list[str]) -> np.ndarray:
     """The targets' last-level estimates as the defence ranks them (`ReferenceCap`: a suspect at its reference
-    frequency, any other at most one standard deviation of its rise above it)."""
+    frequency, any other at most one standard deviation of its rise above it), tested as one of the decode's
+    candidates there (the beam's extensions)."""
+    cap = dataclasses.replace(cap, tests=tree.beam * len(suffixes(tree.domain, tree.step)), capped={}, raised={})
     rows = tree.domain.encode(targets)
     est = tree.frequencies(stats, targets)
     last = tree.levels - 1
     n = int(tree.oracles[last].z_table(tree.level_stats(stats, last))[1])
-    return np.minimum(np.asarray(est.value), cap(last, rows, np.asarray(est.value), n, TOP))
+    return np.asarray(cap(last, rows, np.asarray(est.value), n, TOP))
 
 
 def tree_carriers(tree: PEM, ref_block: np.ndarray, n: int, r: int) -> int:

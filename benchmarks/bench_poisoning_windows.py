@@ -17,24 +17,29 @@ windows first (the chain a deployment that has run a while holds: the block test
   its rises there), so a reference that takes in its windows raises it window after window; the gain after ten
   windows against its first window's (the one-window adaptive gain), and the first window the alert fires
   (frequency oracles; PCKV: its key frequencies' bound, the rest of its fakes honest reports of other keys; PM: the
-  mean's bound, `bench_poisoning`'s adaptive reports on [1, the largest output]);
+  mean's bound, `bench_poisoning`'s adaptive reports on [1, the largest output]; PEM: the cap's bound against the
+  four windows before at the last level, `tree_allowance`, the rest of its fakes honest reports of genuine strings);
 - `demotion`: ten windows of 5% fakes supporting none of r = 1 target, the most frequent item (PM: the smallest
-  output; PCKV: reports that name no target, the most frequent key), after DEMOTION_HISTORY honest windows
+  output; PCKV: reports that name no target, the most frequent key; PEM: reports that carry none of the most
+  frequent string's prefixes), after DEMOTION_HISTORY honest windows
   (frequency oracles and PCKV: the demotion test's block and lagged windows),
   over `--runs` seeds: how often it is found in the first window and within ten, and the gain (negative)
   left at the first and the last window (frequency oracles, PM and PCKV);
 - `honest`: `--honest-windows` honest windows: windows with any finding suspected (false alarms, and which
-  detector raised them) and the genuine reports set aside.
+  detector raised them) and the genuine reports set aside (PEM: also, every QUALITY_EVERY-th window, the genuine
+  top TOP strings its decoded top list holds with no cap, the cap of before and ours: `top_list_quality`).
 Gain: sum over the targets of (estimate with the fakes - estimate of the same genuine reports without them), each
-side defended by its own chain (PEM: the targets' estimates as the capped decode ranks them; PCKV: frequency plus
-mean). `removed` = 1 - ours / none. The alert fires in a window when any finding of the attribute is suspected
-(what `ldp estimate` and the metrics show as the alert beside the fraction set aside; PEM: a capped prefix).
+side defended by its own chain (PEM: the targets' estimates as the capped decode ranks them, "raw ref" its cap
+against the four windows before only, ours with the lagged windows too; PCKV: frequency plus mean). `removed` =
+1 - ours / none. The alert fires in a window when any finding of the attribute is suspected (what `ldp estimate` and
+the metrics show as the alert beside the fraction set aside; PEM: a capped or raised prefix).
 
 Prints each JSON row (stderr) and, last on stdout, all of them: oracle, epsilon, scenario, beta, gain_none,
 gain_raw_ref, gain_ours, removed_raw_ref, removed_ours, alerts (windows with an alert, of the attacked ones), and per
 scenario its extra fields (under: one_window_gain, ratio, first_alert; demotion: detected_first_window,
 detected_within_ten, runs, mean_first_alert and the gains at the first and last window; honest: windows,
-false_alarms, by_detector, genuine_set_aside).
+false_alarms, by_detector, genuine_set_aside; PEM: quality_windows, genuine_top_none, genuine_top_before,
+genuine_top_ours).
 Run: .venv/bin/python benchmarks/bench_poisoning_windows.py [--n 1000000] [--oracles grr,oue,olh,pm,pem,pckv-grr]
      [--epsilons 1,4] [--scenarios single,ramp,under,demotion,honest] [--runs 10] [--honest-windows 2000]
      [--seed 7]
@@ -72,12 +77,12 @@ from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
 from ldpstream.mechanisms.keyvalue.pckv import PCKV
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.numeric.base import NumericMechanism
+from ldpstream.mechanisms.open_domain.sketch import HashedGRR
 from ldpstream.mechanisms.open_domain.strings import StringDomain
-from ldpstream.mechanisms.open_domain.tree import PEM, PrefixTree
-from ldpstream.mechanisms.poisoning.attribute import Defence, defend, defend_windows, reference_of
+from ldpstream.mechanisms.open_domain.tree import PEM, PrefixTree, suffixes
+from ldpstream.mechanisms.poisoning.attribute import Defence, blocks_of, defend, defend_windows, reference_of, tree_cap
 from ldpstream.mechanisms.poisoning.base import SUSPECTED, bonferroni_z
 from ldpstream.mechanisms.poisoning.frequency import item_bounds, report_threshold, supports_itemsets_apply
-from ldpstream.mechanisms.poisoning.heavy import ReferenceCap
 from ldpstream.mechanisms.poisoning.keyvalue import KeyOracle
 from ldpstream.mechanisms.poisoning.sequential import BLOCK_WINDOWS, LAG_WINDOWS, LONG_LAG, LONG_WINDOWS
 from ldpstream.simulator.poisoning import (
@@ -97,6 +102,7 @@ ATTACKED = 10
 TARGETS = 10
 UNDER_BETA = 0.05
 DEMOTION_BETA = 0.05
+QUALITY_EVERY = 10  # an honest tree's top list decoded three more ways every this many windows
 
 
 def make(name: str, eps: float) -> Mechanism:
@@ -116,7 +122,8 @@ class Windows:
         self.targets: Any = targets
         if isinstance(mech, PrefixTree):
             words = [w.decode() for w in random_words(WORDS + TARGETS, rng, max_length=8)]
-            self.rows = mech.domain.encode(words[:WORDS])
+            self.words = words[:WORDS]  # Zipf ranks: the first is the most frequent
+            self.rows = mech.domain.encode(self.words)
             self.word_probs = zipf_probabilities(WORDS, ZIPF)
             self.targets = words[WORDS:]  # strings no genuine device holds
         elif isinstance(mech, KeyValueMechanism):
@@ -147,15 +154,16 @@ class Windows:
         if isinstance(mech, NumericMechanism):
             return fake_numeric_reports(mech, attack, m, rng)
         if isinstance(mech, PrefixTree):
-            return fake_tree_reports(mech, attack, targets, m, rng)
+            carriers = None if adaptive.rise is None else tree_crafted(mech, adaptive, len(targets))
+            return fake_tree_reports(mech, attack, targets, m, rng, carriers, decoys=self.words[:50])
         assert isinstance(mech, KeyValueMechanism)
         return fake_keyvalue_reports(mech, targets, m, rng, attack, adaptive)
 
     def value(self, blocks: Sequence[np.ndarray], defences: Sequence[Defence | None] | None, at: int,
-              targets: Any = None) -> float:
+              targets: Any = None, lagged: bool = True) -> float:
         """The targets' summed estimate in window `at` (a numeric mean; PCKV: frequency plus mean; PEM: as the
-        decode capped by the window's reference ranks them) of its block less what its defence removed (None: no
-        defence)."""
+        decode capped by the window's reference ranks them, and by the lagged windows' unless `lagged` is False: the
+        cap of before) of its block less what its defence removed (None: no defence)."""
         mech = self.mech
         targets = self.targets if targets is None else targets
         d = None if defences is None else defences[at]
@@ -163,9 +171,10 @@ class Windows:
         if isinstance(mech, PEM):
             est = np.asarray(mech.frequencies(kept[1:], targets).value)
             reference = None if defences is None else reference_of(blocks, defences, at, REFERENCE_WINDOWS)
-            if reference is None:
-                return float(est.sum())
-            return float(capped(mech, ReferenceCap(mech, reference[1:], POLICY), kept[1:], targets).sum())
+            assert defences is not None or reference is None
+            cap = None if reference is None else tree_cap(
+                mech, reference, blocks_of(blocks, defences, at) if lagged else None, POLICY)
+            return float(est.sum()) if cap is None else float(capped(mech, cap, kept[1:], targets).sum())
         value = mech.estimate(kept[1:]).value
         if isinstance(mech, KeyValueMechanism):
             f, mean = np.asarray(value)
@@ -194,7 +203,8 @@ def alert(w: Windows, blocks: Sequence[np.ndarray], defences: Sequence[Defence |
         reference = reference_of(blocks, defences, at, REFERENCE_WINDOWS)
         if reference is None:
             return False
-        return defend(w.mech, blocks[at], reference, policy=POLICY).status == SUSPECTED
+        return defend(w.mech, blocks[at], reference, policy=POLICY,
+                      blocks=blocks_of(blocks, defences, at)).status == SUSPECTED
     d = defences[at]
     return d is not None and any(f.status == SUSPECTED for f in d.findings)
 
@@ -204,8 +214,9 @@ def gains(w: Windows, attacked: list[np.ndarray], honest: list[np.ndarray], at: 
     """Gain at window `at` with no defence, with the raw references and with ours (module docstring)."""
     out = {"gain_none": w.value(attacked, None, at, targets) - w.value(honest, None, at, targets)}
     for name, run in (("raw_ref", raw_chain), ("ours", ours)):
-        out[f"gain_{name}"] = (w.value(attacked, run(w.mech, attacked), at, targets)
-                               - w.value(honest, run(w.mech, honest), at, targets))
+        lagged = name == "ours"  # a tree's cap of before: the four windows before only
+        out[f"gain_{name}"] = (w.value(attacked, run(w.mech, attacked), at, targets, lagged)
+                               - w.value(honest, run(w.mech, honest), at, targets, lagged))
     return out
 
 
@@ -258,8 +269,10 @@ def under(w: Windows) -> dict[str, Any]:
         defences = ours(mech, attacked)
         reference = reference_of(attacked, defences, len(attacked), REFERENCE_WINDOWS)
         assert reference is not None
-        ref_est = oracle.estimate(reference[1:])
-        if isinstance(oracle, NumericMechanism):  # the mean's bound: z sd of an honest window's difference
+        ref_est = None if isinstance(mech, PrefixTree) else oracle.estimate(reference[1:])
+        if isinstance(mech, PrefixTree):
+            allowed = tree_allowance(mech, reference, w.n + m)
+        elif isinstance(oracle, NumericMechanism):  # the mean's bound: z sd of an honest window's difference
             variance = float(ref_est.stderr) ** 2 * ref_est.n  # a report's
             allowed = max(0.0, (bonferroni_z(POLICY.alpha_window, 2) - ADAPTIVE_MARGIN)
                           * float(np.sqrt(variance / (w.n + m) + variance / ref_est.n)))
@@ -292,11 +305,32 @@ def under(w: Windows) -> dict[str, Any]:
     return {"beta": UNDER_BETA, **row}
 
 
+def tree_allowance(tree: PrefixTree, reference: np.ndarray, n: int) -> float:
+    """The most a string no device holds may rise over the window's reference at the last level and stay
+    ADAPTIVE_MARGIN standard deviations under the cap's bound against it (`ReferenceCap`: the four windows before,
+    Bonferroni over the levels, both sides and the beam's extensions; n / levels reports a level)."""
+    last = tree.oracles[-1]
+    n_ref = last.z_table(tree.level_stats(reference[1:], tree.levels - 1))[1]
+    var = float(last.variance(0.0))
+    z = bonferroni_z(POLICY.alpha_window / tree.levels, 2 * tree.beam * len(suffixes(tree.domain, tree.step)))
+    return max(0.0, (z - ADAPTIVE_MARGIN) * float(np.sqrt(var * tree.levels / n + var / n_ref)))
+
+
+def tree_crafted(tree: PrefixTree, adaptive: Adaptive, targets: int) -> int:
+    """Crafted reports that raise each of `targets` strings by `adaptive.rise` at every level: one names a target's
+    bucket at a level drawn uniformly and adds (1 - q) / (p - q) / n_T to it there (n_T = population / levels)."""
+    last = tree.oracles[-1]
+    assert isinstance(last, HashedGRR) and adaptive.rise is not None
+    return int(adaptive.rise * targets * adaptive.population * (last.p - last.q) / (1 - last.q))
+
+
 def demotion(w: Windows, runs: int) -> dict[str, Any]:
     """Ten windows of 5% fakes demoting the top item, `runs` times: found in the first window, found within ten,
     and the gain (negative) left at the first and the last window."""
     frequency = isinstance(w.mech, FrequencyOracle | KeyValueMechanism)  # items (keys) with the long block test
-    target = np.array([int(np.argmax(w.probs))]) if isinstance(w.mech, FrequencyOracle) else np.array([0])
+    target: Any = np.array([int(np.argmax(w.probs))]) if isinstance(w.mech, FrequencyOracle) else np.array([0])
+    if isinstance(w.mech, PrefixTree):
+        target = w.words[:1]  # the most frequent genuine string
     m = fakes_for(DEMOTION_BETA, w.n)
     first, within, when = 0, 0, []
     out: dict[str, list[float]] = {}
@@ -305,8 +339,10 @@ def demotion(w: Windows, runs: int) -> dict[str, Any]:
         honest = [w.genuine() for _ in range(history + ATTACKED)]
         attacked = honest[:history] + [w.with_fakes(b, w.fakes("demotion", m, targets=target))
                                        for b in honest[history:]]
-        found = [d is not None and any(f.status == SUSPECTED and (not frequency or int(target[0]) in f.suspects)
-                                       for f in d.findings) for d in ours(w.mech, attacked)[history:]]
+        defences = ours(w.mech, attacked)
+        found = [alert(w, attacked, defences, i) if isinstance(w.mech, PrefixTree) else
+                 d is not None and any(f.status == SUSPECTED and (not frequency or int(target[0]) in f.suspects)
+                                       for f in d.findings) for i, d in enumerate(defences) if i >= history]
         first += found[0]
         within += any(found)
         if any(found):
@@ -328,16 +364,41 @@ def honest_windows(w: Windows, windows: int) -> dict[str, Any]:
     flagged = [i for i in range(HISTORY, len(blocks)) if alert(w, blocks, defences, i)]
     by = Counter(f.detector for i in flagged if (d := defences[i]) is not None for f in d.findings
                  if f.status == SUSPECTED)
+    if isinstance(w.mech, PrefixTree):  # its findings are the alert's decode's, not kept in the chain
+        by = Counter(f.detector for i in flagged for f in defend(
+            w.mech, blocks[i], reference_of(blocks, defences, i, REFERENCE_WINDOWS), policy=POLICY,
+            blocks=blocks_of(blocks, defences, i)).findings if f.status == SUSPECTED)
     set_aside = sum(d.set_aside for d in defences[HISTORY:] if d is not None)
-    return {"beta": 0.0, "windows": windows, "false_alarms": len(flagged), "by_detector": dict(by),
-            "genuine_set_aside": set_aside / (windows * w.n)}
+    row = {"beta": 0.0, "windows": windows, "false_alarms": len(flagged), "by_detector": dict(by),
+           "genuine_set_aside": set_aside / (windows * w.n)}
+    if isinstance(w.mech, PrefixTree):
+        row.update(top_list_quality(w, blocks, defences))
+    return row
+
+
+def top_list_quality(w: Windows, blocks: Sequence[np.ndarray], defences: Sequence[Defence | None]
+                     ) -> dict[str, Any]:
+    """A tree's honest decode: of the genuine top TOP strings, how many the decoded top list holds on average, with
+    no cap, the cap of before (the four windows before) and ours (and the lagged windows), every QUALITY_EVERY-th
+    window."""
+    tree = w.mech
+    assert isinstance(tree, PrefixTree)
+    truth = set(w.words[:TOP])
+    found: dict[str, list[int]] = {"none": [], "before": [], "ours": []}
+    for i in range(HISTORY, len(blocks), QUALITY_EVERY):
+        reference = reference_of(blocks, defences, i, REFERENCE_WINDOWS)
+        for name, cap in (("none", None), ("before", tree_cap(tree, reference, None, POLICY)),
+                          ("ours", tree_cap(tree, reference, blocks_of(blocks, defences, i), POLICY))):
+            found[name].append(len(truth & set(tree.heavy_hitters(blocks[i][1:], cap=cap).items)))
+    return {"quality_windows": len(found["none"]),
+            **{f"genuine_top_{name}": float(np.mean(v)) for name, v in found.items()}}
 
 
 APPLIES: dict[str, Callable[[Mechanism], bool]] = {
     "single": lambda m: True, "ramp": lambda m: True,
-    "under": lambda m: isinstance(m, FrequencyOracle | PCKV | NumericMechanism),
-    "demotion": lambda m: isinstance(m, FrequencyOracle | NumericMechanism | PCKV),
-    "honest": lambda m: not isinstance(m, PrefixTree)}  # a tree's alert decodes each window: see bench_poisoning
+    "under": lambda m: isinstance(m, FrequencyOracle | PCKV | NumericMechanism | PEM),
+    "demotion": lambda m: isinstance(m, FrequencyOracle | NumericMechanism | PCKV | PrefixTree),
+    "honest": lambda m: True}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from ldpstream.aggregator.plans import Plan
-from ldpstream.aggregator.poisoning import window_defence
+from ldpstream.aggregator.poisoning import WindowDefence, window_defence
 from ldpstream.aggregator.processing import Message, PartitionProcessor
-from ldpstream.aggregator.store import MemoryStore
+from ldpstream.aggregator.store import MemoryStore, WindowStats
 from ldpstream.contract.spec import CollectionSpec, parse_spec
 from ldpstream.contract.wire import encode
 from ldpstream.mechanisms import registry
@@ -53,19 +53,45 @@ def spec_of(name: str) -> CollectionSpec:
                                   "windows": ["1m"], "attributes": [attribute]}))
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_a_clean_windows_defended_estimate_is_the_live_one(name: str) -> None:
+def _windows(name: str, windows: int) -> tuple[Plan, MemoryStore, WindowStats, WindowDefence]:
+    """`windows` windows of one population (fresh noise each) through the worker's processing; the last one's
+    statistics and its defence as `ldp estimate` reads them."""
     spec = spec_of(name)
     plan, store = Plan(spec), MemoryStore()
-    processor = PartitionProcessor(lambda n, v: plan if (n, v) == (spec.name, 1) else None, lambda: START + MINUTE)
-    for w in range(2):
+    last = START + (windows - 1) * MINUTE
+    now = START
+    processor = PartitionProcessor(lambda n, v: plan if (n, v) == (spec.name, 1) else None, lambda: now)
+    for w in range(windows):
+        now = START + max(1, w) * MINUTE  # each window's reports while it is recent
         _, reports = next(fleet(spec, DEVICES, seed=1, chunk=DEVICES, clock_ms=lambda w=w: START + w * MINUTE,
                                   report_round=w))  # one population, fresh noise
         result = processor.process(spec.topic, [Message(w, encode(reports))])
         assert result.update is not None and store.apply(result.update).status == "applied"
-    stats = store.read_window(spec.name, 1, "1m", START + MINUTE, plan.sizes)
-    defence = window_defence(store, plan, "1m", START + MINUTE, stats)
+    stats = store.read_window(spec.name, 1, "1m", last, plan.sizes)
+    return plan, store, stats, window_defence(store, plan, "1m", last, stats)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_clean_windows_defended_estimate_is_the_live_one(name: str) -> None:
+    plan, _, stats, defence = _windows(name, 2)
     assert defence.reference_windows == 1
+    _assert_clean(plan, stats, defence)
+
+
+@pytest.mark.parametrize("name", ["hcms_tree", "pem"])  # the prefix trees (sfp has no cap)
+def test_a_clean_tree_window_capped_by_its_lagged_windows_too_is_the_live_one(name: str) -> None:
+    """A tree's cap reads the lagged windows of the tests over windows (the block test's 8 before the latest 4, the
+    long block test's before the latest 10: 4 here) as references too; an honest window is still not suspected, and
+    its defended estimate is the live one."""
+    plan, _, stats, defence = _windows(name, 14)
+    assert defence.reference_windows == 4
+    cap = defence.attributes[0].cap
+    assert cap is not None and len(cap.lagged) == 2
+    _assert_clean(plan, stats, defence)
+    assert plan.estimate(defence.defended, caps=defence.caps)["x"].items  # the capped decode reads them
+
+
+def _assert_clean(plan: Plan, stats: WindowStats, defence: WindowDefence) -> None:
     assert defence.attributes[0].status != SUSPECTED, defence.attributes[0].findings  # an honest window
     live, defended = plan.estimate(stats)["x"], plan.estimate(defence.defended)["x"]
     np.testing.assert_array_equal(np.asarray(defended.value), np.asarray(live.value))

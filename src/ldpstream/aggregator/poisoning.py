@@ -239,7 +239,8 @@ def window_defence(store: StatsStore, plan: Plan, window: str, start_ms: int, st
         for j, mech in enumerate(plan.mechanisms):
             found = record.findings.get(j, ())
             ref = None if reference is None else reference.stats[j]
-            attributes[j] = (defend(mech, stats.stats[j], ref, policy=policy) if _is_tree(mech) else
+            attributes[j] = (defend(mech, stats.stats[j], ref, policy=policy, blocks=before.blocks.get(j))
+                             if _is_tree(mech) else
                              Defence(tuple(found), removed_blocks(plan, {j: tuple(found)})[j]))
         source, audited_ms, count = "audit", record.audited_ms, record.reference_windows or count
     else:

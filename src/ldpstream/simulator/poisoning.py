@@ -22,6 +22,8 @@ largest input (1) perturbed honestly; `adaptive` spreads reports under the detec
 `demotion` reports the smallest output (the mean pushed down).
 Key-value (Wu et al., USENIX Security 2022, M2GA): a target key with value +1, the report crafted like the oracle's;
 `demotion` and `adaptive` as for the frequency oracles (`fake_keyvalue_reports`).
+Heavy hitters (prefix trees, `fake_tree_reports`): `demotion` reports, at a level drawn uniformly, a hash drawn
+uniformly and a bucket that holds none of the targets' prefixes under it (hashed GRR's levels, PEM).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ldpstream.mechanisms.frequency.unary import UnaryEncoding
 from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
 from ldpstream.mechanisms.keyvalue.pckv import PCKVGRR, PCKVUE
 from ldpstream.mechanisms.numeric.base import NumericMechanism
+from ldpstream.mechanisms.open_domain.sketch import HashedGRR
 from ldpstream.mechanisms.open_domain.tree import PrefixTree
 
 ATTACKS = ("maximal_gain", "random_item", "random_value", "input", "adaptive", "demotion")
@@ -193,6 +196,27 @@ def _demoting(oracle: FrequencyOracle, targets: np.ndarray, m: int, rng: np.rand
     raise AttackError(f"no demotion attack on {oracle.name}")
 
 
+def _demoting_tree(tree: PrefixTree, rows: np.ndarray, m: int, rng: np.random.Generator) -> Reports:
+    """Reports of a tree that carry none of the target `rows`' prefixes (module docstring, heavy hitters)."""
+    level = rng.integers(0, tree.levels, size=m).astype(np.uint8)
+    out: dict[str, np.ndarray] = {"level": level, "hash": np.zeros(m, dtype=np.uint32),
+                                  "y": np.zeros(m, dtype=np.uint32)}
+    for t, oracle in enumerate(tree.oracles):
+        if not isinstance(oracle, HashedGRR):
+            raise AttackError(f"no demotion attack on {tree.name}'s levels")
+        mine = np.flatnonzero(level == t)
+        j = rng.integers(0, oracle.hashes, size=len(mine))
+        held = oracle.candidate_buckets(rows)[:, j].T  # (reports, targets): the targets' buckets under each hash
+        y = rng.integers(0, oracle.width, size=len(mine))
+        for _ in range(64):  # redraw the buckets that hold a target (as `_demoting`'s local hashing)
+            bad = (held == y[:, None]).any(axis=1)
+            if not bad.any():
+                break
+            y[bad] = rng.integers(0, oracle.width, size=int(bad.sum()))
+        out["hash"][mine], out["y"][mine] = j, y
+    return out
+
+
 def _uniform_output(oracle: FrequencyOracle, m: int, rng: np.random.Generator) -> Reports:
     if isinstance(oracle, GRR):
         return {"value": rng.integers(0, oracle.domain_size, size=m).astype(np.uint32)}
@@ -291,7 +315,7 @@ def fake_tree_reports(tree: PrefixTree, attack: str, targets: Sequence[str], m: 
     a level drawn uniformly, a target's prefix bucket under a hash drawn uniformly (what a holder sends unperturbed);
     `random_item`/`input` a target perturbed honestly; `random_value` a uniform report; `adaptive` only `carriers`
     crafted reports (under the rise bound) and honest reports of the `decoys` (strings that gain nothing) for the
-    rest."""
+    rest; `demotion` reports that carry none of the targets' prefixes (module docstring), to push them down."""
     rows = tree.domain.encode(list(targets))
     pick = rng.integers(0, len(rows), size=m)
     if attack in ("random_item", "input"):
@@ -301,6 +325,8 @@ def fake_tree_reports(tree: PrefixTree, attack: str, targets: Sequence[str], m: 
         return {"level": rng.integers(0, tree.levels, size=m).astype(np.uint8),
                 "hash": rng.integers(0, first.hashes, size=m).astype(np.uint32),
                 "y": rng.integers(0, first.width, size=m).astype(np.uint32)}
+    if attack == "demotion":
+        return _demoting_tree(tree, rows, m, rng)
     if attack not in ("maximal_gain", "adaptive"):
         raise AttackError(f"unknown attack {attack!r}; one of {ATTACKS}")
     crafted = m if attack == "maximal_gain" or carriers is None else min(m, carriers)

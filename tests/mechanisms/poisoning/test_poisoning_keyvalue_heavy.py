@@ -10,14 +10,16 @@ import numpy as np
 import pytest
 
 from ldpstream.mechanisms import registry
+from ldpstream.mechanisms.base import Reports
 from ldpstream.mechanisms.keyvalue.base import KeyValueMechanism
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.open_domain.strings import StringDomain
 from ldpstream.mechanisms.open_domain.tree import PEM, suffixes
-from ldpstream.mechanisms.poisoning.attribute import defend
+from ldpstream.mechanisms.poisoning.attribute import Defence, blocks_of, defend, defend_windows, reference_of, tree_cap
 from ldpstream.mechanisms.poisoning.base import CLEAN, SUSPECTED, UNTESTED, Policy, bonferroni_z
 from ldpstream.mechanisms.poisoning.heavy import ReferenceCap
 from ldpstream.mechanisms.poisoning.keyvalue import carriers
+from ldpstream.mechanisms.poisoning.sequential import BLOCK_WINDOWS, LAG_WINDOWS
 from ldpstream.simulator.poisoning import fake_keyvalue_reports, fake_tree_reports
 from ldpstream.simulator.population import random_words, zipf_probabilities
 
@@ -215,6 +217,13 @@ def test_a_trees_reports_set_aside_never_exceed_those_carrying_a_suspect(
     if finding.status != SUSPECTED:
         assert finding.set_aside == 0
         return
+    assert finding.set_aside <= max(suspect_carriers(tree, defence, reports))
+    assert finding.set_aside <= m
+
+
+def suspect_carriers(tree: PEM, defence: Defence, reports: Reports) -> list[int]:
+    """Per capped level, the reports of the window that carry one of its suspected prefixes (counted from the
+    reports themselves)."""
     assert defence.cap is not None
     carriers = []
     for level, rows in defence.cap.capped.items():
@@ -224,8 +233,96 @@ def test_a_trees_reports_set_aside_never_exceed_those_carrying_a_suspect(
         hashes, y = np.asarray(reports["hash"])[at].astype(np.int64), np.asarray(reports["y"])[at].astype(np.int64)
         buckets = tree.oracles[level].candidate_buckets(np.stack([row for row, _, _ in rows]))  # (suspects, hashes)
         carriers.append(int((buckets[:, hashes] == y[None, :]).any(axis=0).sum()))
-    assert finding.set_aside <= max(carriers)
-    assert finding.set_aside <= m
+    return carriers
+
+
+# --- over windows: the lagged windows as references (`tree_cap`) -----------------------------------------------------
+HISTORY = BLOCK_WINDOWS - 1 + LAG_WINDOWS  # honest windows before the attack: the block test's latest and lagged
+
+
+class StringWindows:
+    """Consecutive windows of a Zipf population of strings, each of n fresh reports."""
+
+    def __init__(self, eps: float, n: int, seed: int, length: int = 6) -> None:
+        self.rng = np.random.default_rng(seed)
+        domain = StringDomain(length, "abcdefghij")
+        self.tree, self.n = PEM(eps, domain, seed=3, top=10), n
+        self.words = [w.decode() for w in random_words(203, self.rng, alphabet="abcdefghij", max_length=length)]
+        self.rows, self.probs = domain.encode(self.words[:200]), zipf_probabilities(200, 1.2)
+
+    def reports(self, fakes: int = 0, attack: str = "maximal_gain") -> Reports:
+        """n honest reports and `fakes` of `attack` (promoting 3 strings no device holds; demotion: pushing the
+        most frequent string down)."""
+        honest = self.tree.perturb(self.rows[self.rng.choice(200, self.n, p=self.probs)], self.rng)
+        if not fakes:
+            return honest
+        targets = self.words[:1] if attack == "demotion" else self.words[200:]
+        crafted = fake_tree_reports(self.tree, attack, targets, fakes, self.rng)
+        return {k: np.concatenate([honest[k], crafted[k].astype(honest[k].dtype)]) for k in honest}
+
+    def block(self, reports: Reports) -> np.ndarray:
+        return attribute_block(len(reports["y"]), self.tree.accumulate(reports))
+
+    def defend_at(self, blocks: list[np.ndarray], at: int, policy: Policy = POLICY,
+                  lagged: bool = True) -> tuple[Defence, ReferenceCap | None]:
+        """Window `at`'s defence (as the read path's: the four windows before, the lagged windows `blocks_of` sums)
+        and its cap, or the cap of before (the four windows before only) when `lagged` is False."""
+        chain = defend_windows(self.tree, blocks[:at], policy=policy)
+        reference = reference_of(blocks, chain, at)
+        windows = blocks_of(blocks, chain, at) if lagged else None
+        return (defend(self.tree, blocks[at], reference, policy=policy, blocks=windows),
+                tree_cap(self.tree, reference, windows, policy))
+
+
+@pytest.fixture(scope="module")
+def ramp() -> tuple[StringWindows, list[np.ndarray], Reports]:
+    """Eleven honest windows, then ten in which fakes promoting 3 strings no device holds rise 1%, 2%, ..., 10%."""
+    w = StringWindows(4.0, 40_000, 12)
+    blocks = [w.block(w.reports()) for _ in range(HISTORY)]
+    for t in range(1, 11):
+        last = w.reports(round(0.01 * t * w.n / (1 - 0.01 * t)))
+        blocks.append(w.block(last))
+    return w, blocks, last
+
+
+def test_a_ramps_fake_strings_are_kept_out_of_the_top_list_at_its_last_window(
+        ramp: tuple[StringWindows, list[np.ndarray], Reports]) -> None:
+    """The four windows before the last hold 6-9% of fakes, so against them alone the fakes rise little and reach
+    the top list; the lagged windows of the long block test (the 11 before the ramp here) hold none: against them
+    the fake strings are suspected, ranked by their lowest reference frequency, and stay out; the reports set aside
+    are never more than those that carry a suspect prefix."""
+    w, blocks, last = ramp
+    fakes = set(w.words[200:])
+    at = len(blocks) - 1
+    defence, cap = w.defend_at(blocks, at)
+    before = w.defend_at(blocks, at, lagged=False)[1]
+    assert cap is not None and len(cap.lagged) == 2 and before is not None and not before.lagged
+    assert fakes & set(w.tree.heavy_hitters(blocks[at][1:], cap=before).items)  # the cap of before lets them in
+    assert not fakes & set(w.tree.heavy_hitters(blocks[at][1:], cap=cap).items)
+    (finding,) = defence.findings
+    assert finding.status == SUSPECTED and defence.strings
+    assert 0 < finding.set_aside <= min(max(suspect_carriers(w.tree, defence, last)), w.n)
+    assert finding.false_positive == POLICY.alpha_window + POLICY.alpha_sequential + POLICY.alpha_long
+
+
+def test_the_lagged_references_keep_an_honest_windows_false_alarms_within_their_budget() -> None:
+    """Each reference's test at its own budget (the four windows before alpha_window, the block test's lagged
+    windows alpha_sequential, the long block test's alpha_long): an honest window is suspected with probability at
+    most their sum (union bound over the references, Bonferroni over the levels and candidates). With a budget of
+    0.1 a window, the suspected windows of N honest ones are at most Binomial(N, 0.1): at most N 0.1 + 4 sd."""
+    policy = Policy(alpha_window=0.05, alpha_sequential=0.03, alpha_long=0.02)
+    budget, windows = 0.1, 80
+    w = StringWindows(1.0, 5_000, 13, length=4)
+    blocks = [w.block(w.reports()) for _ in range(HISTORY + windows)]
+    chain = defend_windows(w.tree, blocks, policy=policy)
+    suspected = 0
+    for at in range(HISTORY, len(blocks)):
+        defence = defend(w.tree, blocks[at], reference_of(blocks, chain, at), policy=policy,
+                         blocks=blocks_of(blocks, chain, at))
+        assert defence.cap is not None and len(defence.cap.lagged) == 2
+        assert defence.findings[0].false_positive == pytest.approx(budget)
+        suspected += defence.status == SUSPECTED
+    assert suspected <= windows * budget + 4 * math.sqrt(windows * budget * (1 - budget))
 
 
 @pytest.mark.parametrize("name,beta", [("pckv-grr", 0.05), ("pckv-grr", 0.2), ("pckv-ue", 0.2)])
@@ -249,3 +346,24 @@ def test_keyvalue_recovery_sets_aside_no_more_than_the_reports_that_name_the_key
         sign = 1.0 if value_removed >= 0 else -1.0
         assert abs(value_removed) <= carriers(mech, block[1:], count, np.array([k]), np.array([sign]))[0] + 1e-9
     assert defence.set_aside <= count
+
+
+def test_a_demoted_string_is_found_and_ranked_at_its_reference_frequency() -> None:
+    """10% fakes that carry none of the most frequent string's prefixes push it down (by beta (f + q / (p - q)),
+    about 9 standard deviations of an honest window's fall at the last level here) by more than an honest window
+    falls below its reference (the lower bound, the same test both ways): it is suspected (the alert fires, its
+    label ends in "(down)"), ranked at its highest reference frequency (each reference's joint estimate, so near
+    the four windows' own) rather than its estimate, and no report is counted as set aside (a demotion's reports
+    carry nothing to count)."""
+    w = StringWindows(4.0, 100_000, 14)
+    blocks = [w.block(w.reports()) for _ in range(HISTORY)]
+    blocks.append(w.block(w.reports(round(0.1 * w.n / 0.9), "demotion")))
+    at = len(blocks) - 1
+    defence, cap = w.defend_at(blocks, at)
+    assert cap is not None and defence.status == SUSPECTED and f"{w.words[0]} (down)" in defence.strings
+    assert defence.set_aside == 0
+    estimate = float(w.tree.frequencies(blocks[at][1:], w.words[:1]).value[0])
+    found = w.tree.heavy_hitters(blocks[at][1:], cap=cap)
+    ranked = dict(zip(found.items, found.value, strict=True))[w.words[0]]
+    reference = float(w.tree.frequencies(np.sum(blocks[at - 4:at], axis=0)[1:], w.words[:1]).value[0])
+    assert estimate < ranked and abs(ranked - reference) < (reference - estimate) / 2  # most of the fall given back

@@ -68,13 +68,13 @@ class HeavyHitters(Estimate):
 
 
 class LevelCap(Protocol):
-    """The most each candidate's estimate may count for at a level of the decode (a poisoning defence,
-    `ldpstream.mechanisms.poisoning.heavy`: the most an honest window shows, and a suspect's reference
-    frequency); the decoder ranks by min(estimate, cap)."""
+    """What each candidate's estimate counts for at a level of the decode (a poisoning defence,
+    `ldpstream.mechanisms.poisoning.heavy`: at most what an honest window shows, a suspect's reference frequency);
+    the decoder ranks by it."""
 
     def __call__(self, level: int, candidates: np.ndarray, value: np.ndarray, n: int, keep: int) -> np.ndarray:
-        """The candidates' (rows) estimates `value` at `level` (from n reports, `keep` of them to be kept),
-        capped."""
+        """The candidates' (rows) estimates `value` at `level` (from n reports, `keep` of them to be kept), as the
+        decoder ranks them."""
         ...
 
 
@@ -210,7 +210,7 @@ class PrefixTree(Mechanism):
 
     def heavy_hitters(self, stats: np.ndarray, top: int | None = None, cap: LevelCap | None = None) -> HeavyHitters:
         """The `top` strings with the largest estimates, decoded breadth-first (module docstring); with `cap`, every
-        level ranks (and the last reports) the candidates' estimates capped by it."""
+        level ranks (and the last reports) the candidates' estimates as it gives them."""
         top = self.top if top is None else top
         cand = self.first_candidates()
         for t, oracle in enumerate(self.oracles):
@@ -220,7 +220,7 @@ class PrefixTree(Mechanism):
             keep = top if t == self.levels - 1 else self.beam
             value, stderr = peeled_estimates(oracle, table, n, cand, keep)
             if cap is not None:
-                value = np.minimum(value, cap(t, cand, value, n, keep))
+                value = cap(t, cand, value, n, keep)
             order = np.argsort(-value, kind="stable")[:keep]
             if t < self.levels - 1:
                 cand = self.extend(cand[order], t)

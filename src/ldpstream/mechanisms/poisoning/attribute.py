@@ -11,9 +11,10 @@ previous ones kept.
    this window's step of it (`ldpstream.mechanisms.poisoning.sequential`), then the block test's (its latest
    windows together against the lagged windows before them) and the long block test's (ten windows against a
    frozen lagged reference); what they find drifting is held on that side.
-3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`: a suspected prefix ranked by
-   its reference frequency, the others by their estimates capped one standard deviation above it), nothing removed
-   from the sums.
+3. Heavy hitters (prefix trees): the decode capped by the reference and, where there are some, by the lagged
+   windows of the tests over windows, which a ramp has not reached yet (`ReferenceCap`, `tree_cap`: a suspected
+   prefix ranked by its lowest reference frequency, the others by their estimates capped one standard deviation
+   above the lowest), nothing removed from the sums.
 
 The statistics are an attribute's block of the collector's ([n_j, the mechanism's statistics],
 `ldpstream.mechanisms.mixed.attribute_block`); `removed` is in the same layout, so the defended block is
@@ -130,7 +131,7 @@ class Defence:
     findings: tuple[Finding, ...]
     removed: np.ndarray
     cap: ReferenceCap | None = None
-    strings: tuple[str, ...] = ()  # a tree's suspected strings (its top list's capped ones)
+    strings: tuple[str, ...] = ()  # a tree's suspected strings (its top list's capped ones, then raised: "... (down)")
     drift: Drift | None = None
 
     @property
@@ -174,7 +175,8 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     before (used instead of running them); `drift`: the sequential test's sums after the window before (None: the
     sequential test is not run); `blocks`: the block test's (the sum of the defended blocks of the windows just
     before this one, the sum of the lagged windows before those: `blocks_of`; None: not run; run with a drift
-    only), then the long block test's likewise, where there are four."""
+    only), then the long block test's likewise, where there are four; a tree's cap takes their lagged windows as
+    further references (`tree_cap`)."""
     block = np.asarray(block, dtype=np.float64)
     size = block.shape[0]
     removed = np.zeros(size)
@@ -254,7 +256,7 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
         step(key_frequency_bound(mech, (block - removed)[1:], ref_estimate(), policy, keys_held))
         step(keyvalue_disagreement(mech, (block - removed)[1:], policy))
     elif isinstance(mech, PrefixTree):
-        return _tree_defence(mech, block, ref, policy)
+        return _tree_defence(mech, block, tree_cap(mech, ref, blocks, policy), policy)
     else:
         findings.append(Finding("none", UNTESTED, int(block[0]), detail=f"no poisoning detector for {mech.name}"))
     return Defence(tuple(findings), removed, drift=drift)
@@ -345,7 +347,8 @@ def defend_windows(mech: Mechanism, blocks: Sequence[np.ndarray | None], recorde
     against the sum of the defended blocks of the `reference_windows` before it, and with the sequential test's
     sums carried from one to the next. A window with a `recorded` defence (an audit's) keeps it, and its sums
     where it has them. Windows before `first` are not defended (their blocks enter the references raw), and the
-    sums start at zero there; nor are a heavy-hitter tree's (its defence caps the decode and removes nothing). The
+    sums start at zero there; nor are a heavy-hitter tree's (its defence caps the decode and removes nothing, so its
+    windows enter the references raw; its cap reads the lagged windows `blocks_of` sums instead: `tree_cap`). The
     last entry's reference and sums are those the window after the list is defended with (`reference_of`)."""
     out: list[Defence | None] = []
     drift = Drift.start(mech)
@@ -376,35 +379,70 @@ def reference_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence
     return np.sum(kept, axis=0) if kept else None
 
 
-def _tree_defence(tree: PrefixTree, block: np.ndarray, reference: np.ndarray | None, policy: Policy) -> Defence:
-    """Heavy hitters: the decode capped by the reference; the capped strings of the last level are the suspects."""
+def tree_cap(tree: PrefixTree, reference: np.ndarray | None, blocks: tuple[np.ndarray, ...] | None,
+             policy: Policy) -> ReferenceCap | None:
+    """The cap of a tree's decode (`ReferenceCap`) against the window's `reference` block (budget alpha_window) and
+    the lagged windows of `blocks` (`blocks_of`: the block test's, budget alpha_sequential, and the long block
+    test's, alpha_long), each where it has enough reports at every level; None without a usable reference."""
+    if reference is None:
+        return None
+    cap = ReferenceCap(tree, np.asarray(reference, dtype=np.float64)[1:], policy)
+    if not cap.usable():
+        return None
+    lagged = () if blocks is None else tuple(
+        (np.asarray(b, dtype=np.float64)[1:], alpha)
+        for b, alpha in zip(blocks[1::2], (policy.alpha_sequential, policy.alpha_long), strict=False))
+    return cap.with_lagged(lagged)
+
+
+def _tree_defence(tree: PrefixTree, block: np.ndarray, cap: ReferenceCap | None, policy: Policy) -> Defence:
+    """Heavy hitters: the decode capped (`tree_cap`); the strings of the last level capped or raised (demoted) are the
+    suspects, else the deepest prefixes."""
     n = int(block[0])
     removed = np.zeros(block.shape[0])
     if n < policy.min_reports:
         return Defence((Finding(HEAVY, TOO_FEW, n, detail=f"{n} report(s): fewer than {policy.min_reports}"),),
                        removed)
-    cap = ReferenceCap(tree, reference[1:], policy) if reference is not None else None
-    if cap is None or not cap.usable():
+    if cap is None:
         return Defence((Finding(HEAVY, UNTESTED, n, detail="no reference window with enough reports: a fake "
                                                            "string looks like a popular one"),), removed)
     tree.heavy_hitters(block[1:], cap=cap)
     capped_levels = [level for level, rows in sorted(cap.capped.items()) if rows]
-    if not capped_levels:
-        return Defence((Finding(HEAVY, CLEAN, n, false_positive=policy.alpha_window),), removed, cap)
-    deepest = capped_levels[-1]  # the last level's strings, else the longest prefixes capped on the way
-    rows = cap.capped[deepest]
-    set_aside = max(set_aside_estimate(tree, block[1:], level, np.stack([row for row, _, _ in cap.capped[level]]),
-                                       np.array([bound for _, _, bound in cap.capped[level]]))[1]
-                    for level in capped_levels)
-    strings = tuple(tree.domain.decode(np.stack([row for row, _, _ in rows])))
-    if deepest < tree.levels - 1:
-        strings = tuple(f"{s}..." for s in strings)
-    detail = (f"{len(rows)} {'string(s) of the top list' if deepest == tree.levels - 1 else 'prefix(es)'} above "
-              f"the most an honest window shows given the reference, ranked by their reference frequency (levels "
-              f"capped: {len(capped_levels)})")
-    # no statistics are removed (the sketches keep them); the reports set aside: the most, over the capped levels, of
-    # the fewest of a level's reports that carry a suspect and explain its rise (each at most that level's carriers:
-    # `set_aside_estimate`; a deep level's suspects can be noise prefixes that collide with the fakes' cells, whose
-    # honest share hides them)
-    return Defence((Finding(HEAVY, SUSPECTED, n, set_aside, None, (), policy.alpha_window, 0.0, detail),),
+    raised_levels = [level for level, rows in sorted(cap.raised.items()) if rows]
+    if not capped_levels and not raised_levels:
+        return Defence((Finding(HEAVY, CLEAN, n, false_positive=cap.false_positive),), removed, cap)
+    references = f"{1 + len(cap.lagged)} reference(s): the windows before{', lagged windows' if cap.lagged else ''}"
+    strings: tuple[str, ...] = ()
+    details, set_aside = [], 0.0
+    if capped_levels:
+        rows, prefix = _deepest(tree, cap.capped, capped_levels)
+        strings += prefix
+        # no statistics are removed (the sketches keep them); the reports set aside: the most, over the capped
+        # levels, of the fewest of a level's reports that carry a suspect and explain its rise (each at most that
+        # level's carriers: `set_aside_estimate`; a deep level's suspects can be noise prefixes that collide with the
+        # fakes' cells, whose honest share hides them)
+        set_aside = max(set_aside_estimate(tree, block[1:], level, np.stack([r for r, _, _ in cap.capped[level]]),
+                                           np.array([bound for _, _, bound in cap.capped[level]]))[1]
+                        for level in capped_levels)
+        details.append(f"{len(rows)} {_what(tree, capped_levels)} above the most an honest window shows given the "
+                       f"{references}, ranked by their lowest reference frequency (levels capped: "
+                       f"{len(capped_levels)})")
+    if raised_levels:  # demoted: the reports that push a string down carry none of its prefixes, so none is counted
+        rows, prefix = _deepest(tree, cap.raised, raised_levels)
+        strings += tuple(f"{s} (down)" for s in prefix)
+        details.append(f"{len(rows)} {_what(tree, raised_levels)} below the least an honest window shows given the "
+                       f"{references}, ranked by their highest reference frequency (levels: {len(raised_levels)})")
+    return Defence((Finding(HEAVY, SUSPECTED, n, set_aside, None, (), cap.false_positive, 0.0, "; ".join(details)),),
                    removed, cap, strings)
+
+
+def _deepest(tree: PrefixTree, found: dict[int, list[tuple[np.ndarray, float, float]]], levels: list[int]
+             ) -> tuple[list[tuple[np.ndarray, float, float]], tuple[str, ...]]:
+    """The suspects of the deepest of `levels` and their strings (prefixes of a level before the last end in ...)."""
+    rows = found[levels[-1]]
+    strings = tuple(tree.domain.decode(np.stack([row for row, _, _ in rows])))
+    return rows, strings if levels[-1] == tree.levels - 1 else tuple(f"{s}..." for s in strings)
+
+
+def _what(tree: PrefixTree, levels: list[int]) -> str:
+    return "string(s) of the top list" if levels[-1] == tree.levels - 1 else "prefix(es)"

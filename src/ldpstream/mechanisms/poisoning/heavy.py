@@ -7,12 +7,16 @@ string frequency moves between a window and the collection's previous window onl
 decode, every candidate prefix is estimated in the reference window as in this one (`peeled_estimates`, the same
 joint estimation, so the collision bias of the fixed hash family is the same in both) and tested against
 
-    b(x) = min(1, f_ref(x) + drift) + z sqrt(V(f_ref(x)) (1 / n_T + 1 / n_ref)),  z = Phi^-1(1 - alpha_window / (T C)),
+    b(x) = min(1, f_ref(x) + drift) + z sqrt(V(f_ref(x)) (1 / n_T + 1 / n_ref)), z = Phi^-1(1 - alpha_window / (2TC)),
 
-C the candidates scored at that level, T the levels (Bonferroni over both: the levels' tests are on disjoint devices,
-and an honest window is flagged at any level with probability <= alpha_window), V the level oracle's n Var at the
-reference frequency (the null's) plus the sampling of devices f (1 - f)
-(`ldpstream.mechanisms.poisoning.frequency.window_variance`).
+C the candidates scored at that level, T the levels (Bonferroni over both and the two sides: the levels' tests are
+on disjoint devices, and an honest window is flagged at any level with probability <= alpha_window), V the level
+oracle's n Var at the reference frequency (the null's) plus the sampling of devices f (1 - f)
+(`ldpstream.mechanisms.poisoning.frequency.window_variance`). The other side, max(0, f_ref(x) - drift) - z sqrt(...),
+finds a demoted string (fake reports that carry none of its prefixes push it down by beta (f + q / (p - q)), as they
+do a frequency oracle's item): it is suspected and ranked by its reference frequency, so a genuine heavy hitter is
+not pushed out of the top list (derived as `ldpstream.mechanisms.poisoning.frequency.lower_bounds`; a level's
+buckets expect far more than a normal count of reports, so no candidate is left untested there).
 
 A candidate under its bound is not suspected, and the decoder ranks it (and the last level reports it) by its
 estimate capped at one standard deviation of the rise over what the stationary population gives it,
@@ -34,6 +38,28 @@ reference estimate, an unbiased estimate of the same frequency. An attacker who 
 bound and is ranked at most s(x) above its reference frequency.
 Without a reference nothing can be tested (a fake string looks like a popular one): `ReferenceCap` is then not
 built.
+
+**Over windows.** Nothing is removed from a tree's sketches, so its windows enter the next windows' references raw,
+and an attack that rises slowly (a ramp of 1%, 2%, ... 10% of fakes) is taken in by the four windows before: each
+window's rise over them is a fraction of its fakes. The cap therefore tests each candidate against more than one
+reference (`lagged`): the four windows before (budget alpha_window), and the lagged windows of the tests over
+windows (`ldpstream.mechanisms.poisoning.sequential`), which an attack younger than their gap has not reached: the
+8 windows before the latest 4 (the block test's; budget alpha_sequential) and the 48 before the latest 10 (the long
+block test's, frozen; budget alpha_long). Each is the same test as above at its own z = Phi^-1(1 - alpha_r / (2TC))
+and its own n_ref, so an honest window has a suspect at any level against any reference with probability at most
+alpha_window + alpha_sequential + alpha_long (union bound: the policy's per-window budget of an attribute, 1e-3). A
+candidate is suspected when it is above any of its bounds, and then ranked by the smallest of its reference
+frequencies (below any lower bound: by the largest); under every bound, by its estimate capped at the smallest of
+f_ref,r(x) + s_r(x). A ramp younger than ten windows is then ranked at most one standard deviation above the long
+block's lagged windows, which hold none of it, whatever the four windows before hold. An honest string's
+references are unbiased for the same frequency, so it is ranked under its estimate when its rise over any of them
+exceeds that one's s_r: with probability at most 3 (1 - Phi(1)) = 0.48 (one reference: 0.16), by at most
+sum_r E[(rise_r - s_r)+] = 3 x 0.083 s on average; the benchmark measures what that does to an honest window's top
+list (`bench_poisoning_windows.py`, honest: the genuine top strings found, with and without the lagged windows).
+A tree's level has a frequency oracle's variance, so the standardization is
+`ldpstream.mechanisms.poisoning.frequency`'s (`_spread`), the lagged sums as a reference. The lagged references are
+sums of windows the read path already adds (`ldpstream.mechanisms.poisoning.attribute.blocks_of`): no tree is
+decoded but the window's own.
 """
 
 from __future__ import annotations
@@ -53,34 +79,68 @@ HEAVY = "heavy_hitter_rise"
 @dataclass
 class ReferenceCap:
     """The cap of a tree's decode by a reference window's statistics (module docstring): per candidate,
-    min(1, f_ref(x) + drift) plus one standard deviation s(x) of its rise, or without it for a suspect (above b(x)).
-    It records, per level, the suspects: `capped[level]` = list of (candidate row, estimate, bound)."""
+    min(1, f_ref(x) + drift) plus one standard deviation s(x) of its rise, or without it for a suspect (above b(x));
+    a candidate below the lower bound (demoted) at its reference frequency. `lagged`: further references, each with
+    its own false-alarm budget (the lagged windows a ramp has not reached yet: "Over windows" in the module
+    docstring); the reference's budget is the policy's alpha_window. `tests`: the candidates a level's Bonferroni
+    counts (None: those it is called with; a caller that scores a few strings as a decode would sets the decode's).
+    It records, per level, the suspects: `capped[level]` = list of (candidate row, estimate, bound), and
+    `raised[level]` those found below."""
 
     tree: PrefixTree
     reference: np.ndarray
     policy: Policy = field(default_factory=Policy)
+    lagged: tuple[tuple[np.ndarray, float], ...] = ()
+    tests: int | None = None
     capped: dict[int, list[tuple[np.ndarray, float, float]]] = field(default_factory=dict)
+    raised: dict[int, list[tuple[np.ndarray, float, float]]] = field(default_factory=dict)
 
     def usable(self) -> bool:
         """Whether every level of the reference has enough reports to compare with."""
-        return all(oracle.z_table(self.tree.level_stats(self.reference, t))[1] >= self.policy.min_reports
+        return self._usable(self.reference)
+
+    def _usable(self, stats: np.ndarray) -> bool:
+        return all(oracle.z_table(self.tree.level_stats(stats, t))[1] >= self.policy.min_reports
                    for t, oracle in enumerate(self.tree.oracles))
 
+    def with_lagged(self, lagged: tuple[tuple[np.ndarray, float], ...]) -> ReferenceCap:
+        """This cap with the `lagged` references (statistics, budget) that have enough reports at every level."""
+        return ReferenceCap(self.tree, self.reference, self.policy,
+                            tuple((np.asarray(stats, dtype=np.float64), float(alpha)) for stats, alpha in lagged
+                                  if self._usable(stats)), self.tests)
+
+    @property
+    def false_positive(self) -> float:
+        """The probability that an honest window has a suspect, either way (union bound over the references)."""
+        return self.policy.alpha_window + sum(alpha for _, alpha in self.lagged)
+
     def __call__(self, level: int, candidates: np.ndarray, value: np.ndarray, n: int, keep: int) -> np.ndarray:
+        """What the decoder ranks the candidates by (module docstring): a suspect above its bound at its lowest
+        reference frequency, one below at its highest, the others at min(value, the least f_ref + s)."""
         oracle = self.tree.oracles[level]
-        table, n_ref = oracle.z_table(self.tree.level_stats(self.reference, level))
-        if n_ref < self.policy.min_reports or n < self.policy.min_reports:
+        if n < self.policy.min_reports:
             return value
-        ref_value, _ = peeled_estimates(oracle, table, n_ref, candidates, keep)
-        f0 = np.clip(ref_value, 0.0, 1.0)
-        var = oracle.variance(f0) + f0 * (1.0 - f0)  # and the sampling of devices (`window_variance`)
-        z = bonferroni_z(self.policy.alpha_window / self.tree.levels, len(candidates))
-        base = np.minimum(1.0, f0 + self.policy.drift)
-        sd = np.sqrt(var / n + var / n_ref)
-        bound = base + z * sd
-        over = value > bound
+        size = len(candidates)
+        base, cap, bound = (np.full(size, np.inf) for _ in range(3))
+        top, floor = np.full(size, -np.inf), np.full(size, -np.inf)
+        for stats, alpha in ((self.reference, self.policy.alpha_window), *self.lagged):
+            table, n_ref = oracle.z_table(self.tree.level_stats(stats, level))
+            if n_ref < self.policy.min_reports:
+                continue
+            ref_value, _ = peeled_estimates(oracle, table, n_ref, candidates, keep)
+            f0 = np.clip(ref_value, 0.0, 1.0)
+            var = oracle.variance(f0) + f0 * (1.0 - f0)  # and the sampling of devices (`window_variance`)
+            z = bonferroni_z(alpha / self.tree.levels, 2 * (self.tests or size))  # both ways
+            up, down = np.minimum(1.0, f0 + self.policy.drift), np.maximum(0.0, f0 - self.policy.drift)
+            sd = np.sqrt(var / n + var / n_ref)
+            base, cap, bound = np.minimum(base, up), np.minimum(cap, up + sd), np.minimum(bound, up + z * sd)
+            top, floor = np.maximum(top, down), np.maximum(floor, down - z * sd)
+        if not np.isfinite(base).all():
+            return value
+        over, under = value > bound, value < floor
         self.capped[level] = [(candidates[i], float(value[i]), float(bound[i])) for i in np.flatnonzero(over)]
-        return np.where(over, base, base + sd)
+        self.raised[level] = [(candidates[i], float(value[i]), float(floor[i])) for i in np.flatnonzero(under)]
+        return np.where(over, base, np.where(under, top, np.minimum(value, cap)))
 
 
 def set_aside_estimate(tree: PrefixTree, stats: np.ndarray, level: int, rows: np.ndarray, bounds: np.ndarray
