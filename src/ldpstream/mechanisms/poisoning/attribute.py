@@ -317,21 +317,30 @@ def _held_at(held: tuple[np.ndarray, np.ndarray], shift: np.ndarray, level: np.n
 
 def _split(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int, recent: int,
            lag: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The sum of the defended blocks of the `recent` windows before `index`, and of the `lag` before those (None:
-    the lagged windows have no reports)."""
+    """The sum of the raw blocks of the `recent` windows before `index`, and of the defended blocks of the `lag`
+    before those (None: the lagged windows have no reports)."""
     lagged = reference_of(blocks, defences, index - recent, lag) if index - recent > 0 else None
     if lagged is None:
         return None
-    latest = reference_of(blocks, defences, index, recent)
+    latest = reference_of(blocks, defences, index, recent, raw=True)
     return (np.zeros_like(lagged) if latest is None else latest), lagged
 
 
 def blocks_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int,
               ) -> tuple[np.ndarray, ...] | None:
-    """The block test's inputs for window `index` (`defend`'s `blocks`): the sum of the defended blocks of the
-    BLOCK_WINDOWS - 1 windows before it, and of the LAG_WINDOWS before those; then, where its lagged windows have
-    reports, the long block test's: of the LONG_WINDOWS - 1 windows before it and the LONG_LAG before those
-    (None: the block test's lagged windows have no reports)."""
+    """The block test's inputs for window `index` (`defend`'s `blocks`): the sum of the RAW blocks of the
+    BLOCK_WINDOWS - 1 windows before it, and of the defended blocks of the LAG_WINDOWS before those; then, where its
+    lagged windows have reports, the long block test's likewise: the LONG_WINDOWS - 1 windows before it raw, the
+    LONG_LAG before those defended (None: the block test's lagged windows have no reports).
+
+    The recent windows enter raw so that a window a test held stays visible to the tests until it leaves the recent
+    block: were they defended, a held window would enter the next windows' block with its attack removed, and an
+    attacker pacing itself under the per-window bound would look, block after block, like a level that does not
+    move. The lagged windows stay defended (they are the level the findings are held to). Where nothing was found
+    raw = defended, so on honest data the tests are as before except in the windows right after a false alarm
+    (the block then holds the item that raised it, and its alarm can repeat until that window leaves the block); a
+    genuine surge, already held window after window by the window's own test against defended references, is held
+    by the block tests as well while its first windows are in the recent block."""
     short = _split(blocks, defences, index, BLOCK_WINDOWS - 1, LAG_WINDOWS)
     if short is None:
         return None
@@ -367,10 +376,10 @@ def defend_windows(mech: Mechanism, blocks: Sequence[np.ndarray | None], recorde
 
 
 def reference_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int,
-                 reference_windows: int = 4) -> np.ndarray | None:
-    """The sum of the defended blocks (block - removed) of the `reference_windows` windows before `index` that have
-    reports (None: none has)."""
-    kept = [np.asarray(blocks[i], dtype=np.float64) - d.removed
+                 reference_windows: int = 4, raw: bool = False) -> np.ndarray | None:
+    """The sum of the defended blocks (block - removed; `raw`: the blocks as they came) of the `reference_windows`
+    windows before `index` that have reports (None: none has)."""
+    kept = [np.asarray(blocks[i], dtype=np.float64) - (0.0 if raw else d.removed)
             for i in range(max(0, index - reference_windows), index)
             if (d := defences[i]) is not None and blocks[i] is not None]
     return np.sum(kept, axis=0) if kept else None
