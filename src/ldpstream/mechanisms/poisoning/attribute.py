@@ -10,7 +10,9 @@ previous ones kept.
    whose frequencies are one's: `ldpstream.mechanisms.poisoning.keyvalue.KeyOracle`) and a numeric mean first take
    this window's step of it (`ldpstream.mechanisms.poisoning.sequential`), then the block test's (its latest
    windows together against the lagged windows before them) and the long block test's (ten windows against a
-   frozen lagged reference); what they find drifting is held on that side.
+   frozen lagged reference); what they find drifting is held on that side. Their latest windows are summed raw,
+   their lagged ones defended (`blocks_of`): a window a test held stays visible to the tests until it leaves the
+   latest windows, so an attacker who paces itself under the window's bound is held window after window.
 3. Heavy hitters (prefix trees): the decode capped by the reference (`ReferenceCap`: a suspected prefix ranked by
    its reference frequency, the others by their estimates capped one standard deviation above it), nothing removed
    from the sums.
@@ -172,8 +174,8 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     """The attribute's defence (module docstring). `reference`: the reference window's block (None: none);
     `reports`: the window's reports of this attribute (per-report tests); `prior`: per-report findings recorded
     before (used instead of running them); `drift`: the sequential test's sums after the window before (None: the
-    sequential test is not run); `blocks`: the block test's (the sum of the defended blocks of the windows just
-    before this one, the sum of the lagged windows before those: `blocks_of`; None: not run; run with a drift
+    sequential test is not run); `blocks`: the block test's (the sum of the raw blocks of the windows just
+    before this one, the sum of the defended lagged windows before those: `blocks_of`; None: not run; run with a drift
     only), then the long block test's likewise, where there are four."""
     block = np.asarray(block, dtype=np.float64)
     size = block.shape[0]
