@@ -341,7 +341,7 @@ def blocks_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | 
     move. The lagged windows stay defended (they are the level the findings are held to). Where nothing was found
     raw = defended, so on honest data the tests are as before except right after a false alarm: the window that
     raised it stays in the block as it was, so the alarm can repeat until that window leaves the block (up to
-    BLOCK_WINDOWS - 1 more windows, LONG_WINDOWS - 1 for the long block test): as many alarms as before, each
+    BLOCK_WINDOWS - 1 more windows, LONG_WINDOWS - 1 for the long block test): about as many alarms as before, each
     possibly a run of alarm windows. A genuine surge was already held window after window by the window's own test
     (its references are defended, so they never take it in); the block tests now find it too while its windows are
     in their latest block, where before they saw its held windows at the level it is held to."""
