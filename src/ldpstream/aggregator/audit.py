@@ -168,8 +168,8 @@ def audit_reports(plan: Plan, live: WindowStats, reports: WindowReports, referen
     """Step 3 and the set-aside reports of step 4 (pure). The tests on sums, and the choice of the items the
     per-report tests examine, read the window's `live` statistics (the worker's; the audit does not add the
     reports up again); the per-report tests read the reports. `drift`: per attribute, the sequential test's sums
-    after the window before (None: not run); `blocks`: per attribute, the block test's sums of defended windows
-    (`ldpstream.mechanisms.poisoning.attribute.blocks_of`; None: not run)."""
+    after the window before (None: not run); `blocks`: per attribute, the block tests' sums of windows (the latest
+    raw, the lagged defended: `ldpstream.mechanisms.poisoning.attribute.blocks_of`; None: not run)."""
     drift, blocks = drift or {}, blocks or {}
     defences: dict[int, Defence] = {}
     flagged_rows: dict[tuple[int, str], list[int]] = defaultdict(list)  # (message, detector) -> rows

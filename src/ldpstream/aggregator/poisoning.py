@@ -164,7 +164,8 @@ def audit_records(store: StatsStore, plan: Plan) -> dict[WindowKey, Record]:
 class Chain:
     """What a window is defended against: its reference (the sum of its defended earlier windows), how many windows
     that sums, per attribute the sequential test's sums after the window before (None where it does not apply), and
-    per attribute the block test's sums of defended windows (`blocks_of`; None where there are none)."""
+    per attribute the block tests' sums of windows (`blocks_of`: the latest raw, the lagged defended; None where
+    there are none)."""
 
     reference: WindowStats | None
     windows: int

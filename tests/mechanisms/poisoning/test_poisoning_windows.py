@@ -15,7 +15,13 @@ from ldpstream.mechanisms.frequency.base import FrequencyOracle
 from ldpstream.mechanisms.mixed import attribute_block
 from ldpstream.mechanisms.poisoning.attribute import defend, defend_windows, reference_of
 from ldpstream.mechanisms.poisoning.base import SUSPECTED, Policy, bonferroni_z
-from ldpstream.mechanisms.poisoning.frequency import block_shift, excess_claims, long_shift, lower_bounds
+from ldpstream.mechanisms.poisoning.frequency import (
+    block_shift,
+    excess_claims,
+    long_shift,
+    lower_bounds,
+    window_variance,
+)
 from ldpstream.mechanisms.poisoning.sequential import (
     BLOCK,
     BLOCK_WINDOWS,
@@ -310,3 +316,30 @@ def test_a_slow_demotion_of_the_top_item_is_found_and_held_at_its_level() -> Non
     assert last is not None
     defended = float(oracle.estimate((attacked[-1] - last.removed)[1:]).value[0])
     assert abs(defended - f) < 4 * sd_unit / math.sqrt(n)
+
+
+def test_a_window_the_block_test_holds_stays_held_while_it_is_in_the_recent_block() -> None:
+    """GRR over K = 16 equally frequent items (eps = 1), noise-free windows (each support count at its expectation,
+    so every statistic below is exact), BLOCK_WINDOWS - 1 + LAG_WINDOWS honest windows, then eight in which fakes
+    raise item 0 by Delta = 4 sd of one window's estimate: 4 / sqrt(1 + 1/4) = 3.6 sd over the window's reference,
+    under its bound (4.09 at K = 16), every window. At the third the block test sees three attacked windows of the
+    four: y = (3 x 4 / 4) / sqrt(1/4 + 1/8) = 4.9 over its 4.66 (alpha_sequential / 2 over 2K), and holds the item.
+    The recent windows enter the block raw (`blocks_of`), so from then on it sees four attacked windows of four, over
+    lagged windows that hold at most the two it missed (2 x 4 / 8 = 1 sd): y >= (4 - 1) / sqrt(3/8) = 4.9, and it
+    holds the item in every window after. Were the held windows in the block defended, the block at the fifth would
+    see two attacked windows (the second and this one): y = 2 / sqrt(3/8) = 3.3, and let the attacker go."""
+    oracle = registry.make("grr", 1.0, domain=16)
+    assert isinstance(oracle, FrequencyOracle)
+    n, delta = 100_000, 4.0
+    f = np.full(16, 1 / 16)
+    pi = oracle.q + (oracle.p - oracle.q) * f  # a report's probability of supporting each item
+    honest = attribute_block(n, np.append(n * pi, float(n)))
+    raised = oracle.q + (oracle.p - oracle.q) * (f[0] + delta * math.sqrt(float(window_variance(oracle, f)[0]) / n))
+    m = round(n * (raised - pi[0]) / (1 - raised))  # fakes naming item 0: (n pi + m) / (n + m) = raised
+    fakes = np.zeros(17)
+    fakes[0] = fakes[-1] = m
+    history = BLOCK_WINDOWS - 1 + LAG_WINDOWS
+    defences = defend_windows(oracle, [honest] * history + [honest + attribute_block(m, fakes)] * 8, policy=POLICY)
+    found = [{f.detector for f in d.findings if f.status == SUSPECTED} for d in defences[history:] if d is not None]
+    assert [BLOCK in kinds for kinds in found] == [False, False] + [True] * 6, found
+    assert all(d is not None and d.removed[1] > 0 for d in defences[history + 2:])

@@ -10,7 +10,9 @@ previous ones kept.
    whose frequencies are one's: `ldpstream.mechanisms.poisoning.keyvalue.KeyOracle`) and a numeric mean first take
    this window's step of it (`ldpstream.mechanisms.poisoning.sequential`), then the block test's (its latest
    windows together against the lagged windows before them) and the long block test's (ten windows against a
-   frozen lagged reference); what they find drifting is held on that side.
+   frozen lagged reference); what they find drifting is held on that side. Their latest windows are summed raw,
+   their lagged ones defended (`blocks_of`): a window a test held stays visible to the tests until it leaves the
+   latest windows, so an attacker who paces itself under the window's bound is held window after window.
 3. Heavy hitters (prefix trees): the decode capped by the reference and, where there are some, by the lagged
    windows of the tests over windows, which a ramp has not reached yet (`ReferenceCap`, `tree_cap`: a suspected
    prefix ranked by its lowest reference frequency, the others by their estimates capped one standard deviation
@@ -173,10 +175,10 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     """The attribute's defence (module docstring). `reference`: the reference window's block (None: none);
     `reports`: the window's reports of this attribute (per-report tests); `prior`: per-report findings recorded
     before (used instead of running them); `drift`: the sequential test's sums after the window before (None: the
-    sequential test is not run); `blocks`: the block test's (the sum of the defended blocks of the windows just
-    before this one, the sum of the lagged windows before those: `blocks_of`; None: not run; run with a drift
-    only), then the long block test's likewise, where there are four; a tree's cap takes their lagged windows as
-    further references (`tree_cap`)."""
+    sequential test is not run); `blocks`: the block test's (the sum of the raw blocks of the windows just
+    before this one, the sum of the defended lagged windows before those: `blocks_of`; None: not run; run with a
+    drift only), then the long block test's likewise, where there are four; a tree's cap takes their lagged windows
+    as further references (`tree_cap`)."""
     block = np.asarray(block, dtype=np.float64)
     size = block.shape[0]
     removed = np.zeros(size)
@@ -319,21 +321,32 @@ def _held_at(held: tuple[np.ndarray, np.ndarray], shift: np.ndarray, level: np.n
 
 def _split(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int, recent: int,
            lag: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The sum of the defended blocks of the `recent` windows before `index`, and of the `lag` before those (None:
-    the lagged windows have no reports)."""
+    """The sum of the raw blocks of the `recent` windows before `index`, and of the defended blocks of the `lag`
+    before those (None: the lagged windows have no reports)."""
     lagged = reference_of(blocks, defences, index - recent, lag) if index - recent > 0 else None
     if lagged is None:
         return None
-    latest = reference_of(blocks, defences, index, recent)
+    latest = reference_of(blocks, defences, index, recent, raw=True)
     return (np.zeros_like(lagged) if latest is None else latest), lagged
 
 
 def blocks_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int,
               ) -> tuple[np.ndarray, ...] | None:
-    """The block test's inputs for window `index` (`defend`'s `blocks`): the sum of the defended blocks of the
-    BLOCK_WINDOWS - 1 windows before it, and of the LAG_WINDOWS before those; then, where its lagged windows have
-    reports, the long block test's: of the LONG_WINDOWS - 1 windows before it and the LONG_LAG before those
-    (None: the block test's lagged windows have no reports)."""
+    """The block test's inputs for window `index` (`defend`'s `blocks`): the sum of the RAW blocks of the
+    BLOCK_WINDOWS - 1 windows before it, and of the defended blocks of the LAG_WINDOWS before those; then, where its
+    lagged windows have reports, the long block test's likewise: the LONG_WINDOWS - 1 windows before it raw, the
+    LONG_LAG before those defended (None: the block test's lagged windows have no reports).
+
+    The recent windows enter raw so that a window a test held stays visible to the tests until it leaves the recent
+    block: were they defended, a held window would enter the next windows' block with its attack removed, and an
+    attacker pacing itself under the per-window bound would look, block after block, like a level that does not
+    move. The lagged windows stay defended (they are the level the findings are held to). Where nothing was found
+    raw = defended, so on honest data the tests are as before except right after a false alarm: the window that
+    raised it stays in the block as it was, so the alarm can repeat until that window leaves the block (up to
+    BLOCK_WINDOWS - 1 more windows, LONG_WINDOWS - 1 for the long block test): about as many alarms as before, each
+    possibly a run of alarm windows. A genuine surge was already held window after window by the window's own test
+    (its references are defended, so they never take it in); the block tests now find it too while its windows are
+    in their latest block, where before they saw its held windows at the level it is held to."""
     short = _split(blocks, defences, index, BLOCK_WINDOWS - 1, LAG_WINDOWS)
     if short is None:
         return None
@@ -370,10 +383,10 @@ def defend_windows(mech: Mechanism, blocks: Sequence[np.ndarray | None], recorde
 
 
 def reference_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence | None], index: int,
-                 reference_windows: int = 4) -> np.ndarray | None:
-    """The sum of the defended blocks (block - removed) of the `reference_windows` windows before `index` that have
-    reports (None: none has)."""
-    kept = [np.asarray(blocks[i], dtype=np.float64) - d.removed
+                 reference_windows: int = 4, raw: bool = False) -> np.ndarray | None:
+    """The sum of the defended blocks (block - removed; `raw`: the blocks as they came) of the `reference_windows`
+    windows before `index` that have reports (None: none has)."""
+    kept = [np.asarray(blocks[i], dtype=np.float64) - (0.0 if raw else d.removed)
             for i in range(max(0, index - reference_windows), index)
             if (d := defences[i]) is not None and blocks[i] is not None]
     return np.sum(kept, axis=0) if kept else None

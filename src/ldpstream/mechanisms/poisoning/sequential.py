@@ -31,7 +31,12 @@ most alpha_sequential.
 they pass (its past windows are clean), so a steady attack fades from its steps after REFERENCE windows: a top item
 demoted by 4.5 sd a window (GRR at eps 4, 5% fakes) steps 4, 3, 2, 1 and 0 sd, and its sum stops near 8 < h. The
 block test compares the latest BLOCK_WINDOWS windows together (this one included) with the LAG_WINDOWS defended
-windows before them, which an attack that began within the block has not reached:
+windows before them, which an attack that began within the block has not reached. The latest windows are summed raw
+(this one as its earlier tests left it): a window the test held then stays in the block with its attack, so the test
+holds it again in each window until it leaves the block, where a block of defended windows would see the attack
+removed from it and let an attacker under the window's bound go (`ldpstream.mechanisms.poisoning.attribute.blocks_of`;
+on honest windows raw = defended, except just after a false alarm, whose window can raise it again while in the
+block):
 
     y(v) = (f_block(v) - f_lag(v)) / sqrt(V(f_lag) (1 / n_block + 1 / n_lag)),
 
@@ -51,8 +56,8 @@ estimate falls by beta (f + q / (p - q)) = beta (f + 1 / (e^eps - 1)) a window, 
 K = 1,024, 1e6 reports a window and beta = 5% (f = 0.133, Zipf(1)), that is delta = 1.78 sd a window: under the
 window's bound (4.97 x sqrt(1 + 1/4) = 5.55 sd), and the block test above (5.46 sd over 2K tests, its reference
 absorbing attacked windows after BLOCK_WINDOWS) sees 1.63 delta = 2.9 sd. The one signal is the sustained drop.
-The long block test compares the latest LONG_WINDOWS windows (this one included) with the LONG_LAG defended windows
-before them (frozen: an attack younger than the long block is not in them),
+The long block test compares the latest LONG_WINDOWS windows (this one included, the others raw, as the block
+test's) with the LONG_LAG defended windows before them (frozen: an attack younger than the long block is not in them),
 
     y(v) = (f_block(v) - f_lag(v)) / sqrt(V(f_lag) (1 / n_block + 1 / n_lag)),   N(0, 1) in an honest block,
 
