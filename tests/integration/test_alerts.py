@@ -158,11 +158,16 @@ def poison_window(c: Collection, w: int, first_ms: int, attacked: bool) -> None:
     produce(c, reports, np.arange(1, N + 1, dtype=np.uint64) + w * 10 * N, first_ms + w * MINUTE + 500)
 
 
+TRAIN_DEVICES = 300_000  # 1,500 versions: about 11 s of a coordinator alive on a quiet machine, so that Prometheus
+# discovers it (its discovery passes targets on every 5 s) and scrapes it twice, which the rate() of its panels needs
+# (30 versions, 1.5 s, left the SGD panel empty once)
+
+
 def job_file(path: Path, job_id: str) -> Path:
     path.write_text(yaml.safe_dump({
         "job": {"job_id": job_id, "model": "logistic", "dims": 3, "epsilon": 2.0, "mechanism": "hm",
-                "batch_size": 200, "gamma0": 2.0, "max_iterations": 30},
-        "simulation": {"dataset": "synthetic", "devices": 10_000, "test_rows": 1000, "seed": 1}}))
+                "batch_size": 200, "gamma0": 2.0, "max_iterations": TRAIN_DEVICES // 200},
+        "simulation": {"dataset": "synthetic", "devices": TRAIN_DEVICES, "test_rows": 1000, "seed": 1}}))
     return path
 
 
@@ -216,7 +221,7 @@ def stack(live_services: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
         s.start("api", "serve", "--port", str(api_port))
         s.start("edge", "edge", "--port", str(edge_port))
         s.start("shuffler", "shuffle", "--margin-s", "1", "--metrics-port", str(free_port()))
-        s.start("train", "train", "--job", str(job_file(logs / "job.yaml", job_id)), "--devices", "10000",
+        s.start("train", "train", "--job", str(job_file(logs / "job.yaml", job_id)), "--devices", str(TRAIN_DEVICES),
                 "--metrics-port", str(free_port()))
         # a lost Kafka range: the plain collection's first offset of partition 0 deleted before any worker reads it
         producer = ReportProducer(live_services.bootstrap)
