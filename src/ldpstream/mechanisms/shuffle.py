@@ -180,14 +180,15 @@ def epsilon_for(reduction: Reduction, n: int, delta: float) -> float:
 
 def fmt21_closed_form(epsilon0: float, n: int, delta: float) -> float | None:
     """FMT21's closed form (Thm 3.1, as its reference implementation evaluates it), None outside its range
-    eps0 <= log(n / (16 log(4/delta)))."""
+    eps0 <= log(n / (16 log(4/delta))); at most eps0 (the batch of eps0-LDP reports is eps0-DP whatever the
+    shuffle: at small eps0 and n the formula exceeds it, e.g. 0.367 at eps0 = 0.3125, n = 232, delta = 1e-4)."""
     eps0 = check_epsilon(epsilon0)
     if n < 2 or eps0 > math.log(n / (16 * math.log(4 / delta))):
         return None
     a = 8 * math.sqrt(math.exp(eps0) * math.log(4 / delta)) / math.sqrt(n)
     c = 8 * math.exp(eps0) / n
     first = math.log(1 + a + c)
-    return math.log(1 + (1 - math.exp(-eps0)) / (1 + math.exp(-eps0 - first)) * (a + c))
+    return min(eps0, math.log(1 + (1 - math.exp(-eps0)) / (1 + math.exp(-eps0 - first)) * (a + c)))
 
 
 def window_bounds(epsilon0: float, n: int, delta: float, mechanism: str | None = None,
