@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
+
+from bench_mechanisms import best_seconds  # run as a script: benchmarks/ is on the path
 
 from ldpstream.aggregator import poisoning
 from ldpstream.aggregator.plans import Plan
@@ -64,16 +64,6 @@ def filled_store(spec: CollectionSpec, windows: int, devices: int) -> tuple[Plan
         if result.update is None or store.apply(result.update).status != "applied":
             raise SystemExit(f"window {w} was not counted")
     return plan, store
-
-
-def best_seconds(run: Callable[[], object], repeats: int) -> float:
-    """The fastest of `repeats` runs."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def read_cost(mechanisms: list[str], args: argparse.Namespace) -> dict[str, float]:
