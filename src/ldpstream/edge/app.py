@@ -38,7 +38,9 @@ import resource
 import signal
 import socket
 import ssl
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -108,14 +110,24 @@ class Edge:
                                    max_in_flight=config.max_in_flight,
                                    delivery_timeout_ms=config.delivery_timeout_ms)
         self._refreshing = False
+        self._misses = ThreadPoolExecutor(1, thread_name_prefix="edge-spec-misses")
         self.join = Join(self.plans, self.redis, self.admission.keyring, _key(config.pointer_key, load_signing_key),
                          _key(config.enrolment_keys, load_enrolment_keys), config.enrol_limits)
         self.training = TrainingEdge(config.bootstrap, self.redis, self.admission)  # /v1/jobs/...
 
     async def plan(self, name: str, version: int) -> EdgePlan | None:
-        """The published plan (a Kafka read, off the loop, only on a miss)."""
-        return self.plans.cached(name, version) or await asyncio.get_running_loop().run_in_executor(
-            None, self.plans.get, name, version)
+        """The published plan; on a miss, as a read of the specs topic begun since then found it."""
+        plan = self.plans.cached(name, version)
+        if plan is None:
+            await self.read_specs_since(time.monotonic())
+            plan = self.plans.cached(name, version)
+        return plan
+
+    async def read_specs_since(self, arrived: float) -> None:
+        """Wait for a read of the specs topic begun at or after `arrived` (monotonic seconds): a spec published
+        before a request arrived is then known, on every edge process. Off the loop, on the one thread misses share
+        (they wait up to the plans' `refresh_s`; the default pool, which spools reports, never waits for them)."""
+        await asyncio.get_running_loop().run_in_executor(self._misses, self.plans.read_since, arrived)
 
     async def accept(self, name: str, method: str, path: str, authorization: str | None,
                      content_encoding: str | None, content_type: str, body: bytes) -> Accepted:
@@ -155,6 +167,7 @@ class Edge:
     async def stop(self) -> None:
         """Flush or spool what the forwarder holds; close Redis; leave the processes' summed gauges."""
         await self.forwarder.stop()
+        self._misses.shutdown(wait=False, cancel_futures=True)
         await self.redis.aclose()
         if os.environ.get(MULTIPROCESS_DIR):
             mark_process_dead(os.getpid())

@@ -63,6 +63,8 @@ class Edge(Protocol):
 
     def refresh_if_stale(self) -> None: ...
 
+    async def read_specs_since(self, arrived: float) -> None: ...
+
 
 class Router(Protocol):
     """Routes of the edge: the handler of a request they serve, else None (`parts`: the path split at '/')."""
@@ -182,8 +184,8 @@ class JoinRoutes:
         return json_answer(credential.to_json(), 201)
 
     async def pointer(self, request: web.BaseRequest, name: str) -> web.Response:
-        if self.edge.plans.newest(name) is None:  # a collection just published: read the topic (off the loop)
-            await asyncio.get_running_loop().run_in_executor(None, self.edge.plans.find_newest, name)
+        if self.edge.plans.newest(name) is None:  # a collection just published: found by a read begun after now
+            await self.edge.read_specs_since(time.monotonic())
         self.edge.refresh_if_stale()
         signed = self.edge.join.pointer(name, now_ms())
         if signed is None:

@@ -118,10 +118,11 @@ def read_specs(bootstrap: str, invalid: list[str] | None = None, known: Mapping[
 
 class PublishedSpecs(Generic[P]):
     """name@version -> a service's plan of each published spec (`load`: the spec and its signed bytes -> the plan;
-    only the specs `wanted` holds for), read from the specs topic and re-read on a miss at most every `refresh_s`
-    (so requests for unknown collections cost no Kafka read each). A spec whose plan cannot be built (a published
-    spec is outside input: whatever `load` raises) is logged once and tried again at the next read; a message the
-    reader refuses (`read_specs`) is logged once. Thread-safe: a miss during a re-read waits for it."""
+    only the specs `wanted` holds for), read from the specs topic and re-read on a miss at most every `refresh_s` (so
+    requests for unknown collections cost no Kafka read each; `read_since` waits for the next one, `get` does not).
+    A spec whose plan cannot be built (a published spec is outside input: whatever `load` raises) is logged once and
+    tried again at the next read; a message the reader refuses (`read_specs`) is logged once. Thread-safe: a miss
+    during a re-read waits for it."""
 
     def __init__(self, bootstrap: str, load: Callable[[CollectionSpec, Signed], P], refresh_s: float = 2.0,
                  current_s: float = 10.0, wanted: Callable[[CollectionSpec], bool] = lambda _: True) -> None:
@@ -155,14 +156,19 @@ class PublishedSpecs(Generic[P]):
         known = self._newest.get(name)
         return None if known is None else known[1]
 
-    def find_newest(self, name: str) -> P | None:
-        """The plan of the collection's newest version, the topic re-read first if it is unknown (at most every
-        `refresh_s`: blocking)."""
-        if self.newest(name) is None:
-            with self._lock:
-                if self.newest(name) is None and self.age_s() >= self.refresh_s:
+    def read_since(self, arrived: float) -> None:
+        """Return once a read of the topic begun at or after `arrived` is done: a spec published before a miss
+        arrived is found by it. Misses share reads, and reads begin at most every `refresh_s` (a miss waits up to
+        that long), so requests for unknown collections cost no Kafka read each."""
+        while True:
+            with self._lock:  # a read in progress holds it: past it, `_read_at` is the start of a finished read
+                if self._read_at >= arrived:
+                    return
+                wait_s = self._read_at + self.refresh_s - time.monotonic()
+                if wait_s <= 0:
                     self.refresh()
-        return self.newest(name)
+                    return
+            time.sleep(wait_s)
 
     def all(self) -> list[P]:
         """Every plan loaded, by name then version (never blocks)."""
