@@ -15,7 +15,8 @@ windows first (the chain a deployment that has run a while holds: the block test
   deviations under the bound over that reference (`bench_poisoning.adaptive_limits`'s rule), each window: its rise
   over the genuine frequency is that allowance plus what its earlier windows left in the reference (the mean of
   its rises there), so a reference that takes in its windows raises it window after window; the gain after ten
-  windows against its first window's (the one-window adaptive gain), and the first window the alert fires
+  windows against its first window's (the one-window adaptive gain), and the first window the alert fires, after
+  `--under-history` honest windows (HISTORY by default; DEMOTION_HISTORY is a deployment that has run a while)
   (frequency oracles; PCKV: its key frequencies' bound, the rest of its fakes honest reports of other keys; PM: the
   mean's bound, `bench_poisoning`'s adaptive reports on [1, the largest output]; PEM: the cap's bound against the
   four windows before at the last level, `tree_allowance`, the rest of its fakes honest reports of genuine strings);
@@ -42,7 +43,7 @@ false_alarms, by_detector, genuine_set_aside; PEM: quality_windows, genuine_top_
 genuine_top_ours).
 Run: .venv/bin/python benchmarks/bench_poisoning_windows.py [--n 1000000] [--oracles grr,oue,olh,pm,pem,pckv-grr]
      [--epsilons 1,4] [--scenarios single,ramp,under,demotion,honest] [--runs 10] [--honest-windows 2000]
-     [--seed 7]
+     [--seed 7] [--under-history 11]
 """
 
 from __future__ import annotations
@@ -252,8 +253,9 @@ def ramp(w: Windows) -> dict[str, Any]:
     return {"beta": 0.1, **row}
 
 
-def under(w: Windows) -> dict[str, Any]:
-    """The attacker under the bound, window by window against the chain as published so far."""
+def under(w: Windows, history: int = HISTORY) -> dict[str, Any]:
+    """The attacker under the bound, window by window against the chain as published so far, after `history`
+    honest windows."""
     mech, targets = w.mech, w.targets
     oracle = KeyOracle(mech) if isinstance(mech, PCKV) else mech  # PCKV: its key frequencies' bound
     m = fakes_for(UNDER_BETA, w.n)
@@ -261,8 +263,8 @@ def under(w: Windows) -> dict[str, Any]:
     if isinstance(mech, FrequencyOracle) and supports_itemsets_apply(mech):
         threshold = report_threshold(mech, targets, POLICY.alpha_report)
         per_report = None if threshold is None else threshold[0] - 1
-    honest = [w.genuine() for _ in range(HISTORY + ATTACKED)]
-    attacked = list(honest[:HISTORY])
+    honest = [w.genuine() for _ in range(history + ATTACKED)]
+    attacked = list(honest[:history])
     rises: list[float] = []
     defences: list[Defence | None] = []
     for t in range(ATTACKED):
@@ -283,7 +285,7 @@ def under(w: Windows) -> dict[str, Any]:
             sd = np.sqrt(window.stderr ** 2 + ref_est.stderr ** 2)
             allowed = float(max(0.0, np.min(((bound - base) - ADAPTIVE_MARGIN * sd)[targets])))
         kept = [rises[i] for i in range(max(0, t - REFERENCE_WINDOWS), t)  # its rises the reference holds
-                if not alert(w, attacked, defences, HISTORY + i)]
+                if not alert(w, attacked, defences, history + i)]
         rise = allowed + (float(np.mean(kept)) * len(kept) / REFERENCE_WINDOWS if kept else 0.0)
         rises.append(rise)
         if isinstance(mech, NumericMechanism):  # `bench_poisoning`'s adaptive PM: reports on [1, top], the rest honest
@@ -294,11 +296,11 @@ def under(w: Windows) -> dict[str, Any]:
                                                            w.rng)["value"]])}
         else:
             fakes = w.fakes("adaptive", m, Adaptive(per_report, rise, w.n + m))
-        attacked.append(w.with_fakes(honest[HISTORY + t], fakes))
+        attacked.append(w.with_fakes(honest[history + t], fakes))
     defences = ours(mech, attacked)
-    flags = [alert(w, attacked, defences, HISTORY + t) for t in range(ATTACKED)]
+    flags = [alert(w, attacked, defences, history + t) for t in range(ATTACKED)]
     first_alert = flags.index(True) + 1 if any(flags) else None
-    one = gains(w, attacked, honest, HISTORY)
+    one = gains(w, attacked, honest, history)
     row: dict[str, Any] = dict(gains(w, attacked, honest, len(attacked) - 1))
     row.update(one_window_gain=one["gain_ours"], first_alert=first_alert,
                ratio=row["gain_ours"] / one["gain_ours"] if one["gain_ours"] > 1e-12 else None, alerts=sum(flags))
@@ -410,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--honest-windows", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--under-history", type=int, default=HISTORY,
+                        help=f"honest windows before the attacker under the bound (default {HISTORY}; "
+                             f"{DEMOTION_HISTORY}: the long block test's lagged windows too)")
     args = parser.parse_args(argv)
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = set(scenarios) - set(SCENARIOS)
@@ -422,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         for eps in [float(e) for e in args.epsilons.split(",")]:
             w = Windows(make(name, eps), args.n, rng, targets)
             runs: dict[str, Callable[[Windows], list[dict[str, Any]]]] = {
-                "single": single, "ramp": lambda w: [ramp(w)], "under": lambda w: [under(w)],
+                "single": single, "ramp": lambda w: [ramp(w)], "under": lambda w: [under(w, args.under_history)],
                 "demotion": lambda w: [demotion(w, args.runs)],
                 "honest": lambda w: [honest_windows(w, args.honest_windows)]}
             for scenario in scenarios:
