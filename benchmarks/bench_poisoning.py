@@ -426,7 +426,7 @@ def measure_cost(name: str, eps: float, oracle: FrequencyOracle, reports: Report
         env = envelope_of(spec.name, 1, np.arange(lo + 1, hi + 1, dtype=np.uint64), np.full(hi - lo, start + 1000),
                           {0: AttributeColumns(np.arange(hi - lo, dtype=np.uint32), cols)})
         messages.append(Message(i, encode_envelope(env), None, 0))
-    processor = PartitionProcessor(lambda c, v: plan if (c, v) == (spec.name, 1) else None, lambda: start + 2000)
+    processor = PartitionProcessor(lambda c, v, _: plan if (c, v) == (spec.name, 1) else None, lambda: start + 2000)
     started = time.perf_counter()
     for lo in range(0, len(messages), 100):  # micro-batches of 100 messages (100k reports)
         processor.process(spec.topic, messages[lo:lo + 100])

@@ -56,7 +56,7 @@ def filled_store(spec: CollectionSpec, windows: int, devices: int) -> tuple[Plan
     processing."""
     plan, store = Plan(spec), MemoryStore()
     last = START + (windows - 1) * MINUTE
-    processor = PartitionProcessor(lambda n, v: plan if (n, v) == (spec.name, 1) else None, lambda: last)
+    processor = PartitionProcessor(lambda n, v, _: plan if (n, v) == (spec.name, 1) else None, lambda: last)
     for w in range(windows):
         _, reports = next(fleet(spec, devices, seed=1, chunk=devices, clock_ms=lambda w=w: START + w * MINUTE,
                                 report_round=w))

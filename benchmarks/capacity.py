@@ -129,7 +129,7 @@ def run(spec_path: Path, devices: int, checkpoint: int, batch_messages: int, env
     try:
         store = RedisStore(url)
         seen = SeenDevices(store)
-        processor = PartitionProcessor(lambda n, v: plan if (n, v) == (spec.name, spec.version) else None,
+        processor = PartitionProcessor(lambda n, v, _: plan if (n, v) == (spec.name, spec.version) else None,
                                        lambda: int(time.time() * 1000))
         base_shard, base_rss = shard_counters(url), rss_bytes()
         worker_cpu = generate_s = 0.0

@@ -39,7 +39,7 @@ class Published:
 def test_every_closed_window_is_audited_once_by_one_of_several_auditors() -> None:
     plan, store = Plan(SPEC), MemoryStore()
     for w in range(3):
-        processor = PartitionProcessor(lambda n, v: plan if (n, v) == (SPEC.name, 1) else None,
+        processor = PartitionProcessor(lambda n, v, _: plan if (n, v) == (SPEC.name, 1) else None,
                                        lambda w=w: START + w * MINUTE + 1000)
         _, reports = next(fleet(SPEC, 2000, seed=1, chunk=2000, clock_ms=lambda w=w: START + w * MINUTE,
                                 report_round=w))

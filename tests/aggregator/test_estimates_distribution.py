@@ -31,7 +31,7 @@ KEYS = {"method", "reports", "grid", "density", "probabilities", "cdf", "cdf_std
 def aggregated() -> tuple[MemoryStore, Plan, np.ndarray]:
     """The store after the worker's processing of 100000 simulated devices, and their true request_ms values."""
     plan, store = Plan(SPEC), MemoryStore()
-    processor = PartitionProcessor(lambda n, v: plan if (n, v) == (SPEC.name, SPEC.version) else None,
+    processor = PartitionProcessor(lambda n, v, _: plan if (n, v) == (SPEC.name, SPEC.version) else None,
                                    lambda: int(time.time() * 1000))
     seen, values = SeenDevices(store), []
     offsets = dict.fromkeys(range(SPEC.partitions), 0)
@@ -101,7 +101,7 @@ def test_a_hierarchical_histogram_attribute_through_the_worker() -> None:
     text = (PROJECT_ROOT / "examples" / "request_latency.yaml").read_text()
     spec = parse_spec(text.replace("mechanism: sw, parameters: {bins: 64}", "mechanism: hh, parameters: {bins: 16}"))
     plan, store = Plan(spec), MemoryStore()
-    processor = PartitionProcessor(lambda n, v: plan, lambda: int(time.time() * 1000))
+    processor = PartitionProcessor(lambda n, v, _: plan, lambda: int(time.time() * 1000))
     seen, values = SeenDevices(store), []
     for offset, (records, batch) in enumerate(fleet(spec, 40_000, seed=8, chunk=40_000)):
         values.append(np.asarray(records["request_ms"], dtype=np.float64))

@@ -27,7 +27,7 @@ SPEC = load_spec(PROJECT_ROOT / "examples" / "app_usage.yaml")
 def aggregated(devices: int) -> tuple[MemoryStore, Plan, dict]:  # type: ignore[type-arg]
     """The store after the worker's processing of a simulated fleet (one message per partition and chunk)."""
     plan, store = Plan(SPEC), MemoryStore()
-    processor = PartitionProcessor(lambda n, v: plan if (n, v) == (SPEC.name, SPEC.version) else None,
+    processor = PartitionProcessor(lambda n, v, _: plan if (n, v) == (SPEC.name, SPEC.version) else None,
                                    lambda: int(time.time() * 1000))
     seen, truth = SeenDevices(store), PopulationTruth(SPEC)
     offsets = dict.fromkeys(range(SPEC.partitions), 0)

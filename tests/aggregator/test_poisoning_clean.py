@@ -60,7 +60,7 @@ def _windows(name: str, windows: int) -> tuple[Plan, MemoryStore, WindowStats, W
     plan, store = Plan(spec), MemoryStore()
     last = START + (windows - 1) * MINUTE
     now = START
-    processor = PartitionProcessor(lambda n, v: plan if (n, v) == (spec.name, 1) else None, lambda: now)
+    processor = PartitionProcessor(lambda n, v, _: plan if (n, v) == (spec.name, 1) else None, lambda: now)
     for w in range(windows):
         now = START + max(1, w) * MINUTE  # each window's reports while it is recent
         _, reports = next(fleet(spec, DEVICES, seed=1, chunk=DEVICES, clock_ms=lambda w=w: START + w * MINUTE,

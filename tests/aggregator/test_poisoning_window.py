@@ -61,7 +61,7 @@ def filled() -> tuple[MemoryStore, Plan, list[Message]]:
     plan, store = Plan(SPEC), MemoryStore()
     oracle = plan.mechanisms[0]
     assert isinstance(oracle, FrequencyOracle)
-    processor = PartitionProcessor(lambda n, v: plan if (n, v) == (SPEC.name, 1) else None,
+    processor = PartitionProcessor(lambda n, v, _: plan if (n, v) == (SPEC.name, 1) else None,
                                    lambda: START + 2000)  # the later windows within the allowed clock skew
     offset, attacked = 0, []
     for w in range(3):

@@ -61,7 +61,7 @@ PLAN = Plan(SPEC, (registry.make("pm", 2.0), registry.make("grr", 2.0, domain=3)
 
 
 def processor() -> PartitionProcessor:
-    return PartitionProcessor(lambda name, version: PLAN if (name, version) == ("unit", 1) else None, lambda: NOW)
+    return PartitionProcessor(lambda name, version, _: PLAN if (name, version) == ("unit", 1) else None, lambda: NOW)
 
 
 def message(devices: list[int], offset: int, seed: int = 0, ts: int = NOW, collection: str = "unit",
@@ -139,7 +139,7 @@ def test_a_set_clock_skew_takes_reports_that_far_ahead_and_keeps_their_dedupe_li
                                                                                          ttl_s: int) -> None:
     """A report 2 hours ahead is a dead letter under the default 5 minutes, counted under 25 hours; the dedupe
     list's TTL is two window lengths plus the skew (a report of that window can come until then)."""
-    proc = PartitionProcessor(lambda name, version: PLAN, lambda: NOW, clock_skew_ms(skew_s))
+    proc = PartitionProcessor(lambda name, version, _: PLAN, lambda: NOW, clock_skew_ms(skew_s))
     result = proc.process(TOPIC, [message([1, 2], 1, ts=NOW + 2 * 3_600_000), message([3, 4], 2)])
     assert [d.reason for d in result.dead_letters] == ([FUTURE] if skew_s == 300 else [])
     assert result.update is not None
@@ -173,7 +173,7 @@ def test_duplicates_within_a_batch_and_against_what_the_partition_counted() -> N
 def test_reports_off_their_devices_partition_are_rejected() -> None:
     spec8 = parse_spec(SPEC.canonical_json().replace('"partitions":1', '"partitions":8'))
     plan8 = Plan(spec8, PLAN.mechanisms)
-    proc = PartitionProcessor(lambda name, version: plan8, lambda: NOW)
+    proc = PartitionProcessor(lambda name, version, _: plan8, lambda: NOW)
     devices = [8, 3, 16, 11, 24]  # partitions 0, 3, 0, 3, 0
     result = proc.process(TOPIC, [message(devices, 1, partition=0), message(devices, 2, partition=3)])
     letters = sorted((d.offset, d.reason, d.rows) for d in result.dead_letters)

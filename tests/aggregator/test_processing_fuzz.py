@@ -63,7 +63,7 @@ OPEN_PLAN = SpecPlan(OPEN_SPEC)
 
 
 def processor(plan: Plan | SpecPlan = PLAN) -> PartitionProcessor:
-    return PartitionProcessor(lambda name, version: plan if (name, version) == ("fuzz", 1) else None, lambda: NOW)
+    return PartitionProcessor(lambda name, version, _: plan if (name, version) == ("fuzz", 1) else None, lambda: NOW)
 
 
 def valid_value(devices: np.ndarray, rng: np.random.Generator, plan: Plan | SpecPlan = PLAN) -> bytes:

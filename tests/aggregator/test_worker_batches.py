@@ -47,7 +47,7 @@ def handler(store: MemoryStore, marks: MemoryCrashMarks, letters: Letters, poiso
     message at offset `poison`, as a bug would."""
     h = BatchHandler(store, SimpleNamespace(get=lambda name, version: PLAN), letters,  # type: ignore[arg-type]
                      marks=marks, max_batch_bytes=max_batch_bytes, exit=exit_raising)
-    h.processor = PartitionProcessor(lambda name, version: PLAN, lambda: NOW)
+    h.processor = PartitionProcessor(lambda name, version, _: PLAN, lambda: NOW)
     if poison is not None:
         process = h.processor.process
 

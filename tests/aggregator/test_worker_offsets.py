@@ -22,7 +22,7 @@ PLAN2 = Plan(parse_spec(PLAN.spec.canonical_json().replace('"partitions":1', '"p
 class Plans:
     """The one published plan (what `PlanRegistry.get` answers)."""
 
-    def get(self, name: str, version: int) -> Plan | None:
+    def get(self, name: str, version: int, produced_ms: int | None = None) -> Plan | None:
         return PLAN2 if (name, version) == ("unit", 1) else None
 
 

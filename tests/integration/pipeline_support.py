@@ -185,7 +185,7 @@ def topic_messages(bootstrap: str, topic: str) -> dict[int, list[Message]]:
 def reference_run(c: Collection, chunk: int = 40) -> MemoryStore:
     """An uninterrupted in-process aggregation of every message in the collection's topic."""
     store = MemoryStore()
-    processor = PartitionProcessor(lambda n, v: c.plan if (n, v) == (c.spec.name, c.spec.version) else None,
+    processor = PartitionProcessor(lambda n, v, _: c.plan if (n, v) == (c.spec.name, c.spec.version) else None,
                                    lambda: int(time.time() * 1000))
     seen = SeenDevices(store)
     for _, messages in sorted(topic_messages(c.cfg.bootstrap, c.spec.topic).items()):

@@ -17,7 +17,9 @@ from pipeline_support import (
     assert_estimates_equal,
     assert_within_stderr,
     dead_letters_of,
+    fleet_through,
     reference_run,
+    running_worker,
     send_in_background,
 )
 
@@ -26,6 +28,7 @@ from ldpstream.aggregator.processing import (
     DUPLICATE,
     MALFORMED,
     OUT_OF_RANGE,
+    UNKNOWN_COLLECTION,
     UNKNOWN_VERSION,
     WRONG_PARTITION,
     WRONG_SHAPE,
@@ -35,9 +38,10 @@ from ldpstream.contract.pseudonym import device_partitions, integer_pseudonyms
 from ldpstream.contract.spec import parse_spec
 from ldpstream.contract.wire import AttributeReports, encode, perturbed_batch
 from ldpstream.device.perturb import perturb, single_reports
-from ldpstream.runtime.kafka import delete_topic, producer_client
+from ldpstream.runtime.kafka import ReportProducer, delete_topic, producer_client
 from ldpstream.runtime.specs import publish_spec
 from ldpstream.services import KafkaService, RedisService
+from ldpstream.simulator.simulator import simulate
 
 pytestmark = pytest.mark.integration
 
@@ -142,6 +146,30 @@ attributes:
   - {name: load, type: numeric, range: [0, 1], mechanism: pm}
   - {name: mode, type: categorical, values: [a, b, c], mechanism: grr}
 """
+
+
+def test_a_version_published_just_after_the_worker_read_the_specs_is_counted_not_dead_lettered(
+        collection: Collection) -> None:
+    c = collection
+    with running_worker(c) as worker:
+        fleet_through(c, worker, 200, seed=1)
+        # a report of a version nobody published: the worker reads the specs topic on that miss and dead-letters it
+        device = integer_pseudonyms(c.spec.name, np.array([10**6], dtype=np.uint64))
+        unknown = encode(perturbed_batch(c.spec.name, 99, device, np.array([int(time.time() * 1000)]),
+                                         (AttributeReports(0, np.zeros(1, dtype=np.uint32), {"value": np.zeros(1)}),)))
+        producer = producer_client(c.cfg.bootstrap)
+        producer.produce(c.spec.topic, unknown, partition=0)
+        assert producer.flush(30) == 0
+        deadline = time.monotonic() + 60
+        while c.store.outcomes(c.spec.name).get(f"rejected:{UNKNOWN_COLLECTION}", 0) < 1:
+            assert time.monotonic() < deadline and worker.poll() is None
+            time.sleep(0.05)
+        # then version 2 is published and reported at once, well within the worker's 5 s between reads on misses
+        second = c.spec.replace(version=2)
+        publish_spec(second, c.cfg.bootstrap)
+        simulate(second, 200, ReportProducer(c.cfg.bootstrap), seed=2)
+        assert c.wait_accepted(400, 120, lambda: worker.poll() is None) == 400, c.store.outcomes(c.spec.name)
+    assert list(dead_letters_of(c.cfg.bootstrap, c.spec.topic).values()) == [UNKNOWN_COLLECTION]
 
 
 def test_10k_bad_messages_go_to_the_dlq_and_every_good_one_is_counted(live_services) -> None:  # type: ignore[no-untyped-def]

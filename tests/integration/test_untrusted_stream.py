@@ -47,7 +47,7 @@ def bad_messages(c: Collection, now: int, seed: int = 5) -> list[tuple[int, byte
     bases = [encode(one) for _, reports in fleet(c.spec, BAD_MESSAGES, seed=7, clock_ms=lambda: now)
              for one in single_reports(reports)]
     plan = c.plan
-    judges = [PartitionProcessor(lambda name, version: plan if (name, version) == (c.spec.name, c.spec.version)
+    judges = [PartitionProcessor(lambda name, version, _: plan if (name, version) == (c.spec.name, c.spec.version)
                                  else None, lambda at=at: at) for at in (now, now + JUDGE_AHEAD_MS)]
 
     def rejected_whole(candidates: list[tuple[int, bytes]]) -> set[int]:

@@ -50,7 +50,7 @@ def simulated_windows(spec: CollectionSpec, first_start_ms: int, count: int, dev
     plan = Plan(spec)
     length = window_seconds(spec.windows[0]) * 1000
     store, clock = store or MemoryStore(), [first_start_ms]
-    processor = PartitionProcessor(lambda n, v: plan if (n, v) == (spec.name, spec.version) else None,  # type: ignore[arg-type, return-value]
+    processor = PartitionProcessor(lambda n, v, _: plan if (n, v) == (spec.name, spec.version) else None,  # type: ignore[arg-type, return-value]
                                    lambda: clock[0])
     starts, truths = [], {}
     for i in range(count):

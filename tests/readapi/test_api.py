@@ -110,7 +110,7 @@ def aggregated_store(cfg: Settings, spec: CollectionSpec) -> tuple[MemoryStore, 
     assert producer.flush(30) == 0
     store = MemoryStore()
     plan = Plan(spec)
-    processor = PartitionProcessor(lambda name, version: plan if (name, version) == (spec.name, spec.version)  # type: ignore[arg-type, return-value]
+    processor = PartitionProcessor(lambda name, version, _: plan if (name, version) == (spec.name, spec.version)  # type: ignore[arg-type, return-value]
                                    else None, lambda: int(time.time() * 1000))
     result = processor.process(spec.topic, [Message(i, v) for i, v in enumerate(values[:3])])
     assert result.update is not None and store.apply(result.update).status == "applied"

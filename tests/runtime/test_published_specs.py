@@ -11,7 +11,7 @@ import pytest
 
 import ldpstream.runtime.specs as specs_module
 from ldpstream.contract.spec import CollectionSpec, load_spec
-from ldpstream.runtime.specs import PublishedSpecs
+from ldpstream.runtime.specs import PRODUCER_SKEW_MS, PublishedSpecs
 
 EXAMPLE = load_spec(Path(__file__).resolve().parents[2] / "examples" / "diagnostics.yaml")
 
@@ -80,3 +80,20 @@ def test_a_miss_during_a_read_begun_before_it_waits_for_the_next(topic: Topic) -
     first.join(5)
     second.join(5)
     assert plans.newest("late") == "late" and topic.reads == 2
+
+
+def test_a_report_of_a_version_published_after_the_last_read_is_not_taken_for_an_unknown_one(topic: Topic) -> None:
+    plans = PublishedSpecs("unused:9092", lambda spec, _: spec.name, refresh_s=0.3)
+    plans.read_since(time.monotonic())
+    topic.publish("fresh")  # then an edge admits a report of it: produced after the last read
+    produced_ms = int(time.time() * 1000)
+    assert plans.get("fresh", EXAMPLE.version, produced_ms) == "fresh" and topic.reads == 2
+
+
+def test_a_miss_for_a_message_produced_well_before_the_last_read_reads_nothing_within_refresh_s(topic: Topic) -> None:
+    plans = PublishedSpecs("unused:9092", lambda spec, _: spec.name, refresh_s=60.0)
+    plans.read_since(time.monotonic())
+    produced_ms = int(time.time() * 1000) - PRODUCER_SKEW_MS - 1_000  # the last read began after it was produced
+    started = time.monotonic()
+    assert plans.get("bogus", 1, produced_ms) is None and plans.get("bogus", 1) is None
+    assert topic.reads == 1 and time.monotonic() - started < 1.0

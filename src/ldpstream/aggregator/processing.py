@@ -125,9 +125,11 @@ class _Rows:
 
 
 class PartitionProcessor:
-    """Turns the micro-batches of one topic's partitions into store updates; knows the published plans."""
+    """Turns the micro-batches of one topic's partitions into store updates; knows the published plans (`plans`:
+    a collection, its spec version and the Kafka timestamp of the message naming them -> its plan, None if it is not
+    published: `ldpstream.runtime.specs.PublishedSpecs.get`)."""
 
-    def __init__(self, plans: Callable[[str, int], CollectionPlan | None], clock_ms: Callable[[], int],
+    def __init__(self, plans: Callable[[str, int, int | None], CollectionPlan | None], clock_ms: Callable[[], int],
                  max_skew_ms: int = MAX_FUTURE_SKEW_MS) -> None:
         self.plans = plans
         self.clock_ms = clock_ms
@@ -201,7 +203,7 @@ class PartitionProcessor:
             return _whole(msg, reason, str(exc))
         if report_topic(env.collection) != topic:
             return _whole(msg, UNKNOWN_COLLECTION, f"collection {env.collection!r} does not belong on topic {topic}")
-        plan = self.plans(env.collection, env.spec_version)
+        plan = self.plans(env.collection, env.spec_version, msg.timestamp_ms)
         problem = envelope_problem(env, plan)
         if problem is not None:
             return _whole(msg, *problem)

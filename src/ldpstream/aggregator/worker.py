@@ -210,7 +210,8 @@ class BatchHandler:
             m = event.message
             # After a seek back (rebalance), faust's buffer can hold an offset twice: keep one of each.
             key = (m.partition, m.offset)
-            by_topic[m.topic].setdefault(key, Message(m.offset, m.value, m.timestamp, m.partition))
+            produced_ms = None if m.timestamp is None else int(m.timestamp * 1000)  # faust's: seconds
+            by_topic[m.topic].setdefault(key, Message(m.offset, m.value, produced_ms, m.partition))
         for topic, messages in by_topic.items():
             suspects = self.suspects.get(topic, {})
             run: list[Message] = []

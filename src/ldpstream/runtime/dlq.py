@@ -29,7 +29,7 @@ class Message:
 
     offset: int
     value: bytes
-    timestamp_ms: int | None = None
+    timestamp_ms: int | None = None  # its Kafka timestamp (the producer's clock), ms
     partition: int = 0
 
 

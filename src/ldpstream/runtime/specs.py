@@ -116,6 +116,10 @@ def read_specs(bootstrap: str, invalid: list[str] | None = None, known: Mapping[
     return specs
 
 
+# how far the clock of a message's producer (an edge) may run ahead of this process's: `PublishedSpecs.get`
+PRODUCER_SKEW_MS = 30_000
+
+
 class PublishedSpecs(Generic[P]):
     """name@version -> a service's plan of each published spec (`load`: the spec and its signed bytes -> the plan;
     only the specs `wanted` holds for), read from the specs topic and re-read on a miss at most every `refresh_s` (so
@@ -133,7 +137,8 @@ class PublishedSpecs(Generic[P]):
         self.wanted = wanted
         self._plans: dict[str, tuple[CollectionSpec, P]] = {}
         self._newest: dict[str, tuple[int, P]] = {}  # name -> the plan of its newest published version
-        self._read_at = -float("inf")
+        self._read_at = -float("inf")  # monotonic seconds at the start of the last read
+        self._read_at_ms = -float("inf")  # the same on the wall clock, in ms (Kafka timestamps')
         self._logged: set[str] = set()  # reasons logged once
         self._lock = threading.RLock()
         self.loaded = False  # the topic was read once
@@ -143,12 +148,18 @@ class PublishedSpecs(Generic[P]):
         known = self._plans.get(f"{name}@{version}")
         return None if known is None else known[1]
 
-    def get(self, name: str, version: int) -> P | None:
-        """The plan of name@version, or None if it is not published (may read Kafka: blocking)."""
+    def get(self, name: str, version: int, produced_ms: int | None = None) -> P | None:
+        """The plan of name@version, or None if it is not published (may read Kafka: blocking). `produced_ms`: when
+        the message naming it was produced (its Kafka timestamp): on a miss, unless the topic was last read more than
+        PRODUCER_SKEW_MS after that, a read begun since is waited for (`read_since`), so the report of a version
+        published just before it is never taken for one of a version that does not exist."""
         if self.cached(name, version) is None:
-            with self._lock:
-                if self.cached(name, version) is None and self.age_s() >= self.refresh_s:
-                    self.refresh()
+            if produced_ms is not None and self._read_at_ms < produced_ms + PRODUCER_SKEW_MS:
+                self.read_since(time.monotonic())
+            else:
+                with self._lock:
+                    if self.cached(name, version) is None and self.age_s() >= self.refresh_s:
+                        self.refresh()
         return self.cached(name, version)
 
     def newest(self, name: str) -> P | None:
@@ -193,7 +204,7 @@ class PublishedSpecs(Generic[P]):
     def refresh(self) -> None:
         """Re-read the specs topic and build the plans of the specs not known yet."""
         with self._lock:
-            self._read_at = time.monotonic()
+            self._read_at, self._read_at_ms = time.monotonic(), time.time() * 1000
             try:
                 invalid: list[str] = []
                 signed: dict[str, Signed] = {}
