@@ -14,6 +14,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -241,6 +242,25 @@ def test_a_collection_published_while_rows_are_held_does_not_hold_them_twice(liv
                 released = {o.collection: o.reports for o in shuffler.tick()}
                 assert released[first.spec.name] == 400 and released[second.spec.name] == 200
                 assert shuffled_rows(first) == (400, []) and shuffled_rows(second) == (200, [])
+        finally:
+            shuffler.close()
+
+
+def test_a_version_published_after_the_shuffler_looked_is_held_not_skipped(live_services: Settings) -> None:
+    """Raw reports of a version published after the shuffler last read the specs (well within its 10 s between
+    looks) are held and released, not skipped as of no published version."""
+    with shuffled_collection(live_services, min_batch=100) as c:
+        now = int(time.time() * 1000)
+        cfg = ShufflerConfig(live_services.bootstrap, live_services.redis,
+                             transactional_id=f"ldp-shuffler-it-{c.spec.name}",
+                             group=f"ldp-shuffler-it-{c.spec.name}", margin_s=0)
+        shuffler = Shuffler(cfg, clock=lambda: now + 86_400_000)
+        try:
+            second = replace(c, spec=c.spec.replace(version=2))
+            publish_spec(second.spec, live_services.bootstrap)
+            produce_raw(second, 300, seed=3, window_ms=now - now % WINDOW_MS)
+            shuffler.catch_up(shuffler.collections[c.spec.name])
+            assert [(o.spec_version, o.reports) for o in shuffler.tick()] == [(2, 300)]
         finally:
             shuffler.close()
 

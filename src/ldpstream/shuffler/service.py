@@ -38,7 +38,7 @@ from threading import Event
 from typing import Any
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from ldpstream.contract.clock import now_ms
@@ -319,7 +319,8 @@ class Shuffler:
             if c.jobs:
                 self._hold_update(c, m, by_version)
                 continue
-            env = self._envelope(c, m.value())
+            kind, produced_ms = m.timestamp()
+            env = self._envelope(c, m.value(), None if kind == TIMESTAMP_NOT_AVAILABLE else produced_ms)
             if env is None:
                 c.skipped += 1
                 continue
@@ -362,16 +363,23 @@ class Shuffler:
                 lag += max(0, marks[1] - c.read_next.get(p, max(marks[0], 0)))
         metrics.SHUFFLER_LAG.labels(c.name).set(lag)
 
-    def _envelope(self, c: Collection, value: bytes | None) -> Envelope | None:
+    def _envelope(self, c: Collection, value: bytes | None, produced_ms: int | None) -> Envelope | None:
         """A raw message's envelope if it holds reports of a published shuffled version of the collection, made
         anonymous by the edge (every device 0; times are window starts); else None (logged). The raw topic is the
-        edge's to write, but its bytes are checked as any outside bytes."""
+        edge's to write, but its bytes are checked as any outside bytes. A version published since the specs were
+        last looked at (`produced_ms`: the message's Kafka timestamp, `PublishedSpecs.get`) is followed first."""
         try:
             env, _ = read_message(value or b"")
         except WireError as exc:
             log.error("%s: a raw message is malformed: %s", c.name, exc)
             return None
         spec = c.specs.get(env.spec_version)
+        if spec is None and env.collection == c.name:
+            published = self.specs.get(c.name, env.spec_version, produced_ms)
+            if published is not None:  # followed now, as `follow_specs` follows a new version
+                (spec, mechanism), v = published, env.spec_version
+                self._log_floor(spec, mechanism)
+                c.specs[v], c.mechanisms[v] = spec, mechanism
         if env.collection != c.name or spec is None:
             log.error("%s: a raw message of %s@%d, which is no published shuffled spec", c.name, env.collection,
                       env.spec_version)
