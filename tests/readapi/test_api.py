@@ -268,6 +268,12 @@ class StubRegistry:
     def plans(self, max_age_s: float = 0.0) -> list[Plan]:
         return self._plans
 
+    def all(self) -> list[Plan]:
+        return self._plans
+
+    def read_since(self, arrived: float, every_s: float | None = None) -> None:
+        """Nothing to read: the plans are all there."""
+
 
 @dataclass(frozen=True)
 class Offline:

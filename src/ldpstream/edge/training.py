@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -130,30 +131,43 @@ class TrainingEdge:
         self.redis = redis
         self.admission = admission
         self.jobs: dict[str, SignedJob] = {}
-        self._read_at = 0.0
+        self._read_at = self._read_done_at = -float("inf")  # the starts of the last read and of the last one done
         self._reading: asyncio.Future[dict[str, SignedJob]] | None = None
         self._deliveries: Deliveries | None = None
         self._mark = redis.register_script(MARK)
         self._unmark = redis.register_script(UNMARK)
 
     async def job(self, job_id: str) -> SignedJob:
-        """The newest published spec of the job (the topic re-read off the loop on a miss, at most every
-        REFRESH_S); Refused 404 `unknown_job`."""
+        """The newest published spec of the job, looked for on a miss in a read of the topic begun after it (off the
+        loop; misses share reads, one at most every REFRESH_S); Refused 404 `unknown_job`."""
         found = newest(self.jobs, job_id)
-        if found is None and (self._reading is not None or time.monotonic() - self._read_at > REFRESH_S):
-            if self._reading is None:  # one read at a time: the requests that miss meanwhile wait for it
-                self._read_at = time.monotonic()
-                self._reading = asyncio.get_running_loop().run_in_executor(None, read_jobs, self.bootstrap)
-            reading = self._reading
-            try:
-                self.jobs = await asyncio.shield(reading)
-            finally:
-                if self._reading is reading:
-                    self._reading = None
+        if found is None:
+            await self._read_since(time.monotonic())
             found = newest(self.jobs, job_id)
         if found is None:
             raise Refused(404, "unknown_job", f"no published training job {job_id[:80]!r}")
         return found
+
+    async def _read_since(self, arrived: float) -> None:
+        """Return once a read of the jobs topic begun at or after `arrived` (monotonic seconds) has finished: a job
+        published before then is in `jobs`. Raises what a failed read raised."""
+        while self._read_done_at < arrived:
+            if self._reading is None:
+                wait_s = self._read_at + REFRESH_S - time.monotonic()
+                if wait_s > 0:
+                    await asyncio.sleep(wait_s)
+                    continue
+                self._read_at = time.monotonic()
+                reading = asyncio.get_running_loop().run_in_executor(None, read_jobs, self.bootstrap)
+                reading.add_done_callback(functools.partial(self._read_done, started=self._read_at))
+                self._reading = reading
+            await asyncio.shield(self._reading)  # a failed read raises here, to every request waiting for it
+
+    def _read_done(self, reading: asyncio.Future[dict[str, SignedJob]], started: float) -> None:
+        if self._reading is reading:
+            self._reading = None
+        if not reading.cancelled() and reading.exception() is None:
+            self.jobs, self._read_done_at = reading.result(), started
 
     async def model(self, job_id: str) -> tuple[bytes, bytes, ModelDescriptor]:
         """The current model's descriptor bytes, signature block and parsed descriptor; Refused 404 before the

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,8 +100,8 @@ OPENAPI = Path(__file__).with_name("openapi.json")
 
 class PublishedPlans:
     """The published plans (the registry's cache, `ldpstream.runtime.specs.PublishedSpecs`), re-read at most every
-    `max_age_s` (a read takes ~0.3 s), or after `miss_age_s` when a collection is asked for that is not known yet
-    (it may have just been published)."""
+    `max_age_s` (a read takes ~0.3 s); a collection asked for that is not known yet (it may have just been
+    published) is looked for in a read begun after the request, reads at most every `miss_age_s`."""
 
     def __init__(self, registry: PlanRegistry, max_age_s: float = 5.0, miss_age_s: float = 1.0) -> None:
         self.registry = registry
@@ -113,8 +114,12 @@ class PublishedPlans:
 
     def versions(self, name: str) -> list[Plan]:
         """The published versions of a collection, oldest first (empty if it is not published)."""
-        return ([p for p in self.all() if p.spec.name == name]
-                or [p for p in self.all(self.miss_age_s) if p.spec.name == name])
+        arrived = time.monotonic()
+        known = [p for p in self.all() if p.spec.name == name]
+        if not known:
+            self.registry.read_since(arrived, self.miss_age_s)
+            known = [p for p in self.registry.all() if p.spec.name == name]
+        return known
 
 
 class TopicEnds:

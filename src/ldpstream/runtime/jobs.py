@@ -90,15 +90,16 @@ def newest(jobs: dict[str, SignedJob], job_id: str) -> SignedJob | None:
 
 class PublishedJobs:
     """The published job specs (`read_jobs`) for a reader that answers many requests (the read API): re-read at most
-    every `max_age_s`, or after `miss_age_s` when a job is asked for that is not known yet (it may have just been
-    published). Before any job is published the topic may not exist, and a reader that may not create it (the API's
-    principal) sees no job. Blocking (Kafka); thread-safe: a request during a re-read waits for it."""
+    every `max_age_s`; a job asked for that is not known yet (it may have just been published) is looked for in a
+    read begun after the request, reads at most every `miss_age_s`. Before any job is published the topic may not
+    exist, and a reader that may not create it (the API's principal) sees no job. Blocking (Kafka); thread-safe: a
+    request during a re-read waits for it."""
 
     def __init__(self, bootstrap: str, max_age_s: float = 5.0, miss_age_s: float = 1.0,
                  read: Callable[[str], dict[str, SignedJob]] = read_jobs) -> None:
         self.bootstrap, self.max_age_s, self.miss_age_s, self.read = bootstrap, max_age_s, miss_age_s, read
         self._jobs: dict[str, SignedJob] = {}
-        self._read_at = -float("inf")
+        self._read_at = -float("inf")  # when the last read began (monotonic)
         self._lock = threading.Lock()
 
     def all(self, max_age_s: float | None = None) -> dict[str, SignedJob]:
@@ -106,18 +107,34 @@ class PublishedJobs:
         one) ago."""
         with self._lock:
             if time.monotonic() - self._read_at >= (self.max_age_s if max_age_s is None else max_age_s):
-                try:
-                    self._jobs = self.read(self.bootstrap)
-                except TopicError:
-                    if JOBS_TOPIC in existing_topics(self.bootstrap):
-                        raise
-                    self._jobs = {}
-                self._read_at = time.monotonic()
+                self._read()
             return self._jobs
 
     def newest(self, job_id: str) -> SignedJob | None:
         """The job's highest published version (None if it is not published)."""
-        return newest(self.all(), job_id) or newest(self.all(self.miss_age_s), job_id)
+        arrived = time.monotonic()
+        found = newest(self.all(), job_id)
+        while found is None:
+            with self._lock:
+                if self._read_at >= arrived:
+                    return newest(self._jobs, job_id)
+                wait_s = self._read_at + self.miss_age_s - time.monotonic()
+                if wait_s <= 0:
+                    self._read()
+                    return newest(self._jobs, job_id)
+            time.sleep(wait_s)
+        return found
+
+    def _read(self) -> None:
+        """Read the topic (the lock held)."""
+        started = time.monotonic()
+        try:
+            self._jobs = self.read(self.bootstrap)
+        except TopicError:
+            if JOBS_TOPIC in existing_topics(self.bootstrap):
+                raise
+            self._jobs = {}
+        self._read_at = started
 
 
 def publish_job(spec: JobSpec, bootstrap: str) -> tuple[str, bool]:

@@ -167,15 +167,16 @@ class PublishedSpecs(Generic[P]):
         known = self._newest.get(name)
         return None if known is None else known[1]
 
-    def read_since(self, arrived: float) -> None:
+    def read_since(self, arrived: float, every_s: float | None = None) -> None:
         """Return once a read of the topic begun at or after `arrived` is done: a spec published before a miss
-        arrived is found by it. Misses share reads, and reads begin at most every `refresh_s` (a miss waits up to
-        that long), so requests for unknown collections cost no Kafka read each."""
+        arrived is found by it. Misses share reads, and reads begin at most every `every_s` (default `refresh_s`;
+        a miss waits up to that long), so requests for unknown collections cost no Kafka read each."""
+        gap_s = self.refresh_s if every_s is None else every_s
         while True:
             with self._lock:  # a read in progress holds it: past it, `_read_at` is the start of a finished read
                 if self._read_at >= arrived:
                     return
-                wait_s = self._read_at + self.refresh_s - time.monotonic()
+                wait_s = self._read_at + gap_s - time.monotonic()
                 if wait_s <= 0:
                     self.refresh()
                     return
