@@ -90,7 +90,7 @@ class ReferenceCap:
     tree: PrefixTree
     reference: np.ndarray
     policy: Policy = field(default_factory=Policy)
-    lagged: tuple[tuple[np.ndarray, float], ...] = ()
+    lagged: tuple[tuple[np.ndarray, float, np.ndarray | None], ...] = ()
     tests: int | None = None
     capped: dict[int, list[tuple[np.ndarray, float, float]]] = field(default_factory=dict)
     raised: dict[int, list[tuple[np.ndarray, float, float]]] = field(default_factory=dict)
@@ -103,16 +103,18 @@ class ReferenceCap:
         return all(oracle.z_table(self.tree.level_stats(stats, t))[1] >= self.policy.min_reports
                    for t, oracle in enumerate(self.tree.oracles))
 
-    def with_lagged(self, lagged: tuple[tuple[np.ndarray, float], ...]) -> ReferenceCap:
-        """This cap with the `lagged` references (statistics, budget) that have enough reports at every level."""
+    def with_lagged(self, lagged: tuple[tuple[np.ndarray, float, np.ndarray | None], ...]) -> ReferenceCap:
+        """This cap with the `lagged` references (statistics, budget, the block tested against them: this window
+        and the recent ones summed; None: this window alone) that have enough reports at every level."""
         return ReferenceCap(self.tree, self.reference, self.policy,
-                            tuple((np.asarray(stats, dtype=np.float64), float(alpha)) for stats, alpha in lagged
-                                  if self._usable(stats)), self.tests)
+                            tuple((np.asarray(stats, dtype=np.float64), float(alpha),
+                                   None if block is None else np.asarray(block, dtype=np.float64))
+                                  for stats, alpha, block in lagged if self._usable(stats)), self.tests)
 
     @property
     def false_positive(self) -> float:
         """The probability that an honest window has a suspect, either way (union bound over the references)."""
-        return self.policy.alpha_window + sum(alpha for _, alpha in self.lagged)
+        return self.policy.alpha_window + sum(alpha for _, alpha, _ in self.lagged)
 
     def __call__(self, level: int, candidates: np.ndarray, value: np.ndarray, n: int, keep: int) -> np.ndarray:
         """What the decoder ranks the candidates by (module docstring): a suspect above its bound at its lowest
@@ -123,7 +125,8 @@ class ReferenceCap:
         size = len(candidates)
         base, cap, bound = (np.full(size, np.inf) for _ in range(3))
         top, floor = np.full(size, -np.inf), np.full(size, -np.inf)
-        for stats, alpha in ((self.reference, self.policy.alpha_window), *self.lagged):
+        over, under = np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)
+        for stats, alpha, block in ((self.reference, self.policy.alpha_window, None), *self.lagged):
             table, n_ref = oracle.z_table(self.tree.level_stats(stats, level))
             if n_ref < self.policy.min_reports:
                 continue
@@ -133,11 +136,22 @@ class ReferenceCap:
             z = bonferroni_z(alpha / self.tree.levels, 2 * (self.tests or size))  # both ways
             up, down = np.minimum(1.0, f0 + self.policy.drift), np.maximum(0.0, f0 - self.policy.drift)
             sd = np.sqrt(var / n + var / n_ref)
-            base, cap, bound = np.minimum(base, up), np.minimum(cap, up + sd), np.minimum(bound, up + z * sd)
-            top, floor = np.maximum(top, down), np.maximum(floor, down - z * sd)
+            if block is None:  # this window against the windows before
+                high, low = up + z * sd, down - z * sd
+                over_r, under_r = value > high, value < low
+            else:  # the block test's: this window and the recent ones summed, against the lagged windows
+                block_table, n_block = oracle.z_table(self.tree.level_stats(block, level))
+                summed, _ = peeled_estimates(oracle, block_table, n_block, candidates, keep)
+                spread = z * np.sqrt(var / n_block + var / n_ref)
+                over_r, under_r = summed > up + spread, summed < down - spread
+                high, low = up, down  # a suspect is held to the lagged windows' level (as an oracle's item)
+            base, cap, top = np.minimum(base, up), np.minimum(cap, up + sd), np.maximum(top, down)
+            bound = np.minimum(bound, np.where(over_r, high, np.inf))
+            floor = np.maximum(floor, np.where(under_r, low, -np.inf))
+            over, under = over | over_r, under | under_r
         if not np.isfinite(base).all():
             return value
-        over, under = value > bound, value < floor
+        under &= ~over
         self.capped[level] = [(candidates[i], float(value[i]), float(bound[i])) for i in np.flatnonzero(over)]
         self.raised[level] = [(candidates[i], float(value[i]), float(floor[i])) for i in np.flatnonzero(under)]
         return np.where(over, base, np.where(under, top, np.minimum(value, cap)))
