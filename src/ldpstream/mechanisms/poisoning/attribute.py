@@ -14,7 +14,8 @@ previous ones kept.
    their lagged ones defended (`blocks_of`): a window a test held stays visible to the tests until it leaves the
    latest windows, so an attacker who paces itself under the window's bound is held window after window.
 3. Heavy hitters (prefix trees): the decode capped by the reference and, where there are some, by the lagged
-   windows of the tests over windows, which a ramp has not reached yet (`ReferenceCap`, `tree_cap`: a suspected
+   windows of the tests over windows, which a ramp has not reached yet, each tested as the block tests are (this
+   window and the recent ones summed against them), so a slow fall is found (`ReferenceCap`, `tree_cap`: a suspected
    prefix ranked by its lowest reference frequency, the others by their estimates capped one standard deviation
    above the lowest), nothing removed from the sums.
 
@@ -178,7 +179,7 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     sequential test is not run); `blocks`: the block test's (the sum of the raw blocks of the windows just
     before this one, the sum of the defended lagged windows before those: `blocks_of`; None: not run; run with a
     drift only), then the long block test's likewise, where there are four; a tree's cap takes their lagged windows
-    as further references (`tree_cap`)."""
+    as further references, tested with this window and their recent windows summed (`tree_cap`)."""
     block = np.asarray(block, dtype=np.float64)
     size = block.shape[0]
     removed = np.zeros(size)
