@@ -80,7 +80,7 @@ import numpy as np
 
 from ldpstream.mechanisms.frequency.base import split_count
 from ldpstream.mechanisms.open_domain.sketch import HashedGRR
-from ldpstream.mechanisms.open_domain.tree import PrefixTree, peeled_estimates
+from ldpstream.mechanisms.open_domain.tree import PrefixTree, peeled_estimates, peeled_leaders, peeled_with
 from ldpstream.mechanisms.poisoning.base import Policy, bonferroni_z
 
 HEAVY = "heavy_hitter_rise"
@@ -141,7 +141,17 @@ class ReferenceCap:
             table, n_ref = oracle.z_table(self.tree.level_stats(stats, level))
             if n_ref < self.policy.min_reports:
                 continue
-            ref_value, _ = peeled_estimates(oracle, table, n_ref, candidates, keep)
+            if block is None:
+                ref_value, _ = peeled_estimates(oracle, table, n_ref, candidates, keep)
+            else:  # the block and its lagged windows estimated with one set of leaders, those of the two pooled:
+                # each estimate is then the same linear function of its table / n, so their difference has
+                # expectation zero on a stationary population (with each table's own leaders it did not, and the
+                # block's small standard deviation made that a false alarm: 2 in 200 honest windows at eps = 1)
+                block_table, n_block = oracle.z_table(self.tree.level_stats(block, level))
+                pooled, n_pooled = oracle.z_table(self.tree.level_stats(block + stats, level))
+                leaders = peeled_leaders(oracle, pooled, n_pooled, candidates, keep)[2]
+                ref_value, _ = peeled_with(oracle, table, n_ref, candidates, leaders)
+                summed, _ = peeled_with(oracle, block_table, n_block, candidates, leaders)
             f0 = np.clip(ref_value, 0.0, 1.0)
             var = oracle.variance(f0) + f0 * (1.0 - f0)  # and the sampling of devices (`window_variance`)
             z = bonferroni_z(alpha / self.tree.levels, 2 * (self.tests or size))  # both ways
@@ -151,8 +161,6 @@ class ReferenceCap:
                 high, low = up + z * sd, down - z * sd
                 over_r, under_r = value > high, value < low
             else:  # the block test's: this window and the recent ones summed, against the lagged windows
-                block_table, n_block = oracle.z_table(self.tree.level_stats(block, level))
-                summed, _ = peeled_estimates(oracle, block_table, n_block, candidates, keep)
                 spread = z * np.sqrt(var / n_block + var / n_ref)
                 over_r, under_r = summed > up + spread, summed < down - spread
                 high, low = up, down  # a suspect is held to the lagged windows' level (as an oracle's item)
