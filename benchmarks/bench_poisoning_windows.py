@@ -174,7 +174,7 @@ class Windows:
             reference = None if defences is None else reference_of(blocks, defences, at, REFERENCE_WINDOWS)
             assert defences is not None or reference is None
             cap = None if reference is None else tree_cap(
-                mech, reference, blocks_of(blocks, defences, at) if lagged else None, POLICY)
+                mech, reference, blocks_of(blocks, defences, at) if lagged else None, POLICY, kept)
             return float(est.sum()) if cap is None else float(capped(mech, cap, kept[1:], targets).sum())
         value = mech.estimate(kept[1:]).value
         if isinstance(mech, KeyValueMechanism):
@@ -389,8 +389,8 @@ def top_list_quality(w: Windows, blocks: Sequence[np.ndarray], defences: Sequenc
     found: dict[str, list[int]] = {"none": [], "before": [], "ours": []}
     for i in range(HISTORY, len(blocks), QUALITY_EVERY):
         reference = reference_of(blocks, defences, i, REFERENCE_WINDOWS)
-        for name, cap in (("none", None), ("before", tree_cap(tree, reference, None, POLICY)),
-                          ("ours", tree_cap(tree, reference, blocks_of(blocks, defences, i), POLICY))):
+        for name, cap in (("none", None), ("before", tree_cap(tree, reference, None, POLICY, blocks[i])),
+                          ("ours", tree_cap(tree, reference, blocks_of(blocks, defences, i), POLICY, blocks[i]))):
             found[name].append(len(truth & set(tree.heavy_hitters(blocks[i][1:], cap=cap).items)))
     return {"quality_windows": len(found["none"]),
             **{f"genuine_top_{name}": float(np.mean(v)) for name, v in found.items()}}

@@ -271,7 +271,7 @@ class StringWindows:
         reference = reference_of(blocks, chain, at)
         windows = blocks_of(blocks, chain, at) if lagged else None
         return (defend(self.tree, blocks[at], reference, policy=policy, blocks=windows),
-                tree_cap(self.tree, reference, windows, policy))
+                tree_cap(self.tree, reference, windows, policy, blocks[at]))
 
 
 @pytest.fixture(scope="module")
@@ -303,6 +303,23 @@ def test_a_ramps_fake_strings_are_kept_out_of_the_top_list_at_its_last_window(
     assert finding.status == SUSPECTED and defence.strings
     assert 0 < finding.set_aside <= min(max(suspect_carriers(w.tree, defence, last)), w.n)
     assert finding.false_positive == POLICY.alpha_window + POLICY.alpha_sequential + POLICY.alpha_long
+
+
+def test_a_slow_demotion_is_found_by_the_block_tests_of_the_lagged_windows() -> None:
+    """Ten windows of 10% fakes that carry none of the top string's prefixes: each window's fall is under the
+    single-window bound, and the four windows before hold the attack by the last window, so against them alone it is
+    not found there; the last window with its recent ones summed falls against the lagged windows (which hold none
+    of it) by the sum's few standard deviations: the string is found down and ranked at its highest reference
+    frequency."""
+    w = StringWindows(4.0, 40_000, 14)
+    blocks = [w.block(w.reports()) for _ in range(HISTORY)]
+    blocks += [w.block(w.reports(round(0.1 * w.n / 0.9), attack="demotion")) for _ in range(10)]
+    at, demoted = len(blocks) - 1, f"{w.words[0]} (down)"
+    defence, cap = w.defend_at(blocks, at)
+    before = w.defend_at(blocks, at, lagged=False)[0]
+    assert defence.status == SUSPECTED and demoted in defence.strings
+    assert demoted not in before.strings
+    assert cap is not None and w.words[0] in w.tree.heavy_hitters(blocks[at][1:], cap=cap).items
 
 
 def test_the_lagged_references_keep_an_honest_windows_false_alarms_within_their_budget() -> None:

@@ -98,20 +98,37 @@ def peeled_estimates(oracle: SketchOracle, table: np.ndarray, n: int, cand: np.n
     """Every candidate's estimate and stderr, the leaders' jointly (`joint_frequencies`) and the others' on the
     table without the leaders (`peel`), so that a string colliding with a frequent one is not ranked by it;
     PEEL_ROUNDS rounds, the leaders re-chosen each round."""
-    cells = oracle.candidate_cells(cand)
-    raw = oracle.score(table, n, cells)
+    value, stderr, _ = peeled_leaders(oracle, table, n, cand, keep)
+    return value, stderr
+
+
+def peeled_leaders(oracle: SketchOracle, table: np.ndarray, n: int, cand: np.ndarray,
+                   keep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`peeled_estimates`, and the indices of the last round's leaders."""
+    raw = oracle.score(table, n, oracle.candidate_cells(cand))
     value, stderr = raw, oracle.stderr(raw, n)
     conditioned = max(1, (oracle.width - 1) * oracle.hashes // CONDITIONING)
     joint_size = min(max(JOINT_FACTOR * keep, MIN_JOINT), MAX_JOINT, conditioned)
+    leaders = np.zeros(0, dtype=np.int64)
     for _ in range(PEEL_ROUNDS):
         leaders = np.argsort(-value, kind="stable")[:joint_size]
         leaders = leaders[: max(1, int(np.count_nonzero(value[leaders] > SIGNIFICANT * stderr[leaders])))]
-        # the leaders' raw scores on the whole table: a leader's value is already corrected after a round
-        joint = oracle.joint_frequencies(table, n, cand[leaders], raw[leaders])
-        peeled = oracle.peel(table, n, cells[leaders], joint.value)
-        value = oracle.score(peeled, n, cells, peeled=float(joint.value.sum()))
-        stderr = oracle.stderr(value, n)
-        value[leaders], stderr[leaders] = joint.value, joint.stderr
+        value, stderr = peeled_with(oracle, table, n, cand, leaders)
+    return value, stderr, leaders
+
+
+def peeled_with(oracle: SketchOracle, table: np.ndarray, n: int, cand: np.ndarray,
+                leaders: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every candidate's estimate and stderr with the given `leaders` (indices into `cand`) estimated jointly and
+    peeled from the table (one round of `peeled_estimates`): a linear function of table / n, so two tables of one
+    population estimated with the same leaders have the same expectation."""
+    cells = oracle.candidate_cells(cand)
+    raw = oracle.score(table, n, cells)
+    joint = oracle.joint_frequencies(table, n, cand[leaders], raw[leaders])
+    peeled = oracle.peel(table, n, cells[leaders], joint.value)
+    value = oracle.score(peeled, n, cells, peeled=float(joint.value.sum()))
+    stderr = oracle.stderr(value, n)
+    value[leaders], stderr[leaders] = joint.value, joint.stderr
     return value, stderr
 
 

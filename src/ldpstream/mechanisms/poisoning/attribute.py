@@ -14,7 +14,8 @@ previous ones kept.
    their lagged ones defended (`blocks_of`): a window a test held stays visible to the tests until it leaves the
    latest windows, so an attacker who paces itself under the window's bound is held window after window.
 3. Heavy hitters (prefix trees): the decode capped by the reference and, where there are some, by the lagged
-   windows of the tests over windows, which a ramp has not reached yet (`ReferenceCap`, `tree_cap`: a suspected
+   windows of the tests over windows, which a ramp has not reached yet, each tested as the block tests are (this
+   window and the recent ones summed against them), so a slow fall is found (`ReferenceCap`, `tree_cap`: a suspected
    prefix ranked by its lowest reference frequency, the others by their estimates capped one standard deviation
    above the lowest), nothing removed from the sums.
 
@@ -178,7 +179,7 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
     sequential test is not run); `blocks`: the block test's (the sum of the raw blocks of the windows just
     before this one, the sum of the defended lagged windows before those: `blocks_of`; None: not run; run with a
     drift only), then the long block test's likewise, where there are four; a tree's cap takes their lagged windows
-    as further references (`tree_cap`)."""
+    as further references, tested with this window and their recent windows summed (`tree_cap`)."""
     block = np.asarray(block, dtype=np.float64)
     size = block.shape[0]
     removed = np.zeros(size)
@@ -258,7 +259,7 @@ def defend(mech: Mechanism, block: np.ndarray, reference: np.ndarray | None = No
         step(key_frequency_bound(mech, (block - removed)[1:], ref_estimate(), policy, keys_held))
         step(keyvalue_disagreement(mech, (block - removed)[1:], policy))
     elif isinstance(mech, PrefixTree):
-        return _tree_defence(mech, block, tree_cap(mech, ref, blocks, policy), policy)
+        return _tree_defence(mech, block, tree_cap(mech, ref, blocks, policy, block), policy)
     else:
         findings.append(Finding("none", UNTESTED, int(block[0]), detail=f"no poisoning detector for {mech.name}"))
     return Defence(tuple(findings), removed, drift=drift)
@@ -393,18 +394,21 @@ def reference_of(blocks: Sequence[np.ndarray | None], defences: Sequence[Defence
 
 
 def tree_cap(tree: PrefixTree, reference: np.ndarray | None, blocks: tuple[np.ndarray, ...] | None,
-             policy: Policy) -> ReferenceCap | None:
-    """The cap of a tree's decode (`ReferenceCap`) against the window's `reference` block (budget alpha_window) and
-    the lagged windows of `blocks` (`blocks_of`: the block test's, budget alpha_sequential, and the long block
-    test's, alpha_long), each where it has enough reports at every level; None without a usable reference."""
+             policy: Policy, window: np.ndarray) -> ReferenceCap | None:
+    """The cap of a tree's decode (`ReferenceCap`) of `window` (its block) against the window's `reference` block
+    (budget alpha_window) and the lagged windows of `blocks` (`blocks_of`), each tested with the window and its
+    recent ones summed, as the oracles' block tests are: the block test's (budget alpha_sequential) and the long
+    block test's (alpha_long), each where it has enough reports at every level; None without a usable reference."""
     if reference is None:
         return None
     cap = ReferenceCap(tree, np.asarray(reference, dtype=np.float64)[1:], policy)
     if not cap.usable():
         return None
+    this = np.asarray(window, dtype=np.float64)[1:]
     lagged = () if blocks is None else tuple(
-        (np.asarray(b, dtype=np.float64)[1:], alpha)
-        for b, alpha in zip(blocks[1::2], (policy.alpha_sequential, policy.alpha_long), strict=False))
+        (np.asarray(lag, dtype=np.float64)[1:], alpha, this + np.asarray(recent, dtype=np.float64)[1:])
+        for recent, lag, alpha in zip(blocks[0::2], blocks[1::2], (policy.alpha_sequential, policy.alpha_long),
+                                      strict=False))
     return cap.with_lagged(lagged)
 
 

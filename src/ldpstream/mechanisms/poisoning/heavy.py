@@ -43,23 +43,33 @@ built.
 and an attack that rises slowly (a ramp of 1%, 2%, ... 10% of fakes) is taken in by the four windows before: each
 window's rise over them is a fraction of its fakes. The cap therefore tests each candidate against more than one
 reference (`lagged`): the four windows before (budget alpha_window), and the lagged windows of the tests over
-windows (`ldpstream.mechanisms.poisoning.sequential`), which an attack younger than their gap has not reached: the
-8 windows before the latest 4 (the block test's; budget alpha_sequential) and the 48 before the latest 10 (the long
-block test's, frozen; budget alpha_long). Each is the same test as above at its own z = Phi^-1(1 - alpha_r / (2TC))
-and its own n_ref, so an honest window has a suspect at any level against any reference with probability at most
-alpha_window + alpha_sequential + alpha_long (union bound: the policy's per-window budget of an attribute, 1e-3). A
-candidate is suspected when it is above any of its bounds, and then ranked by the smallest of its reference
-frequencies (below any lower bound: by the largest); under every bound, by its estimate capped at the smallest of
-f_ref,r(x) + s_r(x). A ramp younger than ten windows is then ranked at most one standard deviation above the long
-block's lagged windows, which hold none of it, whatever the four windows before hold. An honest string's
-references are unbiased for the same frequency, so it is ranked under its estimate when its rise over any of them
-exceeds that one's s_r: with probability at most 3 (1 - Phi(1)) = 0.48 (one reference: 0.16), by at most
-sum_r E[(rise_r - s_r)+] = 3 x 0.083 s on average; the benchmark measures what that does to an honest window's top
-list (`bench_poisoning_windows.py`, honest: the genuine top strings found, with and without the lagged windows).
-A tree's level has a frequency oracle's variance, so the standardization is
-`ldpstream.mechanisms.poisoning.frequency`'s (`_spread`), the lagged sums as a reference. The lagged references are
-sums of windows the read path already adds (`ldpstream.mechanisms.poisoning.attribute.blocks_of`): no tree is
-decoded but the window's own.
+windows (`ldpstream.mechanisms.poisoning.sequential`), which an attack younger than their gap has not reached: the 8
+windows before the latest 4 (the block test's; budget alpha_sequential) and the 48 before the latest 10 (the long
+block test's, frozen; budget alpha_long). Against the four windows before, the test is the one above; against the
+lagged windows it is the block tests': the candidate's estimate in this window and the recent ones summed (the
+latest 4 and 10 windows, the others raw: `ldpstream.mechanisms.poisoning.attribute.blocks_of`), in f_block(x) >
+min(1, f_lag(x) + drift) + z sqrt(V(f_lag(x)) (1 / n_block + 1 / n_lag)) (and its other side), z = Phi^-1(1 -
+alpha_r / (2TC)), so an honest window has a suspect at any level against any reference with probability at most
+alpha_window + alpha_sequential + alpha_long (union bound: the policy's per-window budget of an attribute, 1e-3).
+The block replaces this window alone against the lagged windows (the same budgets, not split): a shift of delta sd
+of one window, sustained over the block, shows as delta / sqrt(1 / B + 1 / R), 1.63 delta for the block test (B = 4,
+R = 8) and 2.88 delta for the long one (10, 48), against 0.94 delta and 0.99 delta for this window alone; a shift
+too young to fill the block is the four windows before's to find (delta / sqrt(1 + 1/4)), as for the frequency
+oracles. PEM's demotion of the top string by 5% fakes at eps = 4 falls about 3 sd a window, under every
+single-window z (5.2 to 6.0): 2.8 to 3.0 sd alone, 8.6 in the long block once it is filled (6.9 with the benchmark's
+11 lagged windows). A candidate is suspected when it is above any of its bounds, and then ranked by the smallest of
+its reference frequencies (below any lower bound: by the largest; a suspect of a block test is held to its lagged
+windows' frequency, as an oracle's item is); under every bound, by its estimate capped at the smallest of f_ref,r(x)
++ s_r(x), s_r for this window against each reference (a cap, no test: it spends no budget). A ramp younger than ten
+windows is then ranked at most one standard deviation above the long block's lagged windows, which hold none of it,
+whatever the four windows before hold. An honest string's references are unbiased for the same frequency, so it is
+ranked under its estimate when its rise over any of them exceeds that one's s_r: with probability at most 3 (1 -
+Phi(1)) = 0.48 (one reference: 0.16), by at most sum_r E[(rise_r - s_r)+] = 3 x 0.083 s on average; the benchmark
+measures what that does to an honest window's top list (`bench_poisoning_windows.py`, honest: the genuine top
+strings found, with and without the lagged windows). A tree's level has a frequency oracle's variance, so the
+standardization is `ldpstream.mechanisms.poisoning.frequency`'s (`_spread`, `block_shift`), the lagged sums as a
+reference. The lagged references and the blocks are sums of windows the read path already adds (`blocks_of`): no
+tree is decoded but the window's own (each candidate is estimated in the sums, as in a reference).
 """
 
 from __future__ import annotations
@@ -70,7 +80,7 @@ import numpy as np
 
 from ldpstream.mechanisms.frequency.base import split_count
 from ldpstream.mechanisms.open_domain.sketch import HashedGRR
-from ldpstream.mechanisms.open_domain.tree import PrefixTree, peeled_estimates
+from ldpstream.mechanisms.open_domain.tree import PrefixTree, peeled_estimates, peeled_leaders, peeled_with
 from ldpstream.mechanisms.poisoning.base import Policy, bonferroni_z
 
 HEAVY = "heavy_hitter_rise"
@@ -81,8 +91,9 @@ class ReferenceCap:
     """The cap of a tree's decode by a reference window's statistics (module docstring): per candidate,
     min(1, f_ref(x) + drift) plus one standard deviation s(x) of its rise, or without it for a suspect (above b(x));
     a candidate below the lower bound (demoted) at its reference frequency. `lagged`: further references, each with
-    its own false-alarm budget (the lagged windows a ramp has not reached yet: "Over windows" in the module
-    docstring); the reference's budget is the policy's alpha_window. `tests`: the candidates a level's Bonferroni
+    its own false-alarm budget and the block tested against it (the lagged windows a ramp has not reached yet, and
+    this window with the recent ones summed: "Over windows" in the module docstring); the reference's budget is the
+    policy's alpha_window. `tests`: the candidates a level's Bonferroni
     counts (None: those it is called with; a caller that scores a few strings as a decode would sets the decode's).
     It records, per level, the suspects: `capped[level]` = list of (candidate row, estimate, bound), and
     `raised[level]` those found below."""
@@ -90,7 +101,7 @@ class ReferenceCap:
     tree: PrefixTree
     reference: np.ndarray
     policy: Policy = field(default_factory=Policy)
-    lagged: tuple[tuple[np.ndarray, float], ...] = ()
+    lagged: tuple[tuple[np.ndarray, float, np.ndarray | None], ...] = ()
     tests: int | None = None
     capped: dict[int, list[tuple[np.ndarray, float, float]]] = field(default_factory=dict)
     raised: dict[int, list[tuple[np.ndarray, float, float]]] = field(default_factory=dict)
@@ -103,16 +114,18 @@ class ReferenceCap:
         return all(oracle.z_table(self.tree.level_stats(stats, t))[1] >= self.policy.min_reports
                    for t, oracle in enumerate(self.tree.oracles))
 
-    def with_lagged(self, lagged: tuple[tuple[np.ndarray, float], ...]) -> ReferenceCap:
-        """This cap with the `lagged` references (statistics, budget) that have enough reports at every level."""
+    def with_lagged(self, lagged: tuple[tuple[np.ndarray, float, np.ndarray | None], ...]) -> ReferenceCap:
+        """This cap with the `lagged` references (statistics, budget, the block tested against them: this window
+        and the recent ones summed; None: this window alone) that have enough reports at every level."""
         return ReferenceCap(self.tree, self.reference, self.policy,
-                            tuple((np.asarray(stats, dtype=np.float64), float(alpha)) for stats, alpha in lagged
-                                  if self._usable(stats)), self.tests)
+                            tuple((np.asarray(stats, dtype=np.float64), float(alpha),
+                                   None if block is None else np.asarray(block, dtype=np.float64))
+                                  for stats, alpha, block in lagged if self._usable(stats)), self.tests)
 
     @property
     def false_positive(self) -> float:
         """The probability that an honest window has a suspect, either way (union bound over the references)."""
-        return self.policy.alpha_window + sum(alpha for _, alpha in self.lagged)
+        return self.policy.alpha_window + sum(alpha for _, alpha, _ in self.lagged)
 
     def __call__(self, level: int, candidates: np.ndarray, value: np.ndarray, n: int, keep: int) -> np.ndarray:
         """What the decoder ranks the candidates by (module docstring): a suspect above its bound at its lowest
@@ -123,21 +136,41 @@ class ReferenceCap:
         size = len(candidates)
         base, cap, bound = (np.full(size, np.inf) for _ in range(3))
         top, floor = np.full(size, -np.inf), np.full(size, -np.inf)
-        for stats, alpha in ((self.reference, self.policy.alpha_window), *self.lagged):
+        over, under = np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)
+        for stats, alpha, block in ((self.reference, self.policy.alpha_window, None), *self.lagged):
             table, n_ref = oracle.z_table(self.tree.level_stats(stats, level))
             if n_ref < self.policy.min_reports:
                 continue
-            ref_value, _ = peeled_estimates(oracle, table, n_ref, candidates, keep)
+            if block is None:
+                ref_value, _ = peeled_estimates(oracle, table, n_ref, candidates, keep)
+            else:  # the block and its lagged windows estimated with one set of leaders, those of the two pooled:
+                # each estimate is then the same linear function of its table / n, so their difference has
+                # expectation zero on a stationary population (with each table's own leaders it did not, and the
+                # block's small standard deviation made that a false alarm: 2 in 200 honest windows at eps = 1)
+                block_table, n_block = oracle.z_table(self.tree.level_stats(block, level))
+                pooled, n_pooled = oracle.z_table(self.tree.level_stats(block + stats, level))
+                leaders = peeled_leaders(oracle, pooled, n_pooled, candidates, keep)[2]
+                ref_value, _ = peeled_with(oracle, table, n_ref, candidates, leaders)
+                summed, _ = peeled_with(oracle, block_table, n_block, candidates, leaders)
             f0 = np.clip(ref_value, 0.0, 1.0)
             var = oracle.variance(f0) + f0 * (1.0 - f0)  # and the sampling of devices (`window_variance`)
             z = bonferroni_z(alpha / self.tree.levels, 2 * (self.tests or size))  # both ways
             up, down = np.minimum(1.0, f0 + self.policy.drift), np.maximum(0.0, f0 - self.policy.drift)
             sd = np.sqrt(var / n + var / n_ref)
-            base, cap, bound = np.minimum(base, up), np.minimum(cap, up + sd), np.minimum(bound, up + z * sd)
-            top, floor = np.maximum(top, down), np.maximum(floor, down - z * sd)
+            if block is None:  # this window against the windows before
+                high, low = up + z * sd, down - z * sd
+                over_r, under_r = value > high, value < low
+            else:  # the block test's: this window and the recent ones summed, against the lagged windows
+                spread = z * np.sqrt(var / n_block + var / n_ref)
+                over_r, under_r = summed > up + spread, summed < down - spread
+                high, low = up, down  # a suspect is held to the lagged windows' level (as an oracle's item)
+            base, cap, top = np.minimum(base, up), np.minimum(cap, up + sd), np.maximum(top, down)
+            bound = np.minimum(bound, np.where(over_r, high, np.inf))
+            floor = np.maximum(floor, np.where(under_r, low, -np.inf))
+            over, under = over | over_r, under | under_r
         if not np.isfinite(base).all():
             return value
-        over, under = value > bound, value < floor
+        under &= ~over
         self.capped[level] = [(candidates[i], float(value[i]), float(bound[i])) for i in np.flatnonzero(over)]
         self.raised[level] = [(candidates[i], float(value[i]), float(floor[i])) for i in np.flatnonzero(under)]
         return np.where(over, base, np.where(under, top, np.minimum(value, cap)))
