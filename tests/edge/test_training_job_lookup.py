@@ -35,9 +35,8 @@ def test_a_job_published_just_after_a_read_is_found_and_misses_share_reads(monke
             await edge.job("mnist")
         job = SimpleNamespace(spec=SimpleNamespace(job_id="mnist", version=1))
         published["job/mnist@1"] = job  # within REFRESH_S of the read: the next miss waits for the next read
-        started = time.monotonic()
         assert await edge.job("mnist") is job
-        assert len(reads) == 2 and time.monotonic() - started <= 0.3 + 0.25
+        assert len(reads) == 2
         answers = await asyncio.gather(*(edge.job("other") for _ in range(8)), return_exceptions=True)
         assert all(isinstance(a, Refused) for a in answers) and len(reads) == 3  # eight misses, one read
         assert await edge.job("mnist") is job and len(reads) == 3  # a hit reads nothing

