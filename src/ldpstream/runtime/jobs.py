@@ -23,6 +23,7 @@ from ldpstream.contract.spec import SpecError
 from ldpstream.contract.topics import DLQ_TOPIC, JOBS_TOPIC, SHUFFLER_STATE_TOPIC
 from ldpstream.contract.training import JOB_PREFIX, JobSpec, TrainingWireError, coordinator_topic, edge_topic, parse_job
 from ldpstream.runtime.dlq import DLQ_PARTITIONS
+from ldpstream.runtime.fresh_reads import read_since
 from ldpstream.runtime.kafka import ReportProducer, TopicError, ensure_topic, existing_topics, read_to_end
 from ldpstream.runtime.settings import Settings
 from ldpstream.runtime.signing import (
@@ -114,15 +115,9 @@ class PublishedJobs:
         """The job's highest published version (None if it is not published)."""
         arrived = time.monotonic()
         found = newest(self.all(), job_id)
-        while found is None:
-            with self._lock:
-                if self._read_at >= arrived:
-                    return newest(self._jobs, job_id)
-                wait_s = self._read_at + self.miss_age_s - time.monotonic()
-                if wait_s <= 0:
-                    self._read()
-                    return newest(self._jobs, job_id)
-            time.sleep(wait_s)
+        if found is None:
+            read_since(self._lock, lambda: self._read_at, self._read, arrived, self.miss_age_s)
+            found = newest(self._jobs, job_id)
         return found
 
     def _read(self) -> None:

@@ -28,6 +28,7 @@ from ldpstream.contract.shuffled import report_path
 from ldpstream.contract.spec import CollectionSpec, SpecError, parse_spec
 from ldpstream.contract.topics import DLQ_TOPIC
 from ldpstream.runtime.dlq import DLQ_PARTITIONS
+from ldpstream.runtime.fresh_reads import read_since
 from ldpstream.runtime.join_keys import ensure_key, next_spec_key_path
 from ldpstream.runtime.kafka import ReportProducer, ensure_topic, read_to_end
 from ldpstream.runtime.secrets import replace_secret
@@ -171,16 +172,8 @@ class PublishedSpecs(Generic[P]):
         """Return once a read of the topic begun at or after `arrived` is done: a spec published before a miss
         arrived is found by it. Misses share reads, and reads begin at most every `every_s` (default `refresh_s`;
         a miss waits up to that long), so requests for unknown collections cost no Kafka read each."""
-        gap_s = self.refresh_s if every_s is None else every_s
-        while True:
-            with self._lock:  # a read in progress holds it: past it, `_read_at` is the start of a finished read
-                if self._read_at >= arrived:
-                    return
-                wait_s = self._read_at + gap_s - time.monotonic()
-                if wait_s <= 0:
-                    self.refresh()
-                    return
-            time.sleep(wait_s)
+        read_since(self._lock, lambda: self._read_at, self.refresh, arrived,
+                   self.refresh_s if every_s is None else every_s)
 
     def all(self) -> list[P]:
         """Every plan loaded, by name then version (never blocks)."""
