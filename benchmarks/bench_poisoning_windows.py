@@ -11,15 +11,20 @@ windows first (the chain a deployment that has run a while holds: the block test
   PCKV: 10 of 32 keys, M2GA) at beta = 1%, 5% and 10% of the window's reports; the gain in that window;
 - `ramp`: ten windows of the same fakes, their share rising 1%, 2%, ..., 10%; the gain at the last window;
 - `under`: ten windows in which an attacker who knows the published (defended) reference and the per-window bound
-  crafts just enough maximal-gain reports (from 5% fakes, the rest honest) to raise each target to 2.5 standard
-  deviations under the bound over that reference (`bench_poisoning.adaptive_limits`'s rule), each window: its rise
-  over the genuine frequency is that allowance plus what its earlier windows left in the reference (the mean of
-  its rises there), so a reference that takes in its windows raises it window after window; the gain after ten
-  windows against its first window's (the one-window adaptive gain), and the first window the alert fires, after
-  `--under-history` honest windows (HISTORY by default; DEMOTION_HISTORY is a deployment that has run a while)
-  (frequency oracles; PCKV: its key frequencies' bound, the rest of its fakes honest reports of other keys; PM: the
-  mean's bound, `bench_poisoning`'s adaptive reports on [1, the largest output]; PEM: the cap's bound against the
-  four windows before at the last level, `tree_allowance`, the rest of its fakes honest reports of genuine strings);
+  crafts just enough maximal-gain reports (from 5% fakes; the rest honest reports, of items drawn from the genuine
+  population for a frequency oracle) to raise each target to 2.5 standard deviations under the bound over that
+  reference (`bench_poisoning.adaptive_limits`'s rule), each window: its rise over the genuine frequency is that
+  allowance plus what its earlier windows left in the reference (the mean of its rises there), so a reference that
+  takes in its windows raises it window after window; the gain after ten windows against its first window's (the
+  one-window adaptive gain), and the first window the alert fires, after `--under-history` honest windows (HISTORY
+  by default; DEMOTION_HISTORY is a deployment that has run a while) (frequency oracles; PCKV: its key
+  frequencies' bound, the rest of its fakes honest reports of other keys; PM: the mean's bound, `bench_poisoning`'s
+  adaptive reports on [1, the largest output]; PEM: the cap's bound against the four windows before at the last
+  level, `tree_allowance`, the rest of its fakes honest reports of genuine strings);
+- `paced`: ten windows of the attacker who paces itself best against every test over windows (frequency oracles and
+  PM): the levels of `bench_poisoning_pacing.paced_levels`, ADAPTIVE_MARGIN standard deviations under each test,
+  after `--under-history` honest windows, crafted as `under`'s; its gain after ten windows against the one-window
+  adaptive gain (the window's bound less the same margin), and whether the alert fires;
 - `demotion`: ten windows of 5% fakes supporting none of r = 1 target, the most frequent item (PM: the smallest
   output; PCKV: reports that name no target, the most frequent key; PEM: reports that carry none of the most
   frequent string's prefixes), after DEMOTION_HISTORY honest windows
@@ -37,12 +42,15 @@ the metrics show as the alert beside the fraction set aside; PEM: a capped or ra
 
 Prints each JSON row (stderr) and, last on stdout, all of them: oracle, epsilon, scenario, beta, gain_none,
 gain_raw_ref, gain_ours, removed_raw_ref, removed_ours, alerts (windows with an alert, of the attacked ones), and per
-scenario its extra fields (under: one_window_gain, ratio, first_alert; demotion: detected_first_window,
+scenario its extra fields (under: one_window_gain, ratio, first_alert, and for frequency oracles and PM
+planned_one_window_gain, the first window's rise the attacker planned summed over its targets, the one-window
+adaptive gain without the noise of one window's reports, and ratio_planned, the last window's gain over it; paced:
+levels, planned_one_window_gain, ratio_planned, first_alert; demotion: detected_first_window,
 detected_within_ten, runs, mean_first_alert and the gains at the first and last window; honest: windows,
 false_alarms, by_detector, genuine_set_aside; PEM: quality_windows, genuine_top_none, genuine_top_before,
 genuine_top_ours).
 Run: .venv/bin/python benchmarks/bench_poisoning_windows.py [--n 1000000] [--oracles grr,oue,olh,pm,pem,pckv-grr]
-     [--epsilons 1,4] [--scenarios single,ramp,under,demotion,honest] [--runs 10] [--honest-windows 2000]
+     [--epsilons 1,4] [--scenarios single,ramp,under,paced,demotion,honest] [--runs 10] [--honest-windows 2000]
      [--seed 7] [--under-history 11]
 """
 
@@ -70,6 +78,7 @@ from bench_poisoning import (
     keyvalue_population,
     marginal_reference,
 )
+from bench_poisoning_pacing import paced_levels, window_bound
 
 from ldpstream.mechanisms import registry
 from ldpstream.mechanisms.base import Estimate, Mechanism, Reports
@@ -95,7 +104,7 @@ from ldpstream.simulator.poisoning import (
 )
 from ldpstream.simulator.population import random_words, truncated_gaussian, zipf_probabilities
 
-SCENARIOS = ("single", "ramp", "under", "demotion", "honest")
+SCENARIOS = ("single", "ramp", "under", "paced", "demotion", "honest")
 SINGLE_BETAS = (0.01, 0.05, 0.1)
 HISTORY = BLOCK_WINDOWS - 1 + LAG_WINDOWS  # honest windows before an attack: the latest and the lagged windows
 DEMOTION_HISTORY = LONG_WINDOWS - 1 + LONG_LAG  # before a demotion: the demotion test's lagged windows too
@@ -259,10 +268,7 @@ def under(w: Windows, history: int = HISTORY) -> dict[str, Any]:
     mech, targets = w.mech, w.targets
     oracle = KeyOracle(mech) if isinstance(mech, PCKV) else mech  # PCKV: its key frequencies' bound
     m = fakes_for(UNDER_BETA, w.n)
-    per_report = None
-    if isinstance(mech, FrequencyOracle) and supports_itemsets_apply(mech):
-        threshold = report_threshold(mech, targets, POLICY.alpha_report)
-        per_report = None if threshold is None else threshold[0] - 1
+    per_report = targets_per_report(w)
     honest = [w.genuine() for _ in range(history + ATTACKED)]
     attacked = list(honest[:history])
     rises: list[float] = []
@@ -288,15 +294,7 @@ def under(w: Windows, history: int = HISTORY) -> dict[str, Any]:
                 if not alert(w, attacked, defences, history + i)]
         rise = allowed + (float(np.mean(kept)) * len(kept) / REFERENCE_WINDOWS if kept else 0.0)
         rises.append(rise)
-        if isinstance(mech, NumericMechanism):  # `bench_poisoning`'s adaptive PM: reports on [1, top], the rest honest
-            top = mech.output_range[1]
-            carriers = min(m, int(rise * (w.n + m) / ((1 + top) / 2 - float(ref_est.value))))
-            fakes = {"value": np.concatenate([fake_numeric_reports(mech, "adaptive", carriers, w.rng)["value"],
-                                              mech.perturb(truncated_gaussian(0.0, 0.25, m - carriers, w.rng),
-                                                           w.rng)["value"]])}
-        else:
-            fakes = w.fakes("adaptive", m, Adaptive(per_report, rise, w.n + m))
-        attacked.append(w.with_fakes(honest[history + t], fakes))
+        attacked.append(w.with_fakes(honest[history + t], crafted(w, m, rise, ref_est, per_report)))
     defences = ours(mech, attacked)
     flags = [alert(w, attacked, defences, history + t) for t in range(ATTACKED)]
     first_alert = flags.index(True) + 1 if any(flags) else None
@@ -304,6 +302,74 @@ def under(w: Windows, history: int = HISTORY) -> dict[str, Any]:
     row: dict[str, Any] = dict(gains(w, attacked, honest, len(attacked) - 1))
     row.update(one_window_gain=one["gain_ours"], first_alert=first_alert,
                ratio=row["gain_ours"] / one["gain_ours"] if one["gain_ours"] > 1e-12 else None, alerts=sum(flags))
+    if isinstance(mech, NumericMechanism | FrequencyOracle) and rises[0] > 0:  # the first window's rise as planned
+        planned = rises[0] * (1 if isinstance(mech, NumericMechanism) else len(targets))
+        row.update(planned_one_window_gain=planned, ratio_planned=row["gain_ours"] / planned)
+    return {"beta": UNDER_BETA, **row}
+
+
+def targets_per_report(w: Windows) -> int | None:
+    """The most targets one crafted report of a frequency oracle supports and stays under the itemset test
+    (None: no such test, or not a frequency oracle)."""
+    if not (isinstance(w.mech, FrequencyOracle) and supports_itemsets_apply(w.mech)):
+        return None
+    threshold = report_threshold(w.mech, w.targets, POLICY.alpha_report)
+    return None if threshold is None else threshold[0] - 1
+
+
+def crafted(w: Windows, m: int, rise: float, reference: Estimate | None, per_report: int | None) -> Reports:
+    """m fake reports that raise each target by `rise` over its genuine value, the rest of them honest (a frequency
+    oracle, PCKV, a tree: the adaptive reports of `ldpstream.simulator.poisoning`, a frequency oracle's other fakes
+    reporting items drawn from the genuine population, so that they move no other item; a numeric mean:
+    `bench_poisoning`'s adaptive reports on [1, the largest output] that move the mean by `rise` from the
+    reference's, the rest honest values perturbed)."""
+    mech = w.mech
+    if isinstance(mech, NumericMechanism):
+        assert reference is not None
+        top = mech.output_range[1]
+        carriers = min(m, int(rise * (w.n + m) / ((1 + top) / 2 - float(reference.value))))
+        return {"value": np.concatenate([fake_numeric_reports(mech, "adaptive", carriers, w.rng)["value"],
+                                         mech.perturb(truncated_gaussian(0.0, 0.25, m - carriers, w.rng),
+                                                      w.rng)["value"]])}
+    mimic = w.probs if isinstance(mech, FrequencyOracle) else None  # the other fakes report like the population
+    return w.fakes("adaptive", m, Adaptive(per_report, rise, w.n + m, mimic))
+
+
+def paced(w: Windows, history: int = HISTORY) -> dict[str, Any]:
+    """The attacker who paces itself best against every test over windows: the levels of `bench_poisoning_pacing`'s
+    linear program (the most it can hold at the tenth window, ADAPTIVE_MARGIN standard deviations under each test,
+    after `history` honest windows), in one window's standard deviation of a target's estimate as the window's test
+    takes it, from the honest windows' defended reference; its gain after ten windows against the one-window
+    adaptive gain (the first window's bound less the same margin)."""
+    mech, targets = w.mech, w.targets
+    assert isinstance(mech, FrequencyOracle | NumericMechanism)
+    m = fakes_for(UNDER_BETA, w.n)
+    honest = [w.genuine() for _ in range(history + ATTACKED)]
+    attacked = list(honest[:history])
+    reference = reference_of(attacked, ours(mech, attacked), history, REFERENCE_WINDOWS)
+    assert reference is not None
+    ref_est = mech.estimate(reference[1:])
+    items = 1 if isinstance(mech, NumericMechanism) else mech.domain_size
+    if isinstance(mech, NumericMechanism):  # the test's variance of a report, device sampling counted
+        count, total, squares = (float(x) for x in reference[1:4])
+        sd = float(np.sqrt(max(float(ref_est.stderr) ** 2 * ref_est.n, squares / count - (total / count) ** 2)
+                           / (w.n + m)))
+    else:
+        window = Estimate(n=w.n + m, value=ref_est.value, stderr=ref_est.stderr * np.sqrt(REFERENCE_WINDOWS))
+        bound, base = item_bounds(mech, window, ref_est, POLICY)
+        spread = np.sqrt(1 + (w.n + m) / ref_est.n)
+        sd = float(np.min(((bound - base) / bonferroni_z(POLICY.alpha_window, 2 * items) / spread)[targets]))
+    levels = paced_levels(ATTACKED, items, POLICY, history=history, margin=ADAPTIVE_MARGIN)
+    per_report = targets_per_report(w)
+    for t in range(ATTACKED):
+        attacked.append(w.with_fakes(honest[history + t], crafted(w, m, float(levels[t]) * sd, ref_est, per_report)))
+    defences = ours(mech, attacked)
+    flags = [alert(w, attacked, defences, history + t) for t in range(ATTACKED)]
+    planned = window_bound(items, POLICY, ADAPTIVE_MARGIN) * sd * (1 if items == 1 else len(targets))
+    row: dict[str, Any] = dict(gains(w, attacked, honest, len(attacked) - 1))
+    row.update(levels=[round(float(x), 2) for x in levels], planned_one_window_gain=planned,
+               ratio_planned=row["gain_ours"] / planned, first_alert=flags.index(True) + 1 if any(flags) else None,
+               alerts=sum(flags))
     return {"beta": UNDER_BETA, **row}
 
 
@@ -399,6 +465,7 @@ def top_list_quality(w: Windows, blocks: Sequence[np.ndarray], defences: Sequenc
 APPLIES: dict[str, Callable[[Mechanism], bool]] = {
     "single": lambda m: True, "ramp": lambda m: True,
     "under": lambda m: isinstance(m, FrequencyOracle | PCKV | NumericMechanism | PEM),
+    "paced": lambda m: isinstance(m, FrequencyOracle | NumericMechanism),
     "demotion": lambda m: isinstance(m, FrequencyOracle | NumericMechanism | PCKV | PrefixTree),
     "honest": lambda m: True}
 
@@ -428,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
             w = Windows(make(name, eps), args.n, rng, targets)
             runs: dict[str, Callable[[Windows], list[dict[str, Any]]]] = {
                 "single": single, "ramp": lambda w: [ramp(w)], "under": lambda w: [under(w, args.under_history)],
+                "paced": lambda w: [paced(w, args.under_history)],
                 "demotion": lambda w: [demotion(w, args.runs)],
                 "honest": lambda w: [honest_windows(w, args.honest_windows)]}
             for scenario in scenarios:

@@ -11,7 +11,8 @@ Frequency oracles (Cao, Jia and Gong, USENIX Security 2021, Sec. 3-4), r target 
   fake i) and perturb honestly; for a frequency oracle it is RIA with the targets dealt out evenly.
 - `adaptive`: an attacker who knows the detectors (`Adaptive`): each report supports at most `per_report` targets
   (one less than the itemset detector's threshold), and only enough fakes carry targets to raise each target by
-  `rise` (under the excess-claims bound); the other fakes report a random non-target item honestly.
+  `rise` (under the excess-claims bound); the other fakes report honestly a random non-target item, or, where the
+  attacker mimics the population (`Adaptive.mimic`, what the published estimates tell it), an item drawn from it.
 - `demotion`: reports that support none of the targets, to push them down (the report crafted like an honest one
   otherwise): GRR a non-target uniformly; UE each non-target bit at the rate that gives an honest report's expected
   count of ones, every target bit 0; local hashing a uniformly random seed and a bucket that holds no target under
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -58,11 +59,13 @@ class AttackError(ValueError):
 class Adaptive:
     """What the adaptive attacker knows of the detectors: a report may support at most `per_report` targets (None:
     any number), and each target may rise by at most `rise` (estimated frequency; None: no limit) in a window of
-    about `population` reports (the published report counts tell it)."""
+    about `population` reports (the published report counts tell it); `mimic`, the item distribution its fakes that
+    carry no target draw from, so that they look like the population (None: uniform over the non-targets)."""
 
     per_report: int | None = None
     rise: float | None = None
     population: int = 0
+    mimic: np.ndarray | None = field(default=None, compare=False)
 
 
 def check_targets(targets: Sequence[int] | np.ndarray, domain: int) -> np.ndarray:
@@ -90,8 +93,12 @@ def fake_frequency_reports(oracle: FrequencyOracle, attack: str, targets: Sequen
     if attack == "adaptive":
         carriers = m if adaptive.rise is None else min(m, _carriers(oracle, t, adaptive, rng))
         crafted = _maximal(oracle, t, carriers, rng, adaptive.per_report)
-        others = np.setdiff1d(np.arange(oracle.domain_size), t)
-        honest = oracle.perturb(others[rng.integers(0, len(others), size=m - carriers)], rng)
+        if adaptive.mimic is None:
+            others = np.setdiff1d(np.arange(oracle.domain_size), t)
+            held = others[rng.integers(0, len(others), size=m - carriers)]
+        else:
+            held = rng.choice(oracle.domain_size, size=m - carriers, p=adaptive.mimic)
+        honest = oracle.perturb(held, rng)
         return {k: np.concatenate([np.asarray(crafted[k]), np.asarray(honest[k])]).astype(honest[k].dtype)
                 for k in honest}
     raise AttackError(f"unknown attack {attack!r}; one of {ATTACKS}")
