@@ -36,7 +36,8 @@ reports) of one attacked window; the drop of a worker that also audited its wind
 Prints a table per oracle (stderr); on stdout a JSON line {"cost": [...]} (each frequency oracle's timing), then the
 last line, JSON: a list of rows with oracle, epsilon, attack, beta, targets, gain_none, gain_norm_sub (null where no
 Norm-Sub applies: heavy hitters), gain_ours, gain_removed (null without a gain), genuine_set_aside and, where the
-table has one, its note (heavy hitters: the targets in the top 20; adaptive: the bound).
+table has one, its note (heavy hitters: the targets in the top 20; adaptive: the bound; maximal gain on r > 1
+targets of a frequency oracle: how many of them the top r holds, raw and defended).
 Run: .venv/bin/python benchmarks/bench_poisoning.py [--n 1000000] [--oracles grr,oue,olh,pem,pm,pckv-grr]
      [--quick]  (--quick: n = 100000, beta 0.05, r = 10, maximal_gain and adaptive only)
 """
@@ -215,12 +216,19 @@ def frequency_rows(name: str, eps: float, n: int, betas: list[float], rs: list[i
                 if attack == "adaptive":
                     bound, base = item_bounds(oracle, oracle.estimate(stats), ref_est, POLICY)
                     note = f"bound {float((bound - base)[targets].sum()):.4f}"
+                elif attack == "maximal_gain" and r > 1:  # what a reader of the top list sees
+                    note = f"targets in the top {r}: {in_top(est, targets)} none, {in_top(f_def, targets)} ours"
                 rows.append(Row(name, eps, attack, beta, r, none, ns, ours, removed_fraction(none, ours),
                                 genuine_share(d, g), note))
                 if attack == "maximal_gain" and beta == max(betas) and r == max(rs) and not cost:
                     cost = measure_cost(name, eps, oracle, attacked, reference)
                     cost["simulate_s"] = simulate_s
     return rows, cost
+
+
+def in_top(f: np.ndarray, targets: np.ndarray) -> int:
+    """How many of the targets the len(targets) largest estimates hold."""
+    return len(set(np.argsort(-f)[:len(targets)].tolist()) & set(targets.tolist()))
 
 
 def adaptive_limits(oracle: FrequencyOracle, targets: np.ndarray, ref_est: Estimate, n: int) -> Adaptive:
