@@ -62,7 +62,7 @@ def test_the_largest_output_is_set_aside(eps: float) -> None:
     assert finding.flagged[: N - m].sum() <= N * POLICY.alpha_report + 4 * math.sqrt(N * POLICY.alpha_report)
 
 
-def test_an_attacker_spread_under_the_caps_is_held_to_the_mean_bound() -> None:
+def test_an_attacker_spread_under_the_caps_is_found_by_the_mean_bound_and_brought_back() -> None:
     rng = np.random.default_rng(2)
     mech = mech_of("pm", 1.0)
     m = N // 20
@@ -76,6 +76,8 @@ def test_an_attacker_spread_under_the_caps_is_held_to_the_mean_bound() -> None:
     assert finding.status == SUSPECTED and finding.removed is not None
     after = float(mech.estimate(stats - finding.removed).value)
     assert after - float(reference.value) <= finding.bound + 1e-6  # what an attacker keeps: the stated bound
+    # found, it keeps nothing: the mean goes back to the reference's, up to one report at the largest output
+    assert abs(after - float(reference.value)) <= (mech.output_range[1] + 1) / (N - finding.set_aside)
 
 
 def test_too_few_reports_are_said_so() -> None:

@@ -17,8 +17,9 @@ brings sigma s - f back to the bound delta when
     x = n (delta - D) / (delta + (1 - b) / c_f - 1 / c_s),    D = sigma s_hat - f_hat.
 
 **Key frequency** (`key_frequency_bound`): a key whose frequency rose above its reference's bound, as a frequency
-oracle's excess claims (`ldpstream.mechanisms.poisoning.frequency`), brought back by setting aside
-x = (F - c_f b_k n) / ((1 - b) - c_f b_k) reports of (k, sigma), sigma the side to which the key's mean moved.
+oracle's excess claims (`ldpstream.mechanisms.poisoning.frequency`), brought back to its reference frequency l_k (a
+held key: its level) by setting aside x = (F - c_f l_k n) / ((1 - b) - c_f l_k) reports of (k, sigma), sigma the
+side to which the key's value total moved.
 
 **Over windows.** PCKV's key frequencies are a frequency oracle's: a report names key k (S_k = F_k + b n of them)
 with probability q + (p - q) f_k, q = b and p - q = c_f, and n Var[f_hat] is `frequency_variance` (`KeyOracle`). The
@@ -175,10 +176,11 @@ def keyvalue_disagreement(mech: KeyValueMechanism, stats: np.ndarray, policy: Po
 
 def key_frequency_bound(mech: KeyValueMechanism, stats: np.ndarray, reference: Estimate | None,
                         policy: Policy = Policy(), held: np.ndarray | None = None, rounds: int = 8) -> Finding:
-    """Keys whose frequency rose above their reference's bound, brought back to it (module docstring); in rounds,
-    as a PCKV-GRR fake of one key lowers the others' support (which setting it aside restores). `held`: per key,
-    the frequency the tests over windows hold it to from above, where they found it rising (NaN: not held), as
-    `excess_claims`' `held`: its bound is then that level, or its reference frequency where that is nearer."""
+    """Keys whose frequency rose above their reference's bound, brought back to their reference frequency (module
+    docstring); in rounds, as a PCKV-GRR fake of one key lowers the others' support (which setting it aside
+    restores). `held`: per key, the frequency the tests over windows hold it to from above, where they found it
+    rising (NaN: not held), as `excess_claims`' `held`: its bound is then that level, or its reference frequency
+    where that is nearer, and it is brought to it."""
     support, n = split_count(stats, mech.stats_size)
     if not isinstance(mech, PCKV):
         return _untested(KEY_FREQUENCY, mech, n)
@@ -209,7 +211,8 @@ def key_frequency_bound(mech: KeyValueMechanism, stats: np.ndarray, reference: E
         if not len(over):
             break
         suspects.update(int(k) for k in over)
-        x = (left[over] - c_f * bound[over] * count) / ((1 - b) - c_f * bound[over])
+        level = np.minimum(bound, base)[over]  # the reference (a held key: its level), not the bound
+        x = (left[over] - c_f * level * count) / ((1 - b) - c_f * level)
         # the side the key's value total moved to from the reference's (fake (k, sigma) reports move it by sigma /
         # c_s each; its mean, or its total at the reference's mean, moves with the fakes' frequency too)
         signs = np.where(s[over] >= ref_total[over], 1.0, -1.0)

@@ -19,10 +19,11 @@ below limits them.
 standard errors of the truth, which lies in [-1, 1] and, for a stationary population, is the reference window's;
 the standard errors are the reference's per-report variance over each window's count (the null's, which an attacker
 cannot inflate): the variance of its reports, which counts the sampling of devices as well as the noise (two windows
-are two samples of a population), z two-sided at alpha_window. A mean beyond its bound is brought back to it by
-setting aside the fewest reports at the output's extreme that explain the shift (derived here: X = n (mean - U) /
-(y_max - U) for an upper bound U and largest output y_max); for an unbounded output (Laplace, staircase) no count
-explains it, so only the sum is corrected.
+are two samples of a population), z two-sided at alpha_window. A mean beyond its bound is brought back to the
+reference's mean M (where a test over windows holds it, that level) by setting aside the fewest reports at the
+output's extreme that explain its shift from M (derived here: X = n (mean - M) / (y_max - M) for a mean above and
+largest output y_max); for an unbounded output (Laplace, staircase) no count explains it, so only the sum is
+corrected. Brought back only to the bound, as before, a detected attacker kept what an undetected one keeps.
 
 **Over windows** (`ldpstream.mechanisms.poisoning.sequential`): the mean's standardized excess (`mean_excess`) is
 the CUSUM's step, and the block tests compare the latest windows' mean with their lagged windows'
@@ -107,7 +108,7 @@ def mean_shift(mech: NumericMechanism, block: np.ndarray, lagged: np.ndarray, al
 def mean_bound(mech: NumericMechanism, stats: np.ndarray, reference: Estimate | None = None,
                reference_stats: np.ndarray | None = None, policy: Policy = Policy(),
                held: tuple[float, float] = (math.nan, math.nan)) -> Finding:
-    """A mean beyond what an honest window shows, brought back to its bound (module docstring); `stats` and
+    """A mean beyond what an honest window shows, brought back to the reference's mean (module docstring); `stats` and
     `reference_stats` are the mechanism's statistics (they begin with count, sum, sum of squares: a distribution
     mechanism's histogram follows, and only the mean is defended), `reference` its estimate; `held`: the level the
     sequential test holds the mean to from above (below), where it found it drifting (NaN: not held): its bound on
@@ -135,19 +136,28 @@ def mean_bound(mech: NumericMechanism, stats: np.ndarray, reference: Estimate | 
     if low <= mean <= high:
         return clean(MEAN, n, policy.alpha_window, allowance)
     bound = high if mean > high else low
+    # brought back to the reference's mean (a held side: its level, at or inside it), not to the bound, where a
+    # detected attacker kept what an undetected one keeps; without a reference, to the range
+    if usable:
+        assert reference is not None
+        level = (min(high, min(1.0, float(reference.value) + policy.drift)) if mean > high
+                 else max(low, max(-1.0, float(reference.value) - policy.drift)))
+    else:
+        level = 1.0 if mean > high else -1.0
     lo, hi = mech.output_range
     extreme = hi if mean > high else lo
     removed = np.zeros(3)
     if math.isfinite(extreme):
-        x = float(math.ceil(min(MAX_SET_ASIDE * n, n * (mean - bound) / (extreme - bound))))
+        x = float(math.ceil(min(MAX_SET_ASIDE * n, n * (mean - level) / (extreme - level))))
         removed[:] = (x, x * extreme, x * extreme * extreme)
-        # the new mean (total - x extreme) / (n - x) is the bound up to the rounding of x
+        # the new mean (total - x extreme) / (n - x) is the level up to the rounding of x
     else:
         x = 0.0
-        removed[1] = n * (mean - bound)
+        removed[1] = n * (mean - level)
     side = "above" if mean > high else "below"
     return Finding(MEAN, SUSPECTED, n, x, removed, (), policy.alpha_window, allowance,
-                   f"mean {mean:.4g} {side} the {'reference' if usable else 'range'} bound {bound:.4g}")
+                   f"mean {mean:.4g} {side} the {'reference' if usable else 'range'} bound {bound:.4g}, brought back "
+                   f"to {level:.4g}")
 
 
 def bin_caps(mech: NumericMechanism, edges: np.ndarray) -> np.ndarray:
