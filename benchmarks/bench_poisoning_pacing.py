@@ -20,6 +20,7 @@ collection: fewer lagged windows, a wider bound: sqrt(1/10 + 1/L)); by default i
 Prints one JSON row per T: windows, ratio with the CUSUM only, with the block test too, and with the long block
 test too (all the tests over windows the chain runs).
 Run: .venv/bin/python benchmarks/bench_poisoning_pacing.py [--items 1024] [--windows 1,5,10,20,50] [--history H]
+     [--margin M]
 """
 
 from __future__ import annotations

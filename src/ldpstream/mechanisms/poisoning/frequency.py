@@ -14,7 +14,7 @@ with both standard errors at the reference's frequency (the null's) and counting
 are two samples of a population: `window_variance`), and *demoted* (fake reports that withhold their support push it
 down) when f_hat(v) < max(0, f_ref(v) - drift) - z sqrt(...), the other tail; Bonferroni over the K items and both
 tails: an honest window is flagged with probability <= alpha_window. A demoted item's missing supports are given
-back up to its lower bound (a negative removal): the reports that withheld them look like any honest report that
+back up to its reference frequency (a negative removal): the reports that withheld them look like any honest report that
 does not support v, so none is set aside for it. An item that expects fewer than NORMAL_COUNT supports is not tested
 below (it cannot fall far enough to be told from noise); above, its normal tail is
 too light, and its bound is also at least the exact Binomial quantile at the reference's upper confidence limit.
