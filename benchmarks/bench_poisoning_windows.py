@@ -374,22 +374,28 @@ def paced(w: Windows, history: int = HISTORY) -> dict[str, Any]:
 
 
 def tree_allowance(tree: PrefixTree, reference: np.ndarray, n: int) -> float:
-    """The most a string no device holds may rise over the window's reference at the last level and stay
+    """The most a string no device holds may rise over the window's reference at every level and stay
     ADAPTIVE_MARGIN standard deviations under the cap's bound against it (`ReferenceCap`: the four windows before,
-    Bonferroni over the levels, both sides and the beam's extensions; n / levels reports a level)."""
+    Bonferroni over the levels, both sides and the level's candidates; n / levels reports a level). Its crafted
+    reports raise its prefix at every level by as much, and the first level scores the fewest candidates (the root's
+    extensions, not the beam's): its z is the smallest, and the one the attacker stays under."""
     last = tree.oracles[-1]
     n_ref = last.z_table(tree.level_stats(reference[1:], tree.levels - 1))[1]
     var = float(last.variance(0.0))
-    z = bonferroni_z(POLICY.alpha_window / tree.levels, 2 * tree.beam * len(suffixes(tree.domain, tree.step)))
+    z = bonferroni_z(POLICY.alpha_window / tree.levels, 2 * len(suffixes(tree.domain, tree.step)))
     return max(0.0, (z - ADAPTIVE_MARGIN) * float(np.sqrt(var * tree.levels / n + var / n_ref)))
 
 
 def tree_crafted(tree: PrefixTree, adaptive: Adaptive, targets: int) -> int:
     """Crafted reports that raise each of `targets` strings by `adaptive.rise` at every level: one names a target's
-    bucket at a level drawn uniformly and adds (1 - q) / (p - q) / n_T to it there (n_T = population / levels)."""
+    bucket at a level drawn uniformly and adds its estimator's term there, g / (g - 1) ((1 - q) / (p - q) - 1 / g)
+    / n_T (`SketchOracle.user_terms`; n_T = population / levels). (Counted as (1 - q) / (p - q) / n_T before, the
+    attacker raised each target 1.21 times its plan at eps = 1, where g = 4, and its first window was flagged.)"""
     last = tree.oracles[-1]
     assert isinstance(last, HashedGRR) and adaptive.rise is not None
-    return int(adaptive.rise * targets * adaptive.population * (last.p - last.q) / (1 - last.q))
+    g = last.width
+    term = g / (g - 1) * ((1 - last.q) / (last.p - last.q) - 1 / g)
+    return int(adaptive.rise * targets * adaptive.population / term)
 
 
 def demotion(w: Windows, runs: int) -> dict[str, Any]:
