@@ -6,11 +6,14 @@ defended mean held at or under the lagged windows' mean."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
+import pytest
 
 from ldpstream.aggregator.estimates import collection_estimates
 from ldpstream.aggregator.plans import Plan
+from ldpstream.aggregator.poisoning import Acceptance, accept, acceptances, encode_record, window_defence
 from ldpstream.aggregator.store import BatchUpdate, MemoryStore, OffsetRange, WindowIncrement
 from ldpstream.cli.output import poisoning_table
 from ldpstream.contract.spec import parse_spec
@@ -59,3 +62,45 @@ def test_a_jump_of_the_mean_is_found_by_the_block_test_on_the_read_path() -> Non
     level = float(mech.estimate(lagged[1:]).value)
     assert entry["estimate"]["mean"] <= level + mech.output_range[1] / N
     assert poisoning_table(result).row_count > 0
+
+
+def test_an_accepted_new_level_is_no_longer_held() -> None:
+    """A genuine lasting shift (the population's mean moves from 0 to 0.3, about 10 sd of a window's mean, and
+    stays) is held like an attack: the third window after it is suspected and its defended mean stays near the old
+    level. Accepted from the first shifted window (`accept`), its references are the shifted windows before it, so
+    nothing is found and the defended mean is the window's own; an audit record of a shifted window made before the
+    acceptance no longer counts, one made after it does."""
+    plan, store = Plan(SPEC), MemoryStore()
+    mech = plan.mechanisms[0]
+    assert isinstance(mech, NumericMechanism)
+    rng = np.random.default_rng(5)
+    history, shifted = BLOCK_WINDOWS - 1 + LAG_WINDOWS, 3
+    for w in range(history + shifted):
+        values = truncated_gaussian(0.3 if w >= history else 0.0, 0.25, N, rng)
+        block = attribute_block(N, mech.accumulate(mech.perturb(values, rng)))
+        update = BatchUpdate(SPEC.name, (OffsetRange("t:0", w, w),),
+                             (WindowIncrement(1, "1m", START + w * MINUTE, N, {0: block}),), {})
+        assert store.apply(update).status == "applied"
+    last, first_shifted = START + (history + shifted - 1) * MINUTE, START + history * MINUTE
+
+    def read(start: int) -> dict[str, Any]:
+        return collection_estimates(store, plan, f"1m:{start}")["poisoning"]  # type: ignore[no-any-return]
+
+    raw = float(mech.estimate(store.read_window(SPEC.name, 1, "1m", last, plan.sizes).stats[0][1:]).value)
+    held = read(last)
+    assert held["alert"] and held["attributes"]["x"]["estimate"]["mean"] < raw - 0.2
+    middle = START + (history + 1) * MINUTE  # audited before the acceptance: its record holds the shift
+    wd = window_defence(store, plan, "1m", middle)
+    assert wd.attributes[0].set_aside > 0
+    store.put_poisoning(SPEC.name, (1, "1m", middle), encode_record((1, "1m", middle), wd.attributes, 1_000, N, 0, 4))
+    accept(store, plan, "1m", 0, first_shifted, 2_000)
+    assert acceptances(store, plan, "1m") == {0: Acceptance(first_shifted, 2_000)}
+    now = read(last)
+    assert not now["alert"] and now["reference"]["windows"] == 2
+    assert now["attributes"]["x"]["estimate"]["mean"] == pytest.approx(raw)
+    assert read(middle)["source"] == "live" and read(middle)["set_aside"] == 0
+    assert read(first_shifted)["reference"] is None  # the first accepted window has none
+    store.put_poisoning(SPEC.name, (1, "1m", middle), encode_record((1, "1m", middle), wd.attributes, 3_000, N, 0, 4))
+    assert read(middle)["source"] == "audit" and read(middle)["set_aside"] > 0  # an audit after it counts
+    with pytest.raises(ValueError, match="not the start"):
+        accept(store, plan, "1m", 0, first_shifted + 1, 2_000)

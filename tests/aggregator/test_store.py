@@ -203,3 +203,15 @@ def test_one_auditor_claims_a_window_until_the_claim_expires(store: tuple[StatsS
     assert s.claim_audit(c, (1, "1h", 7_200_000), "b", 1)  # another window is not
     time.sleep(1.1)
     assert s.claim_audit(c, key, "b", 1)  # an auditor that died frees the window when its claim expires
+
+
+def test_an_acceptance_is_kept_and_replaced(store: tuple[StatsStore, str]) -> None:
+    """`ldp poisoning accept`'s record: one per member, the later one replacing the earlier, gone with the
+    collection's other keys."""
+    s, c = store
+    assert s.acceptances(c) == {}
+    s.put_acceptance(c, "v1:1h:a0", b'{"from_ms": 0, "accepted_ms": 1}')
+    s.put_acceptance(c, "v1:1h:a0", b'{"from_ms": 3600000, "accepted_ms": 2}')
+    s.put_acceptance(c, "v1:1h:a1", b'{"from_ms": 0, "accepted_ms": 3}')
+    assert s.acceptances(c) == {"v1:1h:a0": b'{"from_ms": 3600000, "accepted_ms": 2}',
+                                "v1:1h:a1": b'{"from_ms": 0, "accepted_ms": 3}'}

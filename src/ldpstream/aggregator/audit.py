@@ -174,7 +174,7 @@ def audit_reports(plan: Plan, live: WindowStats, reports: WindowReports, referen
     defences: dict[int, Defence] = {}
     flagged_rows: dict[tuple[int, str], list[int]] = defaultdict(list)  # (message, detector) -> rows
     for j, mech in enumerate(plan.mechanisms):
-        ref = None if reference is None else reference.stats[j]
+        ref = None if reference is None else reference.stats.get(j)
         if j not in reports.attributes:
             defences[j] = defend(mech, live.stats[j], ref, policy=policy, drift=drift.get(j), blocks=blocks.get(j))
             continue

@@ -16,6 +16,14 @@ window never becomes the next windows' reference. The sequential test's sums (`D
 chain, and an audit record keeps them, so they resume there. The all-time window has no reference: it is defended
 by the audits of its windows of the spec's first length (their removals summed) and the tests that need none.
 
+**A new level accepted.** With drift = 0 a genuine lasting shift of an attribute is held like an attack: the
+defended windows that follow are its references and the block tests' lagged windows. An operator who has checked it
+accepts it (`ldp poisoning accept`, `accept`): from a window start on, that attribute's history restarts for that
+window length. Its earlier windows leave its references and the tests over windows, and the audit records of the
+windows since, made before the acceptance, no longer count for it: they are defended again, live, on the new
+history (an audit run after the acceptance writes a record that counts). The first window accepted has no
+reference; each one after has those accepted before it. The other attributes keep their history.
+
 Devices: the defended window counts N (1 - max over attributes of the share of its reports set aside) devices (a fake
 device reports k attributes; each attribute's estimate weighs its reports by n_j / N, which this keeps).
 """
@@ -124,6 +132,52 @@ def decode_record(data: bytes) -> Record | None:
         return None
 
 
+@dataclass(frozen=True)
+class Acceptance:
+    """An attribute's new level accepted (module docstring): its history restarts at the window starting at
+    `from_ms`; audit records made before `accepted_ms` of the windows since no longer count for it."""
+
+    from_ms: int
+    accepted_ms: int
+
+    def drops(self, start_ms: int, record: Record | None) -> bool:
+        """Whether the window starting at `start_ms` loses `record` for this attribute."""
+        return record is not None and start_ms >= self.from_ms and record.audited_ms < self.accepted_ms
+
+
+def acceptance_member(version: int, window: str, attribute: int) -> str:
+    return f"v{version}:{window}:a{attribute}"
+
+
+def accept(store: StatsStore, plan: Plan, window: str, attribute: int, from_ms: int, accepted_ms: int) -> Acceptance:
+    """Accept attribute `attribute`'s level from the `window` window starting at `from_ms` (module docstring)."""
+    if window not in plan.spec.windows:
+        raise ValueError(f"window length {window!r} is not one of {plan.spec.windows}")
+    if not 0 <= attribute < len(plan.mechanisms):
+        raise ValueError(f"attribute {attribute} is not one of the spec's {len(plan.mechanisms)}")
+    if from_ms % (window_seconds(window) * 1000):
+        raise ValueError(f"{from_ms} is not the start of a {window} window")
+    store.put_acceptance(plan.spec.name, acceptance_member(plan.spec.version, window, attribute),
+                         json.dumps({"from_ms": int(from_ms), "accepted_ms": int(accepted_ms)}).encode())
+    return Acceptance(int(from_ms), int(accepted_ms))
+
+
+def acceptances(store: StatsStore, plan: Plan, window: str) -> dict[int, Acceptance]:
+    """The accepted levels of the plan's attributes for one window length, by attribute (an unreadable entry is
+    ignored, as an unreadable audit record is)."""
+    out: dict[int, Acceptance] = {}
+    raw = store.acceptances(plan.spec.name)
+    for j in range(len(plan.mechanisms)):
+        data = raw.get(acceptance_member(plan.spec.version, window, j))
+        try:
+            entry = json.loads(data) if data is not None else None
+            if entry is not None:
+                out[j] = Acceptance(int(entry["from_ms"]), int(entry["accepted_ms"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
 def removed_blocks(plan: Plan, findings: Mapping[int, tuple[Finding, ...]]) -> dict[int, np.ndarray]:
     """Per attribute index, the block [n_j, statistics] its recorded findings remove."""
     out = {}
@@ -165,12 +219,14 @@ class Chain:
     """What a window is defended against: its reference (the sum of its defended earlier windows), how many windows
     that sums, per attribute the sequential test's sums after the window before (None where it does not apply), and
     per attribute the block tests' sums of windows (`blocks_of`: the latest raw, the lagged defended; None where
-    there are none)."""
+    there are none), and the attributes' accepted levels. An attribute with no window in the reference (its level
+    accepted since) has none in `reference.stats`."""
 
     reference: WindowStats | None
     windows: int
     drift: dict[int, Drift | None]
     blocks: dict[int, tuple[np.ndarray, ...] | None] = field(default_factory=dict)
+    accepted: dict[int, Acceptance] = field(default_factory=dict)
 
 
 def chain(store: StatsStore, plan: Plan, window: str, start_ms: int, records: Mapping[WindowKey, Record],
@@ -185,23 +241,32 @@ def chain(store: StatsStore, plan: Plan, window: str, start_ms: int, records: Ma
     stats = dict(zip(starts, store.read_windows(plan.spec.name, plan.spec.version, window, starts, plan.sizes),
                      strict=True))
     found = [records.get((plan.spec.version, window, s)) for s in slots]
+    accepted = acceptances(store, plan, window)
     defences: dict[int, list[Defence | None]] = {}
+    blocks: dict[int, tuple[np.ndarray, ...] | None] = {}
+    present: dict[int, list[bool]] = {}
     for j, mech in enumerate(plan.mechanisms):
-        recorded = [None if r is None else Defence(r.findings.get(j, ()), removed_blocks(plan, r.findings)[j],
-                                                   drift=r.drift.get(j)) for r in found]
-        defences[j] = defend_windows(mech, [stats[s].stats[j] if s in stats else None for s in slots], recorded,
-                                     policy, REFERENCE_WINDOWS, REFERENCE_WINDOWS)
+        since = accepted.get(j)
+        kept = present[j] = [s in stats and (since is None or s >= since.from_ms) for s in slots]
+        windows = [stats[s].stats[j] if k else None for s, k in zip(slots, kept, strict=True)]
+        recorded = [None if r is None or not k or (since is not None and since.drops(s, r)) else
+                    Defence(r.findings.get(j, ()), removed_blocks(plan, r.findings)[j], drift=r.drift.get(j))
+                    for s, r, k in zip(slots, found, kept, strict=True)]
+        defences[j] = defend_windows(mech, windows, recorded, policy, REFERENCE_WINDOWS, REFERENCE_WINDOWS)
+        blocks[j] = blocks_of(windows, defences[j], len(slots))
     drift = {j: _last_drift(mech, defences[j]) for j, mech in enumerate(plan.mechanisms)}
-    blocks = {j: blocks_of([stats[s].stats[j] if s in stats else None for s in slots], defences[j], len(slots))
-              for j in defences}
-    before = [i for i, s in enumerate(slots) if i >= len(slots) - REFERENCE_WINDOWS and s in stats]
+    before = [i for i in range(len(slots) - REFERENCE_WINDOWS, len(slots)) if any(p[i] for p in present.values())]
     if not before:
-        return Chain(None, 0, drift, blocks)
-    total = WindowStats(0.0, {j: np.zeros(size) for j, size in plan.sizes.items()})
+        return Chain(None, 0, drift, blocks, accepted)
+    devices, sums = 0.0, {}
+    for j in plan.sizes:
+        mine = [(stats[slots[i]].stats[j], defences[j][i]) for i in before if present[j][i]]
+        if mine:
+            sums[j] = np.sum([block - (0.0 if d is None else d.removed) for block, d in mine], axis=0)
     for i in before:
-        kept = _minus(stats[slots[i]], {j: d.removed for j, ds in defences.items() if (d := ds[i]) is not None})
-        total = WindowStats(total.devices + kept.devices, {j: total.stats[j] + kept.stats[j] for j in total.stats})
-    return Chain(total, len(before), drift, blocks)
+        devices += _minus(stats[slots[i]], {j: d.removed for j, ds in defences.items() if (d := ds[i]) is not None}
+                          ).devices
+    return Chain(WindowStats(devices, sums), len(before), drift, blocks, accepted)
 
 
 def _last_drift(mech: Mechanism, defences: list[Defence | None]) -> Drift | None:
@@ -226,30 +291,34 @@ def window_defence(store: StatsStore, plan: Plan, window: str, start_ms: int, st
     if window == ALL_TIME:  # the audits of the first window length, summed, then the tests that need no reference
         first = plan.spec.windows[0] if plan.spec.windows else None
         audited = {k: r for k, r in records.items() if k[1] == first}
+        accepted = acceptances(store, plan, first) if first is not None else {}
         prior: dict[int, list[Finding]] = {}
-        for record in audited.values():
-            for j, fs in record.findings.items():
-                prior.setdefault(j, []).extend(fs)
+        for k, audit in audited.items():
+            for j, fs in audit.findings.items():
+                if not ((since := accepted.get(j)) is not None and since.drops(k[2], audit)):
+                    prior.setdefault(j, []).extend(fs)
         for j, mech in enumerate(plan.mechanisms):
             attributes[j] = defend(mech, stats.stats[j], None, prior=_summed(prior.get(j, []), plan.sizes[j]),
                                    policy=policy)
         source = "audit" if audited else "live"
         audited_ms = max((r.audited_ms for r in audited.values()), default=None)
-    elif key in records:
-        record = records[key]
-        for j, mech in enumerate(plan.mechanisms):
-            found = record.findings.get(j, ())
-            ref = None if reference is None else reference.stats[j]
-            attributes[j] = (defend(mech, stats.stats[j], ref, policy=policy, blocks=before.blocks.get(j))
-                             if _is_tree(mech) else
-                             Defence(tuple(found), removed_blocks(plan, {j: tuple(found)})[j]))
-        source, audited_ms, count = "audit", record.audited_ms, record.reference_windows or count
     else:
+        record = records.get(key)
+        counts = record is not None and not all((since := before.accepted.get(j)) is not None
+                                                 and since.drops(start_ms, record) for j in plan.sizes)
         for j, mech in enumerate(plan.mechanisms):
-            ref = None if reference is None else reference.stats[j]
-            attributes[j] = defend(mech, stats.stats[j], ref, policy=policy, drift=before.drift[j],
-                                   blocks=before.blocks.get(j))
-        source, audited_ms = "live", None
+            ref = None if reference is None else reference.stats.get(j)
+            since = before.accepted.get(j)
+            if record is None or _is_tree(mech) or (since is not None and since.drops(start_ms, record)):
+                attributes[j] = defend(mech, stats.stats[j], ref, policy=policy, drift=before.drift[j],
+                                       blocks=before.blocks.get(j))
+            else:
+                found = tuple(record.findings.get(j, ()))
+                attributes[j] = Defence(found, removed_blocks(plan, {j: found})[j])
+        if record is None or not counts:  # no record, or none that counts for any attribute
+            source, audited_ms = "live", None
+        else:
+            source, audited_ms, count = "audit", record.audited_ms, record.reference_windows or count
     defended = _minus(stats, {j: d.removed for j, d in attributes.items()})
     caps: dict[str, LevelCap] = {plan.spec.attributes[j].name: d.cap for j, d in attributes.items()
                                  if d.cap is not None}

@@ -176,6 +176,15 @@ class StatsStore(ABC):
         """The poisoning audits of a collection's windows, by (version, window, start ms)."""
 
     @abstractmethod
+    def put_acceptance(self, collection: str, member: str, record: bytes) -> None:
+        """Keep an operator's acceptance of an attribute's new level (`ldpstream.aggregator.poisoning.accept`),
+        replacing an earlier one of the same `member` (spec version, window length and attribute)."""
+
+    @abstractmethod
+    def acceptances(self, collection: str) -> dict[str, bytes]:
+        """A collection's acceptances, by member."""
+
+    @abstractmethod
     def claim_audit(self, collection: str, key: WindowKey, owner: str, ttl_s: int) -> bool:
         """Whether `owner` may audit the window now: true for the first to ask until `ttl_s` has passed (so that
         of several auditors, one audits each window; an auditor that dies frees it when the claim expires)."""
@@ -193,6 +202,12 @@ def window_member(version: int, window: str, start_ms: int) -> str:
 def poisoning_key(collection: str) -> str:
     """The hash of a collection's poisoning audits, one field per audited window (`window_member`)."""
     return f"{prefix(collection)}:poisoning"
+
+
+def acceptance_key(collection: str) -> str:
+    """The hash of a collection's acceptances of a new level, one field per spec version, window length and
+    attribute."""
+    return f"{prefix(collection)}:accepted"
 
 
 def seen_member(key: WindowKey, partition: int) -> str:
@@ -379,6 +394,12 @@ class RedisStore(StatsStore):
     def poisoning(self, collection: str) -> dict[WindowKey, bytes]:
         return {parse_window_member(k): v for k, v in self._hash(poisoning_key(collection)).items()}
 
+    def put_acceptance(self, collection: str, member: str, record: bytes) -> None:
+        self.redis.hset(acceptance_key(collection), member, record)
+
+    def acceptances(self, collection: str) -> dict[str, bytes]:
+        return self._hash(acceptance_key(collection))
+
     def claim_audit(self, collection: str, key: WindowKey, owner: str, ttl_s: int) -> bool:
         return bool(self.redis.set(f"{prefix(collection)}:auditing:{window_member(*key)}", owner, nx=True, ex=ttl_s))
 
@@ -417,6 +438,7 @@ class MemoryStore(StatsStore):
         self._windows: dict[str, set[str]] = defaultdict(set)
         self._meta: dict[str, dict[str, int]] = defaultdict(dict)
         self._poisoning: dict[str, dict[WindowKey, bytes]] = defaultdict(dict)
+        self._accepted: dict[str, dict[str, bytes]] = defaultdict(dict)
         self._claims: dict[tuple[str, WindowKey], tuple[str, float]] = {}
 
     def apply(self, update: BatchUpdate) -> ApplyResult:
@@ -489,6 +511,14 @@ class MemoryStore(StatsStore):
     def poisoning(self, collection: str) -> dict[WindowKey, bytes]:
         with self._lock:
             return dict(self._poisoning[collection])
+
+    def put_acceptance(self, collection: str, member: str, record: bytes) -> None:
+        with self._lock:
+            self._accepted[collection][member] = bytes(record)
+
+    def acceptances(self, collection: str) -> dict[str, bytes]:
+        with self._lock:
+            return dict(self._accepted[collection])
 
     def claim_audit(self, collection: str, key: WindowKey, owner: str, ttl_s: int) -> bool:
         with self._lock:

@@ -1,4 +1,5 @@
-"""`ldp poisoning`: audit closed windows for fake devices' reports, and show what each window set aside."""
+"""`ldp poisoning`: audit closed windows for fake devices' reports, show what each window set aside, and accept an
+attribute's new level as genuine."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from ldpstream.cli.errors import CliError, client_logs, published_plan, require_
 from ldpstream.cli.output import styled
 from ldpstream.cli.output import wide as console
 
-poisoning_app = typer.Typer(help="Suspected poisoning: audit closed windows, show what was set aside.",
+poisoning_app = typer.Typer(help="Suspected poisoning: audit closed windows, show what was set aside, accept a "
+                                 "new level.",
                             no_args_is_help=True)
 FOLLOW_S = 30.0
 
@@ -90,6 +92,35 @@ def status(name: str = typer.Argument(..., help="collection name"),
         table.add_row(r["window"], f"{r['reports']:,}", r["source"], reference, f"{r['set_aside']:,.0f}",
                       f"{100 * r['set_aside_fraction']:.3f}%", styled(("ALERT" if r["alert"] else "", "red")), suspects)
     console.print(table)
+
+
+@poisoning_app.command("accept")
+def accept(name: str = typer.Argument(..., help="collection name"),
+           attribute: str = typer.Argument(..., help="the attribute whose new level is genuine"),
+           start: str = typer.Option(..., "--from", help="<length>:<start_ms>: the first window of the new level"),
+           version: int = typer.Option(None, help="spec version (default: the newest published)")) -> None:
+    """Accept an attribute's new level as genuine: from that window on its references and the tests over windows
+    forget the windows before it, and audits made before now of the windows since no longer count for it."""
+    from ldpstream.aggregator import poisoning
+    from ldpstream.aggregator.store import RedisStore
+    from ldpstream.contract.clock import now_ms
+    from ldpstream.runtime.settings import Settings
+
+    require_services()
+    cfg = Settings.from_env()
+    plan = published_plan(cfg.bootstrap, name, version)
+    names = [a.name for a in plan.spec.attributes]
+    if attribute not in names:
+        raise CliError(f"{plan.spec.key} has no attribute {attribute!r} (it has {', '.join(names)})")
+    length, _, first = start.partition(":")
+    if length not in plan.spec.windows or not first.isdigit():
+        raise CliError(f"--from is <length>:<start_ms> with a length of {plan.spec.windows}")
+    try:
+        poisoning.accept(RedisStore(cfg.redis), plan, length, names.index(attribute), int(first), now_ms())
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    typer.echo(f"{plan.spec.key} {attribute}: {length} windows from {first} are its new level; the windows before "
+               f"are no longer its references")
 
 
 def register(app: typer.Typer) -> None:
