@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ldpstream.aggregator.audit import closed_windows
 from ldpstream.aggregator.estimates import collection_estimates
 from ldpstream.aggregator.plans import Plan
 from ldpstream.aggregator.poisoning import Acceptance, accept, acceptances, encode_record, window_defence
@@ -93,7 +94,10 @@ def test_an_accepted_new_level_is_no_longer_held() -> None:
     wd = window_defence(store, plan, "1m", middle)
     assert wd.attributes[0].set_aside > 0
     store.put_poisoning(SPEC.name, (1, "1m", middle), encode_record((1, "1m", middle), wd.attributes, 1_000, N, 0, 4))
+    closed = last + 10 * MINUTE
+    assert ("1m", middle) not in closed_windows(store, plan, closed)
     accept(store, plan, "1m", 0, first_shifted, 2_000)
+    assert ("1m", middle) in closed_windows(store, plan, closed)  # the auditor makes it again
     assert acceptances(store, plan, "1m") == {0: Acceptance(first_shifted, 2_000)}
     now = read(last)
     assert not now["alert"] and now["reference"]["windows"] == 2
@@ -102,5 +106,6 @@ def test_an_accepted_new_level_is_no_longer_held() -> None:
     assert read(first_shifted)["reference"] is None  # the first accepted window has none
     store.put_poisoning(SPEC.name, (1, "1m", middle), encode_record((1, "1m", middle), wd.attributes, 3_000, N, 0, 4))
     assert read(middle)["source"] == "audit" and read(middle)["set_aside"] > 0  # an audit after it counts
+    assert ("1m", middle) not in closed_windows(store, plan, closed)
     with pytest.raises(ValueError, match="not the start"):
         accept(store, plan, "1m", 0, first_shifted + 1, 2_000)

@@ -34,8 +34,8 @@ import numpy as np
 from confluent_kafka import KafkaError, TopicPartition
 
 from ldpstream.aggregator.plans import Plan
-from ldpstream.aggregator.poisoning import DEFAULT_POLICY, audit_records, chain, encode_record
-from ldpstream.aggregator.store import ALL_TIME, StatsStore, WindowStats
+from ldpstream.aggregator.poisoning import DEFAULT_POLICY, acceptances, audit_records, chain, encode_record
+from ldpstream.aggregator.store import ALL_TIME, StatsStore, WindowKey, WindowStats
 from ldpstream.contract.clock import now_ms
 from ldpstream.contract.shuffled import report_path
 from ldpstream.contract.spec import window_seconds
@@ -303,8 +303,16 @@ def audit_window(bootstrap: str, store: StatsStore, plan: Plan, window: str, sta
 
 
 def closed_windows(store: StatsStore, plan: Plan, now: int) -> list[tuple[str, int]]:
-    """The windows of the spec version with reports that have closed and have no audit yet, oldest first."""
-    audited = set(store.poisoning(plan.spec.name))
-    return [(w, s) for v, w, s in store.windows(plan.spec.name)
-            if v == plan.spec.version and w != ALL_TIME and (v, w, s) not in audited
-            and window_closed(plan, w, s, now)]
+    """The windows of the spec version with reports that have closed and have no audit that counts yet, oldest
+    first: none, or one made before an attribute's new level was accepted from that window or an earlier one
+    (`ldpstream.aggregator.poisoning.accept`), which the audit then makes again on the new history."""
+    records = audit_records(store, plan)
+    accepted = {w: acceptances(store, plan, w) for w in plan.spec.windows}
+
+    def due(key: WindowKey) -> bool:
+        record = records.get(key)
+        return record is None or any(a.drops(key[2], record) for a in accepted.get(key[1], {}).values())
+
+    return sorted(((w, s) for v, w, s in store.windows(plan.spec.name)
+                   if v == plan.spec.version and w != ALL_TIME and due((v, w, s)) and window_closed(plan, w, s, now)),
+                  key=lambda ws: ws[1])

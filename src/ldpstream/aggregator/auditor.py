@@ -3,7 +3,8 @@ workers and supervises like them (restarted if it exits; stopped with them), so 
 without an operator running `ldp poisoning audit` (docs/explanation/fake-devices.md).
 
 Every POLL_S seconds it audits, oldest first, the closed windows of every published spec version that have reports and
-no audit record yet (`ldpstream.aggregator.audit.closed_windows`, `audit_window`). Several auditors (one per
+no audit record yet, or one made before an attribute's new level was accepted from them (`ldp poisoning accept`;
+`ldpstream.aggregator.audit.closed_windows`, `audit_window`). Several auditors (one per
 `ldp aggregate`) share the work: each window is claimed in the store first (`StatsStore.claim_audit`, held CLAIM_S),
 so one audits it; one that dies frees its claim when the claim expires, and another audits the window then (an audit
 run twice writes the same record and the same set-aside reports again). A window that cannot be audited (its reports
