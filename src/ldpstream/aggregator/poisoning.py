@@ -20,9 +20,10 @@ by the audits of its windows of the spec's first length (their removals summed) 
 defended windows that follow are its references and the block tests' lagged windows. An operator who has checked it
 accepts it (`ldp poisoning accept`, `accept`): from a window start on, that attribute's history restarts for that
 window length. Its earlier windows leave its references and the tests over windows, and the audit records of the
-windows since, made before the acceptance, no longer count for it: they are defended live on the new history
-until the auditor audits them again (`ldpstream.aggregator.audit.closed_windows` lists them), whose record counts. The first window accepted has no
-reference; each one after has those accepted before it. The other attributes keep their history.
+windows since, made before the acceptance, no longer count for it: they are defended live on the new history until
+the auditor audits them again (`ldpstream.aggregator.audit.closed_windows` lists them), whose record counts. The
+first window accepted has no reference; each one after has those accepted before it. The other attributes keep
+their history.
 
 Devices: the defended window counts N (1 - max over attributes of the share of its reports set aside) devices (a fake
 device reports k attributes; each attribute's estimate weighs its reports by n_j / N, which this keeps).
