@@ -53,7 +53,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workload": ("workload", "Workload-adaptive factorization mechanism: optimise, compare."),
     "privacy": ("privacy", "Privacy accounting: amplification by shuffling."),
     "heavy-hitters": ("heavy_hitters", "Heavy hitters of strings over an open domain."),
-    "poisoning": ("poisoning", "Suspected poisoning: audit closed windows, show what was set aside."),
+    "poisoning": ("poisoning",
+                  "Suspected poisoning: audit closed windows, show what was set aside, accept a new level."),
 }
 
 
