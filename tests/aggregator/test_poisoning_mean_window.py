@@ -101,6 +101,8 @@ def test_an_accepted_new_level_is_no_longer_held() -> None:
     assert acceptances(store, plan, "1m") == {0: Acceptance(first_shifted, 2_000)}
     now = read(last)
     assert not now["alert"] and now["reference"]["windows"] == 2
+    assert now["attributes"]["x"]["accepted_from_ms"] == first_shifted
+    assert held["attributes"]["x"]["accepted_from_ms"] is None
     assert now["attributes"]["x"]["estimate"]["mean"] == pytest.approx(raw)
     assert read(middle)["source"] == "live" and read(middle)["set_aside"] == 0
     assert read(first_shifted)["reference"] is None  # the first accepted window has none

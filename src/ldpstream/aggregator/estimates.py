@@ -117,7 +117,8 @@ def poisoning_summary(plan: Plan, raw: dict[str, Any], defence: WindowDefence, r
     """The window's "suspected poisoning" figure (docs/explanation/fake-devices.md): where it comes from, the
     reference, the reports set aside (fraction of the window's), the alert (that fraction above the threshold, or any
     attribute suspected: a demoted item or a heavy hitter's capped prefix sets little or nothing aside), and per
-    attribute the detectors' findings, the suspects, the gain removed and the defended estimate."""
+    attribute the detectors' findings, the suspects, the gain removed, the defended estimate and where its accepted
+    level starts (`ldp poisoning accept`; None if never accepted)."""
     policy = DEFAULT_POLICY
     defended = attribute_entries(plan, plan.estimate(defence.defended, defence.caps), postprocess)
     attributes: dict[str, Any] = {}
@@ -129,7 +130,8 @@ def poisoning_summary(plan: Plan, raw: dict[str, Any], defence: WindowDefence, r
             "gain_removed": _gain_removed(raw[attr.name], defended[attr.name], labels),
             "findings": [{"detector": f.detector, "status": f.status, "set_aside": round(f.set_aside, 3),
                           "detail": f.detail} for f in d.findings],
-            "estimate": defended[attr.name]}
+            "estimate": defended[attr.name],
+            "accepted_from_ms": since.from_ms if (since := defence.accepted.get(j)) is not None else None}
     fraction = defence.set_aside / reports if reports else 0.0
     return {"source": defence.source, "audited_ms": defence.audited_ms,
             "reference": {"windows": defence.reference_windows, "reports": defence.reference_reports}

@@ -59,7 +59,7 @@ DEFAULT_POLICY = Policy()
 @dataclass
 class WindowDefence:
     """A window's defence: per attribute index its `Defence`, the defended statistics, the caps of string
-    attributes' decodes, where the figures come from and the reference used."""
+    attributes' decodes, where the figures come from, the reference used and the attributes' accepted levels."""
 
     source: str  # "audit" | "live"
     attributes: dict[int, Defence]
@@ -68,6 +68,7 @@ class WindowDefence:
     reference_reports: int = 0
     audited_ms: int | None = None
     caps: dict[str, LevelCap] = field(default_factory=dict)
+    accepted: dict[int, Acceptance] = field(default_factory=dict)
 
     @property
     def set_aside(self) -> float:
@@ -324,7 +325,7 @@ def window_defence(store: StatsStore, plan: Plan, window: str, start_ms: int, st
     caps: dict[str, LevelCap] = {plan.spec.attributes[j].name: d.cap for j, d in attributes.items()
                                  if d.cap is not None}
     return WindowDefence(source, attributes, defended, count, int(reference.devices) if reference else 0,
-                         audited_ms, caps)
+                         audited_ms, caps, accepted if window == ALL_TIME else before.accepted)
 
 
 def _is_tree(mech: object) -> bool:
