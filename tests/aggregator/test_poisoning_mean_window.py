@@ -111,3 +111,32 @@ def test_an_accepted_new_level_is_no_longer_held() -> None:
     assert ("1m", middle) not in closed_windows(store, plan, closed)
     with pytest.raises(ValueError, match="not the start"):
         accept(store, plan, "1m", 0, first_shifted + 1, 2_000)
+
+
+@pytest.mark.parametrize("data", [b"\xff\xfe", b"", b"null", b"[]", b'"x"', b"{}", b'{"from_ms": 0}',
+                                  b'{"from_ms": 1e400, "accepted_ms": 1}', b'{"from_ms": NaN, "accepted_ms": 1}',
+                                  b'{"from_ms": 60000.5, "accepted_ms": 1}', b'{"from_ms": true, "accepted_ms": 1}',
+                                  b'{"from_ms": "60000", "accepted_ms": 1}', b'{"from_ms": 60000, "accepted_ms": [1]}',
+                                  b'{"from_ms": 60000, "accepted_ms": 1'])
+def test_an_acceptance_that_cannot_be_read_is_ignored(data: bytes) -> None:
+    """A store entry that is not an acceptance this version wrote (arbitrary bytes, a mutated record) is ignored, as
+    an unreadable audit record is: the attribute keeps its history, and reading a window does not fail."""
+    plan, store = Plan(SPEC), MemoryStore()
+    store.put_acceptance(SPEC.name, "v1:1m:a0", data)
+    assert acceptances(store, plan, "1m") == {}
+    assert collection_estimates(store, plan, f"1m:{START}")["poisoning"]["attributes"]["x"]["accepted_from_ms"] is None
+
+
+def test_a_written_acceptance_reads_back_and_mutations_of_it_do_not_crash() -> None:
+    """Every single-byte mutation of a valid acceptance either reads back as two integers or is ignored."""
+    plan, store = Plan(SPEC), MemoryStore()
+    accept(store, plan, "1m", 0, START, 7)
+    (member, valid), = store.acceptances(SPEC.name).items()
+    assert acceptances(store, plan, "1m") == {0: Acceptance(START, 7)}
+    rng = np.random.default_rng(3)
+    for i in range(len(valid)):
+        mutated = bytearray(valid)
+        mutated[i] = int(rng.integers(0, 256))
+        store.put_acceptance(SPEC.name, member, bytes(mutated))
+        found = acceptances(store, plan, "1m")
+        assert found == {} or (isinstance(found[0].from_ms, int) and isinstance(found[0].accepted_ms, int))

@@ -173,10 +173,10 @@ def acceptances(store: StatsStore, plan: Plan, window: str) -> dict[int, Accepta
         data = raw.get(acceptance_member(plan.spec.version, window, j))
         try:
             entry = json.loads(data) if data is not None else None
-            if entry is not None:
-                out[j] = Acceptance(int(entry["from_ms"]), int(entry["accepted_ms"]))
-        except (ValueError, KeyError, TypeError):
+        except ValueError:  # not JSON, or not UTF-8
             continue
+        if isinstance(entry, dict) and all(type(entry.get(k)) is int for k in ("from_ms", "accepted_ms")):
+            out[j] = Acceptance(entry["from_ms"], entry["accepted_ms"])
     return out
 
 
