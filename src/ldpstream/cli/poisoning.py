@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -13,6 +14,9 @@ from rich.table import Table
 from ldpstream.cli.errors import CliError, client_logs, published_plan, require_services
 from ldpstream.cli.output import styled
 from ldpstream.cli.output import wide as console
+
+if TYPE_CHECKING:
+    from ldpstream.aggregator.plans import Plan
 
 poisoning_app = typer.Typer(help="Suspected poisoning: audit closed windows, show what was set aside, accept a "
                                  "new level.",
@@ -43,10 +47,7 @@ def audit(name: str = typer.Argument(..., help="collection name"),
     store = RedisStore(cfg.redis)
     while True:
         if window is not None:
-            length, _, start = window.partition(":")
-            if length not in plan.spec.windows or not start.isdigit():
-                raise CliError(f"--window is <length>:<start_ms> with a length of {plan.spec.windows}")
-            todo = [(length, int(start))]
+            todo = [window_argument(plan, window, "--window")]
         else:
             todo = closed_windows(store, plan, now_ms())
         for length, start_ms in todo:
@@ -112,15 +113,21 @@ def accept(name: str = typer.Argument(..., help="collection name"),
     names = [a.name for a in plan.spec.attributes]
     if attribute not in names:
         raise CliError(f"{plan.spec.key} has no attribute {attribute!r} (it has {', '.join(names)})")
-    length, _, first = start.partition(":")
-    if length not in plan.spec.windows or not first.isdigit():
-        raise CliError(f"--from is <length>:<start_ms> with a length of {plan.spec.windows}")
+    length, first = window_argument(plan, start, "--from")
     try:
-        poisoning.accept(RedisStore(cfg.redis), plan, length, names.index(attribute), int(first), now_ms())
+        poisoning.accept(RedisStore(cfg.redis), plan, length, names.index(attribute), first, now_ms())
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     typer.echo(f"{plan.spec.key} {attribute}: {length} windows from {first} are its new level; the windows before "
                f"are no longer its references")
+
+
+def window_argument(plan: Plan, text: str, flag: str) -> tuple[str, int]:
+    """(length, start ms) from `<length>:<start_ms>` with a length of the spec's; CliError otherwise."""
+    length, _, start = text.partition(":")
+    if length not in plan.spec.windows or not start.isdigit():
+        raise CliError(f"{flag} is <length>:<start_ms> with a length of {plan.spec.windows}")
+    return length, int(start)
 
 
 def register(app: typer.Typer) -> None:
